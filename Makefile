@@ -1,0 +1,56 @@
+# dramatiq-slots developer tasks. Tool settings live in pyproject.toml.
+#
+#   make test    lint + format check + mypy + the whole pytest suite (the default)
+#   make lint    ruff check and ruff format --check
+#   make quick   pytest without the slow multi-process suites
+#   make clean   remove the venv, caches and build artifacts
+#
+# The venv (.venv) is built with the python3 on PATH (3.10+), and rebuilt
+# only when pyproject.toml changes (the stamp file inside it is older).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-from-pyproject
+
+.DEFAULT_GOAL := test
+.PHONY: test lint typecheck pytest quick venv clean demo bench
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dramatiq-slots needs Python >= 3.10; $(PYTHON) is " + sys.version.split()[0])'
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/python -m pytest
+
+test: lint typecheck pytest
+
+quick: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
+	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+demo:
+	@echo "make demo: filled by the example project's issue"
+	@exit 1
+
+bench: $(STAMP)
+	@if [ -f bench/run.py ]; then \
+		$(BIN)/python bench/run.py; \
+	else \
+		echo "make bench: bench/run.py does not exist yet, nothing to run"; \
+	fi

@@ -1,0 +1,43 @@
+"""Cluster-wide queue capacity and runtime-unique keys for Dramatiq.
+
+::
+
+    broker.add_middleware(Slots(), before=TimeLimit)
+
+    @dramatiq.actor(queue_name="partner_api", queue_capacity=5)
+    def call_partner(order_id): ...
+
+    @dramatiq.actor(unique_at_runtime_key=lambda account_id, **kw: f"sync:{account_id}")
+    def sync_account(account_id, full=False): ...
+"""
+
+from .deferral import DEFERRALS, MessageDeferred
+from .errors import LedgerArgumentError, LedgerError, LedgerUnavailable, SlotsError
+from .keys import DEFAULT_KEY_PREFIX, KeySpace
+from .ledger import Admission, Holder, Ledger, Want
+from .middleware import URL_ENV, AdmissionError, Slots
+from .options import MAX_RUNTIME_KEY_BYTES, ConfigurationError, RuntimeKeyError
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "DEFAULT_KEY_PREFIX",
+    "DEFERRALS",
+    "MAX_RUNTIME_KEY_BYTES",
+    "URL_ENV",
+    "Admission",
+    "AdmissionError",
+    "ConfigurationError",
+    "Holder",
+    "KeySpace",
+    "Ledger",
+    "LedgerArgumentError",
+    "LedgerError",
+    "LedgerUnavailable",
+    "MessageDeferred",
+    "RuntimeKeyError",
+    "Slots",
+    "SlotsError",
+    "Want",
+    "__version__",
+]

@@ -1,0 +1,173 @@
+"""Claim tokens and the process's own record of the holds it has.
+
+A claim token names one claim, cluster-wide::
+
+    <hostname>:<pid>:<thread id>:<claim counter>
+
+Host, pid and thread (the OS thread id, as ``ps -L`` and py-spy show it) say
+who holds the slot. The counter makes every claim a different member, so a
+late release of an earlier claim can never remove the live hold of the next
+one. It counts claims of the whole process rather than of one thread: the OS
+may reuse a dead thread's id, and a thread-local counter would then start
+again at 1 and repeat a token whose hold may still be listed.
+
+redis-py's own retries of one acquire call resend the same token, which is
+what makes a replayed acquire find its own member instead of counting twice.
+A new attempt after a failed call takes a fresh token; the failed one is owed
+a release, which the heartbeat sends.
+
+The token lives only in process memory (never in ``message.options``: a
+retried copy of the message would inherit it).
+
+:class:`HoldRegistry` is the in-process record the heartbeat refreshes from.
+It is fork-safe by construction: every method first checks the pid, and a
+forked child starts with an empty registry, so it never refreshes or
+releases its parent's holds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from .ledger import Want
+
+
+class _ThreadPrefix(threading.local):
+    pid: int = -1
+    prefix: str = ""
+
+
+_thread_prefix = _ThreadPrefix()
+_claims = itertools.count(1)  # next() is atomic under the GIL
+
+
+def new_token() -> str:
+    """A fresh claim token for this thread: ``<host>:<pid>:<thread>:<n>``."""
+    pid = os.getpid()
+    if _thread_prefix.pid != pid:
+        # First claim on this thread, or a thread that forked: pid and thread
+        # id have both moved, and a child must not share its parent's tokens.
+        _thread_prefix.pid = pid
+        _thread_prefix.prefix = f"{socket.gethostname()}:{pid}:{threading.get_native_id()}"
+    return f"{_thread_prefix.prefix}:{next(_claims)}"
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One claim this process holds: its token and the ledgers it holds."""
+
+    token: str
+    wants: tuple[Want, ...]
+    label: str = ""
+
+    @property
+    def ledgers(self) -> tuple[str, ...]:
+        return tuple(w.ledger for w in self.wants)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(w.ledger, self.token) for w in self.wants]
+
+
+class HoldRegistry:
+    """The holds this process has, and releases still owed to Redis.
+
+    Thread-safe. ``held`` are refreshed on every beat; ``owed`` are claims
+    whose release has not been confirmed by Redis yet (it failed, or the
+    acquire's outcome is unknown) and are retried on every beat.
+
+    The lock also orders a release against a re-assert: :meth:`release_lock`
+    is held by the heartbeat while it re-adds lost holds, and
+    :meth:`begin_release` takes it, so a hold released by its job is never
+    re-created by a heartbeat that looked at it a moment earlier.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._held: dict[str, Hold] = {}
+        self._owed: dict[str, Hold] = {}
+        # A lock held by another thread at fork time would stay held forever
+        # in the child: give the child a fresh one (weakly, so a registry can die).
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _after_fork(ref))
+
+    def _check_fork(self) -> None:
+        pid = os.getpid()
+        if pid != self._pid:
+            self._pid = pid
+            self._held = {}
+            self._owed = {}
+
+    def add(self, hold: Hold) -> None:
+        """Record a hold taken (a retried acquire that succeeds no longer owes a release)."""
+        with self._lock:
+            self._check_fork()
+            self._owed.pop(hold.token, None)
+            self._held[hold.token] = hold
+
+    def begin_release(self, token: str) -> Hold | None:
+        """Stop refreshing a hold and owe its release; None when it is not ours (any more)."""
+        with self._lock:
+            self._check_fork()
+            hold = self._held.pop(token, None)
+            if hold is not None:
+                self._owed[token] = hold
+            return hold
+
+    def owe(self, hold: Hold) -> None:
+        """Record a release owed for a claim that was never registered as held."""
+        with self._lock:
+            self._check_fork()
+            self._owed[hold.token] = hold
+
+    def settle(self, tokens: Sequence[str]) -> None:
+        """Forget releases that Redis confirmed."""
+        with self._lock:
+            self._check_fork()
+            for token in tokens:
+                self._owed.pop(token, None)
+
+    def snapshot(self) -> tuple[list[Hold], list[Hold]]:
+        """``(held, owed)`` as lists, for one beat."""
+        with self._lock:
+            self._check_fork()
+            return list(self._held.values()), list(self._owed.values())
+
+    def is_held(self, token: str) -> bool:
+        with self._lock:
+            self._check_fork()
+            return token in self._held
+
+    def hold(self, token: str) -> Hold | None:
+        with self._lock:
+            self._check_fork()
+            return self._held.get(token)
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._check_fork()
+            return len(self._held) + len(self._owed)
+
+    def _reset_after_fork(self) -> None:
+        self._lock = threading.RLock()
+        self._check_fork()
+
+    @contextmanager
+    def release_lock(self) -> Iterator[None]:
+        """Held while lost holds are re-added, so no release can race that."""
+        with self._lock:
+            self._check_fork()
+            yield
+
+
+def _after_fork(ref: weakref.ReferenceType[HoldRegistry]) -> None:
+    registry = ref()
+    if registry is not None:
+        registry._reset_after_fork()

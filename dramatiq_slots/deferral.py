@@ -1,0 +1,145 @@
+"""Deferral: putting a message back when its slot is not free.
+
+A message that cannot get its holds is re-enqueued as a copy, with a delay
+(exponential backoff with jitter), and the original is skipped, which acks
+it. A copy, not a retry:
+
+- its ``retries`` option is untouched, so waiting never uses up
+  ``max_retries`` (even ``max_retries=0``), and ``on_failure`` never fires;
+- ``message_id`` and ``message_timestamp`` are kept: Results finds the real
+  result under the same id, AgeLimit keeps counting from the first enqueue;
+- Callbacks, Pipelines and group completion react only when a message is
+  processed, never to a skip, so they fire once, when it really runs;
+- the skipped original has ``store_results`` turned off (after its copy was
+  sent), so Results does not store a premature ``None``;
+- dramatiq's own "Message ... was skipped." WARNING is filtered for deferred
+  messages (and only for them): a deferral is routine, logged at DEBUG;
+- Prometheus counts in-progress messages in ``before_process_message`` and
+  uncounts them in ``after_skip_message``; when a Prometheus middleware sits
+  after Slots (so its before hook does not run for a deferred message) its
+  before hook is run here, keeping its gauges balanced.
+
+The number of deferrals is kept on the message, in ``options["slots_deferrals"]``.
+At-least-once: if the process dies between the enqueue of the copy and the
+ack of the original, both exist, as with any dramatiq message.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import dramatiq
+from dramatiq.broker import MessageProxy
+from dramatiq.middleware import Middleware, SkipMessage
+
+#: Message option counting how often a message was deferred.
+DEFERRALS = "slots_deferrals"
+
+logger = logging.getLogger("dramatiq_slots.deferral")
+
+
+class MessageDeferred(SkipMessage):
+    """Raised from ``before_process_message``: the message was re-enqueued to wait for its slot."""
+
+
+def backoff_ms(deferrals: int, min_ms: int, max_ms: int, rand: Callable[[], float] = random.random) -> int:
+    """Delay before deferral number ``deferrals``: ``min * 2**(n-1)``, capped at ``max``, times [0.5, 1)."""
+    ceiling = min(max_ms, min_ms * 2 ** min(max(deferrals - 1, 0), 32))
+    return max(1, int(ceiling * (0.5 + 0.5 * rand())))
+
+
+class _DeferredSkipFilter(logging.Filter):
+    """Drops dramatiq's "was skipped" WARNING for messages this package deferred."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+
+    def mark(self, message: MessageProxy) -> None:
+        self._local.message_id = id(message)
+
+    def clear(self, message: MessageProxy) -> None:
+        if getattr(self._local, "message_id", None) == id(message):
+            self._local.message_id = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        marked = getattr(self._local, "message_id", None)
+        if marked is None or record.msg != "Message %s was skipped.":
+            return True
+        args = record.args
+        return not (isinstance(args, tuple) and args and id(args[0]) == marked)
+
+
+skip_filter = _DeferredSkipFilter()
+
+
+def install_skip_filter() -> None:
+    """Attach the filter to the logger dramatiq's worker threads log skips on (idempotent)."""
+    logging.getLogger("dramatiq.worker.WorkerThread").addFilter(skip_filter)
+
+
+def _prometheus_after(broker: dramatiq.Broker, owner: Middleware) -> list[Middleware]:
+    # Looked up lazily: importing dramatiq's prometheus module has side effects
+    # (it creates its database folder), and no instance exists unless it was imported.
+    module = sys.modules.get("dramatiq.middleware.prometheus")
+    if module is None:
+        return []
+    prometheus: type[Middleware] = module.Prometheus
+    middleware = broker.middleware
+    try:
+        position = middleware.index(owner)
+    except ValueError:
+        return []
+    return [m for m in middleware[position + 1 :] if isinstance(m, prometheus)]
+
+
+def _call_hook(middleware: Middleware, hook: str, broker: dramatiq.Broker, message: MessageProxy) -> None:
+    try:
+        getattr(middleware, hook)(broker, message)
+    except Exception:  # a Prometheus not booted in this process has no metrics yet
+        logger.debug("Could not balance %r for a deferred message.", middleware, exc_info=True)
+
+
+def defer(
+    broker: dramatiq.Broker,
+    owner: Middleware,
+    message: MessageProxy,
+    *,
+    delay_ms: int,
+    reason: str,
+) -> MessageDeferred:
+    """Re-enqueue a copy of ``message`` after ``delay_ms`` and prepare the original to be skipped.
+
+    Returns the exception to raise; raises whatever ``broker.enqueue`` raises
+    (then nothing about the original was changed).
+    """
+    deferrals = int(message.options.get(DEFERRALS, 0)) + 1
+    copy = message.copy(options={DEFERRALS: deferrals})
+    # Balanced BEFORE the copy is sent: the copy has the same message id, and
+    # a delay consumer may pick it up (and count it as delayed) at once.
+    balanced = _prometheus_after(broker, owner)
+    for prometheus in balanced:
+        _call_hook(prometheus, "before_process_message", broker, message)
+    try:
+        broker.enqueue(copy, delay=delay_ms)
+    except BaseException:
+        for prometheus in balanced:
+            _call_hook(prometheus, "after_skip_message", broker, message)
+        raise
+    options: dict[str, Any] = message.options
+    options["store_results"] = False
+    skip_filter.mark(message)
+    logger.debug(
+        "Deferred message %s (%s) by %d ms: %s (deferral #%d).",
+        message.message_id,
+        message.actor_name,
+        delay_ms,
+        reason,
+        deferrals,
+    )
+    return MessageDeferred(f"deferred by {delay_ms} ms: {reason}")

@@ -1,0 +1,192 @@
+"""The heartbeat: one thread per worker process that keeps its holds alive.
+
+Every ``beat_interval`` milliseconds it refreshes every hold of the process
+and retries every release still owed, in one round trip (``beat.lua``). A hold
+that has stopped being refreshed (its process was killed) ages out of the
+ledger ``hold_ttl`` after its last refresh; that is the floor every other
+exit path is an optimisation on.
+
+A hold found lost while its job still runs (Redis restarted without
+persistence, or this process was paused longer than ``hold_ttl``) is
+re-asserted, even over capacity, and a WARNING names the ledger: the ledger
+must count what really runs, so new admissions wait until it drains.
+
+One beat is :meth:`Heartbeat.tick`, callable without the thread. The thread
+is ``while not stop.wait(interval): tick()``, started at worker boot (and
+lazily when a hold exists without it), kept running through a graceful
+shutdown until the last hold is released, and joined on stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+
+from .claims import HoldRegistry
+from .errors import LedgerError
+from .ledger import Ledger
+
+logger = logging.getLogger("dramatiq_slots.heartbeat")
+
+#: After the first failure of an outage, warn again every this many failed beats.
+_WARN_EVERY = 10
+
+
+@dataclass
+class BeatReport:
+    """What one :meth:`Heartbeat.tick` did."""
+
+    refreshed: int = 0
+    released: int = 0
+    lost: list[tuple[str, str]] = field(default_factory=list)
+    reasserted: list[tuple[str, str]] = field(default_factory=list)
+    error: LedgerError | None = None
+
+
+class Heartbeat:
+    """Refreshes this process's holds on the beat.
+
+    Parameters:
+      ledger: where the holds are.
+      registry: the process's record of its holds.
+      hold_ttl: milliseconds a hold lives without a refresh.
+      beat_interval: milliseconds between beats (< hold_ttl).
+    """
+
+    def __init__(self, ledger: Ledger, registry: HoldRegistry, *, hold_ttl: int, beat_interval: int) -> None:
+        if beat_interval >= hold_ttl:
+            raise ValueError(f"beat_interval ({beat_interval} ms) must be < hold_ttl ({hold_ttl} ms)")
+        self.ledger = ledger
+        self.registry = registry
+        self.hold_ttl = hold_ttl
+        self.beat_interval = beat_interval
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._stop = threading.Event()
+        self._draining = threading.Event()
+        self._failures = 0
+        #: Counters, for tests and metrics.
+        self.beats = 0
+        self.failed_beats = 0
+        self.reasserted = 0
+
+    # -- one beat ---------------------------------------------------------
+
+    def tick(self) -> BeatReport:
+        """One beat: refresh every hold, retry owed releases, re-assert lost holds."""
+        report = BeatReport()
+        held, owed = self.registry.snapshot()
+        if not held and not owed:
+            return report
+        refresh = [pair for hold in held for pair in hold.pairs()]
+        release = [pair for hold in owed for pair in hold.pairs()]
+        try:
+            lost = self.ledger.beat(refresh, release, ttl_ms=self.hold_ttl)
+        except LedgerError as e:
+            self._failed(e)
+            report.error = e
+            return report
+        self.beats += 1
+        if self._failures:
+            logger.info("Ledger reachable again after %d failed beat(s); holds refreshed.", self._failures)
+            self._failures = 0
+        self.registry.settle([hold.token for hold in owed])
+        report.refreshed, report.released, report.lost = len(refresh) - len(lost), len(release), lost
+        if lost:
+            try:
+                report.reasserted = self._reassert(lost)
+            except LedgerError as e:
+                self._failed(e)
+                report.error = e
+        return report
+
+    def _reassert(self, lost: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        # Under the registry's release lock: a hold released since the
+        # snapshot is not re-created, and no release can slip in between the
+        # check and the write.
+        with self.registry.release_lock():
+            still = [(ledger, token) for ledger, token in lost if self.registry.is_held(token)]
+            counts = self.ledger.reassert(still, ttl_ms=self.hold_ttl)
+        for (ledger, token), live in zip(still, counts, strict=True):
+            hold = self.registry.hold(token)
+            capacity = next((w.capacity for w in hold.wants if w.ledger == ledger), 0) if hold else 0
+            over = " (over capacity: new admissions wait until it drains)" if live > capacity else ""
+            logger.warning(
+                "Hold %s on ledger %r was lost while its job %s still runs (Redis lost it, or this "
+                "process was paused longer than hold_ttl=%d ms); re-asserted it: the ledger holds "
+                "%d of capacity %d%s.",
+                token,
+                ledger,
+                hold.label if hold else "?",
+                self.hold_ttl,
+                live,
+                capacity,
+                over,
+            )
+        self.reasserted += len(still)
+        return still
+
+    def _failed(self, error: LedgerError) -> None:
+        self.failed_beats += 1
+        self._failures += 1
+        if self._failures == 1 or self._failures % _WARN_EVERY == 0:
+            logger.warning(
+                "Heartbeat failed (%d in a row): %s. Holds are kept in memory and refreshed when the "
+                "ledger answers again; a hold not refreshed within hold_ttl=%d ms may be lost and is "
+                "then re-asserted.",
+                self._failures,
+                error,
+                self.hold_ttl,
+            )
+
+    # -- the thread -------------------------------------------------------
+
+    def _run(self) -> None:
+        interval = self.beat_interval / 1000
+        while not self._stop.wait(interval):
+            try:
+                self.tick()
+            except Exception:  # never let the thread die: holds would age out under running jobs
+                logger.exception("Unexpected error in heartbeat; continuing.")
+            if self._draining.is_set() and not len(self.registry):
+                logger.debug("Heartbeat drained: no holds left.")
+                return
+
+    def start(self) -> None:
+        """Start the thread (no-op when it is running in this process)."""
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()  # may have been held by another thread at fork time
+        with self._lock:
+            pid = os.getpid()
+            if self._pid != pid:
+                # A forked child: the parent's thread does not exist here.
+                self._pid, self._thread = pid, None
+                self._stop = threading.Event()
+                self._draining = threading.Event()
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._draining.clear()
+            self._thread = threading.Thread(target=self._run, name="dramatiq-slots-heartbeat", daemon=True)
+            self._thread.start()
+
+    ensure_started = start
+
+    @property
+    def running(self) -> bool:
+        thread = self._thread
+        return self._pid == os.getpid() and thread is not None and thread.is_alive()
+
+    def drain(self) -> None:
+        """Keep beating until the last hold is released, then stop by itself."""
+        self._draining.set()
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop now and join the thread; holds still listed age out within hold_ttl."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread() and self._pid == os.getpid():
+            thread.join(timeout)

@@ -1,0 +1,222 @@
+"""The ledger: who holds which slot, in Redis sorted sets.
+
+One sorted set per ledger (a capped queue, or a runtime-unique key; names in
+:mod:`dramatiq_slots.keys`). One member per claim: the member is the claim
+token, the score the millisecond, by the Redis server's clock, at which the
+hold expires unless its holder refreshes it. Why holders and not a counter:
+a counter cannot tell a leaked unit from a busy one, so a killed holder's
+unit is lost for good; a member that stops being refreshed simply ages out,
+and a release names its own member, so a late or repeated release frees
+nothing that belongs to anyone else.
+
+Every operation is one Lua script (``scripts/*.lua``, shipped with the
+package, each opening with its KEYS/ARGV/return contract), registered on the
+client this ledger was given and called with EVALSHA; redis-py loads it again
+after a ``NOSCRIPT`` (a ``SCRIPT FLUSH`` or a restarted server). Time is
+always read inside the script with ``TIME``: callers' clocks never decide
+whether a hold is alive, so a host whose clock is off cannot expire anyone.
+
+This module imports nothing from dramatiq.
+
+Requires Redis >= 6.2 or Valkey >= 7.2 (scripts replicated by effects, so
+``TIME`` may precede writes). Tested on Redis 6.2 and 7.0 and Valkey 8.1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+
+from .errors import LedgerArgumentError, LedgerError, LedgerUnavailable
+from .keys import DEFAULT_KEY_PREFIX, KeySpace
+
+#: Redis answers that mean "cannot write now", treated like an unreachable server.
+_UNAVAILABLE_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "LOADING", "BUSY", "NOREPLICAS", "CLUSTERDOWN")
+
+
+@dataclass(frozen=True)
+class Want:
+    """One ledger a claim needs, with that ledger's capacity."""
+
+    ledger: str
+    capacity: int
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The answer of :meth:`Ledger.acquire`.
+
+    ``admitted``: the token now holds every ledger it asked for.
+    ``replayed``: it already held them all (a retried acquire), nothing was counted twice.
+    ``full``: when refused, the first ledger found at capacity.
+    """
+
+    admitted: bool
+    replayed: bool = False
+    full: str | None = None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One live hold of a ledger."""
+
+    token: str
+    seconds_left: float
+
+    @property
+    def host(self) -> str:
+        return self.token.rsplit(":", 3)[0]
+
+    @property
+    def pid(self) -> int | None:
+        parts = self.token.rsplit(":", 3)
+        return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else None
+
+
+def _load(name: str) -> str:
+    return resources.files("dramatiq_slots").joinpath("scripts").joinpath(f"{name}.lua").read_text("utf-8")
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def redacted_address(client: Any) -> str:
+    """Where a client points, for log lines: host, port and db, never credentials."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", {}) or {}
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
+    host = kwargs.get("host", "?")
+    port = kwargs.get("port", "?")
+    return f"{host}:{port}/{kwargs.get('db', 0)}"
+
+
+class Ledger:
+    """Holds in Redis sorted sets, one script per operation.
+
+    Parameters:
+      client: a ``redis.Redis`` client (``decode_responses`` either way).
+      key_prefix: the prefix of every ledger key (see :mod:`dramatiq_slots.keys`).
+    """
+
+    def __init__(self, client: redis.Redis, *, key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+        self.client = client
+        self.keys = KeySpace(key_prefix)
+        # Registered per client, not in module globals: each Script caches
+        # its SHA and reloads itself on this client after NOSCRIPT.
+        self._acquire = client.register_script(_load("acquire"))
+        self._release = client.register_script(_load("release"))
+        self._beat = client.register_script(_load("beat"))
+        self._reassert = client.register_script(_load("reassert"))
+        self._holders = client.register_script(_load("holders"))
+        self._in_use = client.register_script(_load("in_use"))
+
+    def __repr__(self) -> str:
+        return f"Ledger({redacted_address(self.client)}, key_prefix={self.keys.prefix!r})"
+
+    @contextmanager
+    def _translated(self, operation: str) -> Iterator[None]:
+        try:
+            yield
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            raise LedgerUnavailable(
+                f"ledger {operation} failed: Redis at {redacted_address(self.client)} "
+                f"is unreachable ({type(e).__name__}: {e})"
+            ) from e
+        except redis.ResponseError as e:
+            if str(e).startswith(_UNAVAILABLE_REPLIES):
+                raise LedgerUnavailable(
+                    f"ledger {operation} failed: Redis at {redacted_address(self.client)} refused: {e}"
+                ) from e
+            raise LedgerError(f"ledger {operation} failed: {e}") from e
+
+    @staticmethod
+    def _check_codes(operation: str, reply: Any) -> None:
+        if isinstance(reply, list) and len(reply) == 2 and reply[0] == -1:
+            raise LedgerArgumentError(f"{operation}.lua refused ARGV[{reply[1]}]")
+
+    def acquire(self, token: str, wants: Sequence[Want], *, ttl_ms: int) -> Admission:
+        """Take a hold on every wanted ledger for ``token``, or on none.
+
+        Replay-safe: calling again with the same token after a lost reply
+        answers "admitted, replayed" without counting the claim twice.
+        """
+        if not wants:
+            raise ValueError("acquire needs at least one ledger")
+        args: list[Any] = [token, ttl_ms, *(w.capacity for w in wants)]
+        with self._translated("acquire"):
+            reply = self._acquire(keys=[w.ledger for w in wants], args=args)
+        self._check_codes("acquire", reply)
+        status, detail = int(reply[0]), int(reply[1])
+        if status == 1:
+            return Admission(admitted=True, replayed=detail == 1)
+        return Admission(admitted=False, full=wants[detail - 1].ledger)
+
+    def release(self, token: str, ledgers: Sequence[str]) -> int:
+        """Remove ``token``'s own member from each ledger; how many were still there."""
+        if not ledgers:
+            return 0
+        with self._translated("release"):
+            return int(self._release(keys=list(ledgers), args=[token]))
+
+    def beat(
+        self,
+        refresh: Sequence[tuple[str, str]],
+        release: Sequence[tuple[str, str]] = (),
+        *,
+        ttl_ms: int,
+    ) -> list[tuple[str, str]]:
+        """Refresh holds and retry releases in one round trip.
+
+        ``refresh`` and ``release`` are ``(ledger, token)`` pairs. Returns
+        the refresh pairs whose hold was lost (gone, or already expired);
+        they are not re-created here, see :meth:`reassert`.
+        """
+        pairs = [*refresh, *release]
+        if not pairs:
+            return []
+        with self._translated("beat"):
+            reply = self._beat(
+                keys=[ledger for ledger, _ in pairs],
+                args=[ttl_ms, len(refresh), *(token for _, token in pairs)],
+            )
+        self._check_codes("beat", reply)
+        return [refresh[int(i) - 1] for i in reply]
+
+    def reassert(self, holds: Sequence[tuple[str, str]], *, ttl_ms: int) -> list[int]:
+        """Re-add lost ``(ledger, token)`` holds, capacity or not; live holds per ledger afterwards."""
+        if not holds:
+            return []
+        with self._translated("reassert"):
+            reply = self._reassert(
+                keys=[ledger for ledger, _ in holds],
+                args=[ttl_ms, *(token for _, token in holds)],
+            )
+        self._check_codes("reassert", reply)
+        return [int(n) for n in reply]
+
+    def in_use(self, ledger: str) -> int:
+        """Live holds of one ledger, by the Redis clock."""
+        with self._translated("in_use"):
+            return int(self._in_use(keys=[ledger], args=[]))
+
+    def holders(self, ledger: str) -> list[Holder]:
+        """Live holds of one ledger, soonest to expire first."""
+        with self._translated("holders"):
+            reply = self._holders(keys=[ledger], args=[])
+        return [Holder(_text(reply[i]), int(reply[i + 1]) / 1000) for i in range(0, len(reply), 2)]
+
+    def ledgers(self) -> list[str]:
+        """Every ledger key under this prefix (SCAN; for inspection, not for admission)."""
+        with self._translated("scan"):
+            found = {_text(k) for k in self.client.scan_iter(match=self.keys.pattern(), count=500)}
+        return sorted(k for k in found if self.keys.parse(k) is not None)
+
+
+__all__ = ["Admission", "Holder", "Ledger", "LedgerError", "Want"]

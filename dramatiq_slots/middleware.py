@@ -1,0 +1,450 @@
+"""The ``Slots`` middleware: dramatiq's hooks around the ledger.
+
+A message whose queue is capped, or whose actor (or the message itself) asks
+for a runtime-unique key, must hold a slot on each of those ledgers while it
+runs. The holds are taken together, atomically, in ``before_process_message``
+and given back in ``after_process_message`` and ``after_skip_message``; a
+message that cannot get them is deferred (see :mod:`dramatiq_slots.deferral`).
+The heartbeat keeps the holds alive while the job runs.
+
+Trap designed around: dramatiq swallows any exception raised by a
+``before_process_message`` hook unless it is a ``MiddlewareError``, and then
+runs the actor. So nothing in admission may escape as a plain exception: the
+message is admitted, deferred, or fails with a ``MiddlewareError`` subclass.
+A capped actor never runs without its holds.
+
+Add it before ``TimeLimit``, so acquire and release run outside the actor's
+time limit::
+
+    broker.add_middleware(Slots(), before=TimeLimit)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dramatiq
+import redis
+from dramatiq import broker as dramatiq_broker
+from dramatiq.broker import MessageProxy
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.errors import BrokerConnectionError
+from dramatiq.middleware import Middleware, MiddlewareError
+
+from . import options as opt
+from .claims import Hold, HoldRegistry, new_token
+from .deferral import DEFERRALS, backoff_ms, defer, install_skip_filter, skip_filter
+from .errors import LedgerError, LedgerUnavailable, SlotsError
+from .heartbeat import Heartbeat
+from .keys import DEFAULT_KEY_PREFIX, KeySpace
+from .ledger import Holder, Ledger, Want, redacted_address
+
+logger = logging.getLogger("dramatiq_slots.middleware")
+
+#: Environment variable naming the ledger's Redis when neither ``client=`` nor ``url=`` is given.
+URL_ENV = "DRAMATIQ_SLOTS_REDIS_URL"
+
+#: Seconds, for clients built from ``url=`` or the environment.
+_SOCKET_TIMEOUT = 5.0
+
+#: Errors of a broker that cannot take a message now (dramatiq's own, or redis-py's from a RedisBroker).
+_BROKER_DOWN = (BrokerConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
+
+#: While neither the ledger nor the broker answers, admission is retried at most this far apart (ms).
+_OUTAGE_RETRY_MAX_MS = 5_000
+
+
+class AdmissionError(SlotsError, MiddlewareError):
+    """Admission failed in an unexpected way; the actor did not run (dramatiq fails the message)."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    wants: tuple[Want, ...]
+    min_backoff: int
+    max_backoff: int
+
+
+class Slots(Middleware):
+    """Cluster-wide queue capacity and runtime-unique keys for dramatiq actors.
+
+    All settings are keyword-only; durations are in milliseconds.
+
+    Parameters:
+      client: the ``redis.Redis`` client of the ledger. Default: ``url``.
+      url: the ledger's Redis URL. Default: the environment variable
+        ``DRAMATIQ_SLOTS_REDIS_URL``, else the broker's own client when the
+        broker is a ``RedisBroker``.
+      key_prefix: prefix of every ledger key. Default ``"dramatiq-slots"``.
+      hold_ttl: how long a hold lives without a refresh: the most a killed
+        worker's slot stays taken. Default 60,000.
+      beat_interval: how often each worker process refreshes its holds
+        (one round trip per beat). Default ``hold_ttl // 6``; must be < hold_ttl.
+      defer_min_backoff, defer_max_backoff: bounds of the exponential backoff
+        (with jitter) of a deferred message. Defaults 100 and 5,000.
+      queue_capacities: ``{"queue name": capacity}``, caps queues without
+        touching their actors.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: redis.Redis | None = None,
+        url: str | None = None,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        hold_ttl: int = 60_000,
+        beat_interval: int | None = None,
+        defer_min_backoff: int = 100,
+        defer_max_backoff: int = 5_000,
+        queue_capacities: Mapping[str, int] | None = None,
+    ) -> None:
+        if client is not None and url is not None:
+            raise opt.ConfigurationError("Slots: pass client= or url=, not both")
+        if url is not None and (not isinstance(url, str) or not url):
+            raise opt.ConfigurationError(f"Slots(url=...): must be a non-empty str, got {url!r:.40}")
+        if not isinstance(key_prefix, str) or not key_prefix:
+            raise opt.ConfigurationError(
+                f"Slots(key_prefix=...): must be a non-empty str, got {key_prefix!r}"
+            )
+        self.hold_ttl = opt.positive_int(hold_ttl, "Slots(hold_ttl=...)")
+        if beat_interval is None:
+            beat_interval = max(1, hold_ttl // 6)
+        self.beat_interval = opt.positive_int(beat_interval, "Slots(beat_interval=...)")
+        if self.beat_interval >= self.hold_ttl:
+            raise opt.ConfigurationError(
+                f"Slots(beat_interval=...): must be < hold_ttl ({self.hold_ttl} ms), got {beat_interval} ms"
+            )
+        self.defer_min_backoff, self.defer_max_backoff = opt.backoff_bounds(
+            defer_min_backoff, defer_max_backoff, "Slots"
+        )
+        self.keys = KeySpace(key_prefix)
+        self._queue_capacities: dict[str, tuple[int, str]] = {}
+        for queue_name, capacity in (queue_capacities or {}).items():
+            if not isinstance(queue_name, str) or not queue_name:
+                raise opt.ConfigurationError(f"Slots(queue_capacities=...): bad queue name {queue_name!r}")
+            where = f"Slots(queue_capacities={{{queue_name!r}: ...}})"
+            self._queue_capacities[queue_name] = (opt.positive_int(capacity, where), where)
+        self._client = client
+        self._url = url
+        self._broker: dramatiq.Broker | None = None
+        self._ledger: Ledger | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._setup_lock = threading.Lock()
+        self._actors: dict[str, opt.ActorSlots] = {}
+        self.registry = HoldRegistry()
+        self._claims: dict[int, str] = {}
+        self._claims_lock = threading.Lock()
+        self._outage_warned_at = 0.0
+        install_skip_filter()
+
+    # -- configuration ----------------------------------------------------
+
+    @property
+    def actor_options(self) -> set[str]:
+        return set(opt.ACTOR_OPTIONS)
+
+    def _redis(self) -> redis.Redis:
+        if self._client is not None:
+            return self._client
+        url = self._url or os.environ.get(URL_ENV)
+        if url:
+            # Timeouts unless the URL sets its own (?socket_timeout=...): a
+            # stalled server must not hold a worker thread or the heartbeat forever.
+            client: redis.Redis = redis.Redis.from_url(
+                url, socket_timeout=_SOCKET_TIMEOUT, socket_connect_timeout=_SOCKET_TIMEOUT
+            )
+            return client
+        if self._broker is None:
+            # Not bound by a hook yet (nothing declared): the global broker, if it has us.
+            candidate = dramatiq_broker.global_broker
+            if candidate is not None and self in candidate.middleware:
+                self._broker = candidate
+        if isinstance(self._broker, RedisBroker):
+            broker_client: redis.Redis = self._broker.client
+            return broker_client
+        broker_kind = type(self._broker).__name__ if self._broker is not None else "no broker yet"
+        raise opt.ConfigurationError(
+            f"Slots needs a Redis for its ledger: pass Slots(client=...) or Slots(url=...), or set "
+            f"{URL_ENV}; only a RedisBroker's own connection is used by default (the broker is {broker_kind})"
+        )
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger (created on first use, from the settings above)."""
+        if self._ledger is None:
+            with self._setup_lock:
+                if self._ledger is None:
+                    self._ledger = Ledger(self._redis(), key_prefix=self.keys.prefix)
+        return self._ledger
+
+    @property
+    def heartbeat(self) -> Heartbeat:
+        if self._heartbeat is None:
+            ledger = self.ledger
+            with self._setup_lock:
+                if self._heartbeat is None:
+                    self._heartbeat = Heartbeat(
+                        ledger, self.registry, hold_ttl=self.hold_ttl, beat_interval=self.beat_interval
+                    )
+        return self._heartbeat
+
+    def queue_capacity(self, queue_name: str) -> int | None:
+        """The capacity of a queue, as declared in this process (None: not capped)."""
+        entry = self._queue_capacities.get(queue_name)
+        return entry[0] if entry else None
+
+    # -- declaration and enqueue -----------------------------------------
+
+    def before_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
+        self._broker = broker
+        config = opt.ActorSlots.from_options(actor.actor_name, actor.queue_name, actor.options)
+        self._backoff(config, {})
+        if self._queue_capacities or config.queue_capacity is not None or config.capped:
+            self.ledger  # noqa: B018 -- fail at declaration, not at the first message, when there is no Redis
+        if config.queue_capacity is not None:
+            self._declare_queue_capacity(config, config.queue_capacity)
+        self._actors[actor.actor_name] = config
+
+    def _declare_queue_capacity(self, config: opt.ActorSlots, capacity: int) -> None:
+        where = f"actor {config.actor_name!r}"
+        known = self._queue_capacities.get(config.queue_name)
+        if known is not None and known[0] != capacity and known[1] != where:
+            raise opt.ConfigurationError(
+                f"actor {config.actor_name!r}: option 'queue_capacity'={capacity} for queue "
+                f"{config.queue_name!r} conflicts with {known[0]} from {known[1]}: the capacity belongs to "
+                "the queue, so every declaration must agree"
+            )
+        if known is None or known[1] == where:
+            self._queue_capacities[config.queue_name] = (capacity, where)
+
+    def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int) -> None:
+        # Validate per-message overrides where the sender can see the error.
+        if opt.ACTOR_OPTIONS.isdisjoint(message.options):
+            return
+        opt.check_message_options(message.actor_name, message.options)
+        config = self._actors.get(message.actor_name)
+        if config is not None:
+            self._backoff(config, message.options)
+
+    # -- worker life cycle -----------------------------------------------
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._broker = broker
+        if not (self._queue_capacities or any(a.capped for a in self._actors.values())):
+            return
+        try:
+            self.ledger.client.ping()
+        except (redis.RedisError, OSError) as e:
+            logger.error(
+                "The ledger's Redis at %s is unreachable (%s: %s): capped messages are deferred "
+                "until it answers.",
+                redacted_address(self.ledger.client),
+                type(e).__name__,
+                e,
+            )
+        self.heartbeat.start()
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.drain()
+
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if self._heartbeat is not None:
+            held, owed = self.registry.snapshot()
+            self._heartbeat.stop()
+            if held or owed:
+                logger.warning(
+                    "Worker shut down with %d hold(s) of jobs still running past the shutdown timeout "
+                    "and %d release(s) Redis has not confirmed; they age out of the ledger within "
+                    "hold_ttl=%d ms.",
+                    len(held),
+                    len(owed),
+                    self.hold_ttl,
+                )
+
+    # -- admission --------------------------------------------------------
+
+    def _actor(self, broker: dramatiq.Broker, actor_name: str) -> opt.ActorSlots:
+        config = self._actors.get(actor_name)
+        if config is None:
+            actor = broker.get_actor(actor_name)
+            config = opt.ActorSlots.from_options(actor.actor_name, actor.queue_name, actor.options)
+            self._actors[actor_name] = config
+        return config
+
+    def _plan(self, broker: dramatiq.Broker, message: MessageProxy) -> _Plan | None:
+        """The ledgers a message needs, or None (uncapped: no Redis command at all)."""
+        actor = self._actor(broker, message.actor_name)
+        options = message.options
+        queue_capacity = self.queue_capacity(message.queue_name)
+        key_option = opt.pick(options.get(opt.UNIQUE_AT_RUNTIME_KEY), actor.runtime_key, None)
+        if queue_capacity is None and (key_option is None or key_option is False):
+            return None
+        if not opt.ACTOR_OPTIONS.isdisjoint(options):
+            opt.check_message_options(actor.actor_name, options)
+        wants: list[Want] = []
+        if queue_capacity is not None:
+            wants.append(Want(self.keys.queue(message.queue_name), queue_capacity))
+        key = opt.runtime_key(
+            actor,
+            key_option,
+            message.args,
+            message.kwargs,
+            from_message=options.get(opt.UNIQUE_AT_RUNTIME_KEY) is not None,
+        )
+        if key is not None:
+            capacity = opt.pick(options.get(opt.RUNTIME_KEY_CAPACITY), actor.runtime_key_capacity, 1)
+            wants.append(Want(self.keys.runtime_key(key), capacity))
+        min_backoff, max_backoff = self._backoff(actor, options)
+        return _Plan(tuple(wants), min_backoff, max_backoff) if wants else None
+
+    def _backoff(self, actor: opt.ActorSlots, options: Mapping[str, Any]) -> tuple[int, int]:
+        """Deferral backoff bounds: message > actor > middleware, checked together."""
+        return opt.backoff_bounds(
+            opt.pick(options.get(opt.DEFER_MIN_BACKOFF), actor.defer_min_backoff, self.defer_min_backoff),
+            opt.pick(options.get(opt.DEFER_MAX_BACKOFF), actor.defer_max_backoff, self.defer_max_backoff),
+            f"actor {actor.actor_name!r}",
+        )
+
+    def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
+        self._broker = broker
+        try:
+            plan = self._plan(broker, message)
+            if plan is None:
+                return
+            self._admit(broker, message, plan)
+        except MiddlewareError:
+            raise
+        except Exception as e:
+            # Never let dramatiq swallow an admission failure and run the actor unheld.
+            raise AdmissionError(
+                f"actor {message.actor_name!r}: admission failed unexpectedly ({type(e).__name__}: {e}); "
+                "the actor did not run"
+            ) from e
+
+    def _admit(self, broker: dramatiq.Broker, message: MessageProxy, plan: _Plan) -> None:
+        label = f"{message.actor_name}({message.message_id})"
+        outage_attempt = 0
+        while True:
+            # A fresh token per attempt: an attempt whose outcome is unknown is
+            # owed a release, and that release must never hit a later attempt.
+            hold = Hold(new_token(), plan.wants, label)
+            try:
+                admission = self.ledger.acquire(hold.token, plan.wants, ttl_ms=self.hold_ttl)
+            except LedgerUnavailable as e:
+                # The script may have run before the reply was lost (redis-py's
+                # own retries of this call replayed the same token; they are
+                # over): owe a release, so the heartbeat removes it if it landed.
+                self.registry.owe(hold)
+                self.heartbeat.ensure_started()
+                self._warn_outage(e)
+                reason = f"ledger unavailable ({e})"
+            except LedgerError as e:
+                # Not an outage (a permission, a wrong key type, a bad argument):
+                # waiting will not help. Fail through dramatiq's own error path.
+                # Nothing to release: acquire.lua checks every ledger before it
+                # writes any hold, and Redis answered, so no reply was lost.
+                raise AdmissionError(f"actor {message.actor_name!r}: {e}; the actor did not run") from e
+            else:
+                if admission.admitted:
+                    self.registry.add(hold)
+                    with self._claims_lock:
+                        self._claims[id(message)] = hold.token
+                    self.heartbeat.ensure_started()
+                    return
+                reason = f"ledger {admission.full!r} is full"
+            deferrals = int(message.options.get(DEFERRALS, 0)) + 1
+            delay = backoff_ms(deferrals, plan.min_backoff, plan.max_backoff)
+            try:
+                deferred = defer(broker, self, message, delay_ms=delay, reason=reason)
+            except _BROKER_DOWN as e:
+                # Neither admitted nor deferred: keep the message in this
+                # thread (unacked, so never lost) and try both again, as
+                # dramatiq itself does with an ack the broker did not take.
+                outage_attempt += 1
+                pause = backoff_ms(outage_attempt, plan.min_backoff, _OUTAGE_RETRY_MAX_MS)
+                logger.warning(
+                    "Could not defer message %s (%s: %s) after: %s; retrying in %d ms.",
+                    label,
+                    type(e).__name__,
+                    e,
+                    reason,
+                    pause,
+                )
+                time.sleep(pause / 1000)
+                continue
+            except MiddlewareError:
+                raise
+            except Exception as e:
+                raise AdmissionError(
+                    f"actor {message.actor_name!r}: could not defer the message ({type(e).__name__}: {e}) "
+                    f"after: {reason}; the actor did not run"
+                ) from e
+            raise deferred
+
+    def _warn_outage(self, error: LedgerError) -> None:
+        now = time.monotonic()
+        if now - self._outage_warned_at >= 30:
+            self._outage_warned_at = now
+            logger.warning("%s; deferring capped messages until it answers.", error)
+
+    # -- release ----------------------------------------------------------
+
+    def after_process_message(
+        self,
+        broker: dramatiq.Broker,
+        message: MessageProxy,
+        *,
+        result: Any | None = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        self._release(message)
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
+        skip_filter.clear(message)
+        self._release(message)
+
+    def _release(self, message: MessageProxy) -> None:
+        with self._claims_lock:
+            token = self._claims.pop(id(message), None)
+        if token is None:
+            return
+        hold = self.registry.begin_release(token)
+        if hold is None:
+            return
+        try:
+            self.ledger.release(token, hold.ledgers)
+        except Exception as e:
+            logger.warning(
+                "Release of %s for %s failed (%s); retried on the next beat, and the hold ages out "
+                "within hold_ttl=%d ms in any case.",
+                token,
+                hold.label,
+                e,
+                self.hold_ttl,
+            )
+            return
+        self.registry.settle([token])
+
+    # -- queries ----------------------------------------------------------
+
+    def in_use(self, queue_name: str) -> int:
+        """Live holds on a queue's ledger, cluster-wide."""
+        return self.ledger.in_use(self.keys.queue(queue_name))
+
+    def running(self, key: str) -> int:
+        """How many messages hold the runtime key ``key`` now (0: none is running)."""
+        return self.ledger.in_use(self.keys.runtime_key(key))
+
+    def holders(self, *, queue: str | None = None, key: str | None = None) -> list[Holder]:
+        """The live holders of a queue's or a runtime key's ledger (pass exactly one)."""
+        if (queue is None) == (key is None):
+            raise TypeError("holders() takes exactly one of queue= or key=")
+        ledger = self.keys.queue(queue) if queue is not None else self.keys.runtime_key(key or "")
+        return self.ledger.holders(ledger)

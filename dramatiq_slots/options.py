@@ -1,0 +1,207 @@
+"""Actor and message options of :class:`~dramatiq_slots.Slots`: validation and precedence.
+
+Options, all optional:
+
+``queue_capacity`` (actor option, positive int)
+    At most this many messages of the actor's QUEUE run at once across the
+    cluster. The cap belongs to the queue: every message taken from it
+    counts, whichever actor. Declarations must agree (two actors on one
+    queue declaring different capacities, or a capacity that differs from
+    ``Slots(queue_capacities=...)``, is a :class:`ConfigurationError` at
+    declaration). Not settable per message, for the same reason.
+``unique_at_runtime_key``
+    ``str``: a literal key (several actors may share it, for mutual exclusion
+    across actors); a callable ``(*args, **kwargs) -> str`` evaluated for each
+    message (actor option only: callables are not JSON); ``True``: one at a
+    time per actor (key ``actor:<actor name>``); ``False``/``None``: no key.
+    Per message: a str, ``True`` or ``False``.
+``runtime_key_capacity`` (positive int, default 1)
+    At most this many running messages per runtime key.
+``defer_min_backoff``, ``defer_max_backoff`` (milliseconds, positive ints)
+    Bounds of the exponential backoff, with jitter, of a message deferred
+    because a ledger was full. Named apart from Retries' ``min_backoff`` and
+    ``max_backoff``: waiting for a slot is not a retry.
+
+Precedence: message option > actor option > middleware setting, where
+"unset" is ``None`` only (0 and ``False`` are values, and are checked).
+
+Errors are :class:`ConfigurationError` / :class:`RuntimeKeyError`, both
+dramatiq ``MiddlewareError`` (so dramatiq neither swallows them nor runs
+the actor) and ``ValueError``, and name the actor and the option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from dramatiq.middleware import MiddlewareError
+
+from .errors import SlotsError
+
+QUEUE_CAPACITY = "queue_capacity"
+UNIQUE_AT_RUNTIME_KEY = "unique_at_runtime_key"
+RUNTIME_KEY_CAPACITY = "runtime_key_capacity"
+DEFER_MIN_BACKOFF = "defer_min_backoff"
+DEFER_MAX_BACKOFF = "defer_max_backoff"
+
+ACTOR_OPTIONS = frozenset(
+    {QUEUE_CAPACITY, UNIQUE_AT_RUNTIME_KEY, RUNTIME_KEY_CAPACITY, DEFER_MIN_BACKOFF, DEFER_MAX_BACKOFF}
+)
+
+#: Longest runtime key accepted, in UTF-8 bytes.
+MAX_RUNTIME_KEY_BYTES = 512
+
+KeyOption: TypeAlias = "str | bool | Callable[..., Any] | None"
+
+
+class ConfigurationError(SlotsError, MiddlewareError, ValueError):
+    """A setting or option of Slots is invalid. The message names the actor and the option."""
+
+
+class RuntimeKeyError(SlotsError, MiddlewareError, ValueError):
+    """A message's runtime key could not be computed, or is not a usable key."""
+
+
+def positive_int(value: Any, where: str) -> int:
+    """``value`` if it is an int >= 1 (bool excluded), else ConfigurationError naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{where} must be a positive int, got {value!r}")
+    return value
+
+
+def backoff_bounds(min_ms: int, max_ms: int, where: str) -> tuple[int, int]:
+    positive_int(min_ms, f"{where}: {DEFER_MIN_BACKOFF}")
+    positive_int(max_ms, f"{where}: {DEFER_MAX_BACKOFF}")
+    if max_ms < min_ms:
+        raise ConfigurationError(
+            f"{where}: {DEFER_MAX_BACKOFF} ({max_ms} ms) must be >= {DEFER_MIN_BACKOFF} ({min_ms} ms)"
+        )
+    return min_ms, max_ms
+
+
+def check_key(key: Any, where: str) -> str:
+    """A runtime key: a non-empty str of at most MAX_RUNTIME_KEY_BYTES bytes in UTF-8."""
+    if not isinstance(key, str):
+        raise RuntimeKeyError(f"{where} must give a str, got {type(key).__name__} {key!r:.80}")
+    if not key:
+        raise RuntimeKeyError(f"{where} gave an empty key")
+    size = len(key.encode("utf-8", "surrogatepass"))
+    if size > MAX_RUNTIME_KEY_BYTES:
+        raise RuntimeKeyError(
+            f"{where} gave a key of {size} bytes; at most {MAX_RUNTIME_KEY_BYTES} bytes (UTF-8) are allowed"
+        )
+    return key
+
+
+def check_key_option(value: Any, where: str, *, allow_callable: bool) -> KeyOption:
+    if value is None or isinstance(value, bool):
+        return bool(value) if value is not None else None
+    if isinstance(value, str):
+        try:
+            return check_key(value, where)
+        except RuntimeKeyError as e:
+            raise ConfigurationError(str(e)) from None
+    if allow_callable and callable(value):
+        key_callable: Callable[..., Any] = value
+        return key_callable
+    kinds = "a str, a callable, True or False" if allow_callable else "a str, True or False"
+    raise ConfigurationError(f"{where} must be {kinds}, got {value!r:.80}")
+
+
+def actor_where(actor_name: str, option: str) -> str:
+    return f"actor {actor_name!r}: option {option!r}"
+
+
+def message_where(actor_name: str, option: str) -> str:
+    return f"actor {actor_name!r}: message option {option!r}"
+
+
+@dataclass(frozen=True)
+class ActorSlots:
+    """An actor's validated options (``None`` = not set on the actor)."""
+
+    actor_name: str
+    queue_name: str
+    queue_capacity: int | None = None
+    runtime_key: KeyOption = None
+    runtime_key_capacity: int | None = None
+    defer_min_backoff: int | None = None
+    defer_max_backoff: int | None = None
+
+    @classmethod
+    def from_options(cls, actor_name: str, queue_name: str, options: Mapping[str, Any]) -> ActorSlots:
+        """Validate an actor's options; ConfigurationError names the actor and the option."""
+
+        def number(option: str) -> int | None:
+            value = options.get(option)
+            return None if value is None else positive_int(value, actor_where(actor_name, option))
+
+        key = options.get(UNIQUE_AT_RUNTIME_KEY)
+        return cls(
+            actor_name=actor_name,
+            queue_name=queue_name,
+            queue_capacity=number(QUEUE_CAPACITY),
+            runtime_key=check_key_option(
+                key, actor_where(actor_name, UNIQUE_AT_RUNTIME_KEY), allow_callable=True
+            ),
+            runtime_key_capacity=number(RUNTIME_KEY_CAPACITY),
+            defer_min_backoff=number(DEFER_MIN_BACKOFF),
+            defer_max_backoff=number(DEFER_MAX_BACKOFF),
+        )
+
+    @property
+    def capped(self) -> bool:
+        """Whether the actor itself asks for a runtime key (queue caps are looked up by queue)."""
+        return self.runtime_key is not None and self.runtime_key is not False
+
+
+def check_message_options(actor_name: str, options: Mapping[str, Any]) -> None:
+    """Validate the options a message overrides (called at send time and again at processing)."""
+    if options.get(QUEUE_CAPACITY) is not None:
+        raise ConfigurationError(
+            f"{message_where(actor_name, QUEUE_CAPACITY)}: the capacity belongs to the queue and "
+            "cannot be set per message; declare it on the actor or in Slots(queue_capacities=...)"
+        )
+    check_key_option(
+        options.get(UNIQUE_AT_RUNTIME_KEY),
+        message_where(actor_name, UNIQUE_AT_RUNTIME_KEY),
+        allow_callable=False,
+    )
+    for option in (RUNTIME_KEY_CAPACITY, DEFER_MIN_BACKOFF, DEFER_MAX_BACKOFF):
+        value = options.get(option)
+        if value is not None:
+            positive_int(value, message_where(actor_name, option))
+
+
+def pick(message_value: Any, actor_value: Any, default: Any) -> Any:
+    """Message > actor > default, with ``None`` as the only "unset"."""
+    if message_value is not None:
+        return message_value
+    if actor_value is not None:
+        return actor_value
+    return default
+
+
+def runtime_key(
+    actor: ActorSlots,
+    option: KeyOption,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    *,
+    from_message: bool,
+) -> str | None:
+    """The runtime key of one message, or None when it has none."""
+    if option is None or option is False:
+        return None
+    where = (message_where if from_message else actor_where)(actor.actor_name, UNIQUE_AT_RUNTIME_KEY)
+    if option is True:
+        return f"actor:{actor.actor_name}"
+    if isinstance(option, str):
+        return check_key(option, where)
+    try:
+        key = option(*args, **kwargs)
+    except Exception as e:
+        raise RuntimeKeyError(f"{where}: the key callable raised {type(e).__name__}: {e}") from e
+    return check_key(key, f"{where}: the key callable")

@@ -1,0 +1,19 @@
+-- holders.lua: the live holds of one ledger, by the Redis clock.
+--
+-- KEYS[1]  ledger
+-- ARGV     none
+--
+-- Returns a flat list {token1, ms_left1, token2, ms_left2, ...} of the holds
+-- whose expiry is still ahead, soonest to expire first; ms_left is an
+-- integer number of milliseconds. Expired members are left for the next
+-- acquire to sweep (this script only reads).
+
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', now), '+inf', 'WITHSCORES')
+local out = {}
+for i = 1, #live, 2 do
+  out[#out + 1] = live[i]
+  out[#out + 1] = math.floor(tonumber(live[i + 1]) - now)
+end
+return out

@@ -1,0 +1,185 @@
+"""Shared fixtures: real Redis-protocol servers, unique key prefixes, ledgers.
+
+Servers (see ``servers.py``):
+
+``redis_server`` (session)
+    The default server. ``REDIS_URL`` when set (used as is: nothing is
+    started, nothing flushed), else a server started here: ``redis7`` if
+    found, else ``valkey``, else ``redis6``.
+``engine_server`` (parametrized: ``redis6``, ``redis7``, ``valkey``)
+    For tests that must pass on every engine. Each engine is started once per
+    session. A missing engine skips its tests, with the reason, except when
+    ``CI=true``: then every engine must be there and a missing one fails.
+``server_factory`` (function)
+    Private servers for one test (``--requirepass``, chaos); stopped after it.
+
+Tests isolate by unique key prefixes (``key_prefix``), never by flushing:
+the keys of a test's prefix are deleted after it, nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+from uuid import uuid4
+
+import pytest
+import redis
+from servers import ENGINES, ExternalServer, RedisTarget, Server, ServerError, find_engine
+
+from dramatiq_slots.ledger import Ledger
+
+pytest_plugins = ["dramatiq_support"]
+
+#: Engine preferred for the default server, first found wins.
+DEFAULT_ENGINE_ORDER = ("redis7", "valkey", "redis6")
+
+
+def _strict() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def _missing(reason: str) -> None:
+    if _strict():
+        pytest.fail(f"{reason} (CI=true: every engine must be present)", pytrace=False)
+    pytest.skip(reason)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    for kind in ENGINES:
+        found = find_engine(kind)
+        lines.append(f"engine {kind}: " + (found if isinstance(found, str) else found.version_line))
+    lines.append(f"default server: {'REDIS_URL' if os.environ.get('REDIS_URL') else 'started by the tests'}")
+    return lines
+
+
+class EnginePool:
+    """Servers started once per session, one per engine kind, stopped at the end."""
+
+    def __init__(self) -> None:
+        self._servers: dict[str, Server] = {}
+        self._missing: dict[str, str] = {}
+
+    def reason_missing(self, kind: str) -> str | None:
+        if kind not in self._servers and kind not in self._missing:
+            found = find_engine(kind)
+            if isinstance(found, str):
+                self._missing[kind] = found
+            else:
+                self._servers[kind] = Server(found)
+        return self._missing.get(kind)
+
+    def get(self, kind: str) -> Server:
+        reason = self.reason_missing(kind)
+        if reason is not None:
+            _missing(reason)
+        server = self._servers[kind]
+        if not server.running:  # first use, or a test stopped the shared server
+            server.start()
+        return server
+
+    def close(self) -> None:
+        for server in self._servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def engine_pool() -> Iterator[EnginePool]:
+    pool = EnginePool()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server(engine_pool: EnginePool) -> RedisTarget:
+    """The default server (``REDIS_URL``, else the first engine of :data:`DEFAULT_ENGINE_ORDER` found)."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        return ExternalServer(url)
+    reasons = []
+    for kind in DEFAULT_ENGINE_ORDER:
+        reason = engine_pool.reason_missing(kind)
+        if reason is None:
+            return engine_pool.get(kind)
+        reasons.append(reason)
+    _missing("no Redis-protocol server found and REDIS_URL unset: " + "; ".join(reasons))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@pytest.fixture(params=ENGINES, ids=ENGINES)
+def engine_server(request: pytest.FixtureRequest, engine_pool: EnginePool) -> Server:
+    """Each engine in turn, started once per session and shared."""
+    return engine_pool.get(str(request.param))
+
+
+@pytest.fixture
+def server_factory() -> Iterator[Callable[..., Server]]:
+    """``server_factory(kind, **Server kwargs)``: a private started server, stopped after the test."""
+    started: list[Server] = []
+
+    def make(kind: str, **kwargs: Any) -> Server:
+        found = find_engine(kind)
+        if isinstance(found, str):
+            _missing(found)
+            raise AssertionError("unreachable")  # pragma: no cover
+        server = Server(found, **kwargs)
+        started.append(server)
+        return server.start()
+
+    try:
+        yield make
+    finally:
+        errors = []
+        for server in started:
+            try:
+                server.stop()
+            except ServerError as e:  # pragma: no cover
+                errors.append(e)
+        if errors:  # pragma: no cover
+            raise errors[0]
+
+
+@pytest.fixture
+def key_prefix() -> str:
+    """A key prefix no other test uses."""
+    return f"t-{uuid4().hex[:12]}"
+
+
+def _client_for(server: RedisTarget, key_prefix: str) -> Iterator[redis.Redis]:
+    client = server.client()
+    try:
+        yield client
+    finally:
+        # Only this test's own keys (its prefix, and prefixes it derived from it).
+        with contextlib.suppress(redis.RedisError):
+            doomed = list(client.scan_iter(match=f"{key_prefix}*", count=1000))
+            if doomed:
+                client.delete(*doomed)
+        client.close()
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisTarget, key_prefix: str) -> Iterator[redis.Redis]:
+    """A client of the default server, closed after the test."""
+    yield from _client_for(redis_server, key_prefix)
+
+
+@pytest.fixture
+def engine_client(engine_server: Server, key_prefix: str) -> Iterator[redis.Redis]:
+    """A client of ``engine_server``, closed after the test."""
+    yield from _client_for(engine_server, key_prefix)
+
+
+@pytest.fixture
+def ledger(redis_client: redis.Redis, key_prefix: str) -> Ledger:
+    return Ledger(redis_client, key_prefix=key_prefix)
+
+
+@pytest.fixture
+def engine_ledger(engine_client: redis.Redis, key_prefix: str) -> Ledger:
+    return Ledger(engine_client, key_prefix=key_prefix)

@@ -1,0 +1,130 @@
+"""Fixtures and helpers for tests that run a real dramatiq Worker on a RedisBroker.
+
+Loaded as a pytest plugin by conftest.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import TimeLimit
+
+from dramatiq_slots import Slots
+
+#: Short leases so tests that wait for expiry stay quick.
+TEST_HOLD_TTL = 3_000
+TEST_BEAT = 300
+
+
+class Probe:
+    """Records what really ran, in process: concurrency per label and every run."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.current: Counter[str] = Counter()
+        self.peak: Counter[str] = Counter()
+        self.runs: list[tuple[str, Any]] = []
+        self.by_label: dict[str, list[Any]] = defaultdict(list)
+
+    @contextmanager
+    def running(self, *labels: str, item: Any = None) -> Iterator[None]:
+        with self._cond:
+            for label in labels:
+                self.current[label] += 1
+                self.peak[label] = max(self.peak[label], self.current[label])
+        try:
+            yield
+        finally:
+            with self._cond:
+                for label in labels:
+                    self.current[label] -= 1
+                    self.by_label[label].append(item)
+                self.runs.append((labels[0] if labels else "", item))
+                self._cond.notify_all()
+
+    def record(self, label: str, item: Any = None) -> None:
+        with self._cond:
+            self.by_label[label].append(item)
+            self.runs.append((label, item))
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
+        with self._cond:
+            return self._cond.wait_for(predicate, timeout)
+
+    def wait_runs(self, count: int, timeout: float = 30.0) -> None:
+        if not self.wait_for(lambda: len(self.runs) >= count, timeout):
+            raise AssertionError(f"only {len(self.runs)} of {count} runs finished within {timeout} s")
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
+    """Poll a condition that no event announces (state in Redis, the passing of time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+@pytest.fixture
+def broker(redis_server: Any, key_prefix: str) -> Iterator[RedisBroker]:
+    """A RedisBroker in its own namespace on the test server, with default middleware."""
+    broker = RedisBroker(url=redis_server.url, namespace=f"{key_prefix}-q")
+    broker.emit_after("process_boot")
+    dramatiq.set_broker(broker)
+    yield broker
+    broker.flush_all()
+    broker.close()
+    broker.client.close()
+    # RedisBroker(url=...) hands redis-py a pool it made itself, which close()
+    # leaves open; its sockets would otherwise be collected (and warn) later.
+    broker.client.connection_pool.disconnect()
+
+
+SlotsFactory = Callable[..., Slots]
+
+
+@pytest.fixture
+def add_slots(broker: RedisBroker, key_prefix: str) -> Iterator[SlotsFactory]:
+    """Adds a Slots middleware (test-sized timings) to the broker, before TimeLimit."""
+    made: list[Slots] = []
+
+    def make(**settings: Any) -> Slots:
+        settings.setdefault("key_prefix", key_prefix)
+        settings.setdefault("hold_ttl", TEST_HOLD_TTL)
+        settings.setdefault("beat_interval", TEST_BEAT)
+        settings.setdefault("defer_min_backoff", 20)
+        settings.setdefault("defer_max_backoff", 200)
+        slots = Slots(**settings)
+        broker.add_middleware(slots, before=TimeLimit)
+        made.append(slots)
+        return slots
+
+    yield make
+    for slots in made:
+        if slots._heartbeat is not None:
+            slots._heartbeat.stop()
+
+
+@pytest.fixture
+def probe() -> Probe:
+    return Probe()
+
+
+@contextmanager
+def running_worker(broker: dramatiq.Broker, threads: int = 4) -> Iterator[dramatiq.Worker]:
+    worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=50)
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop(timeout=10_000)

@@ -1,0 +1,124 @@
+"""The dramatiq app the multi-process tests run: ``dramatiq tests.multiprocess.app``.
+
+Configured only by environment variables (see :class:`harness.AppConfig`):
+the broker (a RedisBroker with a short heartbeat timeout and queue
+maintenance on every command, so the unacked messages of a killed group are
+requeued within seconds), the Slots middleware and its settings, the job
+duration, and the probe.
+
+Actors:
+
+``capped_job(i)`` on queue ``mp_capped`` (``queue_capacity`` from the config)
+    runs ``job_ms`` inside probe scope ``queue:mp_capped``.
+``keyed_job(key, i)`` on queue ``mp_keyed`` (uncapped), runtime key ``mp:<key>``
+    runs ``job_ms`` inside probe scope ``key:<key>``.
+
+Each worker process records in the probe that it booted (``after_worker_boot``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import dramatiq
+import redis
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import CurrentMessage, Middleware, TimeLimit
+
+from dramatiq_slots import Slots
+
+from .harness import (
+    CAPPED_ACTOR,
+    CAPPED_QUEUE,
+    CAPPED_SCOPE,
+    KEYED_ACTOR,
+    KEYED_QUEUE,
+    AppConfig,
+    key_scope,
+    runtime_key,
+)
+from .probe import Probe
+
+config = AppConfig.from_env(os.environ)
+
+broker = RedisBroker(  # type: ignore[no-untyped-call]
+    url=config.redis_url,
+    namespace=config.namespace,
+    heartbeat_timeout=config.broker_heartbeat_timeout,
+    maintenance_chance=config.maintenance_chance,
+)
+broker.add_middleware(CurrentMessage())
+
+slots: Slots | None = None
+if config.slots:
+    slots = Slots(
+        url=config.ledger_redis_url,
+        key_prefix=config.key_prefix,
+        hold_ttl=config.hold_ttl,
+        beat_interval=config.beat_interval,
+        defer_min_backoff=config.defer_min_backoff,
+        defer_max_backoff=config.defer_max_backoff,
+    )
+    broker.add_middleware(slots, before=TimeLimit)
+
+dramatiq.set_broker(broker)
+
+_probe: Probe | None = None
+_probe_pid = -1
+
+
+def probe() -> Probe:
+    """This process's probe (one client per process, made after the fork)."""
+    global _probe, _probe_pid
+    if _probe is None or _probe_pid != os.getpid():
+        _probe = Probe(redis.Redis.from_url(config.probe_redis_url), config.probe_prefix)
+        _probe_pid = os.getpid()
+    return _probe
+
+
+class BootProbe(Middleware):
+    """Records in the probe that this worker process is up."""
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        probe().booted(config.group)
+
+
+broker.add_middleware(BootProbe())
+
+
+def _work(scope: str, arg: Any) -> None:
+    message = CurrentMessage.get_current_message()
+    message_id = message.message_id if message is not None else "?"
+    with probe().run(scope, message_id, group=config.group, arg=arg):
+        time.sleep(config.job_ms / 1000)  # the job's work
+
+
+def _slot_options(**options: Any) -> dict[str, Any]:
+    """Slots' actor options, or none when the middleware is left out (dramatiq would reject them)."""
+    return {k: v for k, v in options.items() if v is not None} if config.slots else {}
+
+
+@dramatiq.actor(
+    actor_name=CAPPED_ACTOR,
+    queue_name=CAPPED_QUEUE,
+    max_retries=0,
+    **_slot_options(queue_capacity=config.capacity),
+)
+def capped_job(i: int) -> None:
+    _work(CAPPED_SCOPE, i)
+
+
+def _key_of(key: str, i: int) -> str:
+    return runtime_key(key)
+
+
+@dramatiq.actor(
+    actor_name=KEYED_ACTOR,
+    queue_name=KEYED_QUEUE,
+    max_retries=0,
+    **_slot_options(unique_at_runtime_key=_key_of),
+)
+def keyed_job(key: str, i: int) -> None:
+    _work(key_scope(key), f"{key}:{i}")

@@ -1,0 +1,580 @@
+"""Run real ``dramatiq`` command lines as independent process groups, like hosts.
+
+Pieces, each usable on its own:
+
+:class:`AppConfig`
+    Everything the worker app (:mod:`tests.multiprocess.app`) reads, turned
+    into environment variables by :meth:`AppConfig.env` and back by
+    :meth:`AppConfig.from_env`. The only channel from a test to its workers.
+:class:`WorkerGroup`
+    One ``dramatiq tests.multiprocess.app --processes P --threads T`` started
+    in a new session (its own process group: ``os.killpg`` takes down the
+    whole "host"), with stdout/stderr in files whose tails go into assertion
+    messages. Its processes are found by scanning ``/proc`` for its pgid.
+:class:`Cluster`
+    The groups of one test, the probe, a sender for messages and a view of
+    the ledger; :meth:`Cluster.kill_group` SIGKILLs a host and
+    :meth:`Cluster.wait_holds_gone` times how long its holds outlive it.
+    Closing the cluster kills every group it started (use it as a context
+    manager or in a fixture finalizer, so no worker outlives its test).
+:func:`wait_until`
+    Poll a condition with a bounded deadline. Every wait in these tests is
+    one of these: no fixed sleep stands in for synchronisation.
+
+Nothing here imports pytest; a failed wait raises ``AssertionError`` with the
+log tails of the cluster attached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+from dramatiq import Message
+from dramatiq.brokers.redis import RedisBroker
+
+from dramatiq_slots import URL_ENV, Holder, Ledger
+
+from .probe import Probe
+
+#: The repository root: the worker command lines run there, with it on PYTHONPATH.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: The module the worker command lines load.
+APP_MODULE = "tests.multiprocess.app"
+
+#: The ``dramatiq`` console script of the running interpreter's environment.
+DRAMATIQ = Path(sys.executable).parent / "dramatiq"
+
+#: Queue and actor names of the app (see app.py).
+CAPPED_QUEUE = "mp_capped"
+CAPPED_ACTOR = "capped_job"
+KEYED_QUEUE = "mp_keyed"
+KEYED_ACTOR = "keyed_job"
+
+#: Probe scopes: one for the capped queue, one per runtime key.
+CAPPED_SCOPE = f"queue:{CAPPED_QUEUE}"
+
+
+def key_scope(key: str) -> str:
+    return f"key:{key}"
+
+
+def runtime_key(key: str) -> str:
+    """The runtime key the app's ``keyed_job(key, i)`` asks for."""
+    return f"mp:{key}"
+
+
+#: Prefix of the environment variables that carry an :class:`AppConfig`.
+_ENV = "SLOTS_MP_"
+#: Fields of :class:`AppConfig` whose empty value means None.
+_OPTIONAL = frozenset({"capacity", "ledger_url", "probe_url"})
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """What the worker app is configured with (all durations in milliseconds).
+
+    ``capacity=None`` leaves the capped queue uncapped; ``slots=False``
+    leaves the Slots middleware out altogether (a control run: the feature
+    is missing, the probe must then see the overlap it otherwise forbids).
+    """
+
+    redis_url: str
+    namespace: str
+    key_prefix: str
+    probe_prefix: str
+    group: str = "g"
+    slots: bool = True
+    capacity: int | None = 3
+    hold_ttl: int = 2_000
+    beat_interval: int = 300
+    defer_min_backoff: int = 50
+    defer_max_backoff: int = 500
+    job_ms: int = 150
+    #: Broker: a worker silent this long is dead, and its unacked messages are requeued.
+    broker_heartbeat_timeout: int = 3_000
+    #: Broker: out of a million commands, how many also run queue maintenance (requeue of the dead).
+    maintenance_chance: int = 1_000_000
+    #: dramatiq's consumer idle poll ceiling (env ``dramatiq_worker_timeout``): each worker
+    #: process polls, and so heartbeats to the broker, at least this often.
+    worker_timeout: int = 250
+    ledger_url: str | None = None
+    probe_url: str | None = None
+
+    def replace(self, **changes: Any) -> AppConfig:
+        return dataclasses.replace(self, **changes)
+
+    def env(self) -> dict[str, str]:
+        """The environment variables that carry this config (see :meth:`from_env`)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                out[_ENV + f.name.upper()] = ""
+            elif isinstance(value, bool):
+                out[_ENV + f.name.upper()] = "1" if value else "0"
+            else:
+                out[_ENV + f.name.upper()] = str(value)
+        out["dramatiq_worker_timeout"] = str(self.worker_timeout)
+        return out
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> AppConfig:
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = environ.get(_ENV + f.name.upper())
+            if raw is None:
+                if f.default is dataclasses.MISSING:
+                    raise KeyError(f"{_ENV + f.name.upper()} is not set")
+                continue
+            default = f.default
+            if f.name in _OPTIONAL and raw == "":
+                kwargs[f.name] = None
+            elif isinstance(default, bool):
+                kwargs[f.name] = raw == "1"
+            elif isinstance(default, int):
+                kwargs[f.name] = int(raw)
+            else:
+                kwargs[f.name] = raw
+        return cls(**kwargs)
+
+    @property
+    def ledger_redis_url(self) -> str:
+        return self.ledger_url or self.redis_url
+
+    @property
+    def probe_redis_url(self) -> str:
+        return self.probe_url or self.redis_url
+
+
+# -- polling ----------------------------------------------------------------
+
+
+def wait_until(
+    condition: Callable[[], T],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
+    context: Callable[[], str] | None = None,
+) -> T:
+    """Poll ``condition`` every ``interval`` s until it returns something truthy; return that.
+
+    Raises AssertionError naming ``what`` (and ``context()``, e.g. log tails)
+    when ``timeout`` seconds pass first.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            extra = f"\n{context()}" if context is not None else ""
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
+# -- processes ----------------------------------------------------------------
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """``(state, ppid, pgrp)`` of a process from /proc, or None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return fields[0], int(fields[1]), int(fields[2])
+
+
+def group_members(pgid: int) -> set[int]:
+    """Live (not zombie) processes of process group ``pgid``, by scanning /proc."""
+    members = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        stat = _stat(int(entry.name))
+        if stat is not None and stat[2] == pgid and stat[0] not in ("Z", "X"):
+            members.add(int(entry.name))
+    return members
+
+
+class WorkerGroup:
+    """One ``dramatiq`` command line in its own session: a host of the cluster.
+
+    Parameters:
+      name: the group's label (also the probe's ``group`` of its runs).
+      config: the app config; the group's env carries it with ``group=name``.
+      log_dir: where ``<name>.out`` and ``<name>.err`` go.
+      processes, threads: ``--processes`` and ``--threads``.
+    """
+
+    stop_timeout = 15.0
+
+    def __init__(
+        self,
+        name: str,
+        config: AppConfig,
+        log_dir: Path,
+        *,
+        processes: int = 1,
+        threads: int = 4,
+        extra_args: Iterable[str] = (),
+    ) -> None:
+        self.name = name
+        self.config = config.replace(group=name)
+        self.processes = processes
+        self.threads = threads
+        self.extra_args = tuple(extra_args)
+        self.out_path = log_dir / f"{name}.out"
+        self.err_path = log_dir / f"{name}.err"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.killed_at: float | None = None
+        #: Every worker pid seen in this group while it ran.
+        self.seen_pids: set[int] = set()
+
+    def command(self) -> list[str]:
+        return [
+            str(DRAMATIQ),
+            APP_MODULE,
+            "--processes",
+            str(self.processes),
+            "--threads",
+            str(self.threads),
+            *self.extra_args,
+        ]
+
+    def environ(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV) and k != URL_ENV}
+        env.update(self.config.env())
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def start(self) -> WorkerGroup:
+        if self._proc is not None:
+            raise RuntimeError(f"group {self.name} was already started")
+        if not DRAMATIQ.is_file():
+            raise RuntimeError(f"no dramatiq console script at {DRAMATIQ} (is dramatiq installed here?)")
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self._proc = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=REPO_ROOT,
+                env=self.environ(),
+                start_new_session=True,
+            )
+        return self
+
+    # -- facts ------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        """The pid of the dramatiq main process, also the group's pgid."""
+        if self._proc is None:
+            raise RuntimeError(f"group {self.name} was never started")
+        return self._proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def members(self) -> set[int]:
+        """Every live process of the group (the main process and its workers)."""
+        return group_members(self.pid) if self._proc is not None else set()
+
+    def worker_pids(self) -> set[int]:
+        """The live worker processes (everything in the group but the main process)."""
+        pids = self.members() - {self.pid}
+        self.seen_pids |= pids
+        return pids
+
+    def tail(self, lines: int = 40) -> str:
+        parts = []
+        for path in (self.out_path, self.err_path):
+            try:
+                text = path.read_text("utf-8", errors="replace")
+            except FileNotFoundError:
+                text = "(no file)"
+            body = "\n".join(text.splitlines()[-lines:]) or "(empty)"
+            parts.append(f"--- {self.name} {path.name} (last {lines} lines) ---\n{body}")
+        return "\n".join(parts)
+
+    # -- ending ------------------------------------------------------------
+
+    def kill(self, sig: signal.Signals = signal.SIGKILL) -> float:
+        """Send ``sig`` to the whole process group (a host dying); returns the monotonic time it was sent."""
+        self.worker_pids()  # remember who was there
+        os.killpg(self.pid, sig)
+        self.killed_at = time.monotonic()
+        return self.killed_at
+
+    def wait_gone(self, timeout: float = 15.0) -> None:
+        """Reap the main process and wait until no process of the group is left."""
+        proc = self._proc
+        if proc is None:
+            return
+        proc.wait(timeout=timeout)
+        wait_until(
+            lambda: not group_members(proc.pid),
+            timeout=timeout,
+            what=f"every process of group {self.name} (pgid {proc.pid}) to exit",
+            interval=0.01,
+        )
+
+    def terminate(self, timeout: float | None = None) -> None:
+        """Graceful shutdown: SIGTERM to the main process only (it forwards it to its workers).
+
+        Not to the whole group: a dramatiq worker process that gets SIGTERM twice
+        (once from the group, once forwarded) exits at once instead of draining.
+        Whatever is left after ``timeout`` seconds is SIGKILLed.
+        """
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=self.stop_timeout if timeout is None else timeout)
+        self.close()
+
+    def close(self) -> None:
+        """SIGKILL whatever is left of the group and wait for it (idempotent)."""
+        if self._proc is None:
+            return
+        if group_members(self.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+        self.wait_gone()
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"WorkerGroup({self.name}, pid={self._proc.pid if self._proc else None}, {state})"
+
+
+# -- the cluster ----------------------------------------------------------------
+
+
+class Backlog:
+    """Keeps capped work queued: every id sent through it, and a top-up to ``depth`` unfinished."""
+
+    def __init__(self, cluster: Cluster, depth: int) -> None:
+        self.cluster = cluster
+        self.depth = depth
+        self.sent: list[str] = []
+
+    def send(self, count: int) -> list[str]:
+        ids = self.cluster.send_capped(count, start=len(self.sent))
+        self.sent.extend(ids)
+        return ids
+
+    def top_up(self) -> list[str]:
+        """Send enough that ``depth`` messages are unfinished (sent, not completed yet)."""
+        unfinished = len(set(self.sent) - self.cluster.completed_ids(CAPPED_SCOPE))
+        return self.send(max(0, self.depth - unfinished))
+
+
+@dataclass(frozen=True)
+class Kill:
+    """A worker group SIGKILLed by :meth:`Cluster.kill_group`."""
+
+    group: WorkerGroup
+    #: Its worker pids.
+    pids: frozenset[int]
+    #: When the signal was sent: ``time.monotonic()``, and the Redis clock in microseconds.
+    at: float
+    at_us: int
+    #: The ledger's live holds of those pids right after they died.
+    held: tuple[Holder, ...]
+
+
+@dataclass
+class Cluster:
+    """The worker groups of one test, with the probe and a message sender.
+
+    ``client`` is the test's Redis client (of the server in ``config.redis_url``);
+    the cluster does not close it. :meth:`close` kills every group.
+    """
+
+    config: AppConfig
+    client: redis.Redis
+    log_dir: Path
+    groups: list[WorkerGroup] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.probe = Probe(self.client, self.config.probe_prefix)
+        self.ledger = Ledger(self.client, key_prefix=self.config.key_prefix)
+        self._broker = RedisBroker(  # type: ignore[no-untyped-call]
+            client=self.client,
+            namespace=self.config.namespace,
+            middleware=[],
+            heartbeat_timeout=self.config.broker_heartbeat_timeout,
+            maintenance_chance=0,
+        )
+
+    # -- groups -----------------------------------------------------------
+
+    def start_group(
+        self, name: str, *, processes: int = 1, threads: int = 4, **overrides: Any
+    ) -> WorkerGroup:
+        """Start ``dramatiq`` as a new process group named ``name`` (config ``overrides`` apply to it)."""
+        if any(g.name == name for g in self.groups):
+            raise ValueError(f"group name {name!r} already used in this cluster")
+        group = WorkerGroup(
+            name, self.config.replace(**overrides), self.log_dir, processes=processes, threads=threads
+        )
+        self.groups.append(group)
+        return group.start()
+
+    def wait_ready(self, *groups: WorkerGroup, timeout: float = 60.0) -> None:
+        """Wait until every worker process of ``groups`` has booted (the app records it in the probe)."""
+
+        def ready() -> bool:
+            for group in groups:
+                if not group.running:
+                    raise AssertionError(f"group {group.name} exited while booting\n{self.tails()}")
+            booted = self.probe.boots()
+            return all(sum(1 for label in booted.values() if label == g.name) >= g.processes for g in groups)
+
+        names = ", ".join(g.name for g in groups)
+        wait_until(ready, timeout=timeout, what=f"groups {names} to boot", context=self.tails)
+        for group in groups:
+            group.worker_pids()
+
+    def pids_of(self, group: WorkerGroup) -> set[int]:
+        """Worker pids of ``group``: those it booted (probe) and those seen in its process group."""
+        return {pid for pid, label in self.probe.boots().items() if label == group.name} | group.seen_pids
+
+    def tails(self, lines: int = 40) -> str:
+        """The probe's and the ledger's state, then the log tails of every group."""
+        logs = "\n".join(g.tail(lines) for g in self.groups) or "(no worker groups)"
+        return f"{self.state()}\n{logs}"
+
+    def state(self, queue_name: str = CAPPED_QUEUE) -> str:
+        """A summary for failure messages: what the probe and the ledger see now."""
+        try:
+            runs = self.probe.runs()
+            scopes = sorted({r.scope for r in runs})
+            counters = {s: (self.probe.running(s), self.probe.peak(s)) for s in scopes}
+            holders = [(h.token, round(h.seconds_left, 2)) for h in self.holders(queue_name)]
+            return (
+                f"--- state ---\nprobe: {len(runs)} runs, {sum(r.completed for r in runs)} completed, "
+                f"{sum(r.killed for r in runs)} killed, open {self.probe.open_runs()}; "
+                f"(running, peak) per scope {counters}; boots {self.probe.boots()}\n"
+                f"ledger {queue_name!r} holders: {holders}"
+            )
+        except redis.RedisError as e:
+            return f"--- state --- unavailable: {type(e).__name__}: {e}"
+
+    def close(self) -> None:
+        """Kill every group and wait for all of their processes (errors re-raised after all are done)."""
+        errors: list[BaseException] = []
+        for group in self.groups:
+            try:
+                group.close()
+            except BaseException as e:  # keep killing the others
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- messages ---------------------------------------------------------
+
+    def send(self, queue_name: str, actor_name: str, *args: Any, **kwargs: Any) -> str:
+        """Enqueue one message for the app's actor; returns its message id."""
+        message: Message[Any] = Message(
+            queue_name=queue_name, actor_name=actor_name, args=args, kwargs=kwargs, options={}
+        )
+        self._broker.enqueue(message)
+        return message.message_id
+
+    def send_capped(self, count: int, *, start: int = 0) -> list[str]:
+        return [self.send(CAPPED_QUEUE, CAPPED_ACTOR, i) for i in range(start, start + count)]
+
+    def send_keyed(self, keys: Iterable[str], per_key: int) -> list[str]:
+        keys = list(keys)
+        return [self.send(KEYED_QUEUE, KEYED_ACTOR, key, i) for i in range(per_key) for key in keys]
+
+    # -- ledger view -------------------------------------------------------
+
+    def holders(self, queue_name: str = CAPPED_QUEUE) -> list[Holder]:
+        return self.ledger.holders(self.ledger.keys.queue(queue_name))
+
+    def holders_of(self, pids: Container[int], queue_name: str = CAPPED_QUEUE) -> list[Holder]:
+        """The live holds of ``queue_name`` whose token names one of ``pids``."""
+        return [h for h in self.holders(queue_name) if h.pid in pids]
+
+    # -- killing a host -------------------------------------------------------
+
+    def kill_group(self, group: WorkerGroup, queue_name: str = CAPPED_QUEUE) -> Kill:
+        """SIGKILL ``group``, wait until all of it is gone, and close its open probe runs.
+
+        The returned :class:`Kill` lists the holds the ledger still had for the
+        group's pids right after it died: dead processes release nothing, so
+        those are exactly the holds it had when it was killed.
+        """
+        pids = self.pids_of(group) | group.worker_pids()
+        at = group.kill()
+        at_us = self.probe.now_us()
+        group.wait_gone()
+        held = self.holders_of(pids, queue_name)
+        self.probe.reap(pids, at_us=at_us)
+        return Kill(group=group, pids=frozenset(pids), at=at, at_us=at_us, held=tuple(held))
+
+    def wait_holds_gone(
+        self, kill: Kill, *, timeout: float, interval: float = 0.05, queue_name: str = CAPPED_QUEUE
+    ) -> float:
+        """Poll the ledger every ``interval`` s until no hold of the killed pids is live.
+
+        Returns the seconds from the kill to the first poll that found none
+        (so it overstates the truth by at most one poll period plus a round trip).
+        """
+
+        def gone() -> float:
+            return 0.0 if self.holders_of(kill.pids, queue_name) else time.monotonic()
+
+        gone_at = wait_until(
+            gone,
+            timeout=timeout,
+            what=f"the holds of killed group {kill.group.name} to age out",
+            interval=interval,
+            context=self.tails,
+        )
+        self.probe.reap(kill.pids)  # a probe write that was still in flight at the kill
+        return gone_at - kill.at
+
+    # -- probe view --------------------------------------------------------
+
+    def completed_ids(self, scope: str | None = None) -> set[str]:
+        return {r.message_id for r in self.probe.runs(scope) if r.completed}
+
+    def wait_all_ran(self, message_ids: Iterable[str], *, timeout: float, scope: str | None = None) -> None:
+        """Wait until every message in ``message_ids`` completed at least once and nothing is open."""
+        wanted = set(message_ids)
+
+        def done() -> bool:
+            return wanted <= self.completed_ids(scope) and not self.probe.open_runs()
+
+        def context() -> str:
+            missing = wanted - self.completed_ids(scope)
+            return f"{len(missing)} of {len(wanted)} messages never completed\n{self.tails()}"
+
+        wait_until(done, timeout=timeout, what="every message to run", context=context)

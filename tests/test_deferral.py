@@ -1,0 +1,328 @@
+"""What a deferral does, and does not do, to the rest of dramatiq.
+
+Each test holds the slot with a foreign claim (as if another host held it),
+lets the message defer several times, then frees the slot and checks that
+the message ran properly and that nothing else noticed the wait:
+(a) retries untouched, (b) no WARNING logs, (c) no premature Results,
+(d) callbacks, pipelines and groups fire once, (e) Prometheus gauges
+balanced, (f) AgeLimit still applies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import CurrentMessage, Middleware, SkipMessage
+from dramatiq.results import ResultMissing, Results
+from dramatiq.results.backends import RedisBackend
+from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
+
+from dramatiq_slots import DEFERRALS, Slots
+from dramatiq_slots.deferral import backoff_ms
+from dramatiq_slots.ledger import Want
+
+FOREIGN = "other-host:1:1:1"
+
+
+class Deferrals(logging.Handler):
+    """Counts this package's DEBUG "Deferred message" records, per message id."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.count: dict[str, int] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Deferred message"):
+            message_id = str(record.args[0]) if isinstance(record.args, tuple) else ""
+            self.count[message_id] = self.count.get(message_id, 0) + 1
+
+    def of(self, message_id: str) -> int:
+        return self.count.get(message_id, 0)
+
+
+@pytest.fixture
+def deferrals() -> Iterator[Deferrals]:
+    handler = Deferrals()
+    logger = logging.getLogger("dramatiq_slots.deferral")
+    old_level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(old_level)
+
+
+def occupy(slots: Slots, queue_name: str, capacity: int = 1) -> Want:
+    want = Want(slots.keys.queue(queue_name), capacity)
+    assert slots.ledger.acquire(FOREIGN, [want], ttl_ms=60_000).admitted
+    return want
+
+
+def free(slots: Slots, want: Want) -> None:
+    assert slots.ledger.release(FOREIGN, [want.ledger]) == 1
+
+
+def test_waiting_never_uses_retries_even_with_max_retries_zero(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, deferrals: Deferrals
+) -> None:
+    slots = add_slots()
+    broker.add_middleware(CurrentMessage())
+    want = occupy(slots, "patient")
+    failures: list[Any] = []
+
+    @dramatiq.actor
+    def on_failure(message_data: Any, exception_data: Any) -> None:
+        failures.append(message_data)
+
+    @dramatiq.actor(queue_name="patient", queue_capacity=1, max_retries=0)
+    def patient() -> None:
+        current = CurrentMessage.get_current_message()
+        assert current is not None
+        probe.record("ran", dict(current.options))
+
+    message = patient.send_with_options(on_failure=on_failure)
+    with running_worker(broker, threads=2):
+        assert wait_until(lambda: deferrals.of(message.message_id) >= 3, timeout=15)
+        assert probe.runs == []
+        free(slots, want)
+        probe.wait_runs(1)
+    options = probe.by_label["ran"][0]
+    assert options.get("retries", 0) == 0
+    assert options[DEFERRALS] >= 3
+    assert failures == []
+    xq = broker.client.hvals(f"{broker.namespace}:patient.XQ.msgs")
+    assert xq == [], "a deferral must never dead-letter the message"
+
+
+def test_deferrals_log_nothing_at_warning(
+    broker: RedisBroker,
+    add_slots: SlotsFactory,
+    probe: Probe,
+    deferrals: Deferrals,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    slots = add_slots()
+    want = occupy(slots, "quiet")
+
+    @dramatiq.actor(queue_name="quiet", queue_capacity=1)
+    def quiet() -> None:
+        probe.record("ran")
+
+    caplog.set_level(logging.WARNING)
+    message = quiet.send()
+    with running_worker(broker, threads=2):
+        assert wait_until(lambda: deferrals.of(message.message_id) >= 3, timeout=15)
+        free(slots, want)
+        probe.wait_runs(1)
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert loud == [], [r.getMessage() for r in loud]
+
+
+def test_other_skips_are_still_logged(
+    broker: RedisBroker, add_slots: SlotsFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The log filter hides only deferrals: a skip by another middleware keeps its WARNING.
+    add_slots()
+    skipped: list[str] = []
+
+    class SkipAll(Middleware):
+        def before_process_message(self, broker: dramatiq.Broker, message: Any) -> None:
+            raise SkipMessage("skip")
+
+        def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
+            skipped.append(message.message_id)
+
+    broker.add_middleware(SkipAll())
+
+    @dramatiq.actor(queue_name="skipped", queue_capacity=1)
+    def never() -> None:
+        raise AssertionError("skipped messages must not run")
+
+    caplog.set_level(logging.WARNING)
+    message = never.send()
+    with running_worker(broker, threads=1):
+        assert wait_until(lambda: skipped == [message.message_id])
+    assert any("was skipped" in r.getMessage() for r in caplog.records)
+
+
+def test_results_wait_for_the_real_result(
+    broker: RedisBroker, add_slots: SlotsFactory, deferrals: Deferrals, key_prefix: str
+) -> None:
+    backend = RedisBackend(client=broker.client, namespace=f"{key_prefix}-results")
+    broker.add_middleware(Results(backend=backend))
+    slots = add_slots()
+    want = occupy(slots, "answers")
+
+    @dramatiq.actor(queue_name="answers", queue_capacity=1, store_results=True)
+    def answer(x: int) -> int:
+        return x * 2
+
+    message = answer.send(21)
+    with running_worker(broker, threads=2):
+        assert wait_until(lambda: deferrals.of(message.message_id) >= 2, timeout=15)
+        with pytest.raises(ResultMissing):
+            message.get_result(backend=backend)  # no premature None stored by the skips
+        free(slots, want)
+        assert message.get_result(backend=backend, block=True, timeout=15_000) == 42
+
+
+def test_callbacks_pipelines_and_groups_fire_once(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, deferrals: Deferrals, key_prefix: str
+) -> None:
+    from dramatiq.middleware import GroupCallbacks
+    from dramatiq.rate_limits.backends import RedisBackend as RateLimiterBackend
+
+    backend = RedisBackend(client=broker.client, namespace=f"{key_prefix}-results")
+    broker.add_middleware(Results(backend=backend))
+    broker.add_middleware(GroupCallbacks(RateLimiterBackend(client=broker.client)))
+    slots = add_slots()
+    want = occupy(slots, "chained")
+
+    @dramatiq.actor(queue_name="chained", queue_capacity=1, store_results=True)
+    def step(x: int) -> int:
+        probe.record("step", x)
+        return x + 1
+
+    @dramatiq.actor
+    def succeeded(message_data: Any, result: Any) -> None:
+        probe.record("on_success", result)
+
+    @dramatiq.actor
+    def after(x: int) -> None:
+        probe.record("piped", x)
+
+    @dramatiq.actor
+    def group_done() -> None:
+        probe.record("group_done")
+
+    single = step.send_with_options(args=(1,), on_success=succeeded)
+    dramatiq.pipeline([step.message(10), after.message()]).run()
+    group = dramatiq.group([step.message(100), step.message(200)])
+    group.add_completion_callback(group_done.message())
+    group.run()
+    with running_worker(broker, threads=3):
+        assert wait_until(lambda: deferrals.of(single.message_id) >= 2, timeout=15)
+        assert probe.runs == []
+        free(slots, want)
+        assert probe.wait_for(
+            lambda: (
+                len(probe.by_label["step"]) == 4
+                and len(probe.by_label["on_success"]) >= 1
+                and len(probe.by_label["piped"]) >= 1
+                and len(probe.by_label["group_done"]) >= 1
+            ),
+            timeout=30,
+        )
+        # Give a duplicate a chance to show up: wait for every queue to drain.
+        broker.join("chained", timeout=10_000)
+        broker.join("default", timeout=10_000)
+    assert sorted(probe.by_label["step"]) == [1, 10, 100, 200]
+    assert probe.by_label["on_success"] == [2]
+    assert probe.by_label["piped"] == [11]
+    assert probe.by_label["group_done"] == [None]
+
+
+@pytest.mark.parametrize("order", ["prometheus_after_slots", "prometheus_before_slots"])
+def test_prometheus_gauges_do_not_drift(
+    broker: RedisBroker,
+    add_slots: SlotsFactory,
+    probe: Probe,
+    deferrals: Deferrals,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    order: str,
+) -> None:
+    pytest.importorskip("prometheus_client")
+    from dramatiq.middleware.prometheus import Prometheus
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    monkeypatch.setenv("prometheus_multiproc_dir", str(tmp_path))
+    prometheus = Prometheus()
+    if order == "prometheus_before_slots":
+        broker.add_middleware(prometheus)
+        slots = add_slots()
+    else:
+        slots = add_slots()
+        broker.add_middleware(prometheus)  # appended last: after Slots
+    prometheus.after_process_boot(broker)
+    want = occupy(slots, "metered")
+
+    @dramatiq.actor(queue_name="metered", queue_capacity=1)
+    def metered(i: int) -> None:
+        probe.record("ran", i)
+
+    def gauge(metric: Any) -> float:
+        return sum(s.value for family in metric.collect() for s in family.samples)
+
+    messages = [metered.send(i) for i in range(3)]
+    with running_worker(broker, threads=2):
+        assert wait_until(lambda: all(deferrals.of(m.message_id) >= 2 for m in messages), timeout=15)
+        free(slots, want)
+        probe.wait_runs(3)
+        assert wait_until(lambda: gauge(prometheus.inprogress_messages) == 0)
+    assert gauge(prometheus.inprogress_messages) == 0
+    assert gauge(prometheus.inprogress_delayed_messages) == 0
+
+
+def test_age_limit_still_counts_from_the_first_enqueue(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, deferrals: Deferrals
+) -> None:
+    slots = add_slots()
+    occupy(slots, "aging")
+
+    @dramatiq.actor(queue_name="aging", queue_capacity=1, max_age=1_500)
+    def aging() -> None:
+        probe.record("ran")
+
+    message = aging.send()
+    with running_worker(broker, threads=2):
+        # Deferred while the slot is taken, until AgeLimit dead-letters it.
+        def dead_lettered() -> bool:
+            payloads = broker.client.hvals(f"{broker.namespace}:aging.XQ.msgs")
+            return any(json.loads(p)["message_id"] == message.message_id for p in payloads)
+
+        assert wait_until(dead_lettered, timeout=20)
+    assert deferrals.of(message.message_id) >= 2
+    assert probe.runs == []
+
+
+def test_backoff_grows_exponentially_within_bounds() -> None:
+    assert [backoff_ms(n, 100, 5_000, rand=lambda: 1.0 - 1e-12) for n in range(1, 9)] == [
+        99,
+        199,
+        399,
+        799,
+        1599,
+        3199,
+        4999,
+        4999,
+    ]
+    assert [backoff_ms(n, 100, 5_000, rand=lambda: 0.0) for n in (1, 2, 7)] == [50, 100, 2500]
+    assert backoff_ms(10_000, 1, 10) <= 10
+
+
+def test_deferral_keeps_identity_and_timestamp(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, deferrals: Deferrals
+) -> None:
+    slots = add_slots()
+    broker.add_middleware(CurrentMessage())
+    want = occupy(slots, "same")
+
+    @dramatiq.actor(queue_name="same", queue_capacity=1)
+    def same() -> None:
+        current = CurrentMessage.get_current_message()
+        assert current is not None
+        probe.record("ran", (current.message_id, current.message_timestamp))
+
+    message = same.send()
+    with running_worker(broker, threads=2):
+        assert wait_until(lambda: deferrals.of(message.message_id) >= 2, timeout=15)
+        free(slots, want)
+        probe.wait_runs(1)
+    assert probe.by_label["ran"] == [(message.message_id, message.message_timestamp)]

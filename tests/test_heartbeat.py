@@ -1,0 +1,310 @@
+"""The heartbeat: one tick without a thread, the thread's life cycle, fork safety."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dramatiq
+import pytest
+import redis
+from dramatiq.broker import MessageProxy
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from servers import free_port
+
+from dramatiq_slots.claims import Hold, HoldRegistry, new_token
+from dramatiq_slots.heartbeat import Heartbeat
+from dramatiq_slots.ledger import Ledger, Want
+
+
+def _hold(ledger: Ledger, name: str = "q", capacity: int = 1) -> Hold:
+    return Hold(new_token(), (Want(ledger.keys.queue(name), capacity),), label="job(1)")
+
+
+def _take(ledger: Ledger, registry: HoldRegistry, hold: Hold, ttl_ms: int = 5_000) -> None:
+    assert ledger.acquire(hold.token, hold.wants, ttl_ms=ttl_ms).admitted
+    registry.add(hold)
+
+
+def _seconds_left(ledger: Ledger, hold: Hold) -> float:
+    (holder,) = [h for h in ledger.holders(hold.wants[0].ledger) if h.token == hold.token]
+    return holder.seconds_left
+
+
+def test_a_tick_refreshes_every_hold_in_one_call(ledger: Ledger) -> None:
+    registry = HoldRegistry()
+    holds = [_hold(ledger, "a"), _hold(ledger, "b")]
+    for hold in holds:
+        _take(ledger, registry, hold, ttl_ms=1_000)
+    heartbeat = Heartbeat(ledger, registry, hold_ttl=8_000, beat_interval=1_000)
+    assert all(_seconds_left(ledger, h) <= 1.0 for h in holds)
+    report = heartbeat.tick()
+    assert report.refreshed == 2 and report.lost == [] and report.error is None
+    assert all(_seconds_left(ledger, h) > 7.0 for h in holds)
+
+
+def test_a_tick_with_nothing_held_sends_nothing(ledger: Ledger, redis_client: redis.Redis) -> None:
+    heartbeat = Heartbeat(ledger, HoldRegistry(), hold_ttl=8_000, beat_interval=1_000)
+    before = int(redis_client.info("stats")["total_commands_processed"])
+    heartbeat.tick()
+    after = int(redis_client.info("stats")["total_commands_processed"])
+    assert after - before == 1  # the second INFO; our tick sent nothing
+
+
+def test_a_tick_retries_owed_releases(ledger: Ledger) -> None:
+    registry = HoldRegistry()
+    hold = _hold(ledger)
+    _take(ledger, registry, hold)
+    assert registry.begin_release(hold.token) is hold  # as if the job's own release had failed
+    heartbeat = Heartbeat(ledger, registry, hold_ttl=8_000, beat_interval=1_000)
+    report = heartbeat.tick()
+    assert report.released == 1
+    assert ledger.in_use(hold.wants[0].ledger) == 0
+    assert len(registry) == 0
+
+
+def test_a_lost_hold_is_reasserted_over_capacity_with_a_warning(
+    ledger: Ledger, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = HoldRegistry()
+    hold = _hold(ledger, "partner", capacity=1)
+    _take(ledger, registry, hold)
+    queue = hold.wants[0].ledger
+    redis_client.zrem(queue, hold.token)  # Redis lost it (e.g. restarted without persistence)
+    assert ledger.acquire("newcomer:1:1:1", hold.wants, ttl_ms=5_000).admitted
+    heartbeat = Heartbeat(ledger, registry, hold_ttl=8_000, beat_interval=1_000)
+    caplog.set_level(logging.WARNING)
+    report = heartbeat.tick()
+    assert report.lost == [(queue, hold.token)] and report.reasserted == [(queue, hold.token)]
+    assert ledger.in_use(queue) == 2
+    (record,) = [r for r in caplog.records if "re-asserted" in r.getMessage()]
+    text = record.getMessage()
+    assert repr(queue) in text and "holds 2 of capacity 1" in text and "over capacity" in text
+    assert record.levelno == logging.WARNING
+    # New admissions wait until it drains.
+    assert not ledger.acquire("third:1:1:1", hold.wants, ttl_ms=5_000).admitted
+
+
+def test_an_expired_hold_of_a_running_job_is_reasserted(ledger: Ledger, redis_client: redis.Redis) -> None:
+    registry = HoldRegistry()
+    hold = _hold(ledger)
+    _take(ledger, registry, hold)
+    queue = hold.wants[0].ledger
+    # The process was paused past the ttl: its score is in the past.
+    redis_client.zadd(queue, {hold.token: 1})
+    report = Heartbeat(ledger, registry, hold_ttl=8_000, beat_interval=1_000).tick()
+    assert report.reasserted == [(queue, hold.token)]
+    assert _seconds_left(ledger, hold) > 7.0
+
+
+class _ReleaseDuringBeat(Ledger):
+    """A real ledger whose beat lets a job release its hold first: the race, made certain."""
+
+    before_beat: Callable[[], None] = staticmethod(lambda: None)
+
+    def beat(
+        self,
+        refresh: Sequence[tuple[str, str]],
+        release: Sequence[tuple[str, str]] = (),
+        *,
+        ttl_ms: int,
+    ) -> list[tuple[str, str]]:
+        self.before_beat()
+        return super().beat(refresh, release, ttl_ms=ttl_ms)
+
+
+def test_a_beat_racing_a_release_never_resurrects_the_hold(
+    redis_client: redis.Redis, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger = _ReleaseDuringBeat(redis_client, key_prefix=key_prefix)
+    registry = HoldRegistry()
+    hold = _hold(ledger)
+    _take(ledger, registry, hold)
+
+    def job_releases() -> None:  # what Slots._release does, after the beat's snapshot
+        registry.begin_release(hold.token)
+        assert ledger.release(hold.token, hold.ledgers) == 1
+        registry.settle([hold.token])
+
+    ledger.before_beat = job_releases
+    caplog.set_level(logging.WARNING)
+    report = Heartbeat(ledger, registry, hold_ttl=8_000, beat_interval=1_000).tick()
+    assert report.lost == [(hold.wants[0].ledger, hold.token)]  # the beat saw it gone...
+    assert report.reasserted == []  # ...and did not put it back
+    assert redis_client.zscore(hold.wants[0].ledger, hold.token) is None
+    assert not [r for r in caplog.records if "re-asserted" in r.getMessage()]
+
+
+def test_a_failing_beat_keeps_the_thread_alive_and_warns_once(caplog: pytest.LogCaptureFixture) -> None:
+    client = redis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    ledger = Ledger(client, key_prefix="unreachable")
+    registry = HoldRegistry()
+    registry.add(_hold(ledger))
+    heartbeat = Heartbeat(ledger, registry, hold_ttl=1_000, beat_interval=50)
+    caplog.set_level(logging.WARNING, logger="dramatiq_slots")
+    heartbeat.start()
+    try:
+        assert wait_until(lambda: heartbeat.failed_beats >= 3, timeout=20)
+        assert heartbeat.running
+    finally:
+        heartbeat.stop()
+        client.close()
+    warned = [r for r in caplog.records if "Heartbeat failed" in r.getMessage()]
+    assert 1 <= len(warned) < heartbeat.failed_beats
+    assert "unreachable" in warned[0].getMessage()
+
+
+def test_the_thread_beats_drains_and_stops(ledger: Ledger) -> None:
+    registry = HoldRegistry()
+    hold = _hold(ledger)
+    _take(ledger, registry, hold, ttl_ms=600)
+    heartbeat = Heartbeat(ledger, registry, hold_ttl=600, beat_interval=100)
+    heartbeat.start()
+    try:
+        assert wait_until(lambda: heartbeat.beats >= 8, timeout=10)  # well past the first ttl
+        assert ledger.in_use(hold.wants[0].ledger) == 1
+        heartbeat.drain()
+        assert heartbeat.running  # a hold is still there: keeps beating
+        registry.begin_release(hold.token)
+        assert wait_until(lambda: not heartbeat.running, timeout=5)  # owed release sent, then exits
+        assert ledger.in_use(hold.wants[0].ledger) == 0
+    finally:
+        heartbeat.stop()
+    assert not heartbeat.running
+
+
+def test_stop_joins_the_thread(ledger: Ledger) -> None:
+    heartbeat = Heartbeat(ledger, HoldRegistry(), hold_ttl=60_000, beat_interval=10_000)
+    heartbeat.start()
+    thread = heartbeat._thread
+    assert thread is not None and thread.is_alive()
+    heartbeat.stop()
+    assert not thread.is_alive()
+
+
+def test_a_forked_child_never_touches_its_parents_holds(ledger: Ledger) -> None:
+    registry = HoldRegistry()
+    hold = _hold(ledger)
+    _take(ledger, registry, hold)
+    heartbeat = Heartbeat(ledger, registry, hold_ttl=8_000, beat_interval=1_000)
+    heartbeat.start()
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            held, owed = registry.snapshot()
+            token = new_token()
+            report = heartbeat.tick()
+            facts = f"{len(held)},{len(owed)},{heartbeat.running},{token.split(':')[1]},{report.refreshed}"
+            os.write(write, facts.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        facts = pipe.read()
+    os.waitpid(pid, 0)
+    heartbeat.stop()
+    assert facts == f"0,0,False,{pid},0"
+    assert registry.is_held(hold.token)  # the parent's record is untouched
+
+
+def test_tokens_name_host_pid_thread_and_claim() -> None:
+    first, second = new_token(), new_token()
+    host, pid, thread, counter = first.rsplit(":", 3)
+    assert (pid, thread) == (str(os.getpid()), str(threading.get_native_id()))
+    assert host and int(second.rsplit(":", 1)[1]) == int(counter) + 1
+    other: list[str] = []
+    worker = threading.Thread(target=lambda: other.append(new_token()))
+    worker.start()
+    worker.join()
+    assert other[0].rsplit(":", 3)[2] != thread
+
+
+# -- through the middleware ------------------------------------------------
+
+
+def test_a_running_jobs_lost_hold_comes_back_at_the_next_beat(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, caplog: pytest.LogCaptureFixture
+) -> None:
+    slots = add_slots()
+    release = threading.Event()
+    started = threading.Event()
+
+    @dramatiq.actor(queue_name="long", queue_capacity=1)
+    def long() -> None:
+        with probe.running("long"):
+            started.set()
+            assert release.wait(20)
+
+    caplog.set_level(logging.WARNING, logger="dramatiq_slots")
+    long.send()
+    with running_worker(broker, threads=1):
+        assert started.wait(10)
+        queue = slots.keys.queue("long")
+        (holder,) = slots.holders(queue="long")
+        slots.ledger.client.delete(queue)  # Redis lost the ledger
+        assert wait_until(lambda: slots.in_use("long") == 1, timeout=5)
+        assert slots.holders(queue="long")[0].token == holder.token
+        release.set()
+        probe.wait_runs(1)
+        assert wait_until(lambda: slots.in_use("long") == 0)
+    assert any("re-asserted" in r.getMessage() and repr(queue) in r.getMessage() for r in caplog.records)
+
+
+def test_graceful_shutdown_keeps_holds_alive_until_each_job_ends(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    slots = add_slots(hold_ttl=800, beat_interval=100)
+    started = threading.Event()
+    finish = threading.Event()
+
+    @dramatiq.actor(queue_name="draining", queue_capacity=1)
+    def draining() -> None:
+        with probe.running("draining"):
+            started.set()
+            assert finish.wait(20)
+
+    draining.send()
+    worker = dramatiq.Worker(broker, worker_threads=1, worker_timeout=50)
+    worker.start()
+    assert started.wait(10)
+    stopper = threading.Thread(target=worker.stop, kwargs={"timeout": 20_000})
+    stopper.start()
+    shutdown_began = time.monotonic()
+    # Two full ttls into the shutdown, the job's hold is still alive and refreshed.
+    assert wait_until(lambda: time.monotonic() - shutdown_began > 1.6, timeout=5)
+    assert slots.in_use("draining") == 1
+    assert slots.holders(queue="draining")[0].seconds_left > 0.5
+    finish.set()
+    stopper.join(20)
+    assert not stopper.is_alive()
+    assert slots.in_use("draining") == 0
+    assert not slots.heartbeat.running
+
+
+def test_the_heartbeat_starts_lazily_when_a_hold_exists_without_it(
+    broker: RedisBroker, add_slots: SlotsFactory
+) -> None:
+    slots = add_slots()
+
+    @dramatiq.actor(queue_name="lazy", queue_capacity=1)
+    def lazy() -> None: ...
+
+    message: Any = MessageProxy(lazy.message())
+    assert slots._heartbeat is None or not slots.heartbeat.running
+    slots.before_process_message(broker, message)  # no worker boot happened
+    assert slots.heartbeat.running
+    assert slots.in_use("lazy") == 1
+    slots.after_process_message(broker, message)
+    slots.after_process_message(broker, message)  # twice, as TimeLimit can make dramatiq do
+    assert slots.in_use("lazy") == 0 and len(slots.registry) == 0

@@ -1,0 +1,553 @@
+"""The ledger against real servers: every test runs on every engine (``engine_ledger``).
+
+Time-based tests (expiry) use small ttls and poll, bounded, for the Redis
+clock to pass them: the thing awaited is time itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from servers import Server, free_port
+
+from dramatiq_slots.errors import LedgerArgumentError, LedgerError, LedgerUnavailable
+from dramatiq_slots.ledger import Admission, Ledger, Want
+
+LONG = 60_000  # ms; never expires during a test
+SHORT = 300  # ms; expires during a test
+
+
+def token(n: int, host: str = "host-a") -> str:
+    return f"{host}:{1000 + n}:1:{n}"
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def tokens_of(ledger: Ledger, key: str) -> set[str]:
+    return {h.token for h in ledger.holders(key)}
+
+
+def score(client: redis.Redis, key: str, member: str) -> float | None:
+    return client.zscore(key, member)
+
+
+# -- admission ---------------------------------------------------------------------
+
+
+def test_admits_up_to_capacity_then_refuses(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    for n in range(3):
+        assert lg.acquire(token(n), [Want(key, 3)], ttl_ms=LONG) == Admission(admitted=True)
+        assert lg.in_use(key) == n + 1
+    refused = lg.acquire(token(3), [Want(key, 3)], ttl_ms=LONG)
+    assert refused == Admission(admitted=False, full=key)
+    assert score(lg.client, key, token(3)) is None
+    assert lg.in_use(key) == 3
+    assert tokens_of(lg, key) == {token(0), token(1), token(2)}
+    # Capacity is whatever each acquire says: a larger one lets the newcomer in.
+    assert lg.acquire(token(3), [Want(key, 4)], ttl_ms=LONG).admitted
+    assert lg.in_use(key) == 4
+
+
+def test_acquire_needs_a_ledger(engine_ledger: Ledger) -> None:
+    with pytest.raises(ValueError, match="at least one ledger"):
+        engine_ledger.acquire(token(1), [], ttl_ms=LONG)
+
+
+def test_all_or_nothing_across_two_ledgers(engine_ledger: Ledger) -> None:
+    lg, client = engine_ledger, engine_ledger.client
+    a, b = lg.keys.queue("a"), lg.keys.runtime_key("user:1")
+    assert lg.acquire(token(0), [Want(b, 1)], ttl_ms=LONG).admitted
+
+    refused = lg.acquire(token(1), [Want(a, 2), Want(b, 1)], ttl_ms=LONG)
+    assert refused == Admission(admitted=False, full=b)
+    # Refused on the second ledger: nothing was written on the first.
+    assert score(client, a, token(1)) is None
+    assert client.exists(a) == 0
+    assert lg.in_use(a) == 0
+
+    # Both with room: held on both.
+    assert lg.acquire(token(2), [Want(a, 2), Want(lg.keys.runtime_key("user:2"), 1)], ttl_ms=LONG).admitted
+    assert score(client, a, token(2)) is not None
+    assert score(client, lg.keys.runtime_key("user:2"), token(2)) is not None
+
+
+def test_refusal_names_the_first_full_ledger(engine_ledger: Ledger) -> None:
+    lg = engine_ledger
+    a, b, c = (lg.keys.queue(n) for n in "abc")
+    for key in (a, b):
+        assert lg.acquire(token(0), [Want(key, 1)], ttl_ms=LONG).admitted
+    assert lg.acquire(token(1), [Want(c, 1), Want(b, 1), Want(a, 1)], ttl_ms=LONG).full == b
+    assert lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG).full == a
+    assert lg.client.exists(c) == 0
+
+
+# -- replay ------------------------------------------------------------------------------
+
+
+def test_replay_is_admitted_without_counting_twice(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    assert lg.acquire(token(1), [Want(key, 1)], ttl_ms=LONG) == Admission(admitted=True, replayed=False)
+    # Capacity 1 and already full, yet the same token is admitted again: it is its own hold.
+    assert lg.acquire(token(1), [Want(key, 1)], ttl_ms=LONG) == Admission(admitted=True, replayed=True)
+    assert lg.in_use(key) == 1
+    assert lg.client.zcard(key) == 1
+    assert not lg.acquire(token(2), [Want(key, 1)], ttl_ms=LONG).admitted
+
+
+def test_replay_refreshes_the_hold(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.acquire(token(1), [Want(key, 1)], ttl_ms=1_000)
+    before = score(lg.client, key, token(1))
+    assert lg.acquire(token(1), [Want(key, 1)], ttl_ms=LONG).replayed
+    after = score(lg.client, key, token(1))
+    assert before is not None
+    assert after is not None
+    assert after - before > LONG - 1_000 - 5_000
+
+
+def test_partial_replay_takes_the_missing_ledger(engine_ledger: Ledger) -> None:
+    lg = engine_ledger
+    a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
+    lg.acquire(token(1), [Want(a, 1)], ttl_ms=LONG)
+    # Holds a, not b: not a replay, and b is counted once.
+    assert lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG) == Admission(admitted=True)
+    assert (lg.in_use(a), lg.in_use(b)) == (1, 1)
+    assert lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG).replayed
+
+
+def test_partial_replay_refused_leaves_the_held_ledger_alone(engine_ledger: Ledger) -> None:
+    lg = engine_ledger
+    a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
+    lg.acquire(token(1), [Want(a, 1)], ttl_ms=LONG)
+    lg.acquire(token(2), [Want(b, 1)], ttl_ms=LONG)
+    before = score(lg.client, a, token(1))
+    assert lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG) == Admission(admitted=False, full=b)
+    assert score(lg.client, a, token(1)) == before
+    assert score(lg.client, b, token(1)) is None
+
+
+# -- expiry --------------------------------------------------------------------------------
+
+
+def test_a_silent_hold_expires_and_its_slot_goes_to_a_newcomer(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    # Token 0's long hold keeps the key alive, so token 1's member outlives its hold.
+    assert lg.acquire(token(0), [Want(key, 2)], ttl_ms=LONG).admitted
+    assert lg.acquire(token(1), [Want(key, 2)], ttl_ms=SHORT).admitted
+    assert lg.acquire(token(2), [Want(key, 2)], ttl_ms=LONG) == Admission(admitted=False, full=key)
+    wait_until(lambda: lg.in_use(key) == 1, "the short hold to expire")
+    assert tokens_of(lg, key) == {token(0)}
+    assert lg.client.zcard(key) == 2  # the expired member is still there...
+    assert lg.acquire(token(2), [Want(key, 2)], ttl_ms=LONG) == Admission(admitted=True)
+    assert score(lg.client, key, token(1)) is None  # ...until the newcomer's acquire swept it
+    assert tokens_of(lg, key) == {token(0), token(2)}
+
+
+def test_a_lone_expired_hold_frees_its_slot(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    assert lg.acquire(token(1), [Want(key, 1)], ttl_ms=SHORT).admitted
+    assert lg.acquire(token(2), [Want(key, 1)], ttl_ms=LONG) == Admission(admitted=False, full=key)
+    wait_until(lambda: lg.in_use(key) == 0, "the short hold to expire")
+    assert lg.holders(key) == []
+    assert lg.acquire(token(2), [Want(key, 1)], ttl_ms=LONG) == Admission(admitted=True)
+    assert tokens_of(lg, key) == {token(2)}
+
+
+def test_abandoned_ledger_key_vanishes(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.acquire(token(1), [Want(key, 5)], ttl_ms=SHORT)
+    assert 0 < lg.client.pttl(key) <= SHORT
+    wait_until(lambda: lg.client.exists(key) == 0, "the abandoned ledger key to expire")
+
+
+def test_key_ttl_follows_its_longest_hold(engine_ledger: Ledger) -> None:
+    lg, client, key = engine_ledger, engine_ledger.client, engine_ledger.keys.queue("q")
+    lg.acquire(token(1), [Want(key, 5)], ttl_ms=LONG)
+    lg.acquire(token(2), [Want(key, 5)], ttl_ms=10_000)
+    # The later, shorter hold did not shorten the key's life.
+    assert LONG - 5_000 < client.pttl(key) <= LONG
+    # The long hold, refreshed shorter by a beat: the key now lives as long as token 2's hold.
+    assert lg.beat([(key, token(1))], ttl_ms=2_000) == []
+    assert 2_000 < client.pttl(key) <= 10_000
+    # A re-asserted hold extends it again.
+    lg.reassert([(key, token(3))], ttl_ms=30_000)
+    assert 25_000 < client.pttl(key) <= 30_000
+    # A replay too.
+    lg.acquire(token(2), [Want(key, 5)], ttl_ms=LONG)
+    assert LONG - 5_000 < client.pttl(key) <= LONG
+
+
+# -- release -------------------------------------------------------------------------------
+
+
+def test_release_removes_only_its_own_member(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.acquire(token(1), [Want(key, 2)], ttl_ms=LONG)
+    lg.acquire(token(2), [Want(key, 2)], ttl_ms=LONG)
+    assert lg.release(token(1), [key]) == 1
+    assert score(lg.client, key, token(1)) is None
+    assert tokens_of(lg, key) == {token(2)}
+    assert lg.release(token(1), [key]) == 0
+    assert tokens_of(lg, key) == {token(2)}
+    assert lg.release(token(9), [key]) == 0
+    assert lg.in_use(key) == 1
+
+
+def test_release_counts_each_ledger(engine_ledger: Ledger) -> None:
+    lg = engine_ledger
+    a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
+    lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG)
+    assert lg.release(token(1), [a, b]) == 2
+    assert (lg.in_use(a), lg.in_use(b)) == (0, 0)
+    assert lg.release(token(1), [a, b]) == 0
+    assert lg.release(token(1), []) == 0
+
+
+def test_release_after_expiry_frees_nobody(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.acquire(token(1), [Want(key, 2)], ttl_ms=SHORT)
+    lg.acquire(token(2), [Want(key, 2)], ttl_ms=LONG)
+    wait_until(lambda: lg.in_use(key) == 1, "token 1's hold to expire")
+    # Its member is still in the set (nothing swept it), but it held nothing any more.
+    assert score(lg.client, key, token(1)) is not None
+    assert lg.release(token(1), [key]) == 0
+    assert tokens_of(lg, key) == {token(2)}
+    assert lg.in_use(key) == 1
+
+
+# -- beat ----------------------------------------------------------------------------------
+
+
+def test_beat_refreshes_holds(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.acquire(token(1), [Want(key, 1)], ttl_ms=1_000)
+    (held,) = lg.holders(key)
+    assert held.seconds_left <= 1.0
+    assert lg.beat([(key, token(1))], ttl_ms=LONG) == []
+    (held,) = lg.holders(key)
+    assert held.seconds_left > (LONG - 5_000) / 1000
+
+
+def test_beat_reports_a_deleted_hold_and_does_not_recreate_it(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.acquire(token(1), [Want(key, 2)], ttl_ms=LONG)
+    lg.acquire(token(2), [Want(key, 2)], ttl_ms=LONG)
+    assert lg.client.zrem(key, token(1)) == 1  # Redis lost it (restart, failover)
+    assert lg.beat([(key, token(1)), (key, token(2))], ttl_ms=LONG) == [(key, token(1))]
+    assert score(lg.client, key, token(1)) is None
+    assert tokens_of(lg, key) == {token(2)}
+
+
+def test_beat_reports_an_expired_hold_and_does_not_refresh_it(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.acquire(token(1), [Want(key, 2)], ttl_ms=SHORT)
+    lg.acquire(token(2), [Want(key, 2)], ttl_ms=LONG)  # keeps the key alive past token 1's expiry
+    wait_until(lambda: lg.in_use(key) == 1, "token 1's hold to expire")
+    assert score(lg.client, key, token(1)) is not None  # expired, not yet swept
+    assert lg.beat([(key, token(1)), (key, token(2))], ttl_ms=LONG) == [(key, token(1))]
+    assert score(lg.client, key, token(1)) is None
+    assert tokens_of(lg, key) == {token(2)}
+
+
+def test_beat_after_release_does_not_resurrect(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.acquire(token(1), [Want(key, 1)], ttl_ms=LONG)
+    lg.release(token(1), [key])
+    assert lg.beat([(key, token(1))], ttl_ms=LONG) == [(key, token(1))]
+    assert lg.client.exists(key) == 0
+
+
+def test_beat_performs_pending_releases_in_the_same_call(engine_ledger: Ledger) -> None:
+    lg, client = engine_ledger, engine_ledger.client
+    a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
+    lg.acquire(token(1), [Want(a, 9)], ttl_ms=1_000)
+    lg.acquire(token(2), [Want(a, 9)], ttl_ms=LONG)
+    lg.acquire(token(3), [Want(b, 9)], ttl_ms=LONG)
+    lg.acquire(token(4), [Want(b, 9)], ttl_ms=LONG)
+    lost = lg.beat(
+        [(a, token(1)), (a, token(8)), (b, token(4))],
+        [(a, token(2)), (b, token(3)), (b, token(9))],
+        ttl_ms=LONG,
+    )
+    assert lost == [(a, token(8))]  # indexes map back to the refresh pairs, releases are never "lost"
+    assert score(client, a, token(2)) is None
+    assert score(client, b, token(3)) is None
+    assert tokens_of(lg, a) == {token(1)}
+    assert tokens_of(lg, b) == {token(4)}
+    (refreshed,) = lg.holders(a)
+    assert refreshed.seconds_left > (LONG - 5_000) / 1000
+
+
+def test_beat_with_only_releases(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.acquire(token(1), [Want(key, 1)], ttl_ms=LONG)
+    assert lg.beat([], [(key, token(1))], ttl_ms=LONG) == []
+    assert lg.in_use(key) == 0
+    assert lg.beat([], ttl_ms=LONG) == []
+
+
+# -- reassert --------------------------------------------------------------------------------
+
+
+def test_reassert_readds_over_capacity(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.acquire(token(1), [Want(key, 1)], ttl_ms=LONG)
+    assert lg.reassert([(key, token(2))], ttl_ms=LONG) == [2]
+    assert lg.in_use(key) == 2
+    assert tokens_of(lg, key) == {token(1), token(2)}
+    # Over capacity: newcomers wait until it drains.
+    assert lg.acquire(token(3), [Want(key, 1)], ttl_ms=LONG) == Admission(admitted=False, full=key)
+    lg.release(token(1), [key])
+    assert not lg.acquire(token(3), [Want(key, 1)], ttl_ms=LONG).admitted
+    lg.release(token(2), [key])
+    assert lg.acquire(token(3), [Want(key, 1)], ttl_ms=LONG).admitted
+
+
+def test_reassert_returns_live_counts_per_ledger(engine_ledger: Ledger) -> None:
+    lg, client = engine_ledger, engine_ledger.client
+    a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
+    lg.acquire(token(1), [Want(a, 5)], ttl_ms=LONG)
+    lg.acquire(token(2), [Want(a, 5)], ttl_ms=LONG)
+    client.zadd(b, {"ghost:1:1:1": 1})  # an expired member (score far in the past)
+    assert lg.reassert([(a, token(3)), (b, token(4))], ttl_ms=LONG) == [3, 1]
+    assert score(client, b, "ghost:1:1:1") is None  # swept
+    # A hold that is still live is refreshed, not counted twice.
+    assert lg.reassert([(a, token(1))], ttl_ms=LONG) == [3]
+    assert lg.reassert([], ttl_ms=LONG) == []
+
+
+# -- scripts and arguments -----------------------------------------------------------------------
+
+
+def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
+    lg, client = engine_ledger, engine_ledger.client
+    key = lg.keys.queue("q")
+    scripts = [lg._acquire, lg._release, lg._beat, lg._reassert, lg._holders, lg._in_use]
+    lg.acquire(token(0), [Want(key, 9)], ttl_ms=LONG)  # every script loaded once...
+    lg.release(token(0), [key])
+    lg.beat([(key, token(0))], ttl_ms=LONG)
+    lg.reassert([(key, token(0))], ttl_ms=LONG)
+    lg.holders(key)
+    lg.in_use(key)
+    assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
+
+    client.script_flush()  # ...then forgotten: every EVALSHA now answers NOSCRIPT
+    assert client.script_exists(*(s.sha for s in scripts)) == [False] * len(scripts)
+
+    assert lg.acquire(token(1), [Want(key, 9)], ttl_ms=LONG).admitted
+    assert lg.release(token(0), [key]) == 1
+    assert lg.beat([(key, token(1)), (key, token(7))], ttl_ms=LONG) == [(key, token(7))]
+    assert lg.reassert([(key, token(2))], ttl_ms=LONG) == [2]
+    assert tokens_of(lg, key) == {token(1), token(2)}
+    assert lg.in_use(key) == 2
+    assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
+
+
+BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int]] = [
+    ("acquire-capacity-0", lambda lg, a, b: lg.acquire(token(1), [Want(a, 0)], ttl_ms=LONG), "acquire", 3),
+    (
+        "acquire-second-capacity-0",
+        lambda lg, a, b: lg.acquire(token(1), [Want(a, 1), Want(b, 0)], ttl_ms=LONG),
+        "acquire",
+        4,
+    ),
+    (
+        "acquire-capacity-fraction",
+        lambda lg, a, b: lg.acquire(token(1), [Want(a, 1.5)], ttl_ms=LONG),  # type: ignore[arg-type]
+        "acquire",
+        3,
+    ),
+    ("acquire-ttl-0", lambda lg, a, b: lg.acquire(token(1), [Want(a, 1)], ttl_ms=0), "acquire", 2),
+    ("acquire-ttl-negative", lambda lg, a, b: lg.acquire(token(1), [Want(a, 1)], ttl_ms=-5), "acquire", 2),
+    (
+        "acquire-ttl-fraction",
+        lambda lg, a, b: lg.acquire(token(1), [Want(a, 1)], ttl_ms=2.5),  # type: ignore[arg-type]
+        "acquire",
+        2,
+    ),
+    ("acquire-empty-token", lambda lg, a, b: lg.acquire("", [Want(a, 1)], ttl_ms=LONG), "acquire", 1),
+    ("beat-ttl-0", lambda lg, a, b: lg.beat([(a, token(1))], [(b, token(2))], ttl_ms=0), "beat", 1),
+    ("reassert-ttl-0", lambda lg, a, b: lg.reassert([(a, token(1)), (b, token(2))], ttl_ms=0), "reassert", 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "script", "index"), [c[1:] for c in BAD_ARGUMENTS], ids=[c[0] for c in BAD_ARGUMENTS]
+)
+def test_bad_arguments_are_refused_naming_the_argv_index(
+    engine_ledger: Ledger, call: Callable[[Ledger, str, str], object], script: str, index: int
+) -> None:
+    lg = engine_ledger
+    a, b = lg.keys.queue("a"), lg.keys.runtime_key("b")
+    with pytest.raises(LedgerArgumentError) as caught:
+        call(lg, a, b)
+    assert str(caught.value) == f"{script}.lua refused ARGV[{index}]"
+    assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, LedgerError)
+    assert lg.client.exists(a, b) == 0  # nothing written
+
+
+# -- unavailable -------------------------------------------------------------------------------
+
+OPERATIONS: list[tuple[str, Callable[[Ledger, str], object]]] = [
+    ("acquire", lambda lg, k: lg.acquire(token(1), [Want(k, 1)], ttl_ms=LONG)),
+    ("release", lambda lg, k: lg.release(token(1), [k])),
+    ("beat", lambda lg, k: lg.beat([(k, token(1))], ttl_ms=LONG)),
+    ("reassert", lambda lg, k: lg.reassert([(k, token(1))], ttl_ms=LONG)),
+    ("in_use", lambda lg, k: lg.in_use(k)),
+    ("holders", lambda lg, k: lg.holders(k)),
+    ("ledgers", lambda lg, k: lg.ledgers()),
+]
+
+
+@pytest.fixture
+def closed_port_client() -> Iterator[tuple[redis.Redis, int, str]]:
+    port = free_port()  # nothing listens there: it was free a moment ago and nothing here binds it
+    password = "closed-port-secret-3141"
+    client = redis.Redis(
+        host="127.0.0.1",
+        port=port,
+        password=password,
+        socket_connect_timeout=2,
+        retry=Retry(NoBackoff(), 0),
+    )
+    yield client, port, password
+    client.close()
+
+
+@pytest.mark.parametrize("operation", [op for _, op in OPERATIONS], ids=[name for name, _ in OPERATIONS])
+def test_unavailable_on_a_closed_port(
+    closed_port_client: tuple[redis.Redis, int, str],
+    key_prefix: str,
+    operation: Callable[[Ledger, str], object],
+) -> None:
+    client, port, password = closed_port_client
+    lg = Ledger(client, key_prefix=key_prefix)
+    with pytest.raises(LedgerUnavailable) as caught:
+        operation(lg, lg.keys.queue("q"))
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}" in message
+    assert password not in message
+    assert password not in repr(lg)
+
+
+def test_unavailable_with_a_wrong_password(
+    engine_server: Server, server_factory: Callable[..., Server], key_prefix: str
+) -> None:
+    real, wrong = "the-real-secret-2718", "a-wrong-secret-1618"
+    server = server_factory(engine_server.kind, password=real)
+    for password in (wrong, None):
+        no_retry = Retry(NoBackoff(), 0)
+        with redis.Redis(host="127.0.0.1", port=server.port, password=password, retry=no_retry) as c:
+            lg = Ledger(c, key_prefix=key_prefix)
+            for _, operation in OPERATIONS:
+                with pytest.raises(LedgerUnavailable) as caught:
+                    operation(lg, lg.keys.queue("q"))
+                message = str(caught.value)
+                assert f"127.0.0.1:{server.port}" in message
+                assert wrong not in message
+                assert real not in message
+            assert wrong not in repr(lg)
+    # The control: with the right password the same calls work.
+    with server.client() as c:
+        lg = Ledger(c, key_prefix=key_prefix)
+        assert lg.acquire(token(1), [Want(lg.keys.queue("q"), 1)], ttl_ms=LONG).admitted
+        assert real not in repr(lg)
+
+
+# -- inspection -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tok", "host", "pid"),
+    [
+        ("web-1.example.com:4242:7:3", "web-1.example.com", 4242),
+        ("fe80::1:99:140245:12", "fe80::1", 99),  # an IPv6 host keeps its colons
+        ("lonely", "lonely", None),  # not a claim token: no pid
+        ("host:notapid:1:2", "host", None),
+    ],
+)
+def test_holders_parse_tokens(engine_ledger: Ledger, tok: str, host: str, pid: int | None) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.acquire(tok, [Want(key, 1)], ttl_ms=LONG)
+    (held,) = lg.holders(key)
+    assert (held.token, held.host, held.pid) == (tok, host, pid)
+    assert isinstance(held.token, str)
+
+
+def test_holders_are_live_only_and_soonest_first(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.acquire(token(1), [Want(key, 9)], ttl_ms=30_000)
+    lg.acquire(token(2), [Want(key, 9)], ttl_ms=10_000)
+    lg.acquire(token(3), [Want(key, 9)], ttl_ms=20_000)
+    lg.client.zadd(key, {token(4): 1})  # expired long ago, not yet swept
+    holders = lg.holders(key)
+    assert [h.token for h in holders] == [token(2), token(3), token(1)]
+    for held, ttl in zip(holders, (10, 20, 30), strict=True):
+        assert ttl - 5 < held.seconds_left <= ttl
+    assert lg.in_use(key) == 3
+    assert lg.client.zcard(key) == 4
+
+
+def test_ledgers_lists_only_this_prefix(engine_ledger: Ledger, key_prefix: str) -> None:
+    lg, client = engine_ledger, engine_ledger.client
+    mine = [lg.keys.queue("q1"), lg.keys.runtime_key("user:1")]
+    for n, key in enumerate(mine):
+        lg.acquire(token(n), [Want(key, 1)], ttl_ms=LONG)
+    # Neighbours (all start with key_prefix, so the fixture cleans them up):
+    longer = Ledger(client, key_prefix=f"{key_prefix}x")  # a prefix that extends ours
+    longer.acquire(token(5), [Want(longer.keys.queue("q1"), 1)], ttl_ms=LONG)
+    globbed = Ledger(client, key_prefix=f"{key_prefix}[x]")  # glob characters in a prefix
+    globbed.acquire(token(6), [Want(globbed.keys.queue("q9"), 1)], ttl_ms=LONG)
+    client.set(f"{key_prefix}:unrelated", "1", ex=60)  # under our prefix, not a ledger
+    client.set(f"{key_prefix}:queue", "1", ex=60)  # no name part separator
+
+    assert lg.ledgers() == sorted(mine)
+    assert longer.ledgers() == [longer.keys.queue("q1")]
+    assert globbed.ledgers() == [globbed.keys.queue("q9")]
+    assert Ledger(client, key_prefix=f"{key_prefix}-none").ledgers() == []
+
+
+def test_repr_names_the_address_not_credentials(engine_server: Server) -> None:
+    with redis.Redis(host="127.0.0.1", port=engine_server.port, password="repr-secret-99") as c:
+        text = repr(Ledger(c, key_prefix="p"))
+    assert text == f"Ledger(127.0.0.1:{engine_server.port}/0, key_prefix='p')"
+
+
+# -- decoded clients ------------------------------------------------------------------------
+
+
+def test_works_with_decode_responses(engine_server: Server, engine_ledger: Ledger, key_prefix: str) -> None:
+    client = engine_server.client(decode_responses=True)
+    try:
+        lg = Ledger(client, key_prefix=key_prefix)
+        a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
+        assert lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG) == Admission(admitted=True)
+        assert lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG).replayed
+        assert lg.acquire(token(2), [Want(a, 1)], ttl_ms=LONG) == Admission(admitted=False, full=a)
+        (held,) = lg.holders(a)
+        assert held.token == token(1)
+        assert held.pid == 1001
+        assert lg.in_use(a) == 1
+        assert lg.ledgers() == sorted([a, b])
+        assert lg.beat([(a, token(1)), (a, token(3))], ttl_ms=LONG) == [(a, token(3))]
+        assert lg.reassert([(a, token(3))], ttl_ms=LONG) == [2]
+        assert lg.release(token(1), [a, b]) == 2
+        with pytest.raises(LedgerArgumentError, match=r"ARGV\[2\]"):
+            lg.acquire(token(4), [Want(a, 1)], ttl_ms=0)
+        # The bytes client behind engine_ledger sees the same state.
+        assert engine_ledger.holders(a)[0].token == token(3)
+    finally:
+        client.close()

@@ -1,0 +1,262 @@
+"""Cluster-wide caps across real, independent ``dramatiq`` process groups.
+
+Every test runs ``dramatiq tests.multiprocess.app`` command lines, each in
+its own session (a "host" that ``os.killpg`` takes down whole), configured by
+environment only, against the session's throwaway Redis. What really ran is
+measured by the probe (:mod:`tests.multiprocess.probe`): the jobs record
+themselves, atomically, in keys the ledger never sees, and the assertions
+are on those records, not on the ledger. The ledger is read only to time how
+long a killed group's holds outlive it.
+
+The control test runs the same topology without Slots, to show the probe
+does see overlap beyond the cap when nothing enforces it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from servers import RedisTarget
+
+from tests.multiprocess.harness import (
+    CAPPED_SCOPE,
+    AppConfig,
+    Backlog,
+    Cluster,
+    WorkerGroup,
+    key_scope,
+    wait_until,
+)
+from tests.multiprocess.probe import max_overlap
+
+pytestmark = pytest.mark.slow
+
+CAP = 3
+HOLD_TTL = 2_000
+BEAT = 300
+KEYS = ("alpha", "beta", "gamma")
+
+#: How often the kill test polls the ledger for the killed group's holds (s).
+POLL_S = 0.05
+#: Allowed on top of hold_ttl + beat_interval when timing a killed group's holds:
+#: one poll period, plus the Redis round trip and the test's own scheduling on a loaded machine.
+KILL_TOLERANCE_S = POLL_S + 0.25
+
+#: Deadlines (s). Generous for a noisy 2-core machine, but bounded.
+BOOT_TIMEOUT = 60.0
+RUN_TIMEOUT = 90.0
+
+
+@pytest.fixture
+def mp_config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
+    """Every key the workers write (broker, ledger, probe) starts with this test's ``key_prefix``."""
+    return AppConfig(
+        redis_url=redis_server.url,
+        namespace=f"{key_prefix}-broker",
+        key_prefix=key_prefix,
+        probe_prefix=f"{key_prefix}-probe",
+        capacity=CAP,
+        hold_ttl=HOLD_TTL,
+        beat_interval=BEAT,
+        defer_min_backoff=50,
+        defer_max_backoff=500,
+    )
+
+
+@pytest.fixture
+def make_cluster(
+    mp_config: AppConfig, redis_client: redis.Redis, tmp_path: Path
+) -> Iterator[Callable[..., Cluster]]:
+    """``make_cluster(**config overrides)``; every group of every cluster is killed after the test."""
+    clusters: list[Cluster] = []
+
+    def make(**overrides: Any) -> Cluster:
+        cluster = Cluster(mp_config.replace(**overrides), redis_client, tmp_path)
+        clusters.append(cluster)
+        return cluster
+
+    yield make
+    errors: list[BaseException] = []
+    for cluster in clusters:
+        try:
+            cluster.close()
+        except BaseException as e:
+            errors.append(e)
+    if errors:
+        raise errors[0]
+
+
+def _start(cluster: Cluster, *names: str, processes: int = 1, threads: int = 4) -> list[WorkerGroup]:
+    groups = [cluster.start_group(name, processes=processes, threads=threads) for name in names]
+    cluster.wait_ready(*groups, timeout=BOOT_TIMEOUT)
+    return groups
+
+
+# -- control ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(150)
+def test_control_without_slots_the_probe_sees_overlap(make_cluster: Callable[..., Cluster]) -> None:
+    # Same topology and load as the tests below, Slots left out: the probe
+    # must see more than CAP capped jobs at once, and same-key jobs overlap.
+    cluster = make_cluster(slots=False, broker_heartbeat_timeout=30_000)
+    _start(cluster, "c1", "c2")
+
+    sent = cluster.send_capped(40)
+    cluster.wait_all_ran(sent, timeout=RUN_TIMEOUT)
+    keyed = cluster.send_keyed(KEYS, 6)
+    cluster.wait_all_ran(keyed, timeout=RUN_TIMEOUT)
+
+    peak = cluster.probe.peak(CAPPED_SCOPE)
+    key_peaks = {key: cluster.probe.peak(key_scope(key)) for key in KEYS}
+    print(f"\nMEASURE control: capped peak {peak} (cap would be {CAP}); per-key peaks {key_peaks}")
+    assert peak > CAP, f"the probe never saw more than {CAP} jobs at once without Slots\n{cluster.tails()}"
+    assert max(key_peaks.values()) > 1, f"same-key jobs never overlapped without Slots: {key_peaks}"
+
+
+# -- a. queue capacity across independent groups -----------------------------------
+
+
+@pytest.mark.timeout(150)
+def test_queue_capacity_is_cluster_wide_across_process_groups(make_cluster: Callable[..., Cluster]) -> None:
+    # Fault-free: a long broker heartbeat timeout, so no live worker is ever taken for dead.
+    cluster = make_cluster(broker_heartbeat_timeout=30_000)
+    _start(cluster, "g1", "g2")  # 2 hosts x 1 process x 4 threads = 8 threads for 3 slots
+
+    sent = cluster.send_capped(40)
+    cluster.wait_all_ran(sent, timeout=RUN_TIMEOUT)
+
+    runs = cluster.probe.runs(CAPPED_SCOPE)
+    peak = cluster.probe.peak(CAPPED_SCOPE)
+    print(f"\nMEASURE capacity: peak {peak} of cap {CAP}, {len(runs)} runs for {len(sent)} messages")
+    assert peak <= CAP, f"{peak} capped jobs ran at once, cap {CAP}\n{cluster.tails()}"
+    assert max_overlap(runs) <= CAP
+    assert peak == CAP, f"the cap was never used: peak {peak} < {CAP}"
+    assert {r.message_id for r in runs} == set(sent), "some message never ran"
+    assert len(runs) == len(sent), "a message ran twice in a fault-free run"
+    assert {r.group for r in runs} == {"g1", "g2"}, "one group did all the work: not a cross-group test"
+
+
+# -- b. runtime-unique keys across groups ---------------------------------------------
+
+
+@pytest.mark.timeout(150)
+def test_runtime_key_is_unique_across_process_groups(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(broker_heartbeat_timeout=30_000)
+    _start(cluster, "g1", "g2")
+
+    sent = cluster.send_keyed(KEYS, 6)
+    cluster.wait_all_ran(sent, timeout=RUN_TIMEOUT)
+
+    runs = cluster.probe.runs()
+    key_peaks = {key: cluster.probe.peak(key_scope(key)) for key in KEYS}
+    across = max_overlap(runs)
+    print(f"\nMEASURE runtime keys: per-key peaks {key_peaks}, different keys at once: {across}")
+    assert key_peaks == dict.fromkeys(KEYS, 1), f"a runtime key ran twice at once: {key_peaks}"
+    for key in KEYS:
+        assert max_overlap(cluster.probe.runs(key_scope(key))) == 1
+    assert {r.message_id for r in runs} == set(sent), "some message never ran"
+    assert len(runs) == len(sent), "a message ran twice in a fault-free run"
+    assert across >= 2, "different keys never ran at once: the key acted as a global lock"
+
+
+# -- c. a SIGKILLed group's holds age out, and its capacity comes back ---------------------------
+
+
+def _kill_round(cluster: Cluster, victim: WorkerGroup, job_ms: int, backlog: Backlog) -> dict[str, float]:
+    """SIGKILL ``victim`` while it holds capped slots; time how long its holds outlive it."""
+    pids = cluster.pids_of(victim)
+    fresh_us = (job_ms - 500) * 1000
+
+    def holding_a_fresh_job() -> bool:
+        # A run of the victim that started < job_ms - 500 ms ago is still running (and
+        # holding its slot) for at least 500 ms more: the kill lands while it holds.
+        backlog.top_up()  # the survivors must not drain the queue before the victim gets a slot
+        now = cluster.probe.now_us()
+        fresh = any(
+            r.pid in pids and r.end is None and now - r.start < fresh_us
+            for r in cluster.probe.runs(CAPPED_SCOPE)
+        )
+        return fresh and bool(cluster.holders_of(pids))
+
+    wait_until(
+        holding_a_fresh_job,
+        timeout=RUN_TIMEOUT,
+        what=f"group {victim.name} to run a capped job",
+        interval=0.02,
+        context=cluster.tails,
+    )
+    kill = cluster.kill_group(victim)
+    assert kill.held, f"group {victim.name} held no slot when killed\n{cluster.tails()}"
+    # Fresh work, so the survivors can fill every slot as soon as the ledger lets them
+    # (the victim's own messages come back only after the broker's heartbeat timeout).
+    backlog.send(3 * CAP)
+
+    bound = (HOLD_TTL + BEAT) / 1000 + KILL_TOLERANCE_S
+    released_after = cluster.wait_holds_gone(kill, timeout=bound + 30, interval=POLL_S)
+    assert released_after <= bound, (
+        f"the holds of killed group {victim.name} outlived it by {released_after:.2f}s, more than "
+        f"hold_ttl + beat_interval + tolerance = {bound:.2f}s\n{cluster.tails()}"
+    )
+
+    # Capacity really comes back: the survivors run CAP jobs at once again.
+    def at_cap() -> float:
+        return time.monotonic() if cluster.probe.running(CAPPED_SCOPE) >= CAP else 0.0
+
+    cap_at = wait_until(
+        at_cap,
+        timeout=RUN_TIMEOUT,
+        what=f"the survivors to run {CAP} jobs at once after {victim.name} was killed",
+        interval=0.02,
+        context=cluster.tails,
+    )
+    return {
+        "held_at_kill": len(kill.held),
+        "holds_gone_s": round(released_after, 3),
+        "back_at_cap_s": round(cap_at - kill.at, 3),
+    }
+
+
+@pytest.mark.timeout(240)
+def test_killed_group_releases_its_slots_within_hold_ttl(make_cluster: Callable[..., Cluster]) -> None:
+    job_ms = 1_000
+    cluster = make_cluster(job_ms=job_ms, broker_heartbeat_timeout=3_000)
+    backlog = Backlog(cluster, depth=12)
+
+    # The victims have two worker processes each: os.killpg must take both down.
+    (a1,) = _start(cluster, "A1", processes=2, threads=2)
+    backlog.top_up()
+    wait_until(
+        lambda: (
+            cluster.probe.running(CAPPED_SCOPE) == CAP and len(cluster.holders_of(a1.worker_pids())) == CAP
+        ),
+        timeout=RUN_TIMEOUT,
+        what="A1 alone to run at the cap",
+        interval=0.02,
+        context=cluster.tails,
+    )
+    _start(cluster, "B")
+
+    assert len(cluster.pids_of(a1)) == 2
+    rounds = [_kill_round(cluster, a1, job_ms, backlog)]
+    # Once more, with a new host that has to win its slots from B.
+    (a2,) = _start(cluster, "A2", processes=2, threads=2)
+    rounds.append(_kill_round(cluster, a2, job_ms, backlog))
+
+    cluster.wait_all_ran(backlog.sent, timeout=RUN_TIMEOUT)
+    runs = cluster.probe.runs(CAPPED_SCOPE)
+    killed = {r.message_id for r in runs if r.killed}
+    peak = cluster.probe.peak(CAPPED_SCOPE)
+    print(
+        f"\nMEASURE kill: hold_ttl {HOLD_TTL} ms, beat {BEAT} ms; rounds {rounds}; peak {peak} of cap {CAP}; "
+        f"{len(backlog.sent)} messages, {len(runs)} runs, {len(killed)} cut short by a kill and run again"
+    )
+    assert peak <= CAP, f"{peak} capped jobs ran at once, cap {CAP}\n{cluster.tails()}"
+    assert max_overlap(runs) <= CAP
+    assert killed, "no run was cut short by the kills"
+    assert killed <= cluster.completed_ids(CAPPED_SCOPE), "a killed run was never redelivered"

@@ -1,0 +1,333 @@
+"""Bad input gets a clear error naming the actor and the option; good input is honoured."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.middleware import Middleware, MiddlewareError
+from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
+from servers import free_port
+
+from dramatiq_slots import (
+    DEFERRALS,
+    MAX_RUNTIME_KEY_BYTES,
+    URL_ENV,
+    ConfigurationError,
+    RuntimeKeyError,
+    Slots,
+    SlotsError,
+)
+from dramatiq_slots.ledger import Want
+from dramatiq_slots.middleware import AdmissionError
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
+@pytest.mark.parametrize("option", ["queue_capacity", "runtime_key_capacity", "defer_min_backoff"])
+def test_bad_numbers_are_refused_at_declaration(
+    broker: RedisBroker, add_slots: SlotsFactory, option: str, bad: Any
+) -> None:
+    add_slots()
+    with pytest.raises(ConfigurationError) as raised:
+        dramatiq.actor(lambda: None, actor_name="bad_actor", **{option: bad})
+    text = str(raised.value)
+    assert "'bad_actor'" in text and f"'{option}'" in text and repr(bad) in text
+    assert isinstance(raised.value, ValueError) and isinstance(raised.value, SlotsError)
+    assert "bad_actor" not in broker.actors
+
+
+def test_backoff_bounds_must_be_ordered(broker: RedisBroker, add_slots: SlotsFactory) -> None:
+    add_slots()
+    with pytest.raises(ConfigurationError, match=r"actor 'slow'.*defer_max_backoff \(50 ms\) must be >= "):
+        dramatiq.actor(lambda: None, actor_name="slow", defer_min_backoff=100, defer_max_backoff=50)
+
+
+@pytest.mark.parametrize("bad", ["", 3, b"key", ["k"]])
+def test_bad_key_options_are_refused_at_declaration(
+    broker: RedisBroker, add_slots: SlotsFactory, bad: Any
+) -> None:
+    add_slots()
+    with pytest.raises(ConfigurationError, match=r"actor 'keyed': option 'unique_at_runtime_key'"):
+        dramatiq.actor(lambda: None, actor_name="keyed", unique_at_runtime_key=bad)
+
+
+def test_two_actors_of_one_queue_must_agree_on_its_capacity(
+    broker: RedisBroker, add_slots: SlotsFactory
+) -> None:
+    add_slots()
+    dramatiq.actor(lambda: None, actor_name="first", queue_name="partner", queue_capacity=5)
+    dramatiq.actor(lambda: None, actor_name="same", queue_name="partner", queue_capacity=5)
+    with pytest.raises(ConfigurationError) as raised:
+        dramatiq.actor(lambda: None, actor_name="second", queue_name="partner", queue_capacity=3)
+    text = str(raised.value)
+    assert "actor 'second'" in text and "'queue_capacity'=3" in text and "5 from actor 'first'" in text
+
+
+def test_actor_capacity_must_agree_with_queue_capacities(
+    broker: RedisBroker, add_slots: SlotsFactory
+) -> None:
+    add_slots(queue_capacities={"partner": 2})
+    with pytest.raises(ConfigurationError, match=r"conflicts with 2 from Slots\(queue_capacities="):
+        dramatiq.actor(lambda: None, actor_name="x", queue_name="partner", queue_capacity=4)
+
+
+@pytest.mark.parametrize(
+    ("settings", "pattern"),
+    [
+        ({"key_prefix": ""}, r"Slots\(key_prefix=\.\.\.\): must be a non-empty str"),
+        ({"hold_ttl": 0}, r"Slots\(hold_ttl=\.\.\.\) must be a positive int, got 0"),
+        (
+            {"hold_ttl": 1000, "beat_interval": 1000},
+            r"beat_interval=\.\.\.\): must be < hold_ttl \(1000 ms\)",
+        ),
+        ({"hold_ttl": 1000, "beat_interval": 5000}, r"must be < hold_ttl"),
+        ({"beat_interval": 0}, r"Slots\(beat_interval=\.\.\.\) must be a positive int"),
+        (
+            {"defer_min_backoff": 500, "defer_max_backoff": 100},
+            r"Slots: defer_max_backoff \(100 ms\) must be >=",
+        ),
+        ({"queue_capacities": {"q": 0}}, r"queue_capacities=\{'q': \.\.\.\}\) must be a positive int, got 0"),
+        ({"url": "redis://x", "client": object()}, r"client= or url=, not both"),
+    ],
+)
+def test_bad_middleware_settings(settings: dict[str, Any], pattern: str) -> None:
+    with pytest.raises(ConfigurationError, match=pattern):
+        Slots(**settings)
+
+
+def test_default_beat_is_a_sixth_of_the_ttl() -> None:
+    assert Slots(hold_ttl=60_000).beat_interval == 10_000
+    assert Slots().hold_ttl == 60_000
+
+
+def test_no_redis_for_a_non_redis_broker_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(URL_ENV, raising=False)
+    stub = StubBroker()
+    stub.add_middleware(Slots())
+    with pytest.raises(ConfigurationError, match=r"Slots needs a Redis for its ledger.*StubBroker"):
+        dramatiq.actor(lambda: None, actor_name="capped", queue_capacity=1, broker=stub)
+    # Uncapped actors need no ledger at all.
+    dramatiq.actor(lambda: None, actor_name="plain", broker=stub)
+
+
+def test_ledger_url_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, redis_server: Any, key_prefix: str
+) -> None:
+    monkeypatch.setenv(URL_ENV, redis_server.url)
+    stub = StubBroker()
+    slots = Slots(key_prefix=key_prefix)
+    stub.add_middleware(slots)
+    dramatiq.actor(lambda: None, actor_name="capped", queue_capacity=1, broker=stub)
+    assert slots.ledger.client.ping()
+    assert slots.in_use("default") == 0
+    slots.ledger.client.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "pattern"),
+    [
+        ({"queue_capacity": 2}, r"message option 'queue_capacity': the capacity belongs to the queue"),
+        (
+            {"unique_at_runtime_key": 7},
+            r"message option 'unique_at_runtime_key' must be a str, True or False",
+        ),
+        ({"unique_at_runtime_key": ""}, r"message option 'unique_at_runtime_key' gave an empty key"),
+        ({"runtime_key_capacity": 0}, r"message option 'runtime_key_capacity' must be a positive int"),
+        ({"defer_max_backoff": -5}, r"message option 'defer_max_backoff' must be a positive int"),
+    ],
+)
+def test_bad_message_options_fail_at_send(
+    broker: RedisBroker, add_slots: SlotsFactory, options: dict[str, Any], pattern: str
+) -> None:
+    add_slots()
+
+    @dramatiq.actor(queue_name="sent")
+    def sent() -> None: ...
+
+    with pytest.raises(ConfigurationError, match=r"actor 'sent': " + pattern):
+        sent.send_with_options(**options)
+    assert broker.client.hlen(f"{broker.namespace}:sent.msgs") == 0
+
+
+KeyFn = Callable[..., Any]
+
+
+def _raises(account: int) -> str:
+    raise LookupError(f"no account {account}")
+
+
+@pytest.mark.parametrize(
+    ("key_fn", "pattern"),
+    [
+        (_raises, r"the key callable raised LookupError: no account 7"),
+        (lambda account: account, r"the key callable must give a str, got int 7"),
+        (lambda account: "", r"the key callable gave an empty key"),
+        (
+            lambda account: "x" * (MAX_RUNTIME_KEY_BYTES + 1),
+            rf"gave a key of {MAX_RUNTIME_KEY_BYTES + 1} bytes",
+        ),
+    ],
+)
+def test_a_bad_key_callable_fails_the_message_and_never_runs_it(
+    broker: RedisBroker,
+    add_slots: SlotsFactory,
+    probe: Probe,
+    caplog: pytest.LogCaptureFixture,
+    key_fn: KeyFn,
+    pattern: str,
+) -> None:
+    add_slots()
+
+    @dramatiq.actor(unique_at_runtime_key=key_fn, max_retries=0)
+    def sync(account: int) -> None:
+        probe.record("ran", account)
+
+    caplog.set_level(logging.ERROR)
+    sync.send(7)
+    with running_worker(broker, threads=1):
+        assert wait_until(lambda: broker.client.hlen(f"{broker.namespace}:default.XQ.msgs") == 1, timeout=10)
+    assert probe.runs == []
+    errors = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeKeyError)]
+    assert errors, [r.getMessage() for r in caplog.records]
+    text = str(errors[0].exc_info[1]) if errors[0].exc_info else ""
+    assert "actor 'sync': option 'unique_at_runtime_key'" in text
+    assert re.search(pattern, text), text
+
+
+def test_an_unreachable_ledger_defers_and_never_runs_unheld(
+    broker: RedisBroker, probe: Probe, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()
+    slots = Slots(
+        url=f"redis://:s3cret-pass@127.0.0.1:{port}/0",
+        key_prefix=key_prefix,
+        hold_ttl=3000,
+        beat_interval=300,
+        defer_min_backoff=20,
+        defer_max_backoff=100,
+    )
+    from dramatiq.middleware import TimeLimit
+
+    broker.add_middleware(slots, before=TimeLimit)
+
+    @dramatiq.actor(queue_name="blocked", queue_capacity=1)
+    def blocked() -> None:
+        probe.record("ran")
+
+    caplog.set_level(logging.DEBUG, logger="dramatiq_slots")
+    blocked.send()
+    try:
+        with running_worker(broker, threads=1):
+
+            def deferred_twice() -> bool:
+                return sum("Deferred message" in r.getMessage() for r in caplog.records) >= 2
+
+            assert wait_until(deferred_twice, timeout=15)
+    finally:
+        slots.heartbeat.stop()
+    assert probe.runs == []
+    messages = [r.getMessage() for r in caplog.records]
+    boot = [m for m in messages if "ledger's Redis at 127.0.0.1:" in m and "unreachable" in m]
+    assert boot, messages
+    assert any(f"127.0.0.1:{port}/0 is unreachable" in m and "deferring" in m for m in messages), messages
+    assert not any("s3cret-pass" in m for m in messages)
+
+
+def test_an_unexpected_admission_failure_never_runs_the_actor(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, caplog: pytest.LogCaptureFixture
+) -> None:
+    slots = add_slots()
+
+    class Broken(dict[str, Any]):
+        def get(self, key: str, default: Any = None) -> Any:
+            raise RuntimeError("boom")
+
+    @dramatiq.actor(queue_name="broken", queue_capacity=1, max_retries=0)
+    def broken() -> None:
+        probe.record("ran")
+
+    # Corrupt the actor's recorded options so planning raises a plain exception.
+    slots._queue_capacities = Broken(slots._queue_capacities)  # type: ignore[assignment]
+    caplog.set_level(logging.ERROR)
+    broken.send()
+    with running_worker(broker, threads=1):
+        assert wait_until(lambda: broker.client.hlen(f"{broker.namespace}:broken.XQ.msgs") == 1, timeout=10)
+    assert probe.runs == []
+    assert any(
+        r.exc_info and isinstance(r.exc_info[1], AdmissionError) and "actor 'broken'" in str(r.exc_info[1])
+        for r in caplog.records
+    )
+
+
+def test_a_message_backoff_must_fit_the_actors_bounds_at_send(
+    broker: RedisBroker, add_slots: SlotsFactory
+) -> None:
+    add_slots(defer_min_backoff=100, defer_max_backoff=1_000)
+
+    @dramatiq.actor(queue_name="bounded", queue_capacity=1)
+    def bounded() -> None: ...
+
+    with pytest.raises(ConfigurationError, match=r"actor 'bounded': defer_max_backoff \(50 ms\) must be >= "):
+        bounded.send_with_options(defer_max_backoff=50)
+    bounded.send_with_options(defer_min_backoff=10, defer_max_backoff=50)  # consistent together
+
+
+def test_a_permanent_ledger_error_fails_the_message_instead_of_waiting(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, caplog: pytest.LogCaptureFixture
+) -> None:
+    slots = add_slots()
+    # Not an outage: the ledger key holds the wrong type, so waiting cannot help.
+    slots.ledger.client.set(slots.keys.queue("wrongtype"), "not a sorted set")
+
+    @dramatiq.actor(queue_name="wrongtype", queue_capacity=1, max_retries=0)
+    def wrongtype() -> None:
+        probe.record("ran")
+
+    caplog.set_level(logging.ERROR)
+    wrongtype.send()
+    with running_worker(broker, threads=1):
+        assert wait_until(
+            lambda: broker.client.hlen(f"{broker.namespace}:wrongtype.XQ.msgs") == 1, timeout=10
+        )
+    assert probe.runs == []
+    failures = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], AdmissionError)]
+    assert failures and "WRONGTYPE" in str(failures[0].exc_info[1] if failures[0].exc_info else "")
+    assert len(slots.registry) == 0
+
+
+class _NoCopies(MiddlewareError):
+    pass
+
+
+class _RefuseDeferredCopies(Middleware):
+    """Refuses deferred copies with a MiddlewareError (which dramatiq lets through)."""
+
+    def before_enqueue(self, broker: dramatiq.Broker, message: Any, delay: int) -> None:
+        if DEFERRALS in message.options:
+            raise _NoCopies("no deferred copies here")
+
+
+def test_a_deferral_the_broker_refuses_fails_the_message(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker.add_middleware(_RefuseDeferredCopies())
+    slots = add_slots()
+    want = Want(slots.keys.queue("refused"), 1)
+    assert slots.ledger.acquire("elsewhere:1:1:1", [want], ttl_ms=30_000).admitted
+
+    @dramatiq.actor(queue_name="refused", queue_capacity=1, max_retries=0)
+    def refused() -> None:
+        probe.record("ran")
+
+    caplog.set_level(logging.ERROR)
+    refused.send()
+    with running_worker(broker, threads=1):
+        assert wait_until(lambda: broker.client.hlen(f"{broker.namespace}:refused.XQ.msgs") == 1, timeout=10)
+    assert probe.runs == []
+    assert any(r.exc_info and isinstance(r.exc_info[1], _NoCopies) for r in caplog.records)
