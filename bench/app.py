@@ -1,0 +1,175 @@
+"""The dramatiq app the bench runs: ``dramatiq bench.app``, configured by environment.
+
+One module for every way (see :class:`bench.config.BenchConfig`), so the
+actors, the broker and the topology are the same and only the limiting
+differs:
+
+``nocap``
+    no limit at all;
+``crl-default`` / ``crl-tuned``
+    dramatiq's ``ConcurrentRateLimiter`` (``RedisBackend`` on the broker's
+    Redis), acquired in the actor body with ``raise_on_failure=True``, so a
+    full limiter raises ``RateLimitExceeded`` and ``Retries`` re-enqueues the
+    message with its backoff (dramatiq's default, or the tuned bounds);
+``slots``
+    the ``Slots`` middleware, with ``queue_capacity`` / ``unique_at_runtime_key``.
+
+Actors:
+
+``bench_capped_job(i)`` on queue ``bench_capped``: capped at ``capacity``.
+``bench_keyed_job(key, i)`` on queue ``bench_keyed``: one at a time per ``key``.
+
+The probe (:mod:`tests.multiprocess.probe`, on its own Redis server) records
+each run *inside* the limited section, with the message's deferral count
+(Slots' ``slots_deferrals``, or Retries' ``retries``) in the run's ``arg``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import dramatiq
+import redis
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import CurrentMessage, Middleware, TimeLimit
+from dramatiq.rate_limits import ConcurrentRateLimiter
+from dramatiq.rate_limits.backends import RedisBackend
+
+from dramatiq_slots import Slots
+from tests.multiprocess.probe import Probe
+
+from .config import (
+    CAPPED_ACTOR,
+    CAPPED_QUEUE,
+    CAPPED_SCOPE,
+    CRL_DEFAULT,
+    CRL_TUNED,
+    KEYED_ACTOR,
+    KEYED_QUEUE,
+    SLOTS,
+    BenchConfig,
+    key_scope,
+    runtime_key,
+)
+
+config = BenchConfig.from_env(os.environ)
+crl = config.way in (CRL_DEFAULT, CRL_TUNED)
+
+broker = RedisBroker(  # type: ignore[no-untyped-call]
+    url=config.redis_url,
+    namespace=config.namespace,
+    heartbeat_timeout=config.broker_heartbeat_timeout,
+    maintenance_chance=config.maintenance_chance,
+)
+broker.add_middleware(CurrentMessage())
+if config.way == SLOTS:
+    broker.add_middleware(
+        Slots(
+            url=config.ledger_redis_url,
+            key_prefix=config.key_prefix,
+            hold_ttl=config.hold_ttl,
+            beat_interval=config.beat_interval,
+            defer_min_backoff=config.defer_min_backoff,
+            defer_max_backoff=config.defer_max_backoff,
+        ),
+        before=TimeLimit,
+    )
+dramatiq.set_broker(broker)
+
+
+class _PerProcess:
+    """The probe and the limiter backend of this process (clients made after the fork)."""
+
+    pid = -1
+    probe: Probe
+    backend: RedisBackend
+
+    @classmethod
+    def get(cls) -> type[_PerProcess]:
+        if cls.pid != os.getpid():
+            cls.probe = Probe(redis.Redis.from_url(config.probe_redis_url), config.probe_prefix)
+            cls.backend = RedisBackend(url=config.redis_url)
+            cls.pid = os.getpid()
+        return cls
+
+
+class BootProbe(Middleware):
+    """Records in the probe that this worker process is up."""
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        _PerProcess.get().probe.booted(config.group)
+
+
+broker.add_middleware(BootProbe())
+
+
+def _limited(limiter_key: str, limit: int) -> Any:
+    """The CRL ways' limited section (raises ``RateLimitExceeded`` when full); else nothing."""
+    if not crl:
+        return nullcontext()
+    limiter = ConcurrentRateLimiter(  # type: ignore[no-untyped-call]
+        _PerProcess.get().backend, f"{config.namespace}:crl:{limiter_key}", limit=limit
+    )
+    return limiter.acquire(raise_on_failure=True)
+
+
+@contextmanager
+def _recorded(scope: str, label: str) -> Iterator[None]:
+    message = CurrentMessage.get_current_message()
+    options = message.options if message is not None else {}
+    deferrals = int(options.get("retries", 0)) if crl else int(options.get("slots_deferrals", 0))
+    arg = json.dumps({"label": label, "deferrals": deferrals}, separators=(",", ":"))
+    message_id = message.message_id if message is not None else "?"
+    with _PerProcess.get().probe.run(scope, message_id, group=config.group, arg=arg):
+        yield
+
+
+def _work() -> None:
+    if config.job_ms > 0:
+        time.sleep(config.job_ms / 1000)
+
+
+def _retry_options() -> dict[str, Any]:
+    """The same ``max_retries`` everywhere; the tuned backoff only where asked (0 = dramatiq's)."""
+    options: dict[str, Any] = {"max_retries": config.max_retries}
+    if config.crl_min_backoff:
+        options["min_backoff"] = config.crl_min_backoff
+    if config.crl_max_backoff:
+        options["max_backoff"] = config.crl_max_backoff
+    return options
+
+
+def _slots_options(**options: Any) -> dict[str, Any]:
+    """Slots' actor options, only when Slots is on the broker (dramatiq rejects them otherwise)."""
+    return options if config.way == SLOTS else {}
+
+
+def _key_of(key: str, i: int) -> str:
+    return runtime_key(key)
+
+
+@dramatiq.actor(
+    actor_name=CAPPED_ACTOR,
+    queue_name=CAPPED_QUEUE,
+    **_retry_options(),
+    **_slots_options(queue_capacity=config.capacity),
+)
+def bench_capped_job(i: int) -> None:
+    with _limited("queue", config.capacity or 1), _recorded(CAPPED_SCOPE, str(i)):
+        _work()
+
+
+@dramatiq.actor(
+    actor_name=KEYED_ACTOR,
+    queue_name=KEYED_QUEUE,
+    **_retry_options(),
+    **_slots_options(unique_at_runtime_key=_key_of),
+)
+def bench_keyed_job(key: str, i: int) -> None:
+    with _limited(runtime_key(key), 1), _recorded(key_scope(key), f"{key}{i}"):
+        _work()
