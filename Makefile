@@ -4,6 +4,7 @@
 #   make lint    ruff check and ruff format --check
 #   make quick   pytest without the slow multi-process suites
 #   make clean   remove the venv, caches and build artifacts
+#   make bench   the side-by-side benchmark (BENCH_ARGS=--quick for a smoke run; not part of test)
 #
 # The venv (.venv) is built with the python3 on PATH (3.10+), and rebuilt
 # only when pyproject.toml changes (the stamp file inside it is older).
@@ -50,7 +51,7 @@ demo:
 
 bench: $(STAMP)
 	@if [ -f bench/run.py ]; then \
-		$(BIN)/python bench/run.py; \
+		$(BIN)/python bench/run.py $(BENCH_ARGS); \
 	else \
 		echo "make bench: bench/run.py does not exist yet, nothing to run"; \
 	fi
