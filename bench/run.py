@@ -66,7 +66,7 @@ from bench.config import (  # noqa: E402
     key_scope,
 )
 from bench.metrics import Figures, figures  # noqa: E402
-from tests.multiprocess.harness import DRAMATIQ, Cluster, WorkerGroup  # noqa: E402
+from tests.multiprocess.harness import Cluster, WorkerGroup  # noqa: E402
 from tests.multiprocess.probe import Probe  # noqa: E402
 from tests.servers import Server  # noqa: E402
 
@@ -199,16 +199,7 @@ def workloads(quick: bool) -> list[Workload]:
 class BenchGroup(WorkerGroup):
     """A :class:`WorkerGroup` that runs the bench's app instead of the tests' one."""
 
-    def command(self) -> list[str]:
-        return [
-            str(DRAMATIQ),
-            APP_MODULE,
-            "--processes",
-            str(self.processes),
-            "--threads",
-            str(self.threads),
-            *self.extra_args,
-        ]
+    app_module = APP_MODULE
 
     def environ(self) -> dict[str, str]:
         env = super().environ()

@@ -222,6 +222,8 @@ class WorkerGroup:
     """
 
     stop_timeout = 15.0
+    #: The module the ``dramatiq`` command line loads (the bench runs its own app).
+    app_module = APP_MODULE
 
     def __init__(
         self,
@@ -248,7 +250,7 @@ class WorkerGroup:
     def command(self) -> list[str]:
         return [
             str(DRAMATIQ),
-            APP_MODULE,
+            self.app_module,
             "--processes",
             str(self.processes),
             "--threads",
