@@ -35,12 +35,11 @@ from typing import Any
 
 import dramatiq
 import redis
-from dramatiq.brokers.redis import RedisBroker
-from dramatiq.middleware import CurrentMessage, Middleware, TimeLimit
+from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.rate_limits import ConcurrentRateLimiter
 from dramatiq.rate_limits.backends import RedisBackend
 
-from dramatiq_slots import Slots
+from tests.multiprocess.harness import BootProbe
 from tests.multiprocess.probe import Probe
 
 from .config import (
@@ -60,25 +59,9 @@ from .config import (
 config = BenchConfig.from_env(os.environ)
 crl = config.way in (CRL_DEFAULT, CRL_TUNED)
 
-broker = RedisBroker(  # type: ignore[no-untyped-call]
-    url=config.redis_url,
-    namespace=config.namespace,
-    heartbeat_timeout=config.broker_heartbeat_timeout,
-    maintenance_chance=config.maintenance_chance,
-)
-broker.add_middleware(CurrentMessage())
+broker = config.broker()
 if config.way == SLOTS:
-    broker.add_middleware(
-        Slots(
-            url=config.ledger_redis_url,
-            key_prefix=config.key_prefix,
-            hold_ttl=config.hold_ttl,
-            beat_interval=config.beat_interval,
-            defer_min_backoff=config.defer_min_backoff,
-            defer_max_backoff=config.defer_max_backoff,
-        ),
-        before=TimeLimit,
-    )
+    broker.add_middleware(config.slots_middleware(), before=TimeLimit)
 dramatiq.set_broker(broker)
 
 
@@ -98,14 +81,7 @@ class _PerProcess:
         return cls
 
 
-class BootProbe(Middleware):
-    """Records in the probe that this worker process is up."""
-
-    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        _PerProcess.get().probe.booted(config.group)
-
-
-broker.add_middleware(BootProbe())
+broker.add_middleware(BootProbe(lambda: _PerProcess.get().probe, config.group))
 
 
 def _limited(limiter_key: str, limit: int) -> Any:

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tests.multiprocess.harness import AppConfig
+from tests.multiprocess.harness import AppConfig, queue_scope
+from tests.multiprocess.harness import key_scope as key_scope  # re-exported for the bench
 
 #: The dramatiq app module the bench's worker command lines load.
 APP_MODULE = "bench.app"
@@ -32,13 +33,8 @@ CAPPED_ACTOR = "bench_capped_job"
 KEYED_QUEUE = "bench_keyed"
 KEYED_ACTOR = "bench_keyed_job"
 
-#: Probe scopes: the capped queue, and one per runtime key.
-CAPPED_SCOPE = f"queue:{CAPPED_QUEUE}"
-
-
-def key_scope(key: str) -> str:
-    """The probe scope of the runs of runtime key ``key``."""
-    return f"key:{key}"
+#: Probe scope of the capped queue (runtime keys: :func:`key_scope`).
+CAPPED_SCOPE = queue_scope(CAPPED_QUEUE)
 
 
 def runtime_key(key: str) -> str:

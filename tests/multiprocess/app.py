@@ -24,8 +24,7 @@ from typing import Any
 
 import dramatiq
 import redis
-from dramatiq.brokers.redis import RedisBroker
-from dramatiq.middleware import CurrentMessage, Middleware, TimeLimit
+from dramatiq.middleware import CurrentMessage, TimeLimit
 
 from dramatiq_slots import Slots
 
@@ -36,6 +35,7 @@ from .harness import (
     KEYED_ACTOR,
     KEYED_QUEUE,
     AppConfig,
+    BootProbe,
     key_scope,
     runtime_key,
 )
@@ -43,26 +43,11 @@ from .probe import Probe
 
 config = AppConfig.from_env(os.environ)
 
-broker = RedisBroker(  # type: ignore[no-untyped-call]
-    url=config.redis_url,
-    namespace=config.namespace,
-    heartbeat_timeout=config.broker_heartbeat_timeout,
-    maintenance_chance=config.maintenance_chance,
-)
-broker.add_middleware(CurrentMessage())
-
+broker = config.broker()
 slots: Slots | None = None
 if config.slots:
-    slots = Slots(
-        url=config.ledger_redis_url,
-        key_prefix=config.key_prefix,
-        hold_ttl=config.hold_ttl,
-        beat_interval=config.beat_interval,
-        defer_min_backoff=config.defer_min_backoff,
-        defer_max_backoff=config.defer_max_backoff,
-    )
+    slots = config.slots_middleware()
     broker.add_middleware(slots, before=TimeLimit)
-
 dramatiq.set_broker(broker)
 
 _probe: Probe | None = None
@@ -78,14 +63,7 @@ def probe() -> Probe:
     return _probe
 
 
-class BootProbe(Middleware):
-    """Records in the probe that this worker process is up."""
-
-    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        probe().booted(config.group)
-
-
-broker.add_middleware(BootProbe())
+broker.add_middleware(BootProbe(probe, config.group))
 
 
 def _work(scope: str, arg: Any) -> None:

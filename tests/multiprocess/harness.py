@@ -39,11 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import dramatiq
 import redis
 from dramatiq import Message
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import CurrentMessage, Middleware
 
-from dramatiq_slots import URL_ENV, Holder, Ledger
+from dramatiq_slots import URL_ENV, Holder, Ledger, Slots
 
 from .probe import Probe
 
@@ -62,12 +64,19 @@ CAPPED_ACTOR = "capped_job"
 KEYED_QUEUE = "mp_keyed"
 KEYED_ACTOR = "keyed_job"
 
-#: Probe scopes: one for the capped queue, one per runtime key.
-CAPPED_SCOPE = f"queue:{CAPPED_QUEUE}"
+
+def queue_scope(queue_name: str) -> str:
+    """The probe scope of the runs of a capped queue."""
+    return f"queue:{queue_name}"
 
 
 def key_scope(key: str) -> str:
+    """The probe scope of the runs of runtime key ``key``."""
     return f"key:{key}"
+
+
+#: Probe scope of the app's capped queue.
+CAPPED_SCOPE = queue_scope(CAPPED_QUEUE)
 
 
 def runtime_key(key: str) -> str:
@@ -157,6 +166,41 @@ class AppConfig:
     @property
     def probe_redis_url(self) -> str:
         return self.probe_url or self.redis_url
+
+    # -- what a worker app builds from it (tests' app and the bench's) ------
+
+    def broker(self) -> RedisBroker:
+        """The app's RedisBroker, with CurrentMessage (the probe records message ids)."""
+        broker = RedisBroker(  # type: ignore[no-untyped-call]
+            url=self.redis_url,
+            namespace=self.namespace,
+            heartbeat_timeout=self.broker_heartbeat_timeout,
+            maintenance_chance=self.maintenance_chance,
+        )
+        broker.add_middleware(CurrentMessage())
+        return broker
+
+    def slots_middleware(self) -> Slots:
+        """The Slots middleware with this config's ledger and timings."""
+        return Slots(
+            url=self.ledger_redis_url,
+            key_prefix=self.key_prefix,
+            hold_ttl=self.hold_ttl,
+            beat_interval=self.beat_interval,
+            defer_min_backoff=self.defer_min_backoff,
+            defer_max_backoff=self.defer_max_backoff,
+        )
+
+
+class BootProbe(Middleware):
+    """Records in the probe that a worker process is up (``after_worker_boot``)."""
+
+    def __init__(self, probe: Callable[[], Probe], group: str) -> None:
+        self._probe = probe
+        self._group = group
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._probe().booted(self._group)
 
 
 # -- polling ----------------------------------------------------------------
