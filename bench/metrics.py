@@ -24,13 +24,31 @@ wait
     from when a message was available (max of its enqueue and the release)
     to the start of its first run; a message that never started counts
     with its wait up to the deadline (a lower bound).
+fifo
+    each message waits in one *line* (the capped queue, or its runtime key)
+    at a *position* (how many messages of that line were enqueued before
+    it; every job is enqueued before the release, in order). Served first
+    in, first out with ``per_round`` of the line running at once (the
+    utilization limit for a capped queue, 1 for a key), its ideal wait is
+    ``floor(position / per_round) x job time``. ``fifo_worst`` is the
+    largest measured / ideal wait, and ``fifo_over_2x`` how many waited more
+    than twice their ideal, over the messages whose ideal wait is at least
+    one job time (``fifo_counted`` of them; the first round, ideal 0, has no
+    ratio and is left out). Not computed for no-op jobs (job time 0).
+in order
+    every line's messages first started in their enqueue order (a message
+    that never started counts as starting after every one that did). Strict:
+    read for keys (W3), where a line runs one at a time; on a capped queue
+    the jitter among jobs started together breaks it.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tests.multiprocess.probe import Run, max_overlap
@@ -78,6 +96,67 @@ def run_deferrals(run: Run) -> int:
 
 
 @dataclass(frozen=True)
+class Job:
+    """One message as the bench enqueued it: its label, and its place in line (see ``fifo``)."""
+
+    label: str
+    #: The ledger it waits on: the capped queue, or its runtime key.
+    line: str
+    #: How many messages of the same line were enqueued before it.
+    position: int
+
+
+def jobs_in_lines(labels_and_lines: Iterable[tuple[str, str]]) -> list[Job]:
+    """:class:`Job` of each ``(label, line)``, in enqueue order (positions counted per line from 0)."""
+    seen: Counter[str] = Counter()
+    out = []
+    for label, line in labels_and_lines:
+        out.append(Job(label, line, seen[line]))
+        seen[line] += 1
+    return out
+
+
+@dataclass(frozen=True)
+class Fifo:
+    """The fifo figures of one run (see the module docstring)."""
+
+    worst: float
+    over_2x: int | None
+    counted: int
+    #: The positions (enqueue index) of the first messages that waited over 2x.
+    over_2x_at: tuple[int, ...] = ()
+
+
+def fifo(waits_us: Mapping[str, int], jobs: Mapping[str, Job], *, per_round: int, job_us: int) -> Fifo:
+    """:class:`Fifo` from measured waits (message id -> us); nan/None when nothing is comparable."""
+    ratios: list[tuple[float, int]] = []
+    if job_us > 0 and per_round > 0:
+        for message_id, job in jobs.items():
+            ideal = job.position // per_round * job_us
+            if ideal >= job_us and message_id in waits_us:
+                ratios.append((waits_us[message_id] / ideal, job.position))
+    if not ratios:
+        return Fifo(worst=math.nan, over_2x=None, counted=0)
+    over = sorted(position for ratio, position in ratios if ratio > 2)
+    return Fifo(
+        worst=max(r for r, _ in ratios), over_2x=len(over), counted=len(ratios), over_2x_at=tuple(over[:10])
+    )
+
+
+def in_order(first_start: Mapping[str, int], jobs: Mapping[str, Job]) -> bool:
+    """Every line's messages first started in position order (never started: after every start)."""
+    never = 2**62
+    lines: dict[str, list[tuple[int, int]]] = {}
+    for message_id, job in jobs.items():
+        lines.setdefault(job.line, []).append((job.position, first_start.get(message_id, never)))
+    for entries in lines.values():
+        starts = [start for _, start in sorted(entries)]
+        if any(a > b for a, b in itertools.pairwise(starts)):
+            return False
+    return True
+
+
+@dataclass(frozen=True)
 class Figures:
     """The figures of one run (see the module docstring); times in seconds."""
 
@@ -95,6 +174,17 @@ class Figures:
     wait_p99_s: float
     wait_max_s: float
     throughput: float
+    #: Largest measured / ideal wait (nan: not computed), and how many waited over 2x (None: idem).
+    fifo_worst: float
+    fifo_over_2x: int | None
+    #: How many messages those two are over (ideal wait >= one job time).
+    fifo_counted: int
+    #: Enqueue positions of the first (up to 10) messages that waited over 2x their ideal.
+    fifo_over_2x_at: list[int]
+    #: Every line's messages started in enqueue order.
+    in_order: bool
+    #: Labels of the jobs that never completed, in enqueue order.
+    incomplete: list[str]
     #: Every run as ``label@start`` (seconds after the release), in start order.
     order: list[str]
 
@@ -109,12 +199,17 @@ def figures(
     ideal_s: float,
     limit: int,
     ledger_of: dict[str, str],
+    jobs: Mapping[str, Job],
+    per_round: int,
+    job_ms: int,
 ) -> Figures:
     """Compute :class:`Figures` from the probe's ``runs`` of one run.
 
     ``available_us``: message id -> when it could first be taken (enqueue or
     release, the later). ``ledger_of``: probe scope -> the ledger it belongs
     to (for ``ledger_peak``). ``deadline_us``: when an unfinished run was stopped.
+    ``jobs``: message id -> :class:`Job`; ``per_round``: how many of one line
+    may run at once; ``job_ms``: the job time (for ``fifo``; 0 skips it).
     """
     done = [r for r in runs if r.completed and r.message_id in available_us]
     first_start: dict[str, int] = {}
@@ -127,7 +222,10 @@ def figures(
     starts = sorted(first_start.values())
     backlog_end = starts[-1] if finished and starts else deadline_us
     util = utilization(runs, limit, starts[0], backlog_end) if starts else math.nan
-    waits = [(first_start.get(m, deadline_us) - at) / 1e6 for m, at in available_us.items()]
+    waits_us = {m: first_start.get(m, deadline_us) - at for m, at in available_us.items()}
+    waits = [w / 1e6 for w in waits_us.values()]
+    line = fifo(waits_us, jobs, per_round=per_round, job_us=job_ms * 1000)
+    done_ids = {r.message_id for r in done}
     per_ledger: dict[str, list[Run]] = {}
     for run in runs:
         per_ledger.setdefault(ledger_of.get(run.scope, run.scope), []).append(run)
@@ -147,6 +245,12 @@ def figures(
         wait_p99_s=percentile(waits, 0.99),
         wait_max_s=max(waits, default=math.nan),
         throughput=completed / makespan,
+        fifo_worst=line.worst,
+        fifo_over_2x=line.over_2x,
+        fifo_counted=line.counted,
+        fifo_over_2x_at=list(line.over_2x_at),
+        in_order=in_order(first_start, jobs),
+        incomplete=[job.label for m, job in jobs.items() if m not in done_ids],
         order=[
             f"{run_label(r)}@{(r.start - released_us) / 1e6:.2f}s"
             for r in sorted(runs, key=lambda r: (r.start, r.run_id))

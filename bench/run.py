@@ -2,9 +2,17 @@
 
 ``make bench`` runs this file; ``python bench/run.py --help`` lists the options.
 
-For every workload (W1..W5, see :data:`WORKLOADS`) and every way
-(``nocap``, ``crl-default``, ``crl-tuned``, ``slots``; see :mod:`bench.app`),
-one run:
+The ways (see :mod:`bench.app`): ``nocap`` (no limiting at all), ``dedicated``
+(no limiting either, but one host with one process of exactly ``cap``
+threads, so the cap holds by construction: the workaround before this
+package, and the ceiling of what it gave; run only for capped workloads
+whose cap is below their thread count, W1 and W4), ``crl-default`` and
+``crl-tuned`` (dramatiq's ``ConcurrentRateLimiter``) and ``slots``.
+
+For every workload (W1..W5, see :func:`workloads`) and every way, one run,
+or ``Workload.repeats`` runs for the tiny ones whose makespan is mostly
+dramatiq's idle poll (W3; the table shows the repeat with the median
+efficiency, a note the spread and, for W3, every repeat's start order):
 
 1. a fresh broker namespace, ledger prefix and probe prefix;
 2. the workload's worker groups, real ``dramatiq bench.app`` command lines,
@@ -16,6 +24,15 @@ one run:
 4. wait until every job completed, or until ``--timeout`` (then the run is
    reported unfinished, with lower bounds);
 5. the command counters read again, the groups SIGKILLed, the probe read.
+
+The figures are defined in :mod:`bench.metrics`, the ``fifo`` column among
+them (worst measured / ideal first-in-first-out wait). After the tables, a
+*targets* section checks ``slots``' figures of this same run against fixed
+bounds (:func:`targets`; PASS/FAIL per line, a target whose inputs were not
+run is skipped) and gives its efficiency relative to ``dedicated`` and
+``crl-tuned``. The last line is ``BENCH_JSON {...}``: every figure, the
+repeats and the targets. The exit code is 0 unless a run errored: the bench
+reports, it does not gate.
 
 Two throwaway ``redis-server`` processes (:class:`tests.servers.Server`,
 free ports, no persistence) serve the whole bench: one for the broker, the
@@ -39,7 +56,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -57,6 +74,7 @@ from bench.config import (  # noqa: E402
     CAPPED_SCOPE,
     CRL_DEFAULT,
     CRL_TUNED,
+    DEDICATED,
     KEYED_ACTOR,
     KEYED_QUEUE,
     NOCAP,
@@ -65,19 +83,21 @@ from bench.config import (  # noqa: E402
     BenchConfig,
     key_scope,
 )
-from bench.metrics import Figures, figures  # noqa: E402
+from bench.metrics import Figures, Job, figures, jobs_in_lines  # noqa: E402
 from tests.multiprocess.harness import Cluster, WorkerGroup  # noqa: E402
 from tests.multiprocess.probe import Probe  # noqa: E402
 from tests.servers import Server  # noqa: E402
 
 # -- settings shared by every way -------------------------------------------------
 
-#: Slots, compressed-time-safe: a 10 s hold refreshed every 1 s (the defaults are 60 s / 10 s;
-#: both are far above every job here, so they change nothing but how fast a dead holder is
-#: forgotten). The deferral backoff is the middleware's default, 100..5000 ms.
+#: Slots with the middleware's defaults, spelled out (nothing is killed here, so the hold ttl
+#: only sets the heartbeat's rate: 60 s holds refreshed every 10 s). Waiting in line: up to
+#: 30 s, every thread may wait; deferral backoff 100..5000 ms.
 SLOTS_SETTINGS = {
-    "hold_ttl": 10_000,
-    "beat_interval": 1_000,
+    "hold_ttl": 60_000,
+    "beat_interval": 10_000,
+    "max_wait": 30_000,
+    "waiting_share": 1.0,
     "defer_min_backoff": 100,
     "defer_max_backoff": 5_000,
 }
@@ -106,6 +126,7 @@ class Workload:
     the capped actor, ``(key, i)`` for the keyed one. ``cap``: the queue's
     capacity (capped), or 1 per key (keyed). ``limit``: the concurrency the
     cap allows with this topology, the denominator of utilization.
+    ``repeats``: how many times each way is run (the table shows the median).
     """
 
     name: str
@@ -123,6 +144,7 @@ class Workload:
     ideal_s: float = 0.0
     ideal_rule: str = ""
     show_order: bool = False
+    repeats: int = 1
 
     @property
     def threads_total(self) -> int:
@@ -134,9 +156,38 @@ class Workload:
         return min(ledgers, self.threads_total)
 
     @property
+    def per_round(self) -> int:
+        """How many jobs of one line (the queue, or a key) may run at once: ``fifo``'s rounds."""
+        return 1 if self.keyed else self.limit
+
+    @property
     def topology(self) -> str:
-        prefetch = f", queue prefetch {self.prefetch}" if self.prefetch else ""
-        return f"{self.hosts} hosts x {self.processes} proc x {self.threads} threads{prefetch}"
+        return topology(self.hosts, self.processes, self.threads, self.prefetch)
+
+    def applies(self, way: str) -> bool:
+        """Whether ``way`` is run for this workload (``dedicated``: capped, cap below the threads)."""
+        return way != DEDICATED or (not self.keyed and self.cap < self.threads_total)
+
+    def hosts_procs_threads(self, way: str) -> tuple[int, int, int]:
+        """The topology ``way`` runs with: the workload's, or ``dedicated``'s 1 x 1 x ``cap``."""
+        if way == DEDICATED:
+            return 1, 1, self.cap
+        return self.hosts, self.processes, self.threads
+
+    def way_topology(self, way: str) -> str:
+        return topology(*self.hosts_procs_threads(way), self.prefetch)
+
+    def job_list(self) -> list[Job]:
+        """Each message's label (as the app records it) and place in line, in enqueue order."""
+        if self.keyed:
+            return jobs_in_lines((f"{key}{i}", str(key)) for key, i in self.jobs)
+        return jobs_in_lines((str(args[0]), CAPPED_QUEUE) for args in self.jobs)
+
+
+def topology(hosts: int, processes: int, threads: int, prefetch: int = 0) -> str:
+    """``"2 hosts x 1 proc x 4 threads"`` (with the queue prefetch when set)."""
+    extra = f", queue prefetch {prefetch}" if prefetch else ""
+    return f"{hosts} host{'s' if hosts != 1 else ''} x {processes} proc x {threads} threads{extra}"
 
 
 def capped(name: str, title: str, *, cap: int, jobs: int, job_ms: int, **kw: Any) -> Workload:
@@ -181,6 +232,8 @@ def workloads(quick: bool) -> list[Workload]:
             # prefetch of 2, one host takes both A's and runs them one after the other).
             prefetch=1,
             show_order=True,
+            # Its makespan is mostly dramatiq's idle poll (up to --worker-timeout): noisy.
+            repeats=3 if quick else 5,
         ),
         capped("W4", "burst, queue cap 5, 20 ms jobs", cap=5, jobs=300 if quick else 2_000, job_ms=20),
         capped(
@@ -252,6 +305,7 @@ class Result:
     workload: str
     way: str
     figures: Figures | None
+    repeat: int = 1
     commands: int = 0
     commands_per_job: float = math.nan
     extra_commands_per_job: float = math.nan
@@ -263,7 +317,7 @@ class Result:
 
 def way_config(way: str, base: BenchConfig) -> BenchConfig:
     """The app config of ``way``: only the limiting differs between ways."""
-    if way == NOCAP:
+    if way in (NOCAP, DEDICATED):  # dedicated differs by its topology only
         return base.replace(way=way, slots=False)
     if way == CRL_DEFAULT:
         return base.replace(way=way, slots=False, crl_min_backoff=0, crl_max_backoff=0)
@@ -292,10 +346,11 @@ def run_once(
     log_dir: Path,
     timeout: float,
     worker_timeout: int,
+    repeat: int = 1,
 ) -> Result:
     """Run ``workload`` one ``way`` (see the module docstring); never longer than boot + ``timeout``."""
     began = time.monotonic()
-    tag = f"bench-{uuid.uuid4().hex[:8]}-{workload.name}-{way}"
+    tag = f"bench-{uuid.uuid4().hex[:8]}-{workload.name}-{way}-{repeat}"
     base = BenchConfig(
         redis_url=broker_server.url,
         namespace=f"{tag}-broker",
@@ -311,16 +366,17 @@ def run_once(
         queue_prefetch=workload.prefetch,
     )
     config = way_config(way, base)
-    run_dir = log_dir / f"{workload.name}-{way}"
+    run_dir = log_dir / f"{workload.name}-{way}-{repeat}"
     run_dir.mkdir(parents=True, exist_ok=True)
     broker_client = broker_server.client()
     probe_client = probe_server.client()
     cluster = BenchCluster(config, broker_client, run_dir, probe_client=probe_client)
     _open_clusters.append(cluster)
-    result = Result(workload.name, way, None)
+    result = Result(workload.name, way, None, repeat=repeat)
+    hosts, processes, threads = workload.hosts_procs_threads(way)
     try:
-        for h in range(workload.hosts):
-            cluster.start_bench_group(f"h{h + 1}", processes=workload.processes, threads=workload.threads)
+        for h in range(hosts):
+            cluster.start_bench_group(f"h{h + 1}", processes=processes, threads=threads)
         cluster.wait_ready(*cluster.groups, timeout=BOOT_TIMEOUT)
 
         cluster.signal_all(signal.SIGSTOP)
@@ -348,6 +404,9 @@ def run_once(
             ideal_s=workload.ideal_s,
             limit=workload.limit,
             ledger_of=dict.fromkeys(scopes, CAPPED_SCOPE) if not workload.keyed else {},
+            jobs=dict(zip(sent, workload.job_list(), strict=True)),
+            per_round=workload.per_round,
+            job_ms=workload.job_ms,
         )
         done = max(fig.completed, 1)
         per_delta = per_after - per_before
@@ -355,7 +414,7 @@ def run_once(
         result.figures = fig
         result.commands = total_after - total_before - 2
         result.commands_per_job = result.commands / done
-        result.top_commands_per_job = {k: round(v / done, 2) for k, v in per_delta.most_common(6)}
+        result.top_commands_per_job = {k: round(v / done, 2) for k, v in per_delta.most_common()}
         result.dead_letters = dead_letters
     except Exception as e:  # reported in the table; the other runs go on
         result.error = f"{type(e).__name__}: {e}".splitlines()[0][:200]
@@ -397,10 +456,59 @@ def _wait_done(cluster: BenchCluster, wanted: set[str], *, deadline: float) -> b
     return False
 
 
+# -- repeats -----------------------------------------------------------------------
+
+
+@dataclass
+class WayRuns:
+    """Every repeat of one workload run one way; the median one stands for them in the table."""
+
+    workload: Workload
+    way: str
+    results: list[Result] = field(default_factory=list)
+
+    @property
+    def ok(self) -> list[Result]:
+        """The repeats that produced figures."""
+        return [r for r in self.results if r.figures is not None]
+
+    def score(self, result: Result) -> float:
+        """What repeats are ranked by: efficiency, or throughput for a workload with no ideal."""
+        f = result.figures
+        if f is None:
+            return math.nan
+        return f.efficiency if self.workload.ideal_s else f.throughput
+
+    @property
+    def median(self) -> Result | None:
+        """The repeat with the median score (the lower of the middle two); None when all failed."""
+        ranked = sorted(self.ok, key=self.score)
+        return ranked[(len(ranked) - 1) // 2] if ranked else None
+
+    @property
+    def figures(self) -> Figures | None:
+        median = self.median
+        return median.figures if median is not None else None
+
+    def in_order(self, result: Result) -> bool:
+        """Whether ``result``'s lines (keys) all started in enqueue order (False when it failed)."""
+        return result.figures is not None and result.figures.in_order
+
+
+def order_example(workload: Workload) -> str:
+    """``"A0 before A1"``: the first line (key) with two jobs, as the in-order notes name it."""
+    jobs = workload.job_list()
+    second = next((job for job in jobs if job.position == 1), None)
+    if second is None:
+        return "one job per line"
+    first = next(job for job in jobs if job.line == second.line and job.position == 0)
+    return f"{first.label} before {second.label}"
+
+
 # -- output ------------------------------------------------------------------------
 
 
-def _num(value: float, fmt: str = "{:.2f}", *, bound: str = "") -> str:
+def _num(value: float | None, fmt: str = "{:.2f}", *, bound: str = "") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return bound + fmt.format(value)
@@ -413,6 +521,7 @@ COLUMNS = (
     ("eff", 6),
     ("util", 6),
     ("peak", 5),
+    ("fifo", 8),
     ("cmds/job", 9),
     ("+cmds/job", 10),
     ("defer/job", 10),
@@ -425,7 +534,7 @@ COLUMNS = (
 )
 
 
-def table_rows(workload: Workload, results: Sequence[Result]) -> list[str]:
+def table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
     """The rows of one workload (header first); a ``>=``/``<=`` marks a bound of an unfinished run."""
     lines = [
         f"{workload.name}  {workload.title}: {len(workload.jobs)} jobs, {workload.topology}, "
@@ -434,29 +543,29 @@ def table_rows(workload: Workload, results: Sequence[Result]) -> list[str]:
             f"ideal {workload.ideal_s:.2f} s = {workload.ideal_rule}"
             if workload.ideal_s
             else "no ideal (no-op)"
-        ),
+        )
+        + (f"; {workload.repeats} repeats per way" if workload.repeats > 1 else ""),
         "  ".join(name.ljust(width) for name, width in COLUMNS),
     ]
-    nocap = next((r for r in results if r.way == NOCAP and r.figures), None)
-    for r in results:
-        f = r.figures
-        if f is None:
-            lines.append(f"{r.way.ljust(12)}  ERROR {r.error}")
+    nocap = next((wr.figures for wr in runs if wr.way == NOCAP), None)
+    for wr in runs:
+        r = wr.median
+        f = r.figures if r is not None else None
+        if r is None or f is None:
+            error = next((x.error for x in wr.results if x.error), "no figures")
+            lines.append(f"{wr.way.ljust(12)}  ERROR {error}")
             continue
         lo = "" if f.finished else ">="
         hi = "" if f.finished else "<="
-        rel = (
-            f.throughput / nocap.figures.throughput
-            if nocap and nocap.figures and nocap is not r
-            else math.nan
-        )
+        rel = f.throughput / nocap.throughput if nocap is not None and wr.way != NOCAP else math.nan
         cells = [
-            r.way,
+            wr.way,
             f"{f.completed}/{f.jobs}" + ("" if f.finished else "!"),
             _num(f.makespan_s, "{:.1f}s", bound=lo),
             _num(f.efficiency if workload.ideal_s else math.nan, bound=hi),
             _num(f.utilization),
             str(f.ledger_peak if workload.keyed else f.peak),
+            _num(f.fifo_worst, bound=lo),
             _num(r.commands_per_job, "{:.1f}"),
             _num(r.extra_commands_per_job, "{:+.1f}"),
             _num(f.deferrals_per_job),
@@ -469,19 +578,235 @@ def table_rows(workload: Workload, results: Sequence[Result]) -> list[str]:
         ]
         lines.append("  ".join(cell.ljust(width) for cell, (_, width) in zip(cells, COLUMNS, strict=True)))
         notes = []
+        if wr.way == DEDICATED:
+            notes.append(f"{workload.way_topology(DEDICATED)}: the cap by construction, no limiter")
+        if len(wr.results) > 1:
+            scores = [wr.score(x) for x in wr.ok]
+            what = "eff" if workload.ideal_s else "jobs/s"
+            notes.append(
+                f"{what} over {len(wr.ok)} repeats {min(scores):.2f}..{max(scores):.2f} "
+                f"(repeat {r.repeat}, the median, shown)"
+            )
+        failed = [x for x in wr.results if x.error]
+        if failed:
+            notes.append(f"{len(failed)} of {len(wr.results)} repeats failed: {failed[0].error}")
         if r.dead_letters:
             notes.append(f"{r.dead_letters} dead-lettered")
         if f.runs > f.completed:
             notes.append(f"{f.runs} runs for {f.completed} completed jobs")
         if workload.keyed:
             notes.append(f"peak across keys {f.peak}")
+        if f.fifo_over_2x:
+            at = ", ".join(map(str, f.fifo_over_2x_at))
+            notes.append(
+                f"fifo: {f.fifo_over_2x} of {f.fifo_counted} waited over 2x their ideal (positions {at})"
+            )
         if workload.show_order:
-            notes.append(f"start order {' -> '.join(f.order)}")
+            in_order = sum(1 for x in wr.results if wr.in_order(x))
+            notes.append(
+                f"each key in enqueue order ({order_example(workload)}) in {in_order}/{len(wr.results)} "
+                + ("repeats" if len(wr.results) > 1 else "run")
+            )
+            if len(wr.results) == 1:
+                notes.append(f"start order {' -> '.join(f.order)}")
         if not f.finished:
             notes.append("UNFINISHED at the timeout: figures are bounds")
         if notes:
             lines.append(f"{'':12}  ^ {'; '.join(notes)}")
+        if workload.show_order and len(wr.results) > 1:
+            for x in wr.results:
+                if x.figures is None:
+                    lines.append(f"{'':12}  ^ repeat {x.repeat}: ERROR {x.error}")
+                    continue
+                state = "in order" if x.figures.in_order else "OUT OF ORDER"
+                if x.figures.incomplete:
+                    state += f", never completed {', '.join(x.figures.incomplete)}"
+                lines.append(
+                    f"{'':12}  ^ repeat {x.repeat}: {state}, eff {_num(wr.score(x))}: "
+                    + " -> ".join(x.figures.order)
+                )
     return lines
+
+
+LEGEND = (
+    "dedicated = nocap's app on 1 host x 1 proc x cap threads (the cap by construction, no limiter); "
+    "eff = ideal / makespan (makespan from the release of the queued backlog to the last completion); "
+    "util = mean running / limit from first start to last start; peak = most running at once (per key "
+    "for W2/W3); fifo = worst measured / ideal wait, ideal = floor(enqueue index / limit) x job "
+    "(per key: jobs of the key enqueued before it x job), first round (ideal 0) left out; "
+    "cmds = broker-server commands incl. those inside Lua scripts, probe excluded; "
+    "+cmds = minus nocap's; defer = slots_deferrals (slots) or retries (crl) per completed job; "
+    "wait = release to first start; vs nocap = jobs/s ratio; repeats: the median-eff repeat is the row; "
+    "'!', >=, <=: unfinished run, bounds."
+)
+
+
+# -- targets -------------------------------------------------------------------------
+
+#: The W3 job that must not starve behind the two of key A.
+W3_LONE_JOB = "B0"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target: ``value`` of slots' figures (None/nan: its run failed) against ``bound`` (text)."""
+
+    name: str
+    value: float | None
+    bound: str
+    ok: bool
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A target not checked: ``reason`` names the runs it needs that were not run."""
+
+    name: str
+    reason: str
+
+
+@dataclass
+class TargetReport:
+    """The targets checked and skipped, in their order, and the context (ratios to other ways)."""
+
+    entries: list[Target | Skipped] = field(default_factory=list)
+    context: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def targets(self) -> list[Target]:
+        return [e for e in self.entries if isinstance(e, Target)]
+
+    @property
+    def skipped(self) -> list[Skipped]:
+        return [e for e in self.entries if isinstance(e, Skipped)]
+
+
+def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
+    """Check slots' figures of this run against the bench's targets (see the module docstring)."""
+    report = TargetReport()
+
+    def median(name: str, way: str) -> Result | None:
+        return runs[name][way].median
+
+    def fig(name: str, way: str) -> Figures | None:
+        return runs[name][way].figures
+
+    def add(
+        name: str,
+        needs: Sequence[tuple[str, str]],
+        value: Callable[[], float | None],
+        op: str,
+        bound: Callable[[], float] | float,
+        note: str = "",
+    ) -> None:
+        absent = [f"{w} {way}" for w, way in needs if way not in runs.get(w, {})]
+        if absent:
+            report.entries.append(Skipped(name, f"not run: {', '.join(absent)}"))
+            return
+        v = value()
+        b = bound() if callable(bound) else bound
+        ok = False
+        if v is not None and not math.isnan(v) and not math.isnan(b):
+            ok = v >= b if op == ">=" else v <= b if op == "<=" else v == b
+        report.entries.append(Target(name, v, f"{op} {b:.4g}{note}", ok))
+
+    def figure(name: str, way: str, pick: Callable[[Figures], float]) -> Callable[[], float | None]:
+        return lambda: (lambda f: pick(f) if f is not None else None)(fig(name, way))
+
+    def extra(name: str) -> float:
+        r = median(name, SLOTS)
+        return r.extra_commands_per_job if r is not None else math.nan
+
+    w1 = [("W1", SLOTS)]
+    add("W1 efficiency", w1, figure("W1", SLOTS, lambda f: f.efficiency), ">=", 0.9)
+    add("W1 utilization", w1, figure("W1", SLOTS, lambda f: f.utilization), ">=", 0.9)
+    add("W1 +cmds/job over nocap", [*w1, ("W1", NOCAP)], lambda: extra("W1"), "<=", 12)
+    add(
+        "W4 +cmds/job over nocap",
+        [("W4", SLOTS), ("W4", NOCAP), *w1, ("W1", NOCAP)],
+        lambda: extra("W4"),
+        "<=",
+        lambda: 1.5 * extra("W1"),
+        " (1.5 x W1's)",
+    )
+    add("W2 efficiency", [("W2", SLOTS)], figure("W2", SLOTS, lambda f: f.efficiency), ">=", 0.9)
+    add("W4 efficiency", [("W4", SLOTS)], figure("W4", SLOTS, lambda f: f.efficiency), ">=", 0.9)
+    add("W4 utilization", [("W4", SLOTS)], figure("W4", SLOTS, lambda f: f.utilization), ">=", 0.9)
+
+    def vs_nocap() -> float | None:
+        slots, nocap = fig("W5", SLOTS), fig("W5", NOCAP)
+        return slots.throughput / nocap.throughput if slots is not None and nocap is not None else None
+
+    add("W5 throughput vs nocap", [("W5", SLOTS), ("W5", NOCAP)], vs_nocap, ">=", 0.9)
+
+    def w3_ok() -> float:
+        wr = runs["W3"][SLOTS]
+        return sum(
+            1
+            for r in wr.results
+            if r.figures is not None and r.figures.in_order and W3_LONE_JOB not in r.figures.incomplete
+        )
+
+    add(
+        f"W3 in order and {W3_LONE_JOB} completes (repeats)",
+        [("W3", SLOTS)],
+        w3_ok,
+        "==",
+        lambda: len(runs["W3"][SLOTS].results),
+        " (every repeat)",
+    )
+    for name in ("W1", "W2", "W4"):
+        add(f"{name} fifo_worst", [(name, SLOTS)], figure(name, SLOTS, lambda f: f.fifo_worst), "<=", 2)
+
+    for name, per_way in runs.items():
+        slots = per_way.get(SLOTS)
+        if slots is None or not slots.workload.ideal_s:
+            continue
+        for other in (DEDICATED, CRL_TUNED):
+            if other not in per_way:
+                continue
+            a, b = slots.figures, per_way[other].figures
+            ratio = a.efficiency / b.efficiency if a is not None and b is not None else math.nan
+            report.context.append(
+                {
+                    "workload": name,
+                    "vs": other,
+                    "ratio": ratio,
+                    "slots": a.efficiency if a is not None else math.nan,
+                    "other": b.efficiency if b is not None else math.nan,
+                }
+            )
+    return report
+
+
+def target_lines(report: TargetReport) -> list[str]:
+    """The targets section: PASS/FAIL/SKIP per line, the context, and the count."""
+    lines = ["targets (slots' figures of this run; the median repeat):"]
+    width = max((len(e.name) for e in report.entries), default=20) + 2
+    for e in report.entries:
+        if isinstance(e, Skipped):
+            lines.append(f"  SKIP  {e.name.ljust(width)}{e.reason}")
+            continue
+        value = "-" if e.value is None or math.isnan(e.value) else f"{e.value:.2f}"
+        if isinstance(e.value, int):
+            value = str(e.value)
+        lines.append(f"  {'PASS' if e.ok else 'FAIL'}  {e.name.ljust(width)}{value.ljust(8)}{e.bound}")
+    if report.context:
+        lines.append("context: slots' efficiency as a ratio of another way's (slots / other):")
+        for c in report.context:
+            lines.append(
+                f"        {c['workload']} slots / {c['vs']}: {_num(c['ratio'])} "
+                f"({_num(c['slots'])} / {_num(c['other'])})"
+            )
+    passed = sum(1 for t in report.targets if t.ok)
+    lines.append(
+        f"targets: {passed} PASS, {len(report.targets) - passed} FAIL, {len(report.skipped)} skipped "
+        f"(of {len(report.targets) + len(report.skipped)})"
+    )
+    return lines
+
+
+# -- JSON ----------------------------------------------------------------------------
 
 
 def as_json(r: Result) -> dict[str, Any]:
@@ -490,9 +815,28 @@ def as_json(r: Result) -> dict[str, Any]:
     }
     if r.figures is not None:
         fig = asdict(r.figures)
-        if len(fig["order"]) > 10:
-            fig.pop("order")
+        for long in ("order", "incomplete"):
+            if len(fig[long]) > 10:
+                fig.pop(long)
         out.update({k: _rounded(v) for k, v in fig.items()})
+    return out
+
+
+def way_json(wr: WayRuns) -> dict[str, Any]:
+    """The median repeat's figures (or the first failure), the repeats, and a non-default topology."""
+    shown = wr.median or wr.results[0]
+    out = as_json(shown)
+    if wr.way == DEDICATED:
+        out["topology"] = wr.workload.way_topology(wr.way)
+    if wr.workload.repeats > 1:
+        out["repeats"] = {
+            "count": len(wr.results),
+            "failed": sum(1 for r in wr.results if r.error),
+            "ranked_by": "efficiency" if wr.workload.ideal_s else "throughput",
+            "scores": [_rounded(wr.score(r)) for r in wr.results],
+            "in_order": [wr.in_order(r) for r in wr.results],
+            "orders": [r.figures.order if r.figures is not None else None for r in wr.results],
+        }
     return out
 
 
@@ -568,7 +912,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = [w for w in all_workloads if w.name in names]
     log_dir = Path(tempfile.mkdtemp(prefix="slots-bench-"))
     started = time.monotonic()
-    results: dict[str, list[Result]] = {}
+    results: dict[str, dict[str, WayRuns]] = {}
     broker_server = Server("redis7")
     probe_server = Server("redis7")
     print(
@@ -583,27 +927,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             broker_server.start()
             probe_server.start()
             for workload in chosen:
-                results[workload.name] = []
+                per_way: dict[str, WayRuns] = {}
+                results[workload.name] = per_way
                 for way in ways:
-                    r = run_once(
-                        workload,
-                        way,
-                        broker_server=broker_server,
-                        probe_server=probe_server,
-                        log_dir=log_dir,
-                        timeout=args.timeout,
-                        worker_timeout=args.worker_timeout,
-                    )
-                    results[workload.name].append(r)
-                    f = r.figures
-                    state = r.error or (
-                        f"{f.completed}/{f.jobs} in {f.makespan_s:.1f} s" if f is not None else "no figures"
-                    )
-                    print(f"  {workload.name} {way}: {state} (wall {r.wall_s:.0f} s)", flush=True)
-                nocap = next((r for r in results[workload.name] if r.way == NOCAP and r.figures), None)
-                for r in results[workload.name]:
-                    if nocap is not None and r.figures is not None:
-                        r.extra_commands_per_job = r.commands_per_job - nocap.commands_per_job
+                    if not workload.applies(way):
+                        print(f"  {workload.name} {way}: skipped (capped workloads, cap < threads, only)")
+                        continue
+                    runs = per_way[way] = WayRuns(workload, way)
+                    for repeat in range(1, workload.repeats + 1):
+                        r = run_once(
+                            workload,
+                            way,
+                            broker_server=broker_server,
+                            probe_server=probe_server,
+                            log_dir=log_dir,
+                            timeout=args.timeout,
+                            worker_timeout=args.worker_timeout,
+                            repeat=repeat,
+                        )
+                        runs.results.append(r)
+                        f = r.figures
+                        state = r.error or (
+                            f"{f.completed}/{f.jobs} in {f.makespan_s:.1f} s"
+                            if f is not None
+                            else "no figures"
+                        )
+                        which = f" #{repeat}" if workload.repeats > 1 else ""
+                        print(f"  {workload.name} {way}{which}: {state} (wall {r.wall_s:.0f} s)", flush=True)
+                nocap = per_way[NOCAP].median if NOCAP in per_way else None
+                for runs in per_way.values():
+                    for r in runs.ok:
+                        if nocap is not None:
+                            r.extra_commands_per_job = r.commands_per_job - nocap.commands_per_job
     finally:
         for server in (broker_server, probe_server):
             with contextlib.suppress(Exception):
@@ -616,15 +971,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime = time.monotonic() - started
     print()
     for workload in chosen:
-        print("\n".join(table_rows(workload, results[workload.name])))
+        print("\n".join(table_rows(workload, list(results[workload.name].values()))))
         print()
-    print(
-        "eff = ideal / makespan (makespan from the release of the queued backlog to the last completion); "
-        "util = mean running / limit from first start to last start; peak = most running at once (per key "
-        "for W2/W3); cmds = broker-server commands incl. those inside Lua scripts, probe excluded; "
-        "+cmds = minus nocap's; defer = slots_deferrals (slots) or retries (crl) per completed job; "
-        "wait = release to first start; vs nocap = jobs/s ratio; '!', >=, <=: unfinished run, bounds."
-    )
+    print(LEGEND)
+    print()
+    report = targets(results)
+    print("\n".join(target_lines(report)))
     print(f"bench runtime {runtime:.0f} s")
     payload = {
         "mode": "quick" if args.quick else "full",
@@ -646,13 +998,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "topology": w.topology,
                 "limit": w.limit,
                 "ideal_s": w.ideal_s or None,
-                "ways": {r.way: as_json(r) for r in results[w.name]},
+                "repeats": w.repeats,
+                "ways": {way: way_json(wr) for way, wr in results[w.name].items()},
             }
             for w in chosen
         },
+        "targets": [{k: _rounded(v) for k, v in asdict(t).items()} for t in report.targets],
+        "targets_skipped": [asdict(skipped) for skipped in report.skipped],
+        "context": [{k: _rounded(v) for k, v in c.items()} for c in report.context],
     }
     print("BENCH_JSON " + json.dumps(payload, separators=(",", ":"), allow_nan=False))
-    return 0
+    errored = any(r.error for per_way in results.values() for wr in per_way.values() for r in wr.results)
+    return 1 if errored else 0
 
 
 if __name__ == "__main__":

@@ -59,6 +59,18 @@ def new_token() -> str:
     return f"{_thread_prefix.prefix}:{next(_claims)}"
 
 
+def process_part(token: str) -> str:
+    """``<host>:<pid>`` of a token: the process that made the claim (leave.lua splits it the same way)."""
+    head, sep, _ = token.rpartition(":")
+    head, sep2, _ = head.rpartition(":")
+    return head if sep and sep2 else token
+
+
+def this_process() -> str:
+    """``<host>:<pid>`` of this process, as its tokens carry it."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 @dataclass(frozen=True)
 class Hold:
     """One claim this process holds: its token and the ledgers it holds."""
@@ -120,6 +132,12 @@ class HoldRegistry:
             if hold is not None:
                 self._owed[token] = hold
             return hold
+
+    def discard(self, token: str) -> None:
+        """Stop refreshing a hold without owing its release (it lingers, see :mod:`.lingering`)."""
+        with self._lock:
+            self._check_fork()
+            self._held.pop(token, None)
 
     def owe(self, hold: Hold) -> None:
         """Record a release owed for a claim that was never registered as held."""

@@ -8,6 +8,16 @@ Every ledger is one sorted set under the key prefix::
 Members are claim tokens (see :mod:`dramatiq_slots.claims`), scores are the
 millisecond (Redis clock) at which each hold expires unless refreshed.
 
+Each ledger has a waiting list (claims in line for a slot, FIFO), and each
+worker process a wake channel (Pub/Sub) on which a release tells it that one
+of its waiting claims was handed a slot::
+
+    <prefix>:queue-waiting:<queue name>   line of a queue's ledger
+    <prefix>:key-waiting:<runtime key>    line of a runtime key's ledger
+    <prefix>:wake:<host>:<pid>            wake channel of one worker process
+
+The ``-waiting`` kinds never parse as ledgers, whatever the name holds.
+
 Redis Cluster: a script may only touch keys of one hash slot. These names
 carry no hash tag yet, so the middleware's combined acquire (a queue ledger
 and a runtime-key ledger in one script) needs both keys in one slot; that is
@@ -42,6 +52,18 @@ class KeySpace:
     def runtime_key(self, key: str) -> str:
         """The ledger of a runtime-unique key."""
         return f"{self.prefix}:key:{key}"
+
+    def waiting(self, ledger: str) -> str:
+        """The waiting list of a ledger."""
+        parsed = self.parse(ledger)
+        if parsed is None:
+            raise ValueError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
+        kind, name = parsed
+        return f"{self.prefix}:{kind}-waiting:{name}"
+
+    def wake_channel_prefix(self) -> str:
+        """Wake channels are this prefix + a process part (``<host>:<pid>``)."""
+        return f"{self.prefix}:wake:"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every ledger under this prefix."""

@@ -62,6 +62,19 @@ class Admission:
 
 
 @dataclass(frozen=True)
+class Entry(Admission):
+    """The answer of :meth:`Ledger.enter`.
+
+    ``waiting``: a refused claim is in line now. ``members``: when admitted,
+    each ledger's member count after the admission (its capacity where the
+    token already held it).
+    """
+
+    waiting: bool = False
+    members: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Holder:
     """One live hold of a ledger."""
 
@@ -116,6 +129,28 @@ class Ledger:
         self._reassert = client.register_script(_load("reassert"))
         self._holders = client.register_script(_load("holders"))
         self._in_use = client.register_script(_load("in_use"))
+        self._enter = client.register_script(_load("enter"))
+        self._leave = client.register_script(_load("leave"))
+        self._withdraw = client.register_script(_load("withdraw"))
+
+    def preload(self) -> None:
+        """Load every script into Redis now (worker boot), so no first call pays a NOSCRIPT round trip."""
+        scripts = (
+            self._acquire,
+            self._release,
+            self._beat,
+            self._reassert,
+            self._holders,
+            self._in_use,
+            self._enter,
+            self._leave,
+            self._withdraw,
+        )
+        with self._translated("script load"):
+            pipe = self.client.pipeline(transaction=False)
+            for script in scripts:
+                pipe.script_load(script.script)
+            pipe.execute()
 
     def __repr__(self) -> str:
         return f"Ledger({redacted_address(self.client)}, key_prefix={self.keys.prefix!r})"
@@ -157,6 +192,62 @@ class Ledger:
         if status == 1:
             return Admission(admitted=True, replayed=detail == 1)
         return Admission(admitted=False, full=wants[detail - 1].ledger)
+
+    #: ``line`` values of :meth:`enter`.
+    NO_LINE, JOIN_LINE, IN_LINE = 0, 1, 2
+
+    def _with_lines(self, wants: Sequence[Want]) -> list[str]:
+        ledgers = [w.ledger for w in wants]
+        return [*ledgers, *map(self.keys.waiting, ledgers)]
+
+    def enter(self, token: str, wants: Sequence[Want], *, ttl_ms: int, line: int, place_ms: int = 0) -> Entry:
+        """Admit ``token`` to every wanted ledger, or refuse it and (``line`` > 0) put it in line.
+
+        ``line``: :attr:`NO_LINE` (just refuse), :attr:`JOIN_LINE` (join the
+        refusing ledger's line) or :attr:`IN_LINE` (a waiter asking again:
+        keeps its place). ``place_ms``: the claim's place in line, the lowest
+        first (the middleware passes the message's enqueue time). See ``enter.lua``.
+        """
+        if not wants:
+            raise ValueError("enter needs at least one ledger")
+        args: list[Any] = [token, ttl_ms, line, place_ms, *(w.capacity for w in wants)]
+        with self._translated("enter"):
+            reply = self._enter(keys=self._with_lines(wants), args=args)
+        self._check_codes("enter", reply)
+        if int(reply[0]) == 1:
+            return Entry(admitted=True, replayed=int(reply[1]) == 1, members=tuple(int(m) for m in reply[2:]))
+        return Entry(admitted=False, full=wants[int(reply[1]) - 1].ledger, waiting=int(reply[2]) == 1)
+
+    def leave(self, token: str, wants: Sequence[Want]) -> tuple[int, tuple[tuple[str, str], ...]]:
+        """Release ``token``'s holds, handing each freed slot to the first claim in line.
+
+        Returns ``(removed, handed)``: how many members were removed, and a
+        ``(token, ledger)`` pair for each claim handed a slot. A handed-over hold keeps the
+        leaving hold's expiry; its new holder's heartbeat refreshes it (which
+        is why ``beat_interval`` is at most a third of ``hold_ttl``).
+        """
+        if not wants:
+            return 0, ()
+        args: list[Any] = [token, self.keys.wake_channel_prefix(), *(w.capacity for w in wants)]
+        with self._translated("leave"):
+            reply = self._leave(keys=self._with_lines(wants), args=args)
+        self._check_codes("leave", reply)
+        pairs = reply[1:]
+        return int(reply[0]), tuple(
+            (_text(pairs[k]), wants[int(pairs[k + 1]) - 1].ledger) for k in range(0, len(pairs), 2)
+        )
+
+    def withdraw(self, token: str, wants: Sequence[Want]) -> int:
+        """Leave every line; how many of the ledgers the claim holds now (all of them: admitted)."""
+        if not wants:
+            return 0
+        with self._translated("withdraw"):
+            return int(self._withdraw(keys=self._with_lines(wants), args=[token]))
+
+    def waiting(self, ledger: str) -> list[str]:
+        """The claims in line for ``ledger``, first in line first."""
+        with self._translated("waiting"):
+            return [_text(t) for t in self.client.zrange(self.keys.waiting(ledger), 0, -1)]
 
     def release(self, token: str, ledgers: Sequence[str]) -> int:
         """Remove ``token``'s own member from each ledger; how many were still there."""

@@ -43,12 +43,20 @@ from .deferral import DEFERRALS, backoff_ms, defer, install_skip_filter, skip_fi
 from .errors import LedgerError, LedgerUnavailable, SlotsError
 from .heartbeat import Heartbeat
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .ledger import Holder, Ledger, Want, redacted_address
+from .ledger import Admission, Entry, Holder, Ledger, Want, redacted_address
+from .lingering import LingeringHolds, roomy
+from .wakeups import Waiter, Wakeups
 
 logger = logging.getLogger("dramatiq_slots.middleware")
 
 #: Environment variable naming the ledger's Redis when neither ``client=`` nor ``url=`` is given.
 URL_ENV = "DRAMATIQ_SLOTS_REDIS_URL"
+
+#: A waiting claim asks the ledger again this often (s), in case its wake-up was lost.
+_REASK_S = 2.0
+
+#: How long worker boot waits for the wake channel's subscription (s).
+_LISTEN_WAIT_S = 2.0
 
 #: Seconds, for clients built from ``url=`` or the environment.
 _SOCKET_TIMEOUT = 5.0
@@ -69,6 +77,8 @@ class _Plan:
     wants: tuple[Want, ...]
     min_backoff: int
     max_backoff: int
+    #: Place in a line: when the message was first sent (ms), so lines keep send order.
+    place_ms: int = 0
 
 
 class Slots(Middleware):
@@ -85,11 +95,18 @@ class Slots(Middleware):
       hold_ttl: how long a hold lives without a refresh: the most a killed
         worker's slot stays taken. Default 60,000.
       beat_interval: how often each worker process refreshes its holds
-        (one round trip per beat). Default ``hold_ttl // 6``; must be < hold_ttl.
+        (one round trip per beat). Default ``hold_ttl // 6``; at most ``hold_ttl / 3``.
       defer_min_backoff, defer_max_backoff: bounds of the exponential backoff
         (with jitter) of a deferred message. Defaults 100 and 5,000.
       queue_capacities: ``{"queue name": capacity}``, caps queues without
         touching their actors.
+      max_wait: how long a refused message waits in line, in its worker
+        thread, for a release to hand it a slot, before it is deferred.
+        Default 30,000; 0 defers at once.
+      waiting_share: the share of a worker process's threads that may wait
+        in line at once (0 to 1); a message refused while that many wait is
+        deferred. Default 1.0: every thread may wait (lower it when the
+        same workers serve other queues that must keep flowing).
     """
 
     def __init__(
@@ -103,6 +120,9 @@ class Slots(Middleware):
         defer_min_backoff: int = 100,
         defer_max_backoff: int = 5_000,
         queue_capacities: Mapping[str, int] | None = None,
+        max_wait: int = 30_000,
+        waiting_share: float = 1.0,
+        reuse_window: int = 100,
     ) -> None:
         if client is not None and url is not None:
             raise opt.ConfigurationError("Slots: pass client= or url=, not both")
@@ -116,14 +136,43 @@ class Slots(Middleware):
         if beat_interval is None:
             beat_interval = max(1, hold_ttl // 6)
         self.beat_interval = opt.positive_int(beat_interval, "Slots(beat_interval=...)")
-        if self.beat_interval >= self.hold_ttl:
+        if self.beat_interval * 3 > self.hold_ttl:
+            # A slot handed over keeps the leaving hold's expiry, which may be one beat old;
+            # its new holder's first beat must come well before it (see leave.lua).
             raise opt.ConfigurationError(
-                f"Slots(beat_interval=...): must be < hold_ttl ({self.hold_ttl} ms), got {beat_interval} ms"
+                f"Slots(beat_interval=...): must be at most hold_ttl / 3 ({self.hold_ttl // 3} ms), "
+                f"got {beat_interval} ms"
             )
         self.defer_min_backoff, self.defer_max_backoff = opt.backoff_bounds(
             defer_min_backoff, defer_max_backoff, "Slots"
         )
         self.keys = KeySpace(key_prefix)
+        if isinstance(max_wait, bool) or not isinstance(max_wait, int) or max_wait < 0:
+            raise opt.ConfigurationError(f"Slots(max_wait=...): must be an int >= 0 (ms), got {max_wait!r}")
+        if (
+            isinstance(waiting_share, bool)
+            or not isinstance(waiting_share, (int, float))
+            or not (0 <= waiting_share <= 1)
+        ):
+            raise opt.ConfigurationError(
+                f"Slots(waiting_share=...): must be a number from 0 to 1, got {waiting_share!r}"
+            )
+        if isinstance(reuse_window, bool) or not isinstance(reuse_window, int) or reuse_window < 0:
+            raise opt.ConfigurationError(
+                f"Slots(reuse_window=...): must be an int >= 0 (ms), got {reuse_window!r}"
+            )
+        if reuse_window * 3 > self.hold_ttl:
+            raise opt.ConfigurationError(
+                f"Slots(reuse_window=...): must be at most hold_ttl / 3 ({self.hold_ttl // 3} ms), "
+                f"got {reuse_window} ms"
+            )
+        self.max_wait = max_wait
+        self.waiting_share = float(waiting_share)
+        self.reuse_window = reuse_window
+        self._lingering = LingeringHolds(self._give_up_hold)
+        self._wakeups: Wakeups | None = None
+        self._wait_gate: threading.BoundedSemaphore | None = None
+        self._stopping = threading.Event()
         self._queue_capacities: dict[str, tuple[int, str]] = {}
         for queue_name, capacity in (queue_capacities or {}).items():
             if not isinstance(queue_name, str) or not queue_name:
@@ -194,6 +243,24 @@ class Slots(Middleware):
                     )
         return self._heartbeat
 
+    @property
+    def wakeups(self) -> Wakeups:
+        if self._wakeups is None:
+            ledger = self.ledger
+            with self._setup_lock:
+                if self._wakeups is None:
+                    self._wakeups = Wakeups(
+                        ledger.client, ledger.keys.wake_channel_prefix(), on_stray=self._give_back
+                    )
+        return self._wakeups
+
+    def _give_back(self, token: str, ledger: str) -> None:
+        """A slot handed to a claim nobody here waits for: owe its release (the next beat sends it)."""
+        if self.registry.is_held(token) or self._lingering.has(token):
+            return  # the claim got in some other way and runs (or lingers): the slot is its own
+        self.registry.owe(Hold(token, (Want(ledger, 1),), "slot handed to a claim that stopped waiting"))
+        self.heartbeat.ensure_started()
+
     def queue_capacity(self, queue_name: str) -> int | None:
         """The capacity of a queue, as declared in this process (None: not capped)."""
         entry = self._queue_capacities.get(queue_name)
@@ -236,25 +303,39 @@ class Slots(Middleware):
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._broker = broker
+        self._stopping.clear()
+        self._lingering.resume()
+        waiters = int(worker.worker_threads * self.waiting_share)
+        self._wait_gate = threading.BoundedSemaphore(waiters) if waiters > 0 and self.max_wait > 0 else None
         if not (self._queue_capacities or any(a.capped for a in self._actors.values())):
             return
         try:
-            self.ledger.client.ping()
-        except (redis.RedisError, OSError) as e:
+            self.ledger.preload()
+        except (LedgerError, redis.RedisError, OSError) as e:
             logger.error(
-                "The ledger's Redis at %s is unreachable (%s: %s): capped messages are deferred "
-                "until it answers.",
+                "The ledger's Redis at %s did not answer at worker boot (%s: %s): capped messages "
+                "are deferred until it answers.",
                 redacted_address(self.ledger.client),
                 type(e).__name__,
                 e,
             )
         self.heartbeat.start()
+        if self._wait_gate is not None:
+            self.wakeups.start()
+            # A claim in line before the subscription is up would be skipped by a release.
+            self.wakeups.listening.wait(_LISTEN_WAIT_S)
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._stopping.set()
+        self._lingering.release_all()
+        if self._wakeups is not None:
+            self._wakeups.wake_all()  # waiting claims leave their lines and are deferred
         if self._heartbeat is not None:
             self._heartbeat.drain()
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if self._wakeups is not None:
+            self._wakeups.stop()
         if self._heartbeat is not None:
             held, owed = self.registry.snapshot()
             self._heartbeat.stop()
@@ -302,7 +383,9 @@ class Slots(Middleware):
             capacity = opt.pick(options.get(opt.RUNTIME_KEY_CAPACITY), actor.runtime_key_capacity, 1)
             wants.append(Want(self.keys.runtime_key(key), capacity))
         min_backoff, max_backoff = self._backoff(actor, options)
-        return _Plan(tuple(wants), min_backoff, max_backoff) if wants else None
+        if not wants:
+            return None
+        return _Plan(tuple(wants), min_backoff, max_backoff, int(message.message_timestamp))
 
     def _backoff(self, actor: opt.ActorSlots, options: Mapping[str, Any]) -> tuple[int, int]:
         """Deferral backoff bounds: message > actor > middleware, checked together."""
@@ -330,13 +413,18 @@ class Slots(Middleware):
 
     def _admit(self, broker: dramatiq.Broker, message: MessageProxy, plan: _Plan) -> None:
         label = f"{message.actor_name}({message.message_id})"
+        if self.reuse_window:
+            lingering = self._lingering.take(plan.wants)
+            if lingering is not None:
+                self._admitted(message, Hold(lingering.token, lingering.wants, label))
+                return
         outage_attempt = 0
         while True:
             # A fresh token per attempt: an attempt whose outcome is unknown is
             # owed a release, and that release must never hit a later attempt.
             hold = Hold(new_token(), plan.wants, label)
             try:
-                admission = self.ledger.acquire(hold.token, plan.wants, ttl_ms=self.hold_ttl)
+                admission = self._acquire_or_wait(hold, plan)
             except LedgerUnavailable as e:
                 # The script may have run before the reply was lost (redis-py's
                 # own retries of this call replayed the same token; they are
@@ -353,10 +441,13 @@ class Slots(Middleware):
                 raise AdmissionError(f"actor {message.actor_name!r}: {e}; the actor did not run") from e
             else:
                 if admission.admitted:
-                    self.registry.add(hold)
-                    with self._claims_lock:
-                        self._claims[id(message)] = hold.token
-                    self.heartbeat.ensure_started()
+                    if (
+                        self.reuse_window
+                        and isinstance(admission, Entry)
+                        and roomy(plan.wants, admission.members)
+                    ):
+                        self._lingering.reusable(hold, self.reuse_window)
+                    self._admitted(message, hold)
                     return
                 reason = f"ledger {admission.full!r} is full"
             deferrals = int(message.options.get(DEFERRALS, 0)) + 1
@@ -388,6 +479,57 @@ class Slots(Middleware):
                 ) from e
             raise deferred
 
+    def _admitted(self, message: MessageProxy, hold: Hold) -> None:
+        self.registry.add(hold)
+        with self._claims_lock:
+            self._claims[id(message)] = hold.token
+        self.heartbeat.ensure_started()
+
+    def _acquire_or_wait(self, hold: Hold, plan: _Plan) -> Admission:
+        """Acquire; when refused, wait in line (bounded) for a release to hand over a slot."""
+        gate = self._wait_gate
+        if gate is None or self._stopping.is_set() or not gate.acquire(blocking=False):
+            return self.ledger.acquire(hold.token, plan.wants, ttl_ms=self.hold_ttl)
+        wakeups = self.wakeups
+        try:
+            wakeups.start()  # no-op once listening in this process
+            # Registered before the claim joins a line, so no wake-up is missed.
+            waiter = wakeups.expect(hold.token)
+            return self._wait_in_line(hold, plan, waiter)
+        finally:
+            wakeups.forget(hold.token)
+            gate.release()
+
+    def _wait_in_line(self, hold: Hold, plan: _Plan, waiter: Waiter) -> Admission:
+        ledger = self.ledger
+        place = plan.place_ms
+        entry = ledger.enter(
+            hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.JOIN_LINE, place_ms=place
+        )
+        deadline = time.monotonic() + self.max_wait / 1000
+        while not entry.admitted and entry.waiting:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._stopping.is_set():
+                held = ledger.withdraw(hold.token, plan.wants)
+                if held == len(plan.wants):
+                    return Admission(admitted=True, replayed=True)
+                if held == 0:
+                    return entry
+                # Handed one slot of several: take the rest now, or give it back.
+                return ledger.enter(hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.NO_LINE)
+            waiter.event.wait(min(remaining, _REASK_S))
+            waiter.event.clear()
+            if waiter.handed is not None and len(plan.wants) == 1:
+                # leave.lua wrote the hold before it published: no need to ask.
+                return Admission(admitted=True, replayed=True)
+            # Woken without a slot (reconnect, shutdown), or by a slot of one
+            # ledger out of several, or nothing came: ask again, keeping our place.
+            waiter.handed = None
+            entry = ledger.enter(
+                hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.IN_LINE, place_ms=place
+            )
+        return entry
+
     def _warn_outage(self, error: LedgerError) -> None:
         now = time.monotonic()
         if now - self._outage_warned_at >= 30:
@@ -415,22 +557,36 @@ class Slots(Middleware):
             token = self._claims.pop(id(message), None)
         if token is None:
             return
-        hold = self.registry.begin_release(token)
-        if hold is None:
+        hold = self.registry.hold(token)
+        if hold is not None and self._lingering.park(hold):
+            # Kept for the next message of the same ledgers (its window is open);
+            # not refreshed meanwhile: the window is far shorter than hold_ttl.
+            self.registry.discard(token)
             return
+        hold = self.registry.begin_release(token)
+        if hold is not None:
+            self._give_up_hold(hold)
+
+    def _give_up_hold(self, hold: Hold) -> None:
+        """Release ``hold`` in Redis (handing its slots to lines); owed to the heartbeat on failure."""
+        self.registry.owe(hold)
         try:
-            self.ledger.release(token, hold.ledgers)
+            _, handed = self.ledger.leave(hold.token, hold.wants)
         except Exception as e:
             logger.warning(
                 "Release of %s for %s failed (%s); retried on the next beat, and the hold ages out "
                 "within hold_ttl=%d ms in any case.",
-                token,
+                hold.token,
                 hold.label,
                 e,
                 self.hold_ttl,
             )
+            self.heartbeat.ensure_started()
             return
-        self.registry.settle([token])
+        self.registry.settle([hold.token])
+        if handed and self._wakeups is not None:
+            for token, ledger in handed:
+                self._wakeups.hand_over(token, ledger)
 
     # -- queries ----------------------------------------------------------
 

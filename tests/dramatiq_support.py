@@ -113,6 +113,8 @@ def add_slots(broker: RedisBroker, key_prefix: str) -> Iterator[SlotsFactory]:
     for slots in made:
         if slots._heartbeat is not None:
             slots._heartbeat.stop()
+        if slots._wakeups is not None:
+            slots._wakeups.stop()
 
 
 @pytest.fixture

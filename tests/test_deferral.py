@@ -1,4 +1,4 @@
-"""What a deferral does, and does not do, to the rest of dramatiq.
+"""What a deferral does, and does not do, to the rest of dramatiq (waiting is off: max_wait=0).
 
 Each test holds the slot with a foreign claim (as if another host held it),
 lets the message defer several times, then frees the slot and checks that
@@ -71,7 +71,7 @@ def free(slots: Slots, want: Want) -> None:
 def test_waiting_never_uses_retries_even_with_max_retries_zero(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, deferrals: Deferrals
 ) -> None:
-    slots = add_slots()
+    slots = add_slots(max_wait=0)
     broker.add_middleware(CurrentMessage())
     want = occupy(slots, "patient")
     failures: list[Any] = []
@@ -107,7 +107,7 @@ def test_deferrals_log_nothing_at_warning(
     deferrals: Deferrals,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    slots = add_slots()
+    slots = add_slots(max_wait=0)
     want = occupy(slots, "quiet")
 
     @dramatiq.actor(queue_name="quiet", queue_capacity=1)
@@ -128,7 +128,7 @@ def test_other_skips_are_still_logged(
     broker: RedisBroker, add_slots: SlotsFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The log filter hides only deferrals: a skip by another middleware keeps its WARNING.
-    add_slots()
+    add_slots(max_wait=0)
     skipped: list[str] = []
 
     class SkipAll(Middleware):
@@ -156,7 +156,7 @@ def test_results_wait_for_the_real_result(
 ) -> None:
     backend = RedisBackend(client=broker.client, namespace=f"{key_prefix}-results")
     broker.add_middleware(Results(backend=backend))
-    slots = add_slots()
+    slots = add_slots(max_wait=0)
     want = occupy(slots, "answers")
 
     @dramatiq.actor(queue_name="answers", queue_capacity=1, store_results=True)
@@ -181,7 +181,7 @@ def test_callbacks_pipelines_and_groups_fire_once(
     backend = RedisBackend(client=broker.client, namespace=f"{key_prefix}-results")
     broker.add_middleware(Results(backend=backend))
     broker.add_middleware(GroupCallbacks(RateLimiterBackend(client=broker.client)))
-    slots = add_slots()
+    slots = add_slots(max_wait=0)
     want = occupy(slots, "chained")
 
     @dramatiq.actor(queue_name="chained", queue_capacity=1, store_results=True)
@@ -246,9 +246,9 @@ def test_prometheus_gauges_do_not_drift(
     prometheus = Prometheus()
     if order == "prometheus_before_slots":
         broker.add_middleware(prometheus)
-        slots = add_slots()
+        slots = add_slots(max_wait=0)
     else:
-        slots = add_slots()
+        slots = add_slots(max_wait=0)
         broker.add_middleware(prometheus)  # appended last: after Slots
     prometheus.after_process_boot(broker)
     want = occupy(slots, "metered")
@@ -273,7 +273,7 @@ def test_prometheus_gauges_do_not_drift(
 def test_age_limit_still_counts_from_the_first_enqueue(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, deferrals: Deferrals
 ) -> None:
-    slots = add_slots()
+    slots = add_slots(max_wait=0)
     occupy(slots, "aging")
 
     @dramatiq.actor(queue_name="aging", queue_capacity=1, max_age=1_500)
@@ -310,7 +310,7 @@ def test_backoff_grows_exponentially_within_bounds() -> None:
 def test_deferral_keeps_identity_and_timestamp(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, deferrals: Deferrals
 ) -> None:
-    slots = add_slots()
+    slots = add_slots(max_wait=0)
     broker.add_middleware(CurrentMessage())
     want = occupy(slots, "same")
 

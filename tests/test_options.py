@@ -83,10 +83,10 @@ def test_actor_capacity_must_agree_with_queue_capacities(
         ({"key_prefix": ""}, r"Slots\(key_prefix=\.\.\.\): must be a non-empty str"),
         ({"hold_ttl": 0}, r"Slots\(hold_ttl=\.\.\.\) must be a positive int, got 0"),
         (
-            {"hold_ttl": 1000, "beat_interval": 1000},
-            r"beat_interval=\.\.\.\): must be < hold_ttl \(1000 ms\)",
+            {"hold_ttl": 1000, "beat_interval": 334},
+            r"beat_interval=\.\.\.\): must be at most hold_ttl / 3 \(333 ms\), got 334 ms",
         ),
-        ({"hold_ttl": 1000, "beat_interval": 5000}, r"must be < hold_ttl"),
+        ({"hold_ttl": 1000, "beat_interval": 5000}, r"must be at most hold_ttl / 3"),
         ({"beat_interval": 0}, r"Slots\(beat_interval=\.\.\.\) must be a positive int"),
         (
             {"defer_min_backoff": 500, "defer_max_backoff": 100},
@@ -317,7 +317,7 @@ def test_a_deferral_the_broker_refuses_fails_the_message(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, caplog: pytest.LogCaptureFixture
 ) -> None:
     broker.add_middleware(_RefuseDeferredCopies())
-    slots = add_slots()
+    slots = add_slots(max_wait=0)
     want = Want(slots.keys.queue("refused"), 1)
     assert slots.ledger.acquire("elsewhere:1:1:1", [want], ttl_ms=30_000).admitted
 

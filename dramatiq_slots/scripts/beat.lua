@@ -14,6 +14,10 @@
 -- release can never resurrect the released hold. The caller decides, under
 -- its own lock, whether to re-assert (reassert.lua).
 -- Returns {-1, j} when ARGV[j] is malformed; nothing written.
+--
+-- Each refreshed ledger is also swept of expired members (holders that died):
+-- admission (enter.lua) counts members, not live holds, so the beats of the
+-- live holders are what return a dead holder's slot.
 
 local ttl = tonumber(ARGV[1])
 local r = tonumber(ARGV[2])
@@ -31,9 +35,13 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local expiry = string.format('%.0f', now + ttl)
 
-local lost = {}
+local lost, swept = {}, {}
 for i = 1, r do
   local ledger, token = KEYS[i], ARGV[2 + i]
+  if not swept[ledger] then
+    swept[ledger] = true
+    redis.call('ZREMRANGEBYSCORE', ledger, '-inf', now)
+  end
   local score = redis.call('ZSCORE', ledger, token)
   if score and tonumber(score) > now then
     redis.call('ZADD', ledger, 'XX', expiry, token)

@@ -111,6 +111,8 @@ class AppConfig:
     beat_interval: int = 300
     defer_min_backoff: int = 50
     defer_max_backoff: int = 500
+    max_wait: int = 30_000
+    waiting_share: float = 1.0
     job_ms: int = 150
     #: Broker: a worker silent this long is dead, and its unacked messages are requeued.
     broker_heartbeat_timeout: int = 3_000
@@ -155,6 +157,8 @@ class AppConfig:
                 kwargs[f.name] = raw == "1"
             elif isinstance(default, int):
                 kwargs[f.name] = int(raw)
+            elif isinstance(default, float):
+                kwargs[f.name] = float(raw)
             else:
                 kwargs[f.name] = raw
         return cls(**kwargs)
@@ -189,6 +193,8 @@ class AppConfig:
             beat_interval=self.beat_interval,
             defer_min_backoff=self.defer_min_backoff,
             defer_max_backoff=self.defer_max_backoff,
+            max_wait=self.max_wait,
+            waiting_share=self.waiting_share,
         )
 
 

@@ -1,0 +1,172 @@
+"""Lingering holds: a slot kept for a moment between two jobs of one process.
+
+When a ledger has plenty of room, taking and giving back a slot for every
+message costs two Redis round trips per job for nothing: nobody else is
+waiting for it. So a hold admitted while every one of its ledgers was at
+most a quarter full (:func:`roomy`) may serve further messages of the same
+ledgers in this process, without asking Redis, for ``window`` milliseconds
+after that admission. Between two such jobs it *lingers*: it stays in the
+ledger, counted like any hold, and the next message with exactly the same
+ledgers takes it over. When the window has passed it is released at the end
+of its current job, or by this module's thread if it is lingering, and the
+next message asks Redis again, which gives a fresh view of the room.
+
+What this costs and bounds, by construction:
+- the cap is never exceeded: a lingering hold is a member of the ledger;
+- a process holds at most as many lingering holds as it has threads;
+- the order of a line is not kept for a reused slot: a claim that joins a
+  line while another process reuses its slot waits at most one window plus
+  one job longer than it would in strict FIFO order; and a line only forms
+  once more than three quarters of the cap were taken by others since the
+  admission that made the hold reusable;
+- a lingering hold is visible in the ledger (``status``) while it waits.
+
+A window of 0 turns lingering off.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from .claims import Hold
+from .ledger import Want
+
+
+def roomy(wants: Sequence[Want], members: Sequence[int]) -> bool:
+    """Every ledger at most a quarter full (``members`` after the admission, one per want)."""
+    if len(members) != len(wants):
+        return False
+    return all(m * 4 <= w.capacity for w, m in zip(wants, members, strict=True))
+
+
+class LingeringHolds:
+    """This process's reusable holds, and the thread that releases them when their window ends.
+
+    Parameters:
+      release: gives a hold back to the ledger (called from this module's thread).
+    """
+
+    def __init__(self, release: Callable[[Hold], None]) -> None:
+        self._release = release
+        self._pid = os.getpid()
+        self._cond = threading.Condition()
+        #: Lingering holds by their ledgers; each with the monotonic time its window ends.
+        self._idle: dict[tuple[Want, ...], list[tuple[float, Hold]]] = {}
+        #: Holds in use, by token: when their window ends.
+        self._windows: dict[str, float] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = False
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():
+            # A forked child: the parent's holds are the parent's to release.
+            self._pid = os.getpid()
+            self._cond = threading.Condition()
+            self._idle, self._windows, self._thread, self._stop = {}, {}, None, False
+
+    def reusable(self, hold: Hold, window_ms: int) -> None:
+        """Mark a just-admitted hold as reusable for ``window_ms`` from now."""
+        with self._cond:
+            self._check_fork()
+            self._windows[hold.token] = time.monotonic() + window_ms / 1000
+
+    def take(self, wants: tuple[Want, ...]) -> Hold | None:
+        """A lingering hold on exactly these ledgers, still in its window (it is in use again), or None."""
+        with self._cond:
+            self._check_fork()
+            idle = self._idle.get(wants)
+            if not idle or idle[-1][0] <= time.monotonic():
+                return None  # none, or its window ended: this module's thread releases it
+            ends, hold = idle.pop()
+            if not idle:
+                del self._idle[wants]
+            self._windows[hold.token] = ends
+            return hold
+
+    def park(self, hold: Hold) -> bool:
+        """At the end of a job: keep ``hold`` lingering if its window is open (True), else False."""
+        with self._cond:
+            self._check_fork()
+            ends = self._windows.pop(hold.token, 0.0)
+            if self._stop or ends <= time.monotonic():
+                return False
+            self._idle.setdefault(hold.wants, []).append((ends, hold))
+            self._ensure_thread()
+            self._cond.notify()
+            return True
+
+    def forget(self, token: str) -> None:
+        """A hold that is released the ordinary way (no longer reusable)."""
+        with self._cond:
+            self._windows.pop(token, None)
+
+    def has(self, token: str) -> bool:
+        """Whether ``token`` is a hold of this module (reusable, or lingering)."""
+        with self._cond:
+            self._check_fork()
+            if token in self._windows:
+                return True
+            return any(hold.token == token for idle in self._idle.values() for _, hold in idle)
+
+    def __len__(self) -> int:
+        with self._cond:
+            self._check_fork()
+            return sum(len(v) for v in self._idle.values())
+
+    def release_all(self) -> None:
+        """Release every lingering hold now and stop lingering (worker shutdown)."""
+        with self._cond:
+            self._check_fork()
+            self._stop = True
+            holds = [hold for idle in self._idle.values() for _, hold in idle]
+            self._idle.clear()
+            self._cond.notify()
+        for hold in holds:
+            self._release(hold)
+
+    def resume(self) -> None:
+        """Allow lingering again (worker boot)."""
+        with self._cond:
+            self._check_fork()
+            self._stop = False
+
+    # -- the thread -------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="dramatiq-slots-lingering", daemon=True)
+            self._thread.start()
+
+    def _expired(self) -> tuple[list[Hold], float | None]:
+        """Pop the holds whose window ended; seconds until the next one ends (None: none left)."""
+        now = time.monotonic()
+        due: list[Hold] = []
+        nearest: float | None = None
+        for wants in list(self._idle):
+            keep = []
+            for ends, hold in self._idle[wants]:
+                if ends <= now:
+                    due.append(hold)
+                else:
+                    keep.append((ends, hold))
+                    nearest = ends - now if nearest is None else min(nearest, ends - now)
+            if keep:
+                self._idle[wants] = keep
+            else:
+                del self._idle[wants]
+        return due, nearest
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                due, nearest = self._expired()
+                if not due:
+                    if self._stop and nearest is None:
+                        return
+                    self._cond.wait(timeout=nearest if nearest is not None else 1.0)
+                    continue
+            for hold in due:
+                self._release(hold)

@@ -1,0 +1,108 @@
+-- enter.lua: admit one claim to every ledger it needs, or put it in line.
+--
+-- The waiting side of the FIFO handoff (leave.lua is the other side). A
+-- claim refused by a full ledger may join that ledger's waiting list; a
+-- release then hands its freed slot straight to the first claim in line.
+--
+-- KEYS[1..n]      ledgers (sorted sets: member = claim token, score = expiry ms)
+-- KEYS[n+1..2n]   their lines (sorted sets: member = claim token, score =
+--                 its place, first in line = lowest)
+-- ARGV[1]         claim token
+-- ARGV[2]         hold ttl, ms (integer >= 1)
+-- ARGV[3]         line: 0 = do not wait; 1 = join the refusing ledger's line;
+--                 2 = already in line (a waiter asking again: keeps its place,
+--                 or takes it again if a release dropped it)
+-- ARGV[4]         place in line: the message's enqueue time, ms (so a line is
+--                 served in the order messages were sent, whatever the order
+--                 in which workers took them; ties: by token)
+-- ARGV[4+i]       capacity of KEYS[i] (integer >= 1)
+--
+-- Returns {1, replay, m1, .., mn}
+--                       admitted; replay = 1 when the token already held every
+--                       ledger (a retried call, or a slot a release handed over);
+--                       mi = members of KEYS[i] now (its capacity when the token
+--                       already held it: no count was taken)
+--         {0, i, w}     refused at KEYS[i], the first full ledger; w = 1 when
+--                       the claim is in that ledger's line now
+--         {-1, j}       ARGV[j] malformed (j = 0: wrong argument count); nothing written
+--
+-- Counting: a ledger is full when its members (ZCARD) reach capacity. That
+-- counts expired members of dead holders until someone sweeps them (every
+-- heartbeat of a process holding the ledger does, and a key whose holders
+-- all died expires as a whole), so a refusal may be late by one beat, never
+-- an admission early. This keeps the refusal path free of TIME and of a
+-- sweep: waiting is the busy path and costs 3 commands here (EVALSHA,
+-- ZCARD, ZADD).
+--
+-- All or nothing: a claim refused on any ledger holds none of them; a slot
+-- it was handed on another ledger is given back (to whoever asks next).
+
+local n = #KEYS / 2
+if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 4 then
+  return {-1, 0}
+end
+local token, ttl, line, place = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if token == '' then return {-1, 1} end
+if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 2} end
+if line ~= 0 and line ~= 1 and line ~= 2 then return {-1, 3} end
+if not place then return {-1, 4} end
+local caps = {}
+for i = 1, n do
+  caps[i] = tonumber(ARGV[4 + i])
+  if not caps[i] or caps[i] < 1 or caps[i] ~= math.floor(caps[i]) then return {-1, 4 + i} end
+end
+
+-- A first call (line 1) skips the replay check: its token is fresh, and if
+-- redis-py resent it after a lost reply that had admitted it, the claim
+-- queues up while holding its slot and finds that out when it asks again
+-- (line 2), a few seconds later. That case is rare; the check is not free.
+local held, members, replay, refused = {}, {}, 1, 0
+for i = 1, n do
+  if line ~= 1 then held[i] = redis.call('ZSCORE', KEYS[i], token) end
+  if not held[i] then
+    members[i] = redis.call('ZCARD', KEYS[i])
+    if refused == 0 and members[i] >= caps[i] then
+      refused = i
+    end
+  end
+end
+
+if refused > 0 then
+  for i = 1, n do
+    if held[i] then redis.call('ZREM', KEYS[i], token) end
+  end
+  if line > 0 then
+    redis.call('ZADD', KEYS[n + refused], 'NX', ARGV[4], token)
+  end
+  return {0, refused, line > 0 and 1 or 0}
+end
+
+local clock = redis.call('TIME')
+local expiry = string.format('%.0f', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + ttl)
+
+-- The key must outlive its longest hold (so an abandoned ledger disappears
+-- by itself, and never sooner): a new key expires with its first hold; an
+-- existing one is only ever pushed later (GT on Redis >= 7; 6.2 reads PTTL).
+local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+local function outlive(key, at)
+  if gt then
+    redis.call('PEXPIREAT', key, at, 'GT')
+  elseif redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIREAT', key, at)
+  end
+end
+
+local after = {}
+for i = 1, n do
+  -- replay: every ZADD found the token already there.
+  local added = redis.call('ZADD', KEYS[i], expiry, token)
+  if added == 1 then replay = 0 end
+  after[i] = members[i] and members[i] + added or caps[i]
+  if members[i] == 0 then
+    redis.call('PEXPIREAT', KEYS[i], expiry)
+  else
+    outlive(KEYS[i], expiry)
+  end
+  if line == 2 then redis.call('ZREM', KEYS[n + i], token) end
+end
+return {1, replay, unpack(after)}

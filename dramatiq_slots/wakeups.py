@@ -1,0 +1,219 @@
+"""Wake-ups: how a claim waiting in line learns that a release handed it a slot.
+
+Every worker process listens on one Redis Pub/Sub channel of its own,
+``<prefix>:wake:<host>:<pid>``, on one connection, in one thread. A release
+that hands a slot to a waiting claim (``leave.lua``) writes the claim's hold
+first and then publishes ``"<token> <ledger>"`` on the channel of the claim's
+process; this thread sets the :class:`threading.Event` its waiting thread
+blocks on. The waiting thread then holds the slot without asking Redis again.
+
+Why Pub/Sub and not a list per waiter: ``PUBLISH`` answers how many
+subscribers received the message, so a release that finds nobody listening
+(the waiter's process died) takes the hold back and serves the next claim in
+line, and a message leaves nothing behind in Redis, where a list pushed for a
+dead waiter would stay until it expired. It also costs no command on the
+waiting side: a thread blocks on an Event, not on a Redis call.
+
+Pub/Sub is at-most-once: a message published while this connection is down
+is lost. Waiters therefore also ask the ledger again on their own every few
+seconds (the answer says whether they already hold the slot), and every
+waiter is woken to ask at once whenever the subscription is (re)established.
+
+A release in this same process wakes its own waiting claims directly
+(:meth:`Wakeups.hand_over`), without the round trip through the channel;
+the message that follows is then recognised and dropped.
+
+A wake-up for a token nobody here waits for (the waiter gave up a moment
+before, or its outcome was unknown) is handed to ``on_stray`` so the slot can
+be given back.
+
+:meth:`Wakeups.handle` is one message, callable without the thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from .claims import this_process
+
+logger = logging.getLogger("dramatiq_slots.wakeups")
+
+#: Seconds between reconnect attempts while the ledger's Redis is unreachable.
+_RECONNECT_S = 1.0
+
+#: How long one read of the subscription blocks (s): how fast :meth:`Wakeups.stop` is noticed.
+_POLL_S = 0.5
+
+#: Tokens woken in process whose channel message has not come yet (bounded: a message may be lost).
+_EARLY_MAX = 10_000
+
+
+class Waiter:
+    """One claim in line: ``event`` is set to wake it; ``handed`` names the ledger a release handed it."""
+
+    __slots__ = ("event", "handed")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.handed: str | None = None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class Wakeups:
+    """The wake channel of this process, and the events of its waiting claims.
+
+    Parameters:
+      client: the ledger's ``redis.Redis`` client (a connection of its pool
+        is held for the subscription).
+      channel_prefix: :meth:`~dramatiq_slots.keys.KeySpace.wake_channel_prefix`.
+      on_stray: called with ``(token, ledger)`` for a slot handed to a claim
+        nobody here waits for.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        channel_prefix: str,
+        *,
+        on_stray: Callable[[str, str], None],
+    ) -> None:
+        self.client = client
+        self.channel_prefix = channel_prefix
+        self.on_stray = on_stray
+        self._lock = threading.Lock()
+        self._waiting: dict[str, Waiter] = {}
+        self._early: dict[str, None] = {}
+        self._pid = os.getpid()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        #: Set while the subscription is established.
+        self.listening = threading.Event()
+
+    @property
+    def channel(self) -> str:
+        return self.channel_prefix + this_process()
+
+    # -- waiting claims ---------------------------------------------------
+
+    def expect(self, token: str) -> Waiter:
+        """Register a claim about to join a line (before it does, so no wake-up is missed)."""
+        waiter = Waiter()
+        with self._lock:
+            self._waiting[token] = waiter
+        return waiter
+
+    def forget(self, token: str) -> None:
+        with self._lock:
+            self._waiting.pop(token, None)
+
+    def wake_all(self) -> None:
+        """Wake every waiting claim of this process, to ask the ledger again (or give up)."""
+        with self._lock:
+            waiters = list(self._waiting.values())
+        for waiter in waiters:
+            waiter.event.set()
+
+    def hand_over(self, token: str, ledger: str) -> bool:
+        """Wake a claim of this process that a release here handed ``ledger``; False if none waits."""
+        with self._lock:
+            waiter = self._waiting.get(token)
+            if waiter is None:
+                return False
+            self._early[token] = None
+            if len(self._early) > _EARLY_MAX:
+                del self._early[next(iter(self._early))]
+        waiter.handed = ledger
+        waiter.event.set()
+        return True
+
+    def handle(self, data: Any) -> None:
+        """One message of the wake channel: ``"<token> <ledger>"``."""
+        token, _, ledger = _text(data).partition(" ")
+        with self._lock:
+            if token in self._early:
+                del self._early[token]  # already woken by hand_over
+                return
+            waiter = self._waiting.get(token)
+        if waiter is not None:
+            waiter.handed = ledger
+            waiter.event.set()
+        elif token and ledger:
+            self.on_stray(token, ledger)
+
+    # -- the thread -------------------------------------------------------
+
+    def start(self) -> None:
+        """Start listening (no-op when this process already does)."""
+        pid = os.getpid()
+        if self._pid == pid and self._thread is not None and self._thread.is_alive():
+            return
+        if self._pid != pid:
+            # A forked child: the parent's thread and waiters are not ours.
+            self._lock = threading.Lock()
+            self._waiting, self._early = {}, {}
+            self._pid = pid
+            self.listening = threading.Event()
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._run, name="dramatiq-slots-wakeups", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop listening and join the thread; waiters are woken to ask the ledger themselves."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread() and self._pid == os.getpid():
+            thread.join(timeout)
+        self.wake_all()
+
+    @property
+    def running(self) -> bool:
+        thread = self._thread
+        return self._pid == os.getpid() and thread is not None and thread.is_alive()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            pubsub = self.client.pubsub()  # type: ignore[no-untyped-call]
+            try:
+                pubsub.subscribe(self.channel)
+                while not self._stop.is_set():
+                    message = pubsub.get_message(timeout=_POLL_S)
+                    if message is None:
+                        continue
+                    if message.get("type") == "subscribe":
+                        failures = 0
+                        self.listening.set()
+                        # Anything published before this moment was lost.
+                        self.wake_all()
+                    elif message.get("type") == "message":
+                        self.handle(message.get("data"))
+            except (redis.RedisError, OSError) as e:
+                failures += 1
+                if failures == 1:
+                    logger.warning(
+                        "Wake channel lost (%s: %s); waiting claims ask the ledger on their own "
+                        "until it is back.",
+                        type(e).__name__,
+                        e,
+                    )
+            except Exception:  # never die: waiters would fall back to polling for good
+                logger.exception("Unexpected error in the wake-up thread; continuing.")
+            finally:
+                self.listening.clear()
+                self.wake_all()
+                with contextlib.suppress(redis.RedisError, OSError):
+                    pubsub.close()
+            self._stop.wait(_RECONNECT_S)

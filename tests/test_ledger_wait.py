@@ -1,0 +1,242 @@
+"""The line of a ledger: enter.lua, leave.lua and withdraw.lua, with real Pub/Sub subscribers."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import redis
+from dramatiq_support import wait_until
+
+from dramatiq_slots.claims import process_part
+from dramatiq_slots.errors import LedgerArgumentError
+from dramatiq_slots.ledger import Ledger, Want
+
+TTL = 30_000
+JOIN, IN_LINE, NO_LINE = Ledger.JOIN_LINE, Ledger.IN_LINE, Ledger.NO_LINE
+
+
+# Every test on every engine: the scripts branch on the server's version.
+@pytest.fixture
+def ledger(engine_ledger: Ledger) -> Ledger:
+    return engine_ledger
+
+
+@pytest.fixture
+def redis_client(engine_client: redis.Redis) -> redis.Redis:
+    return engine_client
+
+
+class Listener:
+    """A process's wake channel, subscribed for real: what leave.lua published to it."""
+
+    def __init__(self, client: redis.Redis, ledger: Ledger, process: str) -> None:
+        self.pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+        self.pubsub.subscribe(ledger.keys.wake_channel_prefix() + process)
+        assert self.pubsub.get_message(timeout=5)["type"] == "subscribe"
+
+    def messages(self) -> list[str]:
+        got = []
+        while (message := self.pubsub.get_message(timeout=0.2)) is not None:
+            data = message["data"]
+            got.append(data.decode() if isinstance(data, bytes) else data)
+        return got
+
+
+@contextmanager
+def listening(client: redis.Redis, ledger: Ledger, *processes: str) -> Iterator[dict[str, Listener]]:
+    listeners = {p: Listener(client, ledger, p) for p in processes}
+    try:
+        yield listeners
+    finally:
+        for listener in listeners.values():
+            listener.pubsub.close()
+
+
+def queue(ledger: Ledger, capacity: int = 1, name: str = "q") -> Want:
+    return Want(ledger.keys.queue(name), capacity)
+
+
+_places = itertools.count(1)
+
+
+def enter(ledger: Ledger, token: str, *wants: Want, line: int = JOIN, place: int | None = None) -> Any:
+    """enter.lua; each call takes a later place than the one before unless ``place`` is given."""
+    return ledger.enter(
+        token, wants, ttl_ms=TTL, line=line, place_ms=next(_places) if place is None else place
+    )
+
+
+def holders(ledger: Ledger, want: Want) -> list[str]:
+    return sorted(h.token for h in ledger.holders(want.ledger))
+
+
+def test_a_release_hands_its_slot_to_the_first_in_line_not_to_a_newcomer(
+    ledger: Ledger, redis_client: redis.Redis
+) -> None:
+    q = queue(ledger)
+    assert enter(ledger, "a:1:1:1", q).admitted
+    with listening(redis_client, ledger, "b:1") as heard:
+        refused = enter(ledger, "b:1:1:1", q)
+        assert not refused.admitted and refused.waiting and refused.full == q.ledger
+        assert ledger.waiting(q.ledger) == ["b:1:1:1"]
+        assert ledger.leave("a:1:1:1", [q]) == (1, (("b:1:1:1", q.ledger),))
+        assert holders(ledger, q) == ["b:1:1:1"]
+        assert heard["b:1"].messages() == [f"b:1:1:1 {q.ledger}"]
+    assert ledger.waiting(q.ledger) == []
+    assert not enter(ledger, "c:1:1:1", q, line=NO_LINE).admitted
+    # The handed slot is the waiter's own: asking again is a replay, counted once.
+    again = enter(ledger, "b:1:1:1", q, line=IN_LINE)
+    assert again.admitted and again.replayed
+    assert ledger.in_use(q.ledger) == 1
+
+
+def test_the_line_is_served_in_arrival_order(ledger: Ledger, redis_client: redis.Redis) -> None:
+    q = queue(ledger, capacity=2)
+    assert enter(ledger, "h1:1:1:1", q).admitted
+    assert enter(ledger, "h2:1:1:1", q).admitted
+    waiters = [f"w{i}:1:1:1" for i in range(5)]
+    with listening(redis_client, ledger, *(process_part(w) for w in waiters)):
+        for w in waiters:
+            assert enter(ledger, w, q).waiting
+        served = []
+        for releaser in ["h1:1:1:1", "h2:1:1:1", *waiters[:3]]:
+            removed, handed = ledger.leave(releaser, [q])
+            assert removed == 1
+            served += [token for token, _ in handed]
+    assert served == waiters
+    assert ledger.in_use(q.ledger) == 2
+
+
+def test_a_waiter_nobody_listens_for_is_skipped(ledger: Ledger, redis_client: redis.Redis) -> None:
+    q = queue(ledger)
+    assert enter(ledger, "a:1:1:1", q).admitted
+    assert enter(ledger, "dead:9:1:1", q).waiting  # its process is gone: no subscriber
+    with listening(redis_client, ledger, "b:1") as heard:
+        assert enter(ledger, "b:1:1:1", q).waiting
+        assert ledger.leave("a:1:1:1", [q]) == (1, (("b:1:1:1", q.ledger),))
+        assert heard["b:1"].messages() == [f"b:1:1:1 {q.ledger}"]
+    assert holders(ledger, q) == ["b:1:1:1"]
+    assert ledger.waiting(q.ledger) == []
+
+
+def test_a_release_without_anyone_in_line_frees_the_slot(ledger: Ledger) -> None:
+    q = queue(ledger)
+    assert enter(ledger, "a:1:1:1", q).admitted
+    assert ledger.leave("a:1:1:1", [q]) == (1, ())
+    assert ledger.leave("a:1:1:1", [q]) == (0, ())  # twice: nothing more
+    assert enter(ledger, "b:1:1:1", q, line=NO_LINE).admitted
+
+
+def test_no_slot_is_handed_over_while_the_ledger_is_over_capacity(
+    ledger: Ledger, redis_client: redis.Redis
+) -> None:
+    """A lowered capacity (or a re-assert) drains: releases stop handing over until members < capacity."""
+    old = queue(ledger, capacity=3)
+    for t in ("a:1:1:1", "b:1:1:1", "c:1:1:1"):
+        assert enter(ledger, t, old).admitted
+    new = queue(ledger, capacity=1)  # the same ledger, declared with a lower cap
+    with listening(redis_client, ledger, "w:1") as heard:
+        assert enter(ledger, "w:1:1:1", new).waiting
+        assert ledger.leave("a:1:1:1", [new]) == (1, ())
+        assert ledger.leave("b:1:1:1", [new]) == (1, ())
+        assert ledger.waiting(new.ledger) == ["w:1:1:1"]  # kept its place
+        assert ledger.leave("c:1:1:1", [new]) == (1, (("w:1:1:1", new.ledger),))
+        assert heard["w:1"].messages() == [f"w:1:1:1 {new.ledger}"]
+    assert holders(ledger, new) == ["w:1:1:1"]
+
+
+def test_withdraw_leaves_the_line_or_reports_a_slot_handed_first(
+    ledger: Ledger, redis_client: redis.Redis
+) -> None:
+    q = queue(ledger)
+    assert enter(ledger, "a:1:1:1", q).admitted
+    assert enter(ledger, "b:1:1:1", q).waiting
+    assert ledger.withdraw("b:1:1:1", [q]) == 0
+    assert ledger.waiting(q.ledger) == []
+    with listening(redis_client, ledger, "c:1"):
+        assert enter(ledger, "c:1:1:1", q).waiting
+        ledger.leave("a:1:1:1", [q])
+        # c gives up a moment too late: the slot is already its own.
+        assert ledger.withdraw("c:1:1:1", [q]) == 1
+    assert holders(ledger, q) == ["c:1:1:1"]
+
+
+def test_asking_again_keeps_the_place_in_line(ledger: Ledger) -> None:
+    q = queue(ledger)
+    assert enter(ledger, "a:1:1:1", q).admitted
+    assert enter(ledger, "b:1:1:1", q, place=100).waiting
+    assert enter(ledger, "c:1:1:1", q, place=200).waiting
+    assert enter(ledger, "b:1:1:1", q, line=IN_LINE, place=100).waiting
+    assert ledger.waiting(q.ledger) == ["b:1:1:1", "c:1:1:1"]
+    # Dropped from the line (its process did not answer a wake-up): it takes its place again.
+    ledger.leave("a:1:1:1", [q])  # nobody listens: both are skipped
+    assert ledger.waiting(q.ledger) == []
+    assert enter(ledger, "x:1:1:1", q, line=NO_LINE).admitted  # the slot went to a newcomer
+    assert enter(ledger, "c:1:1:1", q, line=IN_LINE, place=200).waiting
+    assert enter(ledger, "b:1:1:1", q, line=IN_LINE, place=100).waiting
+    assert ledger.waiting(q.ledger) == ["b:1:1:1", "c:1:1:1"]
+
+
+def test_the_line_is_ordered_by_place_not_by_arrival(ledger: Ledger) -> None:
+    """A message sent earlier but taken later by its worker still goes ahead."""
+    q = queue(ledger)
+    assert enter(ledger, "a:1:1:1", q).admitted
+    assert enter(ledger, "late:1:1:1", q, place=2_000).waiting
+    assert enter(ledger, "early:1:1:1", q, place=1_000).waiting
+    assert ledger.waiting(q.ledger) == ["early:1:1:1", "late:1:1:1"]
+
+
+def test_admitted_on_asking_again_leaves_the_line(ledger: Ledger) -> None:
+    q = queue(ledger)
+    assert enter(ledger, "a:1:1:1", q).admitted
+    assert enter(ledger, "b:1:1:1", q).waiting
+    ledger.release("a:1:1:1", [q.ledger])  # a release that hands nothing over (the heartbeat's)
+    assert enter(ledger, "b:1:1:1", q, line=IN_LINE).admitted
+    assert ledger.waiting(q.ledger) == []
+
+
+def test_a_claim_handed_one_slot_of_two_gives_it_back_when_the_other_is_full(
+    ledger: Ledger, redis_client: redis.Redis
+) -> None:
+    q, k = queue(ledger), Want(ledger.keys.runtime_key("k"), 1)
+    assert enter(ledger, "a:1:1:1", q).admitted
+    assert enter(ledger, "x:1:1:1", k).admitted
+    with listening(redis_client, ledger, "b:1"):
+        refused = enter(ledger, "b:1:1:1", q, k)
+        assert refused.waiting and refused.full == q.ledger
+        ledger.leave("a:1:1:1", [q])
+        assert holders(ledger, q) == ["b:1:1:1"]
+        again = enter(ledger, "b:1:1:1", q, k, line=IN_LINE)
+    assert not again.admitted and again.full == k.ledger and again.waiting
+    assert ledger.in_use(q.ledger) == 0  # given back: never one of two
+    assert ledger.waiting(k.ledger) == ["b:1:1:1"]
+
+
+def test_a_dead_holders_member_counts_until_a_live_holders_beat_sweeps_it(ledger: Ledger) -> None:
+    q = queue(ledger, capacity=2)
+    assert enter(ledger, "live:1:1:1", q).admitted
+    assert ledger.enter("dead:1:1:1", [q], ttl_ms=50, line=NO_LINE).admitted
+    assert wait_until(lambda: ledger.in_use(q.ledger) == 1, timeout=5)
+    # Expired, but still a member: enter.lua counts members (see its header).
+    assert not enter(ledger, "b:1:1:1", q, line=NO_LINE).admitted
+    assert ledger.beat([(q.ledger, "live:1:1:1")], ttl_ms=TTL) == []
+    assert enter(ledger, "b:1:1:1", q, line=NO_LINE).admitted
+
+
+def test_a_ledger_whose_holders_all_died_expires_whole(ledger: Ledger, redis_client: redis.Redis) -> None:
+    q = queue(ledger)
+    assert ledger.enter("dead:1:1:1", [q], ttl_ms=50, line=NO_LINE).admitted
+    assert wait_until(lambda: not redis_client.exists(q.ledger), timeout=5)
+    assert enter(ledger, "b:1:1:1", q, line=NO_LINE).admitted
+
+
+@pytest.mark.parametrize(("argv", "index"), [((0, JOIN), 2), ((TTL, 7), 3)])
+def test_malformed_arguments_are_refused(ledger: Ledger, argv: tuple[int, int], index: int) -> None:
+    ttl, line = argv
+    with pytest.raises(LedgerArgumentError, match=rf"ARGV\[{index}\]"):
+        ledger.enter("a:1:1:1", [queue(ledger)], ttl_ms=ttl, line=line)
+    assert ledger.in_use(queue(ledger).ledger) == 0

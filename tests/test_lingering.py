@@ -1,0 +1,137 @@
+"""Lingering holds: reuse between jobs while a ledger has room, released when the window ends."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import dramatiq
+import pytest
+import redis
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
+from servers import Server
+
+from dramatiq_slots import Slots
+from dramatiq_slots.claims import Hold
+from dramatiq_slots.ledger import Want
+from dramatiq_slots.lingering import LingeringHolds, roomy
+
+Q = (Want("p:queue:q", 8),)
+
+
+def test_roomy_means_every_ledger_at_most_a_quarter_full() -> None:
+    wants = (Want("p:queue:q", 8), Want("p:key:k", 4))
+    assert roomy(wants, (2, 1))
+    assert not roomy(wants, (3, 1))
+    assert not roomy(wants, (2, 2))
+    assert not roomy(wants, (1,)), "one count per ledger, or no reuse"
+    assert not roomy((Want("p:key:k", 1),), (1,)), "a runtime key of capacity 1 never lingers"
+
+
+def test_a_parked_hold_is_taken_by_the_next_claim_on_the_same_ledgers_within_its_window() -> None:
+    released: list[Hold] = []
+    holds = LingeringHolds(released.append)
+    hold = Hold("h:1:1:1", Q)
+    holds.reusable(hold, 10_000)
+    assert holds.park(hold)
+    assert holds.take((Want("p:queue:other", 8),)) is None
+    assert holds.take(Q) is hold
+    assert holds.take(Q) is None, "taken once"
+    assert holds.park(hold), "still in its window after a reuse"
+    holds.release_all()
+    assert released == [hold]
+    assert not holds.park(hold), "no lingering while stopped"
+    holds.resume()
+
+
+def test_a_hold_not_marked_reusable_is_not_parked() -> None:
+    holds = LingeringHolds(lambda h: None)
+    assert not holds.park(Hold("h:1:1:2", Q))
+
+
+def test_a_lingering_hold_is_released_by_the_thread_when_its_window_ends() -> None:
+    released = threading.Event()
+    got: list[Hold] = []
+
+    def release(hold: Hold) -> None:
+        got.append(hold)
+        released.set()
+
+    holds = LingeringHolds(release)
+    hold = Hold("h:1:1:3", Q)
+    holds.reusable(hold, 50)
+    began = time.monotonic()
+    assert holds.park(hold)
+    assert released.wait(5)
+    assert got == [hold] and time.monotonic() - began >= 0.04
+    assert holds.take(Q) is None
+    assert len(holds) == 0
+
+
+def commands(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_commands_processed"])
+
+
+def test_consecutive_jobs_reuse_a_slot_while_the_ledger_has_room(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, server_factory: Callable[..., Server]
+) -> None:
+    # The ledger on a server of its own: every command counted is the ledger's.
+    slots = add_slots(client=server_factory("redis7").client(), reuse_window=1_000)
+
+    @dramatiq.actor(queue_name="roomy", queue_capacity=40)
+    def job(i: int) -> None:
+        with probe.running("roomy", item=i):
+            pass
+
+    with running_worker(broker, threads=1):
+        job.send(0)
+        probe.wait_runs(1)
+        before = commands(slots.ledger.client)
+        for i in range(1, 21):
+            job.send(i)
+        probe.wait_runs(21)
+        used = commands(slots.ledger.client) - before
+        # Then, idle: the lingering hold goes back within its window.
+        assert wait_until(lambda: slots.in_use("roomy") == 0, timeout=5)
+    # Without reuse: 9 commands a job (enter 5, leave 4). With it: one admission per window.
+    assert used <= 2 * 9 + 1, used
+    assert probe.peak["roomy"] == 1
+
+
+def test_no_reuse_under_contention_so_the_line_keeps_its_order(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    slots = add_slots(reuse_window=1_000)
+    release = threading.Event()
+
+    @dramatiq.actor(queue_name="tight", queue_capacity=1)
+    def job(i: int) -> None:
+        with probe.running("tight", item=i):
+            if i == 0:
+                release.wait(10)
+
+    line = slots.keys.queue("tight")
+    with running_worker(broker, threads=4):
+        job.send(0)
+        assert wait_until(lambda: slots.in_use("tight") == 1)
+        for i in range(1, 4):
+            job.send(i)
+            assert wait_until(lambda i=i: len(slots.ledger.waiting(line)) == i)
+        release.set()
+        probe.wait_runs(4)
+    assert [item for _, item in probe.runs] == [0, 1, 2, 3]
+    assert probe.peak["tight"] == 1
+
+
+@pytest.mark.parametrize(
+    ("window", "pattern"),
+    [
+        (-1, r"must be an int >= 0 \(ms\), got -1"),
+        (1_001, r"must be at most hold_ttl / 3 \(1000 ms\), got 1001 ms"),
+    ],
+)
+def test_reuse_window_is_checked(window: int, pattern: str) -> None:
+    with pytest.raises(ValueError, match=rf"Slots\(reuse_window=\.\.\.\): {pattern}"):
+        Slots(hold_ttl=3_000, reuse_window=window)

@@ -1,0 +1,211 @@
+"""Waiting in line: FIFO handoff with real Workers, the wait bound, the waiting share, shutdown."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import dramatiq
+import pytest
+import redis
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
+
+from dramatiq_slots import Slots
+from dramatiq_slots.claims import new_token, this_process
+from dramatiq_slots.deferral import DEFERRALS
+from dramatiq_slots.ledger import Ledger, Want
+from dramatiq_slots.wakeups import Wakeups
+
+
+def capped_pair(probe: Probe, release: threading.Event, capacity: int = 1) -> tuple[Any, Any]:
+    """A blocker that holds the queue's slot until ``release``, and a short job, on one capped queue."""
+
+    @dramatiq.actor(queue_name="line", queue_capacity=capacity, max_retries=0)
+    def blocker() -> None:
+        with probe.running("line", item="blocker"):
+            release.wait(20)
+
+    @dramatiq.actor(queue_name="line", queue_capacity=capacity, max_retries=0)
+    def job(i: int) -> None:
+        with probe.running("line", item=i):
+            options = dramatiq.middleware.CurrentMessage.get_current_message().options  # type: ignore[union-attr]
+            probe.record("deferrals", options.get(DEFERRALS, 0))
+            time.sleep(0.02)
+
+    return blocker, job
+
+
+def line_setup(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, **settings: Any
+) -> tuple[Slots, threading.Event, Any, Any, str]:
+    """Slots on the broker, the blocker/job pair of queue ``line``, and that queue's ledger key."""
+    broker.add_middleware(dramatiq.middleware.CurrentMessage())
+    slots = add_slots(**settings)
+    release = threading.Event()
+    blocker, job = capped_pair(probe, release)
+    return slots, release, blocker, job, slots.keys.queue("line")
+
+
+def test_waiters_start_in_the_order_they_joined_the_line(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    slots, release, blocker, job, line = line_setup(broker, add_slots, probe)
+    with running_worker(broker, threads=6):
+        blocker.send()
+        assert wait_until(lambda: slots.in_use("line") == 1)
+        for i in range(5):
+            job.send(i)
+            # One at a time, so the order of the line is the order of sending.
+            assert wait_until(lambda i=i: len(slots.ledger.waiting(line)) == i + 1)
+        joined = list(slots.ledger.waiting(line))
+        release.set()
+        probe.wait_runs(6 + 5)  # each job also records its deferrals
+    started = [item for label, item in probe.runs if label == "line" and item != "blocker"]
+    assert started == [0, 1, 2, 3, 4]
+    assert len(set(joined)) == 5
+    assert probe.by_label["deferrals"] == [0, 0, 0, 0, 0], "waiting is not a deferral"
+    assert probe.peak["line"] == 1
+    assert wait_until(lambda: slots.in_use("line") == 0)
+
+
+def test_a_message_waits_at_most_max_wait_then_is_deferred(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    slots, release, blocker, job, line = line_setup(broker, add_slots, probe, max_wait=300)
+    with running_worker(broker, threads=3):
+        blocker.send()
+        assert wait_until(lambda: slots.in_use("line") == 1)
+        job.send(1)
+        assert wait_until(lambda: len(slots.ledger.waiting(line)) == 1)
+        # Out of line after its wait bound, and deferred (a copy in the broker's delay queue).
+        assert wait_until(lambda: not slots.ledger.waiting(line), timeout=5)
+        release.set()
+        probe.wait_runs(3)
+    assert probe.by_label["deferrals"][0] >= 1
+    assert probe.peak["line"] == 1
+
+
+def test_waiting_share_bounds_the_threads_in_line(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    slots, release, blocker, job, line = line_setup(broker, add_slots, probe, waiting_share=0.5)
+    most = 0
+    with running_worker(broker, threads=4):
+        blocker.send()
+        assert wait_until(lambda: slots.in_use("line") == 1)
+        for i in range(4):
+            job.send(i)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            most = max(most, len(slots.ledger.waiting(line)))
+            time.sleep(0.01)
+        release.set()
+        probe.wait_runs(1 + 2 * 4, timeout=30)
+    assert most == 2, "4 threads x 0.5 may wait; the rest are deferred"
+    assert sum(1 for d in probe.by_label["deferrals"] if d > 0) >= 1
+    assert probe.peak["line"] == 1
+
+
+def test_shutdown_takes_waiters_out_of_line_without_losing_them(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    # max_wait 30 s: shutdown must not wait for it.
+    slots, release, blocker, job, line = line_setup(broker, add_slots, probe)
+    worker = dramatiq.Worker(broker, worker_threads=3, worker_timeout=50)
+    worker.start()
+    try:
+        blocker.send()
+        assert wait_until(lambda: slots.in_use("line") == 1)
+        job.send(7)
+        assert wait_until(lambda: len(slots.ledger.waiting(line)) == 1)
+        stopping = threading.Thread(target=worker.stop, kwargs={"timeout": 20_000})
+        began = time.monotonic()
+        stopping.start()
+        assert wait_until(lambda: not slots.ledger.waiting(line), timeout=5)
+        assert time.monotonic() - began < 5
+        release.set()
+        stopping.join(20)
+        assert not stopping.is_alive()
+    finally:
+        release.set()
+        worker.stop(timeout=5_000)
+    with running_worker(broker, threads=2):
+        probe.wait_runs(3)  # blocker, and the waiter's deferred copy ran after the restart
+    assert [item for label, item in probe.runs if label == "line"] == ["blocker", 7]
+
+
+def test_a_slot_handed_to_a_claim_nobody_waits_for_is_given_back(
+    add_slots: SlotsFactory, redis_client: redis.Redis
+) -> None:
+    slots = add_slots()
+    want = Want(slots.keys.queue("stray"), 1)
+    ledger = slots.ledger
+    slots.wakeups.start()
+    assert slots.wakeups.listening.wait(5)
+    assert ledger.enter("elsewhere:1:1:1", [want], ttl_ms=30_000, line=Ledger.JOIN_LINE).admitted
+    # A claim of this process in line that gave up without leaving it (its outcome was unknown).
+    stray = new_token()
+    assert ledger.enter(stray, [want], ttl_ms=30_000, line=Ledger.JOIN_LINE).waiting
+    assert ledger.leave("elsewhere:1:1:1", [want]) == (1, ((stray, want.ledger),))
+    # Handed over, heard by this process's wake channel, owed back, released by the heartbeat.
+    assert wait_until(lambda: ledger.in_use(want.ledger) == 0, timeout=5)
+    assert len(slots.registry) == 0
+
+
+# -- the wake channel, without a worker ----------------------------------------------
+
+
+def test_a_wake_up_sets_its_waiters_event_and_names_the_ledger() -> None:
+    strays: list[tuple[str, str]] = []
+    wakeups = Wakeups(redis.Redis(), "p:wake:", on_stray=lambda t, ledger: strays.append((t, ledger)))
+    waiter = wakeups.expect("h:1:2:3")
+    wakeups.handle(b"h:1:2:3 p:queue:q")
+    assert waiter.event.is_set() and waiter.handed == "p:queue:q"
+    wakeups.handle("h:1:2:4 p:key:a b")  # nobody waits for it: a stray, ledger names may hold spaces
+    assert strays == [("h:1:2:4", "p:key:a b")]
+    wakeups.forget("h:1:2:3")
+    wakeups.handle("h:1:2:3 p:queue:q")
+    assert strays[-1] == ("h:1:2:3", "p:queue:q")
+
+
+def test_a_release_in_process_wakes_its_waiter_and_the_channel_message_is_dropped() -> None:
+    strays: list[tuple[str, str]] = []
+    wakeups = Wakeups(redis.Redis(), "p:wake:", on_stray=lambda t, ledger: strays.append((t, ledger)))
+    waiter = wakeups.expect("h:1:2:3")
+    assert wakeups.hand_over("h:1:2:3", "p:queue:q")
+    assert waiter.event.is_set() and waiter.handed == "p:queue:q"
+    wakeups.forget("h:1:2:3")
+    wakeups.handle("h:1:2:3 p:queue:q")  # the same handoff, through the channel, later
+    assert strays == []
+    assert not wakeups.hand_over("h:1:2:9", "p:queue:q"), "nobody here waits for it"
+
+
+def test_the_wake_channel_delivers_and_wakes_everyone_on_subscribe(redis_client: redis.Redis) -> None:
+    wakeups = Wakeups(redis_client, "t:wake:", on_stray=lambda t, ledger: None)
+    first = wakeups.expect("a:1:1:1")
+    wakeups.start()
+    try:
+        assert wakeups.listening.wait(5)
+        assert first.event.wait(5) and first.handed is None, "a (re)subscribe wakes waiters to ask again"
+        second = wakeups.expect("b:1:1:1")
+        receivers = redis_client.publish(wakeups.channel, "b:1:1:1 t:queue:q")
+        assert receivers == 1
+        assert second.event.wait(5) and second.handed == "t:queue:q"
+        assert wakeups.channel == f"t:wake:{this_process()}"
+    finally:
+        wakeups.stop()
+    assert not wakeups.running
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, "half", True])
+def test_waiting_share_must_be_a_fraction(share: Any) -> None:
+    with pytest.raises(ValueError, match=r"Slots\(waiting_share=\.\.\.\): must be a number from 0 to 1"):
+        Slots(waiting_share=share)
+
+
+@pytest.mark.parametrize("wait", [-1, 1.5, True])
+def test_max_wait_must_be_a_whole_number_of_ms(wait: Any) -> None:
+    with pytest.raises(ValueError, match=r"Slots\(max_wait=\.\.\.\): must be an int >= 0 \(ms\)"):
+        Slots(max_wait=wait)
