@@ -59,6 +59,8 @@ class LingeringHolds:
         self._windows: dict[str, float] = {}
         self._thread: threading.Thread | None = None
         self._stop = False
+        #: When the thread wakes next (monotonic; inf: it waits for a notify).
+        self._wakes_at = float("inf")
 
     def _check_fork(self) -> None:
         if self._pid != os.getpid():
@@ -66,6 +68,7 @@ class LingeringHolds:
             self._pid = os.getpid()
             self._cond = threading.Condition()
             self._idle, self._windows, self._thread, self._stop = {}, {}, None, False
+            self._wakes_at = float("inf")
 
     def reusable(self, hold: Hold, window_ms: int) -> None:
         """Mark a just-admitted hold as reusable for ``window_ms`` from now."""
@@ -95,7 +98,8 @@ class LingeringHolds:
                 return False
             self._idle.setdefault(hold.wants, []).append((ends, hold))
             self._ensure_thread()
-            self._cond.notify()
+            if ends < self._wakes_at:
+                self._cond.notify()  # only when the thread would wake too late: a wake-up is not free
             return True
 
     def forget(self, token: str) -> None:
@@ -166,7 +170,10 @@ class LingeringHolds:
                 if not due:
                     if self._stop and nearest is None:
                         return
-                    self._cond.wait(timeout=nearest if nearest is not None else 1.0)
+                    timeout = nearest if nearest is not None else 1.0
+                    self._wakes_at = time.monotonic() + timeout
+                    self._cond.wait(timeout=timeout)
+                    self._wakes_at = float("inf")
                     continue
             for hold in due:
                 self._release(hold)

@@ -113,6 +113,7 @@ class AppConfig:
     defer_max_backoff: int = 500
     max_wait: int = 30_000
     waiting_share: float = 1.0
+    reuse_window: int = 100
     job_ms: int = 150
     #: Broker: a worker silent this long is dead, and its unacked messages are requeued.
     broker_heartbeat_timeout: int = 3_000
@@ -195,6 +196,7 @@ class AppConfig:
             defer_max_backoff=self.defer_max_backoff,
             max_wait=self.max_wait,
             waiting_share=self.waiting_share,
+            reuse_window=self.reuse_window,
         )
 
 
