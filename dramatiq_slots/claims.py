@@ -31,6 +31,7 @@ import itertools
 import os
 import socket
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -105,6 +106,8 @@ class HoldRegistry:
         self._pid = os.getpid()
         self._held: dict[str, Hold] = {}
         self._owed: dict[str, Hold] = {}
+        #: When each hold's expiry was last written (monotonic s), where known.
+        self._written: dict[str, float] = {}
         # A lock held by another thread at fork time would stay held forever
         # in the child: give the child a fresh one (weakly, so a registry can die).
         ref = weakref.ref(self)
@@ -116,13 +119,35 @@ class HoldRegistry:
             self._pid = pid
             self._held = {}
             self._owed = {}
+            self._written = {}
 
-    def add(self, hold: Hold) -> None:
-        """Record a hold taken (a retried acquire that succeeds no longer owes a release)."""
+    def add(self, hold: Hold, *, written_at: float | None = None) -> None:
+        """Record a hold taken (a retried acquire that succeeds no longer owes a release).
+
+        ``written_at``: when its expiry was written (``time.monotonic()``), if
+        known; an unknown one is never renewed implicitly (see :meth:`age_ms`).
+        """
         with self._lock:
             self._check_fork()
             self._owed.pop(hold.token, None)
             self._held[hold.token] = hold
+            if written_at is not None:
+                self._written[hold.token] = written_at
+
+    def written(self, tokens: Sequence[str], at: float) -> None:
+        """Expiries of these holds were written (refreshed, re-asserted) at ``at`` (monotonic)."""
+        with self._lock:
+            self._check_fork()
+            for token in tokens:
+                if token in self._held:
+                    self._written[token] = at
+
+    def age_ms(self, token: str) -> int | None:
+        """How long ago the hold's expiry was written (ms), or None when unknown."""
+        with self._lock:
+            self._check_fork()
+            at = self._written.get(token)
+        return None if at is None else int((time.monotonic() - at) * 1000)
 
     def begin_release(self, token: str) -> Hold | None:
         """Stop refreshing a hold and owe its release; None when it is not ours (any more)."""
@@ -151,6 +176,8 @@ class HoldRegistry:
             self._check_fork()
             for token in tokens:
                 self._owed.pop(token, None)
+                if token not in self._held:
+                    self._written.pop(token, None)
 
     def snapshot(self) -> tuple[list[Hold], list[Hold]]:
         """``(held, owed)`` as lists, for one beat."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from .claims import HoldRegistry
@@ -83,6 +84,7 @@ class Heartbeat:
             return report
         refresh = [pair for hold in held for pair in hold.pairs()]
         release = [pair for hold in owed for pair in hold.pairs()]
+        sent = time.monotonic()
         try:
             lost = self.ledger.beat(refresh, release, ttl_ms=self.hold_ttl)
         except LedgerError as e:
@@ -94,6 +96,8 @@ class Heartbeat:
             logger.info("Ledger reachable again after %d failed beat(s); holds refreshed.", self._failures)
             self._failures = 0
         self.registry.settle([hold.token for hold in owed])
+        lost_tokens = {token for _, token in lost}
+        self.registry.written([hold.token for hold in held if hold.token not in lost_tokens], sent)
         report.refreshed, report.released, report.lost = len(refresh) - len(lost), len(release), lost
         if lost:
             try:
@@ -109,7 +113,9 @@ class Heartbeat:
         # check and the write.
         with self.registry.release_lock():
             still = [(ledger, token) for ledger, token in lost if self.registry.is_held(token)]
+            sent = time.monotonic()
             counts = self.ledger.reassert(still, ttl_ms=self.hold_ttl)
+            self.registry.written([token for _, token in still], sent)
         for (ledger, token), live in zip(still, counts, strict=True):
             hold = self.registry.hold(token)
             capacity = next((w.capacity for w in hold.wants if w.ledger == ledger), 0) if hold else 0

@@ -75,6 +75,15 @@ class Entry(Admission):
 
 
 @dataclass(frozen=True)
+class Handoff:
+    """A slot :meth:`Ledger.leave` handed to a claim in line: its token, the ledger, the expiry's age (ms)."""
+
+    token: str
+    ledger: str
+    age_ms: int
+
+
+@dataclass(frozen=True)
 class Holder:
     """One live hold of a ledger."""
 
@@ -218,23 +227,31 @@ class Ledger:
             return Entry(admitted=True, replayed=int(reply[1]) == 1, members=tuple(int(m) for m in reply[2:]))
         return Entry(admitted=False, full=wants[int(reply[1]) - 1].ledger, waiting=int(reply[2]) == 1)
 
-    def leave(self, token: str, wants: Sequence[Want]) -> tuple[int, tuple[tuple[str, str], ...]]:
+    def leave(
+        self, token: str, wants: Sequence[Want], *, ttl_ms: int, age_ms: int | None = None
+    ) -> tuple[int, tuple[Handoff, ...]]:
         """Release ``token``'s holds, handing each freed slot to the first claim in line.
 
-        Returns ``(removed, handed)``: how many members were removed, and a
-        ``(token, ledger)`` pair for each claim handed a slot. A handed-over hold keeps the
-        leaving hold's expiry; its new holder's heartbeat refreshes it (which
-        is why ``beat_interval`` is at most a third of ``hold_ttl``).
+        A handed-over hold keeps the leaving hold's expiry, whose age
+        ``age_ms`` (how long ago it was last written; None: unknown) is
+        passed on to its new holder. An unknown age, or one of more than
+        half of ``ttl_ms``, gets the handed hold a fresh expiry instead, so an
+        expiry handed on and on between short jobs never runs out unrefreshed.
+
+        Returns ``(removed, handoffs)``: how many members were removed, and a
+        :class:`Handoff` for each claim handed a slot.
         """
         if not wants:
             return 0, ()
-        args: list[Any] = [token, self.keys.wake_channel_prefix(), *(w.capacity for w in wants)]
+        age = -1 if age_ms is None or age_ms * 2 > ttl_ms else max(0, int(age_ms))
+        args: list[Any] = [token, self.keys.wake_channel_prefix(), ttl_ms, age, *(w.capacity for w in wants)]
         with self._translated("leave"):
             reply = self._leave(keys=self._with_lines(wants), args=args)
         self._check_codes("leave", reply)
-        pairs = reply[1:]
+        rest = reply[1:]
         return int(reply[0]), tuple(
-            (_text(pairs[k]), wants[int(pairs[k + 1]) - 1].ledger) for k in range(0, len(pairs), 2)
+            Handoff(_text(rest[k]), wants[int(rest[k + 1]) - 1].ledger, int(rest[k + 2]))
+            for k in range(0, len(rest), 3)
         )
 
     def withdraw(self, token: str, wants: Sequence[Want]) -> int:
@@ -310,4 +327,4 @@ class Ledger:
         return sorted(k for k in found if self.keys.parse(k) is not None)
 
 
-__all__ = ["Admission", "Holder", "Ledger", "LedgerError", "Want"]
+__all__ = ["Admission", "Entry", "Handoff", "Holder", "Ledger", "LedgerError", "Want"]

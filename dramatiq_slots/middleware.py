@@ -416,7 +416,8 @@ class Slots(Middleware):
         if self.reuse_window:
             lingering = self._lingering.take(plan.wants)
             if lingering is not None:
-                self._admitted(message, Hold(lingering.token, lingering.wants, label))
+                # Its expiry's age is still on record (parking does not forget it).
+                self._admitted(message, Hold(lingering.token, lingering.wants, label), None)
                 return
         outage_attempt = 0
         while True:
@@ -424,7 +425,7 @@ class Slots(Middleware):
             # owed a release, and that release must never hit a later attempt.
             hold = Hold(new_token(), plan.wants, label)
             try:
-                admission = self._acquire_or_wait(hold, plan)
+                admission, written_at = self._acquire_or_wait(hold, plan)
             except LedgerUnavailable as e:
                 # The script may have run before the reply was lost (redis-py's
                 # own retries of this call replayed the same token; they are
@@ -447,7 +448,7 @@ class Slots(Middleware):
                         and roomy(plan.wants, admission.members)
                     ):
                         self._lingering.reusable(hold, self.reuse_window)
-                    self._admitted(message, hold)
+                    self._admitted(message, hold, written_at)
                     return
                 reason = f"ledger {admission.full!r} is full"
             deferrals = int(message.options.get(DEFERRALS, 0)) + 1
@@ -479,17 +480,22 @@ class Slots(Middleware):
                 ) from e
             raise deferred
 
-    def _admitted(self, message: MessageProxy, hold: Hold) -> None:
-        self.registry.add(hold)
+    def _admitted(self, message: MessageProxy, hold: Hold, written_at: float | None) -> None:
+        self.registry.add(hold, written_at=written_at)
         with self._claims_lock:
             self._claims[id(message)] = hold.token
         self.heartbeat.ensure_started()
 
-    def _acquire_or_wait(self, hold: Hold, plan: _Plan) -> Admission:
-        """Acquire; when refused, wait in line (bounded) for a release to hand over a slot."""
+    def _acquire_or_wait(self, hold: Hold, plan: _Plan) -> tuple[Admission, float | None]:
+        """Acquire; when refused, wait in line (bounded) for a release to hand over a slot.
+
+        Returns the answer, and when the hold's expiry was written (monotonic;
+        None when unknown), for :meth:`HoldRegistry.age_ms`.
+        """
         gate = self._wait_gate
         if gate is None or self._stopping.is_set() or not gate.acquire(blocking=False):
-            return self.ledger.acquire(hold.token, plan.wants, ttl_ms=self.hold_ttl)
+            sent = time.monotonic()
+            return self.ledger.acquire(hold.token, plan.wants, ttl_ms=self.hold_ttl), sent
         wakeups = self.wakeups
         try:
             wakeups.start()  # no-op once listening in this process
@@ -500,9 +506,10 @@ class Slots(Middleware):
             wakeups.forget(hold.token)
             gate.release()
 
-    def _wait_in_line(self, hold: Hold, plan: _Plan, waiter: Waiter) -> Admission:
+    def _wait_in_line(self, hold: Hold, plan: _Plan, waiter: Waiter) -> tuple[Admission, float | None]:
         ledger = self.ledger
         place = plan.place_ms
+        sent = time.monotonic()
         entry = ledger.enter(
             hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.JOIN_LINE, place_ms=place
         )
@@ -512,23 +519,27 @@ class Slots(Middleware):
             if remaining <= 0 or self._stopping.is_set():
                 held = ledger.withdraw(hold.token, plan.wants)
                 if held == len(plan.wants):
-                    return Admission(admitted=True, replayed=True)
+                    return Admission(admitted=True, replayed=True), None
                 if held == 0:
-                    return entry
+                    return entry, None
                 # Handed one slot of several: take the rest now, or give it back.
-                return ledger.enter(hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.NO_LINE)
+                sent = time.monotonic()
+                entry = ledger.enter(hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.NO_LINE)
+                return entry, sent
             waiter.event.wait(min(remaining, _REASK_S))
             waiter.event.clear()
             if waiter.handed is not None and len(plan.wants) == 1:
                 # leave.lua wrote the hold before it published: no need to ask.
-                return Admission(admitted=True, replayed=True)
+                return Admission(admitted=True, replayed=True), time.monotonic() - waiter.age_ms / 1000
             # Woken without a slot (reconnect, shutdown), or by a slot of one
             # ledger out of several, or nothing came: ask again, keeping our place.
             waiter.handed = None
+            sent = time.monotonic()
             entry = ledger.enter(
                 hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.IN_LINE, place_ms=place
             )
-        return entry
+        # Admitted by a call that wrote the expiry (a replay found a handed one: unknown age).
+        return entry, (sent if entry.admitted and not entry.replayed else None)
 
     def _warn_outage(self, error: LedgerError) -> None:
         now = time.monotonic()
@@ -569,9 +580,10 @@ class Slots(Middleware):
 
     def _give_up_hold(self, hold: Hold) -> None:
         """Release ``hold`` in Redis (handing its slots to lines); owed to the heartbeat on failure."""
+        age = self.registry.age_ms(hold.token)
         self.registry.owe(hold)
         try:
-            _, handed = self.ledger.leave(hold.token, hold.wants)
+            _, handoffs = self.ledger.leave(hold.token, hold.wants, ttl_ms=self.hold_ttl, age_ms=age)
         except Exception as e:
             logger.warning(
                 "Release of %s for %s failed (%s); retried on the next beat, and the hold ages out "
@@ -584,9 +596,9 @@ class Slots(Middleware):
             self.heartbeat.ensure_started()
             return
         self.registry.settle([hold.token])
-        if handed and self._wakeups is not None:
-            for token, ledger in handed:
-                self._wakeups.hand_over(token, ledger)
+        if handoffs and self._wakeups is not None:
+            for handoff in handoffs:
+                self._wakeups.hand_over(handoff.token, handoff.ledger, handoff.age_ms)
 
     # -- queries ----------------------------------------------------------
 

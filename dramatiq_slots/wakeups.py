@@ -3,9 +3,10 @@
 Every worker process listens on one Redis Pub/Sub channel of its own,
 ``<prefix>:wake:<host>:<pid>``, on one connection, in one thread. A release
 that hands a slot to a waiting claim (``leave.lua``) writes the claim's hold
-first and then publishes ``"<token> <ledger>"`` on the channel of the claim's
-process; this thread sets the :class:`threading.Event` its waiting thread
-blocks on. The waiting thread then holds the slot without asking Redis again.
+first and then publishes ``"<token> <age> <ledger>"`` on the channel of the
+claim's process (``<age>``: how old the handed hold's expiry is, in ms); this
+thread sets the :class:`threading.Event` its waiting thread blocks on. The
+waiting thread then holds the slot without asking Redis again.
 
 Why Pub/Sub and not a list per waiter: ``PUBLISH`` answers how many
 subscribers received the message, so a release that finds nobody listening
@@ -56,13 +57,17 @@ _EARLY_MAX = 10_000
 
 
 class Waiter:
-    """One claim in line: ``event`` is set to wake it; ``handed`` names the ledger a release handed it."""
+    """One claim in line: ``event`` is set to wake it; ``handed`` names the ledger a release handed it.
 
-    __slots__ = ("event", "handed")
+    ``age_ms``: how old the handed hold's expiry was when it was handed over.
+    """
+
+    __slots__ = ("age_ms", "event", "handed")
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.handed: str | None = None
+        self.age_ms = 0
 
 
 def _text(value: Any) -> str:
@@ -123,7 +128,7 @@ class Wakeups:
         for waiter in waiters:
             waiter.event.set()
 
-    def hand_over(self, token: str, ledger: str) -> bool:
+    def hand_over(self, token: str, ledger: str, age_ms: int) -> bool:
         """Wake a claim of this process that a release here handed ``ledger``; False if none waits."""
         with self._lock:
             waiter = self._waiting.get(token)
@@ -132,21 +137,25 @@ class Wakeups:
             self._early[token] = None
             if len(self._early) > _EARLY_MAX:
                 del self._early[next(iter(self._early))]
-        waiter.handed = ledger
-        waiter.event.set()
+        self._wake(waiter, ledger, age_ms)
         return True
 
+    @staticmethod
+    def _wake(waiter: Waiter, ledger: str, age_ms: int) -> None:
+        waiter.handed, waiter.age_ms = ledger, age_ms
+        waiter.event.set()
+
     def handle(self, data: Any) -> None:
-        """One message of the wake channel: ``"<token> <ledger>"``."""
-        token, _, ledger = _text(data).partition(" ")
+        """One message of the wake channel: ``"<token> <age ms> <ledger>"``."""
+        token, _, rest = _text(data).partition(" ")
+        age, _, ledger = rest.partition(" ")
         with self._lock:
             if token in self._early:
                 del self._early[token]  # already woken by hand_over
                 return
             waiter = self._waiting.get(token)
         if waiter is not None:
-            waiter.handed = ledger
-            waiter.event.set()
+            self._wake(waiter, ledger, int(age) if age.isdigit() else -1)
         elif token and ledger:
             self.on_stray(token, ledger)
 

@@ -51,6 +51,23 @@ def test_a_tick_refreshes_every_hold_in_one_call(ledger: Ledger) -> None:
     assert all(_seconds_left(ledger, h) > 7.0 for h in holds)
 
 
+def test_a_tick_records_when_each_expiry_was_written(ledger: Ledger) -> None:
+    """The registry knows each expiry's age: leave.lua renews a handed one only when it is old."""
+    registry = HoldRegistry()
+    fresh, unknown = _hold(ledger, "a"), _hold(ledger, "b")
+    assert ledger.acquire(fresh.token, fresh.wants, ttl_ms=5_000).admitted
+    registry.add(fresh, written_at=time.monotonic() - 3.0)
+    _take(ledger, registry, unknown)  # written_at unknown: a replayed or withdrawn admission
+    assert 3_000 <= (registry.age_ms(fresh.token) or 0) < 4_000
+    assert registry.age_ms(unknown.token) is None
+    Heartbeat(ledger, registry, hold_ttl=8_000, beat_interval=1_000).tick()
+    after = [registry.age_ms(fresh.token), registry.age_ms(unknown.token)]
+    assert all(age is not None and age < 1_000 for age in after), "a beat writes every expiry"
+    registry.begin_release(fresh.token)
+    registry.settle([fresh.token])
+    assert registry.age_ms(fresh.token) is None, "forgotten with the hold"
+
+
 def test_a_tick_with_nothing_held_sends_nothing(ledger: Ledger, redis_client: redis.Redis) -> None:
     heartbeat = Heartbeat(ledger, HoldRegistry(), hold_ttl=8_000, beat_interval=1_000)
     before = int(redis_client.info("stats")["total_commands_processed"])

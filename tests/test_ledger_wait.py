@@ -70,6 +70,12 @@ def enter(ledger: Ledger, token: str, *wants: Want, line: int = JOIN, place: int
     )
 
 
+def leave(ledger: Ledger, token: str, *wants: Want, age_ms: int | None = 0) -> tuple[int, tuple[Any, ...]]:
+    """leave.lua, with the handoffs as ``(token, ledger)`` pairs (a fresh expiry unless ``age_ms`` says)."""
+    removed, handoffs = ledger.leave(token, wants, ttl_ms=TTL, age_ms=age_ms)
+    return removed, tuple((h.token, h.ledger) for h in handoffs)
+
+
 def holders(ledger: Ledger, want: Want) -> list[str]:
     return sorted(h.token for h in ledger.holders(want.ledger))
 
@@ -83,9 +89,9 @@ def test_a_release_hands_its_slot_to_the_first_in_line_not_to_a_newcomer(
         refused = enter(ledger, "b:1:1:1", q)
         assert not refused.admitted and refused.waiting and refused.full == q.ledger
         assert ledger.waiting(q.ledger) == ["b:1:1:1"]
-        assert ledger.leave("a:1:1:1", [q]) == (1, (("b:1:1:1", q.ledger),))
+        assert leave(ledger, "a:1:1:1", q) == (1, (("b:1:1:1", q.ledger),))
         assert holders(ledger, q) == ["b:1:1:1"]
-        assert heard["b:1"].messages() == [f"b:1:1:1 {q.ledger}"]
+        assert heard["b:1"].messages() == [f"b:1:1:1 0 {q.ledger}"]
     assert ledger.waiting(q.ledger) == []
     assert not enter(ledger, "c:1:1:1", q, line=NO_LINE).admitted
     # The handed slot is the waiter's own: asking again is a replay, counted once.
@@ -104,7 +110,7 @@ def test_the_line_is_served_in_arrival_order(ledger: Ledger, redis_client: redis
             assert enter(ledger, w, q).waiting
         served = []
         for releaser in ["h1:1:1:1", "h2:1:1:1", *waiters[:3]]:
-            removed, handed = ledger.leave(releaser, [q])
+            removed, handed = leave(ledger, releaser, q)
             assert removed == 1
             served += [token for token, _ in handed]
     assert served == waiters
@@ -117,8 +123,8 @@ def test_a_waiter_nobody_listens_for_is_skipped(ledger: Ledger, redis_client: re
     assert enter(ledger, "dead:9:1:1", q).waiting  # its process is gone: no subscriber
     with listening(redis_client, ledger, "b:1") as heard:
         assert enter(ledger, "b:1:1:1", q).waiting
-        assert ledger.leave("a:1:1:1", [q]) == (1, (("b:1:1:1", q.ledger),))
-        assert heard["b:1"].messages() == [f"b:1:1:1 {q.ledger}"]
+        assert leave(ledger, "a:1:1:1", q) == (1, (("b:1:1:1", q.ledger),))
+        assert heard["b:1"].messages() == [f"b:1:1:1 0 {q.ledger}"]
     assert holders(ledger, q) == ["b:1:1:1"]
     assert ledger.waiting(q.ledger) == []
 
@@ -126,8 +132,8 @@ def test_a_waiter_nobody_listens_for_is_skipped(ledger: Ledger, redis_client: re
 def test_a_release_without_anyone_in_line_frees_the_slot(ledger: Ledger) -> None:
     q = queue(ledger)
     assert enter(ledger, "a:1:1:1", q).admitted
-    assert ledger.leave("a:1:1:1", [q]) == (1, ())
-    assert ledger.leave("a:1:1:1", [q]) == (0, ())  # twice: nothing more
+    assert leave(ledger, "a:1:1:1", q) == (1, ())
+    assert leave(ledger, "a:1:1:1", q) == (0, ())  # twice: nothing more
     assert enter(ledger, "b:1:1:1", q, line=NO_LINE).admitted
 
 
@@ -141,11 +147,11 @@ def test_no_slot_is_handed_over_while_the_ledger_is_over_capacity(
     new = queue(ledger, capacity=1)  # the same ledger, declared with a lower cap
     with listening(redis_client, ledger, "w:1") as heard:
         assert enter(ledger, "w:1:1:1", new).waiting
-        assert ledger.leave("a:1:1:1", [new]) == (1, ())
-        assert ledger.leave("b:1:1:1", [new]) == (1, ())
+        assert leave(ledger, "a:1:1:1", new) == (1, ())
+        assert leave(ledger, "b:1:1:1", new) == (1, ())
         assert ledger.waiting(new.ledger) == ["w:1:1:1"]  # kept its place
-        assert ledger.leave("c:1:1:1", [new]) == (1, (("w:1:1:1", new.ledger),))
-        assert heard["w:1"].messages() == [f"w:1:1:1 {new.ledger}"]
+        assert leave(ledger, "c:1:1:1", new) == (1, (("w:1:1:1", new.ledger),))
+        assert heard["w:1"].messages() == [f"w:1:1:1 0 {new.ledger}"]
     assert holders(ledger, new) == ["w:1:1:1"]
 
 
@@ -159,7 +165,7 @@ def test_withdraw_leaves_the_line_or_reports_a_slot_handed_first(
     assert ledger.waiting(q.ledger) == []
     with listening(redis_client, ledger, "c:1"):
         assert enter(ledger, "c:1:1:1", q).waiting
-        ledger.leave("a:1:1:1", [q])
+        leave(ledger, "a:1:1:1", q)
         # c gives up a moment too late: the slot is already its own.
         assert ledger.withdraw("c:1:1:1", [q]) == 1
     assert holders(ledger, q) == ["c:1:1:1"]
@@ -173,7 +179,7 @@ def test_asking_again_keeps_the_place_in_line(ledger: Ledger) -> None:
     assert enter(ledger, "b:1:1:1", q, line=IN_LINE, place=100).waiting
     assert ledger.waiting(q.ledger) == ["b:1:1:1", "c:1:1:1"]
     # Dropped from the line (its process did not answer a wake-up): it takes its place again.
-    ledger.leave("a:1:1:1", [q])  # nobody listens: both are skipped
+    leave(ledger, "a:1:1:1", q)  # nobody listens: both are skipped
     assert ledger.waiting(q.ledger) == []
     assert enter(ledger, "x:1:1:1", q, line=NO_LINE).admitted  # the slot went to a newcomer
     assert enter(ledger, "c:1:1:1", q, line=IN_LINE, place=200).waiting
@@ -208,7 +214,7 @@ def test_a_claim_handed_one_slot_of_two_gives_it_back_when_the_other_is_full(
     with listening(redis_client, ledger, "b:1"):
         refused = enter(ledger, "b:1:1:1", q, k)
         assert refused.waiting and refused.full == q.ledger
-        ledger.leave("a:1:1:1", [q])
+        leave(ledger, "a:1:1:1", q)
         assert holders(ledger, q) == ["b:1:1:1"]
         again = enter(ledger, "b:1:1:1", q, k, line=IN_LINE)
     assert not again.admitted and again.full == k.ledger and again.waiting
@@ -240,3 +246,24 @@ def test_malformed_arguments_are_refused(ledger: Ledger, argv: tuple[int, int], 
     with pytest.raises(LedgerArgumentError, match=rf"ARGV\[{index}\]"):
         ledger.enter("a:1:1:1", [queue(ledger)], ttl_ms=ttl, line=line)
     assert ledger.in_use(queue(ledger).ledger) == 0
+
+
+def test_a_handed_hold_keeps_a_young_expiry_and_gets_a_fresh_one_when_old(
+    ledger: Ledger, redis_client: redis.Redis
+) -> None:
+    """An expiry handed on between short jobs would never meet a heartbeat: an old one is renewed."""
+    q = queue(ledger)
+    assert ledger.enter("a:1:1:1", [q], ttl_ms=10_000, line=NO_LINE).admitted  # expires in 10 s
+    with listening(redis_client, ledger, "b:1", "c:1") as heard:
+        assert enter(ledger, "b:1:1:1", q).waiting
+        assert leave(ledger, "a:1:1:1", q, age_ms=1_000) == (1, (("b:1:1:1", q.ledger),))
+        assert heard["b:1"].messages() == [f"b:1:1:1 1000 {q.ledger}"]
+        kept = ledger.holders(q.ledger)[0].seconds_left
+        assert 8 < kept <= 10, "slot for slot: the leaving hold's expiry, and its age, passed on"
+        assert enter(ledger, "c:1:1:1", q).waiting
+        # b's expiry is older than half the ttl (or of unknown age): c gets now + ttl.
+        assert leave(ledger, "b:1:1:1", q, age_ms=None) == (1, (("c:1:1:1", q.ledger),))
+        assert heard["c:1"].messages() == [f"c:1:1:1 0 {q.ledger}"]
+    renewed = ledger.holders(q.ledger)[0].seconds_left
+    assert TTL / 1000 - 2 < renewed <= TTL / 1000
+    assert redis_client.pttl(q.ledger) >= renewed * 1000 - 50, "the key outlives the renewed hold"

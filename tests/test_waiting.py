@@ -70,6 +70,28 @@ def test_waiters_start_in_the_order_they_joined_the_line(
     assert wait_until(lambda: slots.in_use("line") == 0)
 
 
+def test_a_handed_hold_carries_the_age_of_its_expiry(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    slots = add_slots()
+    want = Want(slots.keys.queue("aged"), 1)
+    ages: list[int | None] = []
+
+    @dramatiq.actor(queue_name="aged", queue_capacity=1)
+    def job() -> None:
+        (hold,), _ = slots.registry.snapshot()
+        ages.append(slots.registry.age_ms(hold.token))
+        probe.record("aged")
+
+    assert slots.ledger.enter("elsewhere:1:1:1", [want], ttl_ms=3_000, line=Ledger.NO_LINE).admitted
+    with running_worker(broker, threads=1):
+        job.send()
+        assert wait_until(lambda: len(slots.ledger.waiting(want.ledger)) == 1)
+        slots.ledger.leave("elsewhere:1:1:1", [want], ttl_ms=3_000, age_ms=1_400)
+        probe.wait_runs(1)
+    assert ages and ages[0] is not None and 1_400 <= ages[0] < 2_400
+
+
 def test_a_message_waits_at_most_max_wait_then_is_deferred(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
 ) -> None:
@@ -148,7 +170,8 @@ def test_a_slot_handed_to_a_claim_nobody_waits_for_is_given_back(
     # A claim of this process in line that gave up without leaving it (its outcome was unknown).
     stray = new_token()
     assert ledger.enter(stray, [want], ttl_ms=30_000, line=Ledger.JOIN_LINE).waiting
-    assert ledger.leave("elsewhere:1:1:1", [want]) == (1, ((stray, want.ledger),))
+    removed, handoffs = ledger.leave("elsewhere:1:1:1", [want], ttl_ms=30_000, age_ms=0)
+    assert (removed, [(h.token, h.ledger) for h in handoffs]) == (1, [(stray, want.ledger)])
     # Handed over, heard by this process's wake channel, owed back, released by the heartbeat.
     assert wait_until(lambda: ledger.in_use(want.ledger) == 0, timeout=5)
     assert len(slots.registry) == 0
@@ -161,12 +184,12 @@ def test_a_wake_up_sets_its_waiters_event_and_names_the_ledger() -> None:
     strays: list[tuple[str, str]] = []
     wakeups = Wakeups(redis.Redis(), "p:wake:", on_stray=lambda t, ledger: strays.append((t, ledger)))
     waiter = wakeups.expect("h:1:2:3")
-    wakeups.handle(b"h:1:2:3 p:queue:q")
-    assert waiter.event.is_set() and waiter.handed == "p:queue:q"
-    wakeups.handle("h:1:2:4 p:key:a b")  # nobody waits for it: a stray, ledger names may hold spaces
+    wakeups.handle(b"h:1:2:3 250 p:queue:q")
+    assert waiter.event.is_set() and waiter.handed == "p:queue:q" and waiter.age_ms == 250
+    wakeups.handle("h:1:2:4 0 p:key:a b")  # nobody waits for it: a stray, ledger names may hold spaces
     assert strays == [("h:1:2:4", "p:key:a b")]
     wakeups.forget("h:1:2:3")
-    wakeups.handle("h:1:2:3 p:queue:q")
+    wakeups.handle("h:1:2:3 0 p:queue:q")
     assert strays[-1] == ("h:1:2:3", "p:queue:q")
 
 
@@ -174,12 +197,12 @@ def test_a_release_in_process_wakes_its_waiter_and_the_channel_message_is_droppe
     strays: list[tuple[str, str]] = []
     wakeups = Wakeups(redis.Redis(), "p:wake:", on_stray=lambda t, ledger: strays.append((t, ledger)))
     waiter = wakeups.expect("h:1:2:3")
-    assert wakeups.hand_over("h:1:2:3", "p:queue:q")
+    assert wakeups.hand_over("h:1:2:3", "p:queue:q", 0)
     assert waiter.event.is_set() and waiter.handed == "p:queue:q"
     wakeups.forget("h:1:2:3")
-    wakeups.handle("h:1:2:3 p:queue:q")  # the same handoff, through the channel, later
+    wakeups.handle("h:1:2:3 0 p:queue:q")  # the same handoff, through the channel, later
     assert strays == []
-    assert not wakeups.hand_over("h:1:2:9", "p:queue:q"), "nobody here waits for it"
+    assert not wakeups.hand_over("h:1:2:9", "p:queue:q", 0), "nobody here waits for it"
 
 
 def test_the_wake_channel_delivers_and_wakes_everyone_on_subscribe(redis_client: redis.Redis) -> None:
@@ -190,7 +213,7 @@ def test_the_wake_channel_delivers_and_wakes_everyone_on_subscribe(redis_client:
         assert wakeups.listening.wait(5)
         assert first.event.wait(5) and first.handed is None, "a (re)subscribe wakes waiters to ask again"
         second = wakeups.expect("b:1:1:1")
-        receivers = redis_client.publish(wakeups.channel, "b:1:1:1 t:queue:q")
+        receivers = redis_client.publish(wakeups.channel, "b:1:1:1 0 t:queue:q")
         assert receivers == 1
         assert second.event.wait(5) and second.handed == "t:queue:q"
         assert wakeups.channel == f"t:wake:{this_process()}"

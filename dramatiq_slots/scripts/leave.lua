@@ -7,57 +7,95 @@
 -- ARGV[2]         wake channel prefix: a waiter's channel is this prefix
 --                 followed by its process part (the token without its last
 --                 two ':' fields), see dramatiq_slots.wakeups
--- ARGV[2+i]       capacity of KEYS[i]
+-- ARGV[3]         hold ttl, ms (integer >= 1)
+-- ARGV[4]         age of the leaving hold's expiry, ms: how long ago it was
+--                 last written (the caller tracks it); -1 = unknown or too
+--                 old, and the handed hold is then written afresh
+-- ARGV[4+i]       capacity of KEYS[i]
 --
--- Per ledger where the token still has its member: removes it. Then, while
--- the ledger has room (fewer members than capacity; this also drains a
+-- Per ledger where the token still has its member: while the ledger has room
+-- without that member (fewer members than capacity; this also drains a
 -- ledger over capacity after a re-assert or a lowered capacity) and a claim
--- is in line: pops the first, gives it a hold with the leaving member's
--- expiry (slot for slot: the new holder's heartbeat refreshes it within one
--- beat, and the key already outlives that expiry, so no TIME and no
--- PEXPIREAT here), and publishes "<token> <ledger>" on the waiter's process
--- wake channel. PUBLISH answers how many subscribers got it; 0 means that
--- process is gone (or not listening), so the hold is taken back and the
--- next claim in line is served.
+-- is in line: pops the first, gives it a hold, and publishes
+-- "<token> <age> <ledger>" on the waiter's process wake channel. The hold is
+-- slot for slot: it keeps the leaving member's expiry, which the key already
+-- outlives, so no TIME and no PEXPIREAT are needed, and <age> passes on how
+-- old that expiry is. Handed on and on between short jobs, an expiry would
+-- never be refreshed by any heartbeat; so when the caller says it is old
+-- (ARGV[4] = -1: older than half the ttl, or unknown), the handed hold gets
+-- now + ttl instead (TIME, and the key's expiry pushed out), and age 0.
+-- PUBLISH answers how many subscribers got it; 0 means that process is gone
+-- (or not listening), so the hold is taken back and the next claim in line
+-- is served. Then the token's own member is removed.
 --
 -- A token without a member (its hold was lost, or released before) frees
 -- nothing, so it hands nothing over.
 --
--- Returns {removed, token, i, ...}: members removed, then for each slot
--- handed over the claim's token and the index i of KEYS[i] (at most one per
--- ledger), so a releaser can wake a claim of its own process at once.
--- A busy handoff costs 7 commands: EVALSHA, ZSCORE, ZREM, ZPOPMIN, ZCARD, ZADD, PUBLISH.
+-- Returns {removed, token, i, age, ...}: members removed, then for each slot
+-- handed over the claim's token, the index i of KEYS[i] and the age passed on
+-- (at most one per ledger), so a releaser can wake a claim of its own process
+-- at once.
+-- A busy handoff costs 7 commands: EVALSHA, ZSCORE, ZREM, ZPOPMIN, ZCARD, ZADD,
+-- PUBLISH; 9 when the expiry is renewed (TIME, and PEXPIREAT or PTTL).
 
 local n = #KEYS / 2
-if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 2 then
+if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 4 then
   return {-1, 0}
 end
-local token, channel = ARGV[1], ARGV[2]
+local token, channel, ttl, age = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 3} end
+if not age or age ~= math.floor(age) or age < -1 then return {-1, 4} end
+
+-- A renewed expiry is the ledger's newest: push the key's expiry to it,
+-- never earlier (GT on Redis >= 7; 6.2 reads PTTL first). See enter.lua.
+local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+local function outlive(key, at)
+  if gt then
+    redis.call('PEXPIREAT', key, at, 'GT')
+  elseif redis.call('PTTL', key) < ttl then
+    redis.call('PEXPIREAT', key, at)
+  end
+end
+local renewed
 
 local removed, handed = 0, {}
 for i = 1, n do
-  local ledger, waits, cap = KEYS[i], KEYS[n + i], tonumber(ARGV[2 + i])
+  local ledger, waits, cap = KEYS[i], KEYS[n + i], tonumber(ARGV[4 + i])
   local expiry = redis.call('ZSCORE', ledger, token)
   if expiry then
-    redis.call('ZREM', ledger, token)
-    removed = removed + 1
+    -- The waiter's hold is written before the leaving member is removed, so
+    -- the key never empties on the way (an emptied key is deleted, and the
+    -- new member would land in a key without an expiry).
     while true do
       local first = redis.call('ZPOPMIN', waits)
       local waiter, place = first[1], first[2]
       if not waiter then break end
-      if redis.call('ZCARD', ledger) >= cap then
+      -- Room once the leaving member is gone: members - 1 < capacity.
+      if redis.call('ZCARD', ledger) > cap then
         redis.call('ZADD', waits, place, waiter)
         break
       end
-      redis.call('ZADD', ledger, expiry, waiter)
+      local given, passed = expiry, age
+      if age < 0 then
+        if not renewed then
+          local clock = redis.call('TIME')
+          renewed = string.format('%.0f', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + ttl)
+        end
+        given, passed = renewed, 0
+      end
+      redis.call('ZADD', ledger, given, waiter)
       local process = string.match(waiter, '^(.*):[^:]*:[^:]*$') or waiter
-      if redis.call('PUBLISH', channel .. process, waiter .. ' ' .. ledger) > 0 then
+      if redis.call('PUBLISH', channel .. process, waiter .. ' ' .. passed .. ' ' .. ledger) > 0 then
+        if age < 0 then outlive(ledger, renewed) end
         handed[#handed + 1] = waiter
         handed[#handed + 1] = i
+        handed[#handed + 1] = passed
         break
       end
       redis.call('ZREM', ledger, waiter)
     end
+    redis.call('ZREM', ledger, token)
+    removed = removed + 1
   end
 end
 return {removed, unpack(handed)}
