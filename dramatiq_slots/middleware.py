@@ -501,7 +501,12 @@ class Slots(Middleware):
             wakeups.start()  # no-op once listening in this process
             # Registered before the claim joins a line, so no wake-up is missed.
             waiter = wakeups.expect(hold.token)
-            return self._wait_in_line(hold, plan, waiter)
+            admission, written_at = self._wait_in_line(hold, plan, waiter)
+            if admission.admitted:
+                # Held on record before the token stops being expected: a wake-up for
+                # it still on its way must find it held, not give its slot back.
+                self.registry.add(hold, written_at=written_at)
+            return admission, written_at
         finally:
             wakeups.forget(hold.token)
             gate.release()
