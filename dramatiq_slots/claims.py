@@ -190,6 +190,11 @@ class HoldRegistry:
             self._check_fork()
             return token in self._held
 
+    def is_owed(self, token: str) -> bool:
+        with self._lock:
+            self._check_fork()
+            return token in self._owed
+
     def hold(self, token: str) -> Hold | None:
         with self._lock:
             self._check_fork()

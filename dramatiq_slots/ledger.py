@@ -228,7 +228,13 @@ class Ledger:
         return Entry(admitted=False, full=wants[int(reply[1]) - 1].ledger, waiting=int(reply[2]) == 1)
 
     def leave(
-        self, token: str, wants: Sequence[Want], *, ttl_ms: int, age_ms: int | None = None
+        self,
+        token: str,
+        wants: Sequence[Want],
+        *,
+        ttl_ms: int,
+        age_ms: int | None = None,
+        own_process: str = "",
     ) -> tuple[int, tuple[Handoff, ...]]:
         """Release ``token``'s holds, handing each freed slot to the first claim in line.
 
@@ -238,13 +244,24 @@ class Ledger:
         half of ``ttl_ms``, gets the handed hold a fresh expiry instead, so an
         expiry handed on and on between short jobs never runs out unrefreshed.
 
+        ``own_process``: the caller's ``<host>:<pid>``; a claim of that process
+        handed a slot is not told over Pub/Sub: the caller wakes it (and gives
+        the slot back if it no longer waits).
+
         Returns ``(removed, handoffs)``: how many members were removed, and a
         :class:`Handoff` for each claim handed a slot.
         """
         if not wants:
             return 0, ()
         age = -1 if age_ms is None or age_ms * 2 > ttl_ms else max(0, int(age_ms))
-        args: list[Any] = [token, self.keys.wake_channel_prefix(), ttl_ms, age, *(w.capacity for w in wants)]
+        args: list[Any] = [
+            token,
+            self.keys.wake_channel_prefix(),
+            ttl_ms,
+            age,
+            own_process,
+            *(w.capacity for w in wants),
+        ]
         with self._translated("leave"):
             reply = self._leave(keys=self._with_lines(wants), args=args)
         self._check_codes("leave", reply)

@@ -38,7 +38,7 @@ from dramatiq.errors import BrokerConnectionError
 from dramatiq.middleware import Middleware, MiddlewareError
 
 from . import options as opt
-from .claims import Hold, HoldRegistry, new_token
+from .claims import Hold, HoldRegistry, new_token, process_part, this_process
 from .deferral import DEFERRALS, backoff_ms, defer, install_skip_filter, skip_filter
 from .errors import LedgerError, LedgerUnavailable, SlotsError
 from .heartbeat import Heartbeat
@@ -256,8 +256,10 @@ class Slots(Middleware):
 
     def _give_back(self, token: str, ledger: str) -> None:
         """A slot handed to a claim nobody here waits for: owe its release (the next beat sends it)."""
-        if self.registry.is_held(token) or self._lingering.has(token):
-            return  # the claim got in some other way and runs (or lingers): the slot is its own
+        if self.registry.is_held(token) or self.registry.is_owed(token) or self._lingering.has(token):
+            # The claim got in some other way and runs (or lingers): the slot is its own.
+            # Or its release is owed already, for every ledger it may hold.
+            return
         self.registry.owe(Hold(token, (Want(ledger, 1),), "slot handed to a claim that stopped waiting"))
         self.heartbeat.ensure_started()
 
@@ -588,7 +590,10 @@ class Slots(Middleware):
         age = self.registry.age_ms(hold.token)
         self.registry.owe(hold)
         try:
-            _, handoffs = self.ledger.leave(hold.token, hold.wants, ttl_ms=self.hold_ttl, age_ms=age)
+            own = this_process() if self._wakeups is not None else ""
+            _, handoffs = self.ledger.leave(
+                hold.token, hold.wants, ttl_ms=self.hold_ttl, age_ms=age, own_process=own
+            )
         except Exception as e:
             logger.warning(
                 "Release of %s for %s failed (%s); retried on the next beat, and the hold ages out "
@@ -603,7 +608,11 @@ class Slots(Middleware):
         self.registry.settle([hold.token])
         if handoffs and self._wakeups is not None:
             for handoff in handoffs:
-                self._wakeups.hand_over(handoff.token, handoff.ledger, handoff.age_ms)
+                if not self._wakeups.hand_over(handoff.token, handoff.ledger, handoff.age_ms) and (
+                    process_part(handoff.token) == own
+                ):
+                    # Ours, told by nobody else: its waiter left (admitted, or failed) meanwhile.
+                    self._give_back(handoff.token, handoff.ledger)
 
     # -- queries ----------------------------------------------------------
 

@@ -267,3 +267,16 @@ def test_a_handed_hold_keeps_a_young_expiry_and_gets_a_fresh_one_when_old(
     renewed = ledger.holders(q.ledger)[0].seconds_left
     assert TTL / 1000 - 2 < renewed <= TTL / 1000
     assert redis_client.pttl(q.ledger) >= renewed * 1000 - 50, "the key outlives the renewed hold"
+
+
+def test_a_waiter_of_the_releasers_own_process_is_not_told_over_pub_sub(
+    ledger: Ledger, redis_client: redis.Redis
+) -> None:
+    q = queue(ledger)
+    assert enter(ledger, "h:7:1:1", q).admitted
+    assert enter(ledger, "h:7:2:2", q).waiting  # same process (h:7), another thread
+    with listening(redis_client, ledger, "h:7") as heard:
+        removed, handoffs = ledger.leave("h:7:1:1", [q], ttl_ms=TTL, age_ms=0, own_process="h:7")
+        assert (removed, [h.token for h in handoffs]) == (1, ["h:7:2:2"])
+        assert heard["h:7"].messages() == [], "the releaser wakes it itself"
+    assert holders(ledger, q) == ["h:7:2:2"], "handed although nobody listens"

@@ -11,7 +11,9 @@
 -- ARGV[4]         age of the leaving hold's expiry, ms: how long ago it was
 --                 last written (the caller tracks it); -1 = unknown or too
 --                 old, and the handed hold is then written afresh
--- ARGV[4+i]       capacity of KEYS[i]
+-- ARGV[5]         the caller's own process part: a waiter of that same
+--                 process is woken by the caller itself, so no PUBLISH
+-- ARGV[5+i]       capacity of KEYS[i]
 --
 -- Per ledger where the token still has its member: while the ledger has room
 -- without that member (fewer members than capacity; this also drains a
@@ -36,13 +38,14 @@
 -- (at most one per ledger), so a releaser can wake a claim of its own process
 -- at once.
 -- A busy handoff costs 7 commands: EVALSHA, ZSCORE, ZREM, ZPOPMIN, ZCARD, ZADD,
--- PUBLISH; 9 when the expiry is renewed (TIME, and PEXPIREAT or PTTL).
+-- PUBLISH; 6 to a waiter of the caller's own process (no PUBLISH); 2 more
+-- when the expiry is renewed (TIME, and PEXPIREAT or PTTL).
 
 local n = #KEYS / 2
-if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 4 then
+if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 5 then
   return {-1, 0}
 end
-local token, channel, ttl, age = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local token, channel, ttl, age, own = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 3} end
 if not age or age ~= math.floor(age) or age < -1 then return {-1, 4} end
 
@@ -60,7 +63,7 @@ local renewed
 
 local removed, handed = 0, {}
 for i = 1, n do
-  local ledger, waits, cap = KEYS[i], KEYS[n + i], tonumber(ARGV[4 + i])
+  local ledger, waits, cap = KEYS[i], KEYS[n + i], tonumber(ARGV[5 + i])
   local expiry = redis.call('ZSCORE', ledger, token)
   if expiry then
     -- The waiter's hold is written before the leaving member is removed, so
@@ -85,7 +88,8 @@ for i = 1, n do
       end
       redis.call('ZADD', ledger, given, waiter)
       local process = string.match(waiter, '^(.*):[^:]*:[^:]*$') or waiter
-      if redis.call('PUBLISH', channel .. process, waiter .. ' ' .. passed .. ' ' .. ledger) > 0 then
+      if process == own
+          or redis.call('PUBLISH', channel .. process, waiter .. ' ' .. passed .. ' ' .. ledger) > 0 then
         if age < 0 then outlive(ledger, renewed) end
         handed[#handed + 1] = waiter
         handed[#handed + 1] = i
