@@ -3,9 +3,13 @@
 A message whose queue is capped, or whose actor (or the message itself) asks
 for a runtime-unique key, must hold a slot on each of those ledgers while it
 runs. The holds are taken together, atomically, in ``before_process_message``
-and given back in ``after_process_message`` and ``after_skip_message``; a
-message that cannot get them is deferred (see :mod:`dramatiq_slots.deferral`).
-The heartbeat keeps the holds alive while the job runs.
+and given back in ``after_process_message`` and ``after_skip_message``. A
+message that cannot get them waits in the refusing ledger's line, in its worker
+thread, until a release hands it the slot (``leave.lua``; the wake-up comes
+through :mod:`dramatiq_slots.wakeups`), for at most ``max_wait``; then, or when
+it may not wait, it is deferred (see :mod:`dramatiq_slots.deferral`). The
+heartbeat keeps the holds alive while the job runs; :mod:`dramatiq_slots.lingering`
+lets a hold serve the next message of the same ledgers while there is room.
 
 Trap designed around: dramatiq swallows any exception raised by a
 ``before_process_message`` hook unless it is a ``MiddlewareError``, and then
@@ -13,8 +17,8 @@ runs the actor. So nothing in admission may escape as a plain exception: the
 message is admitted, deferred, or fails with a ``MiddlewareError`` subclass.
 A capped actor never runs without its holds.
 
-Add it before ``TimeLimit``, so acquire and release run outside the actor's
-time limit::
+Add it before ``TimeLimit``, so acquire, the wait in line and release run
+outside the actor's time limit::
 
     broker.add_middleware(Slots(), before=TimeLimit)
 """
