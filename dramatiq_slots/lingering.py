@@ -102,11 +102,6 @@ class LingeringHolds:
                 self._cond.notify()  # only when the thread would wake too late: a wake-up is not free
             return True
 
-    def forget(self, token: str) -> None:
-        """A hold that is released the ordinary way (no longer reusable)."""
-        with self._cond:
-            self._windows.pop(token, None)
-
     def has(self, token: str) -> bool:
         """Whether ``token`` is a hold of this module (reusable, or lingering)."""
         with self._cond:
