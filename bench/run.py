@@ -875,6 +875,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="dramatiq_worker_timeout for every way, ms (default: dramatiq's 1000)",
     )
     parser.add_argument(
+        "--prefetch",
+        type=int,
+        default=0,
+        help="dramatiq_queue_prefetch for every workload and way that sets none (default: dramatiq's, "
+        "twice the threads)",
+    )
+    parser.add_argument(
         "--keep-logs", action="store_true", help="keep the worker logs (path printed at the end)"
     )
     args = parser.parse_args(argv)
@@ -912,7 +919,10 @@ def _terminating_cleanly() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    all_workloads = workloads(args.quick)
+    all_workloads = [
+        replace(w, prefetch=w.prefetch or args.prefetch) if args.prefetch else w
+        for w in workloads(args.quick)
+    ]
     names = _pick(args.only, [w.name for w in all_workloads], "workloads")
     ways = _pick(args.ways, WAYS, "ways")
     chosen = [w for w in all_workloads if w.name in names]
