@@ -37,6 +37,19 @@ from dramatiq_slots.ledger import Ledger, Want  # noqa: E402
 from tests.servers import Server  # noqa: E402
 
 REASK_S, MAX_WAIT_S, BEAT_S, TTL_MS = 2.0, 30.0, 10.0, 60_000  # middleware defaults
+REASK_MAX_S = 8.0  # the re-ask pause doubles from REASK_S up to this
+
+
+def reask_times() -> list[float]:
+    """When a claim that keeps waiting asks again (s after it joined): 2, 6, 14, 22, 30."""
+    times, at, pause = [], 0.0, REASK_S
+    while at + pause <= MAX_WAIT_S + 1e-9:
+        at += pause
+        times.append(at)
+        pause = min(pause * 2, REASK_MAX_S)
+    return times
+
+
 GAP_P50_S, GAP_P90_S = 0.0011, 0.0017  # bench: one job's end to the next start (2,000 x 20 ms, cap 5)
 # Commands per script call, counting the EVALSHA and every command run inside it.
 ADMIT, REFUSE, LEAVE_FREE, LEAVE_HAND, REASK, WITHDRAW = 5, 3, 4, 7, 4, 3
@@ -89,10 +102,10 @@ def _client_proc(url: str, prefix: str, mode: str, seconds: float, threads: int,
             token = new_token()
             entry = ledger.enter(token, wants, ttl_ms=TTL_MS, line=Ledger.JOIN_LINE)
             if hand:
-                assert not entry.admitted and ledger.leave(held, wants)[0] == 1
+                assert not entry.admitted and ledger.leave(held, wants, ttl_ms=TTL_MS, age_ms=0)[0] == 1
                 held = token
             else:
-                assert entry.admitted and ledger.leave(token, wants)[0] == 1
+                assert entry.admitted and ledger.leave(token, wants, ttl_ms=TTL_MS, age_ms=0)[0] == 1
             n += 1
         return n
 
@@ -218,9 +231,9 @@ def model(s: Scenario, c: Costs) -> dict[str, Any]:
         wait = waiting / max(jobs * handed, 1e-9) if waiting else 0.0
         withdrawn = max(0.0, waiting / MAX_WAIT_S - jobs * handed) if wait > MAX_WAIT_S else 0.0
         if s.ledgers == 1:  # every claim waits about the same
-            per_claim = float(math.floor(min(wait, MAX_WAIT_S) / REASK_S))
-        else:  # waits spread roughly exponentially: E[floor(W / REASK_S)]
-            per_claim = min(1 / math.expm1(REASK_S / max(wait, 1e-9)), MAX_WAIT_S / REASK_S)
+            per_claim = float(sum(1 for t in reask_times() if t <= min(wait, MAX_WAIT_S)))
+        else:  # waits spread roughly exponentially: sum of P(W >= t) over the re-ask times
+            per_claim = sum(math.exp(-t / max(wait, 1e-9)) for t in reask_times())
         reasks = (jobs * handed + withdrawn) * per_claim
         job_cpu = jobs * (handed * c.pair_hand + (1 - handed) * pair_free) / 1e6
         line_cpu = reasks * (c.reask_base + c.scan_ns / 1e3 * line / 2) / 1e6
@@ -266,6 +279,7 @@ def simulate(
     order, free_at, busy, members, seq = 0, 0.0, 0.0, 0, 0
     line, owner = list[int](), dict[int, int]()  # line: join numbers, first in line first
     seq_of, gen, ahead, arrival = [0] * threads, [0] * threads, [0] * threads, [0.0] * threads
+    pause = [REASK_S] * threads
     waits, ratios, gaps = list[float](), list[float](), list[float]()
     starts = reasks = withdrawn = 0
     enter_, start_, end_, reask_ = range(4)
@@ -301,6 +315,7 @@ def simulate(
                 seq += 1
                 seq_of[th], owner[seq], ahead[th] = seq, th, len(line)
                 line.append(seq)
+                pause[th] = REASK_S
                 at(call(now, c.pair_hand / 2) + half + REASK_S, reask_, th)
         elif kind == start_:
             seq_of[th] = 0
@@ -334,7 +349,8 @@ def simulate(
             else:
                 reasks += now >= warmup
                 done = call(now, c.reask_base + c.scan_ns / 1e3 * pos) + half
-                at(done + min(REASK_S, max(0.0, arrival[th] + MAX_WAIT_S - done)), reask_, th)
+                pause[th] = min(pause[th] * 2, REASK_MAX_S)
+                at(done + min(pause[th], max(0.0, arrival[th] + MAX_WAIT_S - done)), reask_, th)
     return {
         "threads": threads, "cap": cap, "job_ms": job_s * 1e3, "rho_other": rho,
         "jobs_per_s": starts / seconds, "efficiency": starts / seconds * job_s / cap if job_s else None,

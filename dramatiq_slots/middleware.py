@@ -56,8 +56,11 @@ logger = logging.getLogger("dramatiq_slots.middleware")
 #: Environment variable naming the ledger's Redis when neither ``client=`` nor ``url=`` is given.
 URL_ENV = "DRAMATIQ_SLOTS_REDIS_URL"
 
-#: A waiting claim asks the ledger again this often (s), in case its wake-up was lost.
+#: A waiting claim asks the ledger again after this long (s), in case its wake-up was lost
+#: (or a slot came free by expiry, which hands nothing over); the pause doubles after each
+#: ask, up to :data:`_REASK_MAX_S`, so a long wait costs few asks.
 _REASK_S = 2.0
+_REASK_MAX_S = 8.0
 
 #: How long worker boot waits for the wake channel's subscription (s).
 _LISTEN_WAIT_S = 2.0
@@ -525,6 +528,7 @@ class Slots(Middleware):
             hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.JOIN_LINE, place_ms=place
         )
         deadline = time.monotonic() + self.max_wait / 1000
+        pause = _REASK_S
         while not entry.admitted and entry.waiting:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._stopping.is_set():
@@ -537,8 +541,10 @@ class Slots(Middleware):
                 sent = time.monotonic()
                 entry = ledger.enter(hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.NO_LINE)
                 return entry, sent
-            waiter.event.wait(min(remaining, _REASK_S))
+            woken = waiter.event.wait(min(remaining, pause))
             waiter.event.clear()
+            if not woken:
+                pause = min(pause * 2, _REASK_MAX_S)
             if waiter.handed is not None and len(plan.wants) == 1:
                 # leave.lua wrote the hold before it published: no need to ask.
                 return Admission(admitted=True, replayed=True), time.monotonic() - waiter.age_ms / 1000

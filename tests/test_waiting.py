@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from typing import Any
@@ -12,7 +13,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
 
-from dramatiq_slots import Slots
+from dramatiq_slots import Slots, middleware
 from dramatiq_slots.claims import new_token, this_process
 from dramatiq_slots.deferral import DEFERRALS
 from dramatiq_slots.ledger import Ledger, Want
@@ -232,3 +233,31 @@ def test_waiting_share_must_be_a_fraction(share: Any) -> None:
 def test_max_wait_must_be_a_whole_number_of_ms(wait: Any) -> None:
     with pytest.raises(ValueError, match=r"Slots\(max_wait=\.\.\.\): must be an int >= 0 \(ms\)"):
         Slots(max_wait=wait)
+
+
+def test_a_waiter_asks_again_after_pauses_that_double_up_to_a_ceiling(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backstop for lost wake-ups that stays cheap in long waits (see the scale model)."""
+    monkeypatch.setattr(middleware, "_REASK_S", 0.05)
+    monkeypatch.setattr(middleware, "_REASK_MAX_S", 0.2)
+    slots, release, blocker, job, _ = line_setup(broker, add_slots, probe)
+    asked: list[float] = []
+    enter = slots.ledger.enter
+
+    def recording_enter(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("line") == Ledger.IN_LINE:
+            asked.append(time.monotonic())
+        return enter(*args, **kwargs)
+
+    monkeypatch.setattr(slots.ledger, "enter", recording_enter)
+    with running_worker(broker, threads=2):
+        blocker.send()
+        assert wait_until(lambda: slots.in_use("line") == 1)
+        job.send(1)
+        assert wait_until(lambda: len(asked) >= 5, timeout=10)
+        release.set()
+        probe.wait_runs(3)
+    pauses = [b - a for a, b in itertools.pairwise(asked[:5])]
+    assert pauses[0] == pytest.approx(0.1, abs=0.04)  # 0.05 doubled
+    assert all(p == pytest.approx(0.2, abs=0.05) for p in pauses[1:]), pauses  # the ceiling
