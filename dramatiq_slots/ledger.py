@@ -100,8 +100,20 @@ class Holder:
         return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else None
 
 
+#: A script line that inlines ``scripts/lib/<name>.lua`` (Lua scripts sent to Redis are self-contained).
+_INCLUDE = "-- include: "
+
+
 def _load(name: str) -> str:
-    return resources.files("dramatiq_slots").joinpath("scripts").joinpath(f"{name}.lua").read_text("utf-8")
+    """The text of ``scripts/<name>.lua``, with each ``-- include: <lib>`` line replaced by that library."""
+    scripts = resources.files("dramatiq_slots").joinpath("scripts")
+    lines = scripts.joinpath(f"{name}.lua").read_text("utf-8").splitlines(keepends=True)
+    return "".join(
+        scripts.joinpath("lib").joinpath(f"{line[len(_INCLUDE) :].strip()}.lua").read_text("utf-8")
+        if line.startswith(_INCLUDE)
+        else line
+        for line in lines
+    )
 
 
 def _text(value: Any) -> str:

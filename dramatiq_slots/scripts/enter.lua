@@ -80,17 +80,9 @@ end
 local clock = redis.call('TIME')
 local expiry = string.format('%.0f', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + ttl)
 
--- The key must outlive its longest hold (so an abandoned ledger disappears
--- by itself, and never sooner): a new key expires with its first hold; an
--- existing one is only ever pushed later (GT on Redis >= 7; 6.2 reads PTTL).
-local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
-local function outlive(key, at)
-  if gt then
-    redis.call('PEXPIREAT', key, at, 'GT')
-  elseif redis.call('PTTL', key) < ttl then
-    redis.call('PEXPIREAT', key, at)
-  end
-end
+-- The key must outlive its longest hold: a new key expires with its first
+-- hold; an existing one is only ever pushed later (lib/outlive.lua).
+-- include: outlive
 
 local after = {}
 for i = 1, n do
@@ -101,7 +93,7 @@ for i = 1, n do
   if members[i] == 0 then
     redis.call('PEXPIREAT', KEYS[i], expiry)
   else
-    outlive(KEYS[i], expiry)
+    outlive(KEYS[i], expiry, ttl)
   end
   if line == 2 then redis.call('ZREM', KEYS[n + i], token) end
 end

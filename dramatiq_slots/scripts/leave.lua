@@ -49,16 +49,9 @@ local token, channel, ttl, age, own = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonum
 if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 3} end
 if not age or age ~= math.floor(age) or age < -1 then return {-1, 4} end
 
--- A renewed expiry is the ledger's newest: push the key's expiry to it,
--- never earlier (GT on Redis >= 7; 6.2 reads PTTL first). See enter.lua.
-local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
-local function outlive(key, at)
-  if gt then
-    redis.call('PEXPIREAT', key, at, 'GT')
-  elseif redis.call('PTTL', key) < ttl then
-    redis.call('PEXPIREAT', key, at)
-  end
-end
+-- A renewed expiry is the ledger's newest: the key's expiry is pushed to it,
+-- never earlier (lib/outlive.lua).
+-- include: outlive
 local renewed
 
 local removed, handed = 0, {}
@@ -90,7 +83,7 @@ for i = 1, n do
       local process = string.match(waiter, '^(.*):[^:]*:[^:]*$') or waiter
       if process == own
           or redis.call('PUBLISH', channel .. process, waiter .. ' ' .. passed .. ' ' .. ledger) > 0 then
-        if age < 0 then outlive(ledger, renewed) end
+        if age < 0 then outlive(ledger, renewed, ttl) end
         handed[#handed + 1] = waiter
         handed[#handed + 1] = i
         handed[#handed + 1] = passed
