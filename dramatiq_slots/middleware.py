@@ -142,20 +142,18 @@ class Slots(Middleware):
         self.hold_ttl = opt.positive_int(hold_ttl, "Slots(hold_ttl=...)")
         if beat_interval is None:
             beat_interval = max(1, hold_ttl // 6)
-        self.beat_interval = opt.positive_int(beat_interval, "Slots(beat_interval=...)")
-        if self.beat_interval * 3 > self.hold_ttl:
-            # A slot handed over keeps the leaving hold's expiry, which may be one beat old;
-            # its new holder's first beat must come well before it (see leave.lua).
-            raise opt.ConfigurationError(
-                f"Slots(beat_interval=...): must be at most hold_ttl / 3 ({self.hold_ttl // 3} ms), "
-                f"got {beat_interval} ms"
-            )
+        # A slot handed over keeps the leaving hold's expiry (renewed past half the ttl);
+        # its new holder's first beat must come well before it runs out (see leave.lua).
+        self.beat_interval = opt.at_most_third(
+            opt.positive_int(beat_interval, "Slots(beat_interval=...)"),
+            self.hold_ttl,
+            "Slots(beat_interval=...)",
+        )
         self.defer_min_backoff, self.defer_max_backoff = opt.backoff_bounds(
             defer_min_backoff, defer_max_backoff, "Slots"
         )
         self.keys = KeySpace(key_prefix)
-        if isinstance(max_wait, bool) or not isinstance(max_wait, int) or max_wait < 0:
-            raise opt.ConfigurationError(f"Slots(max_wait=...): must be an int >= 0 (ms), got {max_wait!r}")
+        self.max_wait = opt.non_negative_int(max_wait, "Slots(max_wait=...)")
         if (
             isinstance(waiting_share, bool)
             or not isinstance(waiting_share, (int, float))
@@ -164,18 +162,9 @@ class Slots(Middleware):
             raise opt.ConfigurationError(
                 f"Slots(waiting_share=...): must be a number from 0 to 1, got {waiting_share!r}"
             )
-        if isinstance(reuse_window, bool) or not isinstance(reuse_window, int) or reuse_window < 0:
-            raise opt.ConfigurationError(
-                f"Slots(reuse_window=...): must be an int >= 0 (ms), got {reuse_window!r}"
-            )
-        if reuse_window * 3 > self.hold_ttl:
-            raise opt.ConfigurationError(
-                f"Slots(reuse_window=...): must be at most hold_ttl / 3 ({self.hold_ttl // 3} ms), "
-                f"got {reuse_window} ms"
-            )
-        self.max_wait = max_wait
+        where = "Slots(reuse_window=...)"
+        self.reuse_window = opt.at_most_third(opt.non_negative_int(reuse_window, where), self.hold_ttl, where)
         self.waiting_share = float(waiting_share)
-        self.reuse_window = reuse_window
         self._lingering = LingeringHolds(self._give_up_hold)
         self._wakeups: Wakeups | None = None
         self._wait_gate: threading.BoundedSemaphore | None = None

@@ -71,6 +71,22 @@ def positive_int(value: Any, where: str) -> int:
     return value
 
 
+def non_negative_int(value: Any, where: str) -> int:
+    """``value`` if it is an int >= 0 (bool excluded), else ConfigurationError naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"{where}: must be an int >= 0 (ms), got {value!r}")
+    return value
+
+
+def at_most_third(value: int, hold_ttl: int, where: str) -> int:
+    """``value`` (ms) if it is at most a third of ``hold_ttl``, else ConfigurationError."""
+    if value * 3 > hold_ttl:
+        raise ConfigurationError(
+            f"{where}: must be at most hold_ttl / 3 ({hold_ttl // 3} ms), got {value} ms"
+        )
+    return value
+
+
 def backoff_bounds(min_ms: int, max_ms: int, where: str) -> tuple[int, int]:
     positive_int(min_ms, f"{where}: {DEFER_MIN_BACKOFF}")
     positive_int(max_ms, f"{where}: {DEFER_MAX_BACKOFF}")
