@@ -56,7 +56,7 @@ def new_token() -> str:
         # First claim on this thread, or a thread that forked: pid and thread
         # id have both moved, and a child must not share its parent's tokens.
         _thread_prefix.pid = pid
-        _thread_prefix.prefix = f"{socket.gethostname()}:{pid}:{threading.get_native_id()}"
+        _thread_prefix.prefix = f"{this_process()}:{threading.get_native_id()}"
     return f"{_thread_prefix.prefix}:{next(_claims)}"
 
 
@@ -67,9 +67,16 @@ def process_part(token: str) -> str:
     return head if sep and sep2 else token
 
 
+_this_process: tuple[int, str] = (-1, "")
+
+
 def this_process() -> str:
-    """``<host>:<pid>`` of this process, as its tokens carry it."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``<host>:<pid>`` of this process, as its tokens carry it (cached per pid: called per release)."""
+    global _this_process
+    pid = os.getpid()
+    if _this_process[0] != pid:
+        _this_process = (pid, f"{socket.gethostname()}:{pid}")
+    return _this_process[1]
 
 
 @dataclass(frozen=True)
