@@ -435,7 +435,7 @@ class Slots(Middleware):
             except LedgerError as e:
                 # Not an outage (a permission, a wrong key type, a bad argument):
                 # waiting will not help. Fail through dramatiq's own error path.
-                # Nothing to release: acquire.lua checks every ledger before it
+                # Nothing to release: enter.lua checks every ledger before it
                 # writes any hold, and Redis answered, so no reply was lost.
                 raise AdmissionError(f"actor {message.actor_name!r}: {e}; the actor did not run") from e
             else:
@@ -492,8 +492,10 @@ class Slots(Middleware):
         """
         gate = self._wait_gate
         if gate is None or self._stopping.is_set() or not gate.acquire(blocking=False):
+            # May not wait: the same admission, without joining a line.
             sent = time.monotonic()
-            return self.ledger.acquire(hold.token, plan.wants, ttl_ms=self.hold_ttl), sent
+            entry = self.ledger.enter(hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.NO_LINE)
+            return entry, sent
         wakeups = self.wakeups
         try:
             wakeups.start()  # no-op once listening in this process
