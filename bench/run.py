@@ -271,6 +271,10 @@ class BenchCluster(Cluster):
 
     probe_client: redis.Redis | None = None
 
+    @property
+    def sends_with_slots(self) -> bool:  # type: ignore[override]
+        return getattr(self.config, "way", SLOTS) == SLOTS
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.probe_client is not None:
@@ -350,6 +354,7 @@ def run_once(
     timeout: float,
     worker_timeout: int,
     repeat: int = 1,
+    dump_dir: Path | None = None,
 ) -> Result:
     """Run ``workload`` one ``way`` (see the module docstring); never longer than boot + ``timeout``."""
     began = time.monotonic()
@@ -398,6 +403,10 @@ def run_once(
 
         scopes = _scopes(workload)
         runs = [r for r in cluster.probe.runs() if r.scope in scopes]
+        if dump_dir is not None:
+            # What the figures are computed from, for a closer look (--dump-runs).
+            record = {"released_us": released, "sent": sent, "runs": [asdict(r) for r in runs]}
+            (dump_dir / f"{workload.name}-{way}-{repeat}.json").write_text(json.dumps(record))
         fig = figures(
             runs,
             available_us=available,
@@ -882,9 +891,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "twice the threads)",
     )
     parser.add_argument(
+        "--dump-runs",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write each run's probe records (message ids in enqueue order, every run's start and end) "
+        "to DIR/<workload>-<way>-<repeat>.json",
+    )
+    parser.add_argument(
         "--keep-logs", action="store_true", help="keep the worker logs (path printed at the end)"
     )
     args = parser.parse_args(argv)
+    if args.dump_runs is not None:
+        args.dump_runs.mkdir(parents=True, exist_ok=True)
     if args.timeout is None:
         args.timeout = 15.0 if args.quick else 120.0
     return args
@@ -965,6 +984,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             timeout=args.timeout,
                             worker_timeout=args.worker_timeout,
                             repeat=repeat,
+                            dump_dir=args.dump_runs,
                         )
                         per_way[way].results.append(r)
                         f = r.figures

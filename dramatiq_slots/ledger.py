@@ -221,17 +221,18 @@ class Ledger:
         ledgers = [w.ledger for w in wants]
         return [*ledgers, *map(self.keys.waiting, ledgers)]
 
-    def enter(self, token: str, wants: Sequence[Want], *, ttl_ms: int, line: int, place_ms: int = 0) -> Entry:
+    def enter(self, token: str, wants: Sequence[Want], *, ttl_ms: int, line: int, place: int = 0) -> Entry:
         """Admit ``token`` to every wanted ledger, or refuse it and (``line`` > 0) put it in line.
 
         ``line``: :attr:`NO_LINE` (just refuse), :attr:`JOIN_LINE` (join the
         refusing ledger's line) or :attr:`IN_LINE` (a waiter asking again:
-        keeps its place). ``place_ms``: the claim's place in line, the lowest
-        first (the middleware passes the message's enqueue time). See ``enter.lua``.
+        keeps its place). ``place``: the claim's place in line, an integer
+        below 2**53, the lowest first (the middleware passes when the message
+        was first sent, in µs: :mod:`dramatiq_slots.places`). See ``enter.lua``.
         """
         if not wants:
             raise ValueError("enter needs at least one ledger")
-        args: list[Any] = [token, ttl_ms, line, place_ms, *(w.capacity for w in wants)]
+        args: list[Any] = [token, ttl_ms, line, place, *(w.capacity for w in wants)]
         with self._translated("enter"):
             reply = self._enter(keys=self._with_lines(wants), args=args)
         self._check_codes("enter", reply)

@@ -49,6 +49,7 @@ from .heartbeat import Heartbeat
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .ledger import Admission, Entry, Holder, Ledger, Want, redacted_address
 from .lingering import LingeringHolds, roomy
+from .places import PLACE, PlaceClock, place_of
 from .wakeups import Waiter, Wakeups
 
 logger = logging.getLogger("dramatiq_slots.middleware")
@@ -84,8 +85,8 @@ class _Plan:
     wants: tuple[Want, ...]
     min_backoff: int
     max_backoff: int
-    #: Place in a line: when the message was first sent (ms), so lines keep send order.
-    place_ms: int = 0
+    #: Place in a line (µs, see :mod:`dramatiq_slots.places`), so lines keep send order.
+    place: int = 0
 
 
 class Slots(Middleware):
@@ -166,6 +167,7 @@ class Slots(Middleware):
         self.reuse_window = opt.at_most_third(opt.non_negative_int(reuse_window, where), self.hold_ttl, where)
         self.waiting_share = float(waiting_share)
         self._lingering = LingeringHolds(self._give_up_hold)
+        self._places = PlaceClock()
         self._wakeups: Wakeups | None = None
         self._wait_gate: threading.BoundedSemaphore | None = None
         self._stopping = threading.Event()
@@ -289,6 +291,9 @@ class Slots(Middleware):
             self._queue_capacities[config.queue_name] = (capacity, where)
 
     def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int) -> None:
+        if PLACE not in message.options and self._may_wait(message):
+            # First send: fix its place in line (a deferred or retried copy keeps it).
+            message.options[PLACE] = self._places.stamp()
         # Validate per-message overrides where the sender can see the error.
         if opt.ACTOR_OPTIONS.isdisjoint(message.options):
             return
@@ -296,6 +301,16 @@ class Slots(Middleware):
         config = self._actors.get(message.actor_name)
         if config is not None:
             self._backoff(config, message.options)
+
+    def _may_wait(self, message: dramatiq.Message[Any]) -> bool:
+        """Whether ``message`` may need a slot (an actor this sender does not know: maybe)."""
+        config = self._actors.get(message.actor_name)
+        return (
+            config is None
+            or config.capped
+            or self.queue_capacity(message.queue_name) is not None
+            or not opt.ACTOR_OPTIONS.isdisjoint(message.options)
+        )
 
     # -- worker life cycle -----------------------------------------------
 
@@ -383,7 +398,7 @@ class Slots(Middleware):
         min_backoff, max_backoff = self._backoff(actor, options)
         if not wants:
             return None
-        return _Plan(tuple(wants), min_backoff, max_backoff, int(message.message_timestamp))
+        return _Plan(tuple(wants), min_backoff, max_backoff, place_of(options, message.message_timestamp))
 
     def _backoff(self, actor: opt.ActorSlots, options: Mapping[str, Any]) -> tuple[int, int]:
         """Deferral backoff bounds: message > actor > middleware, checked together."""
@@ -513,11 +528,9 @@ class Slots(Middleware):
 
     def _wait_in_line(self, hold: Hold, plan: _Plan, waiter: Waiter) -> tuple[Admission, float | None]:
         ledger = self.ledger
-        place = plan.place_ms
+        place = plan.place
         sent = time.monotonic()
-        entry = ledger.enter(
-            hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.JOIN_LINE, place_ms=place
-        )
+        entry = ledger.enter(hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.JOIN_LINE, place=place)
         deadline = time.monotonic() + self.max_wait / 1000
         pause = _REASK_S
         while not entry.admitted and entry.waiting:
@@ -544,7 +557,7 @@ class Slots(Middleware):
             waiter.handed = None
             sent = time.monotonic()
             entry = ledger.enter(
-                hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.IN_LINE, place_ms=place
+                hold.token, plan.wants, ttl_ms=self.hold_ttl, line=Ledger.IN_LINE, place=place
             )
         # Admitted by a call that wrote the expiry (a replay found a handed one: unknown age).
         return entry, (sent if entry.admitted and not entry.replayed else None)

@@ -65,9 +65,7 @@ _places = itertools.count(1)
 
 def enter(ledger: Ledger, token: str, *wants: Want, line: int = JOIN, place: int | None = None) -> Any:
     """enter.lua; each call takes a later place than the one before unless ``place`` is given."""
-    return ledger.enter(
-        token, wants, ttl_ms=TTL, line=line, place_ms=next(_places) if place is None else place
-    )
+    return ledger.enter(token, wants, ttl_ms=TTL, line=line, place=next(_places) if place is None else place)
 
 
 def leave(ledger: Ledger, token: str, *wants: Want, age_ms: int | None = 0) -> tuple[int, tuple[Any, ...]]:

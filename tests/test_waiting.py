@@ -17,6 +17,7 @@ from dramatiq_slots import Slots, middleware
 from dramatiq_slots.claims import new_token, this_process
 from dramatiq_slots.deferral import DEFERRALS
 from dramatiq_slots.ledger import Ledger, Want
+from dramatiq_slots.places import PLACE
 from dramatiq_slots.wakeups import Wakeups
 
 
@@ -69,6 +70,27 @@ def test_waiters_start_in_the_order_they_joined_the_line(
     assert probe.by_label["deferrals"] == [0, 0, 0, 0, 0], "waiting is not a deferral"
     assert probe.peak["line"] == 1
     assert wait_until(lambda: slots.in_use("line") == 0)
+
+
+def test_a_burst_sent_within_one_millisecond_is_served_in_send_order(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, redis_client: redis.Redis
+) -> None:
+    slots, release, blocker, job, line = line_setup(broker, add_slots, probe)
+    with running_worker(broker, threads=6):
+        blocker.send()
+        assert wait_until(lambda: slots.in_use("line") == 1)
+        sent_at = int(time.time() * 1000)
+        places = []
+        for i in range(5):
+            # dramatiq's own timestamp (ms) is the same for all five: only their places tell them apart.
+            places.append(broker.enqueue(job.message(i).copy(message_timestamp=sent_at)).options[PLACE])
+        assert wait_until(lambda: len(slots.ledger.waiting(line)) == 5)
+        in_line = redis_client.zrange(slots.keys.waiting(line), 0, -1, withscores=True)
+        release.set()
+        probe.wait_runs(6 + 5)
+    assert [int(score) for _, score in in_line] == places == sorted(set(places))
+    started = [item for label, item in probe.runs if label == "line" and item != "blocker"]
+    assert started == [0, 1, 2, 3, 4]
 
 
 def test_a_handed_hold_carries_the_age_of_its_expiry(

@@ -12,9 +12,11 @@
 -- ARGV[3]         line: 0 = do not wait; 1 = join the refusing ledger's line;
 --                 2 = already in line (a waiter asking again: keeps its place,
 --                 or takes it again if a release dropped it)
--- ARGV[4]         place in line: the message's enqueue time, ms (so a line is
---                 served in the order messages were sent, whatever the order
---                 in which workers took them; ties: by token)
+-- ARGV[4]         place in line: an integer below 2^53, lowest first; the
+--                 middleware passes when the message was first sent, in us
+--                 (so a line is served in the order messages were sent,
+--                 whatever the order in which workers took them; ties: by
+--                 token). Written as given, never through a Lua number.
 -- ARGV[4+i]       capacity of KEYS[i] (integer >= 1)
 --
 -- Returns {1, replay, m1, .., mn}

@@ -478,6 +478,12 @@ class Cluster:
             heartbeat_timeout=self.config.broker_heartbeat_timeout,
             maintenance_chance=0,
         )
+        if self.sends_with_slots:
+            # A producer with the middleware, as an app's own: it stamps each message's place in line.
+            self._broker.add_middleware(self.config.slots_middleware())
+
+    #: Whether the sender's broker has the Slots middleware (the workers' app limits with it).
+    sends_with_slots = True
 
     # -- groups -----------------------------------------------------------
 

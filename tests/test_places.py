@@ -1,0 +1,63 @@
+"""Places in line: stamped once by the sender, in microseconds, never repeating."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import dramatiq
+import redis
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq_support import SlotsFactory
+
+from dramatiq_slots.ledger import Ledger, Want
+from dramatiq_slots.places import PLACE, PlaceClock, place_of
+
+
+def test_places_follow_the_clock_in_microseconds_and_never_repeat_or_go_back() -> None:
+    readings: Iterator[int] = iter([5_000_000_123, 5_000_000_999, 4_000_000_000, 9_000_000_000])
+    clock = PlaceClock(lambda: next(readings))
+    # Two readings in the same microsecond, then a clock stepping back, then forward again.
+    assert [clock.stamp() for _ in range(4)] == [5_000_000, 5_000_001, 5_000_002, 9_000_000]
+
+
+def test_a_message_without_a_place_falls_back_to_its_timestamp_in_microseconds() -> None:
+    assert place_of({PLACE: 1_796_016_120_520_514}, 1) == 1_796_016_120_520_514
+    for bad in ({}, {PLACE: "12"}, {PLACE: True}, {PLACE: 0}, {PLACE: 1.5}):
+        assert place_of(bad, 1_796_016_120_520) == 1_796_016_120_520_000, bad
+
+
+def test_the_sender_stamps_a_place_once_and_a_deferred_copy_keeps_it(
+    broker: RedisBroker, add_slots: SlotsFactory
+) -> None:
+    add_slots()
+
+    @dramatiq.actor(queue_name="placed", queue_capacity=1)
+    def capped() -> None:
+        pass
+
+    @dramatiq.actor(queue_name="free")
+    def free() -> None:
+        pass
+
+    first, second = capped.send(), capped.send()
+    assert isinstance(first.options[PLACE], int)
+    assert first.options[PLACE] < second.options[PLACE]
+    again = broker.enqueue(first.copy(), delay=10)
+    assert again.options[PLACE] == first.options[PLACE]
+    # A message that can never wait carries no place.
+    assert PLACE not in free.send().options
+
+
+def test_places_a_microsecond_apart_keep_their_order_in_a_line(
+    engine_ledger: Ledger, engine_client: redis.Redis
+) -> None:
+    ledger = engine_ledger
+    want = (Want(ledger.keys.queue("q"), 1),)
+    assert ledger.enter("holder", want, ttl_ms=10_000, line=Ledger.NO_LINE).admitted
+    base = 1_796_016_120_520_514  # µs since the epoch: past Lua's 14 printed digits
+    for token, place in (("b", base + 1), ("c", base + 2), ("a", base)):
+        entry = ledger.enter(token, want, ttl_ms=10_000, line=Ledger.JOIN_LINE, place=place)
+        assert not entry.admitted and entry.waiting
+    assert list(ledger.waiting(ledger.keys.queue("q"))) == ["a", "b", "c"]
+    scores = engine_client.zrange(ledger.keys.waiting(ledger.keys.queue("q")), 0, -1, withscores=True)
+    assert [int(score) for _, score in scores] == [base, base + 1, base + 2]
