@@ -5,6 +5,7 @@
 #   make quick   pytest without the slow multi-process suites
 #   make clean   remove the venv, caches and build artifacts
 #   make bench   the side-by-side benchmark (BENCH_ARGS=--quick for a smoke run; not part of test)
+#   make reliability  run the chaos suite and regenerate docs/reliability.md from its verdicts
 #
 # The venv (.venv) is built with the python3 on PATH (3.10+), and rebuilt
 # only when pyproject.toml changes (the stamp file inside it is older).
@@ -15,7 +16,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-from-pyproject
 
 .DEFAULT_GOAL := test
-.PHONY: test lint typecheck pytest quick venv clean demo bench
+.PHONY: test lint typecheck pytest quick venv clean demo bench reliability
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dramatiq-slots needs Python >= 3.10; $(PYTHON) is " + sys.version.split()[0])'
@@ -55,3 +56,9 @@ bench: $(STAMP)
 	else \
 		echo "make bench: bench/run.py does not exist yet, nothing to run"; \
 	fi
+
+reliability: $(STAMP)
+	rm -f .chaos-results.jsonl
+	SLOTS_CHAOS_RESULTS=$(CURDIR)/.chaos-results.jsonl $(BIN)/python -m pytest -m chaos -q
+	$(BIN)/python -m tests.chaos_report .chaos-results.jsonl docs/reliability.md
+	rm -f .chaos-results.jsonl

@@ -37,6 +37,38 @@ from .keys import DEFAULT_KEY_PREFIX, KeySpace
 
 #: Redis answers that mean "cannot write now", treated like an unreachable server.
 _UNAVAILABLE_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "LOADING", "BUSY", "NOREPLICAS", "CLUSTERDOWN")
+#: How an out-of-memory refusal reads when a script's write hit it: redis-py strips the
+#: ``OOM`` prefix of a plain reply (``OutOfMemoryError``), and a script error wraps it
+#: (``... -OOM command not allowed ...`` on Redis 6.2, ``command not allowed when used
+#: memory > 'maxmemory'. script: ...`` on Redis 7 and Valkey).
+_OOM_TEXT = "command not allowed when used memory"
+
+
+def _refused_for_now(error: redis.ResponseError) -> bool:
+    """A refusal that says nothing about the request (no memory, a replica, loading...): try later.
+
+    Scripts write nothing before their first write is refused, so such an
+    answer is "not admitted", never a half-written claim.
+    """
+    text = str(error)
+    return (
+        isinstance(error, redis.exceptions.OutOfMemoryError)
+        or text.startswith(_UNAVAILABLE_REPLIES)
+        or _OOM_TEXT in text
+    )
+
+
+def eviction_risk(client: redis.Redis) -> str | None:
+    """The server's ``maxmemory-policy`` when it may evict ledger keys (anything but
+    ``noeviction`` with a ``maxmemory`` set); None when it cannot, or cannot be read."""
+    try:
+        info = client.info("memory")
+    except redis.RedisError:
+        return None  # not allowed to read it (ACL), or not answering: nothing to say
+    policy = str(info.get("maxmemory_policy", "noeviction"))
+    if int(info.get("maxmemory", 0) or 0) > 0 and policy != "noeviction":
+        return policy
+    return None
 
 
 @dataclass(frozen=True)
@@ -186,7 +218,7 @@ class Ledger:
                 f"is unreachable ({type(e).__name__}: {e})"
             ) from e
         except redis.ResponseError as e:
-            if str(e).startswith(_UNAVAILABLE_REPLIES):
+            if _refused_for_now(e):
                 raise LedgerUnavailable(
                     f"ledger {operation} failed: Redis at {redacted_address(self.client)} refused: {e}"
                 ) from e

@@ -45,9 +45,10 @@ from . import options as opt
 from .claims import Hold, HoldRegistry, new_token, process_part, this_process
 from .deferral import DEFERRALS, backoff_ms, defer, install_skip_filter, skip_filter
 from .errors import LedgerError, LedgerUnavailable, SlotsError
+from .failpoints import reach
 from .heartbeat import Heartbeat
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .ledger import Admission, Entry, Holder, Ledger, Want, redacted_address
+from .ledger import Admission, Entry, Holder, Ledger, Want, eviction_risk, redacted_address
 from .lingering import LingeringHolds, roomy
 from .places import PLACE, PlaceClock, place_of
 from .wakeups import Waiter, Wakeups
@@ -324,6 +325,15 @@ class Slots(Middleware):
             return
         try:
             self.ledger.preload()
+            policy = eviction_risk(self.ledger.client)
+            if policy is not None:
+                logger.warning(
+                    "The ledger's Redis at %s may evict keys (maxmemory-policy %s): an evicted ledger "
+                    "forgets its holds and admits over capacity until heartbeats re-assert them. Set "
+                    "maxmemory-policy noeviction there (a full server then defers capped messages).",
+                    redacted_address(self.ledger.client),
+                    policy,
+                )
         except (LedgerError, redis.RedisError, OSError) as e:
             logger.error(
                 "The ledger's Redis at %s did not answer at worker boot (%s: %s): capped messages "
@@ -491,6 +501,7 @@ class Slots(Middleware):
                     f"actor {message.actor_name!r}: could not defer the message ({type(e).__name__}: {e}) "
                     f"after: {reason}; the actor did not run"
                 ) from e
+            reach("after-defer-enqueue")
             raise deferred
 
     def _admitted(self, message: MessageProxy, hold: Hold, written_at: float | None) -> None:
@@ -498,6 +509,7 @@ class Slots(Middleware):
         with self._claims_lock:
             self._claims[id(message)] = hold.token
         self.heartbeat.ensure_started()
+        reach("after-acquire")
 
     def _acquire_or_wait(self, hold: Hold, plan: _Plan) -> tuple[Admission, float | None]:
         """Acquire; when refused, wait in line (bounded) for a release to hand over a slot.
@@ -595,9 +607,11 @@ class Slots(Middleware):
             # not refreshed meanwhile: the window is far shorter than hold_ttl.
             self.registry.discard(token)
             return
+        reach("before-release")
         hold = self.registry.begin_release(token)
         if hold is not None:
             self._give_up_hold(hold)
+        reach("after-release")
 
     def _give_up_hold(self, hold: Hold) -> None:
         """Release ``hold`` in Redis (handing its slots to lines); owed to the heartbeat on failure."""

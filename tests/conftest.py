@@ -183,3 +183,27 @@ def ledger(redis_client: redis.Redis, key_prefix: str) -> Ledger:
 @pytest.fixture
 def engine_ledger(engine_client: redis.Redis, key_prefix: str) -> Ledger:
     return Ledger(engine_client, key_prefix=key_prefix)
+
+
+@pytest.fixture(scope="session")
+def rabbit_server() -> Iterator[Any]:
+    """A RabbitMQ node started for this session (``rabbitmq.py``), stopped at its end.
+
+    Missing ``rabbitmq-server`` (or pika, for dramatiq's RabbitmqBroker) skips
+    the tests that use it, with the reason, except when ``CI=true``: then it fails.
+    """
+    import importlib.util
+
+    from rabbitmq import RabbitServer, find_rabbitmq
+
+    if importlib.util.find_spec("pika") is None:
+        _missing("pika not installed, dramatiq's RabbitmqBroker needs it: pip install 'dramatiq[rabbitmq]'")
+    found = find_rabbitmq()
+    if isinstance(found, str):
+        _missing(found)
+        raise AssertionError("unreachable")  # pragma: no cover
+    server = RabbitServer(found).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -29,6 +29,7 @@ from tests.multiprocess.harness import (
     Backlog,
     Cluster,
     WorkerGroup,
+    close_all,
     key_scope,
     wait_until,
 )
@@ -81,14 +82,7 @@ def make_cluster(
         return cluster
 
     yield make
-    errors: list[BaseException] = []
-    for cluster in clusters:
-        try:
-            cluster.close()
-        except BaseException as e:
-            errors.append(e)
-    if errors:
-        raise errors[0]
+    close_all(clusters)
 
 
 def _start(cluster: Cluster, *names: str, processes: int = 1, threads: int = 4) -> list[WorkerGroup]:

@@ -13,7 +13,8 @@ Actors:
 ``keyed_job(key, i)`` on queue ``mp_keyed`` (uncapped), runtime key ``mp:<key>``
     runs ``job_ms`` inside probe scope ``key:<key>``.
 
-Each worker process records in the probe that it booted (``after_worker_boot``).
+Each worker process records in the probe that it booted (``after_worker_boot``),
+and each message that runs after a deferral records how many it had.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import redis
 from dramatiq.middleware import CurrentMessage, TimeLimit
 
 from dramatiq_slots import Slots
+from dramatiq_slots.deferral import DEFERRALS
 
 from .harness import (
     CAPPED_ACTOR,
@@ -42,6 +44,14 @@ from .harness import (
 from .probe import Probe
 
 config = AppConfig.from_env(os.environ)
+
+if config.clock_offset_s:
+    # A host whose wall clock is off (its NTP failed): every wall-clock read in Python is shifted,
+    # dramatiq's and the middleware's included; monotonic time is not. (libfaketime would do it
+    # below Python, but with it CPython's time.sleep fails with EINVAL on this Debian.)
+    _time, _time_ns = time.time, time.time_ns
+    time.time = lambda: _time() + config.clock_offset_s  # type: ignore[assignment]
+    time.time_ns = lambda: _time_ns() + config.clock_offset_s * 1_000_000_000  # type: ignore[assignment]
 
 broker = config.broker()
 slots: Slots | None = None
@@ -69,6 +79,9 @@ broker.add_middleware(BootProbe(probe, config.group))
 def _work(scope: str, arg: Any) -> None:
     message = CurrentMessage.get_current_message()
     message_id = message.message_id if message is not None else "?"
+    deferrals = int(message.options.get(DEFERRALS, 0)) if message is not None else 0
+    if deferrals:
+        probe().deferred(message_id, deferrals)
     with probe().run(scope, message_id, group=config.group, arg=arg):
         time.sleep(config.job_ms / 1000)  # the job's work
 

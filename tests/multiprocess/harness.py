@@ -46,6 +46,8 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import CurrentMessage, Middleware
 
 from dramatiq_slots import URL_ENV, Holder, Ledger, Slots
+from dramatiq_slots.errors import LedgerError
+from dramatiq_slots.failpoints import ENV as FAILPOINT_ENV
 
 from .probe import Probe
 
@@ -87,7 +89,7 @@ def runtime_key(key: str) -> str:
 #: Prefix of the environment variables that carry an :class:`AppConfig`.
 _ENV = "SLOTS_MP_"
 #: Fields of :class:`AppConfig` whose empty value means None.
-_OPTIONAL = frozenset({"capacity", "ledger_url", "probe_url"})
+_OPTIONAL = frozenset({"capacity", "ledger_url", "probe_url", "broker_url"})
 T = TypeVar("T")
 
 
@@ -124,6 +126,15 @@ class AppConfig:
     worker_timeout: int = 250
     ledger_url: str | None = None
     probe_url: str | None = None
+    #: ``amqp://...``: the app's broker is a RabbitmqBroker there (the ledger and the probe stay
+    #: in Redis); None: a RedisBroker on ``redis_url`` (``namespace`` and the broker timings apply).
+    broker_url: str | None = None
+    #: dramatiq's ``dramatiq_queue_prefetch`` for the workers (0: its default, twice the threads).
+    queue_prefetch: int = 0
+    #: A failpoint armed in the workers (``dramatiq_slots.failpoints``; empty: none).
+    failpoint: str = ""
+    #: Seconds the workers' wall clock is off (``time.time``/``time.time_ns`` shifted in the app).
+    clock_offset_s: int = 0
 
     def replace(self, **changes: Any) -> AppConfig:
         return dataclasses.replace(self, **changes)
@@ -140,6 +151,10 @@ class AppConfig:
             else:
                 out[_ENV + f.name.upper()] = str(value)
         out["dramatiq_worker_timeout"] = str(self.worker_timeout)
+        if self.queue_prefetch:
+            out["dramatiq_queue_prefetch"] = str(self.queue_prefetch)
+        if self.failpoint:
+            out[FAILPOINT_ENV] = self.failpoint
         return out
 
     @classmethod
@@ -172,10 +187,25 @@ class AppConfig:
     def probe_redis_url(self) -> str:
         return self.probe_url or self.redis_url
 
+    @property
+    def uses_rabbitmq(self) -> bool:
+        return bool(self.broker_url and self.broker_url.startswith(("amqp://", "amqps://")))
+
+    def rabbitmq_broker(self, *, middleware: list[Middleware] | None = None) -> dramatiq.Broker:
+        """A RabbitmqBroker on ``broker_url`` (pika is imported only here: only these runs need it)."""
+        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+        return RabbitmqBroker(url=self.broker_url, middleware=middleware)
+
     # -- what a worker app builds from it (tests' app and the bench's) ------
 
-    def broker(self) -> RedisBroker:
-        """The app's RedisBroker, with CurrentMessage (the probe records message ids)."""
+    def broker(self) -> dramatiq.Broker:
+        """The app's broker (RedisBroker, or RabbitmqBroker for an ``amqp://`` ``broker_url``),
+        with CurrentMessage (the probe records message ids)."""
+        if self.uses_rabbitmq:
+            rabbit = self.rabbitmq_broker()
+            rabbit.add_middleware(CurrentMessage())
+            return rabbit
         broker = RedisBroker(  # type: ignore[no-untyped-call]
             url=self.redis_url,
             namespace=self.namespace,
@@ -286,8 +316,10 @@ class WorkerGroup:
         processes: int = 1,
         threads: int = 4,
         extra_args: Iterable[str] = (),
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.extra_env = dict(extra_env or {})
         self.config = config.replace(group=name)
         self.processes = processes
         self.threads = threads
@@ -311,10 +343,15 @@ class WorkerGroup:
         ]
 
     def environ(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV) and k != URL_ENV}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(_ENV) and k not in (URL_ENV, FAILPOINT_ENV)
+        }
         env.update(self.config.env())
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.extra_env)
         return env
 
     def start(self) -> WorkerGroup:
@@ -471,19 +508,34 @@ class Cluster:
     def __post_init__(self) -> None:
         self.probe = Probe(self.client, self.config.probe_prefix)
         self.ledger = Ledger(self.client, key_prefix=self.config.key_prefix)
-        self._broker = RedisBroker(  # type: ignore[no-untyped-call]
-            client=self.client,
-            namespace=self.config.namespace,
-            middleware=[],
-            heartbeat_timeout=self.config.broker_heartbeat_timeout,
-            maintenance_chance=0,
-        )
+        self._broker: dramatiq.Broker
+        if self.config.uses_rabbitmq:
+            self._broker = self.config.rabbitmq_broker(middleware=[])
+            self._purge_app_queues()
+        else:
+            self._broker = RedisBroker(  # type: ignore[no-untyped-call]
+                client=self.client,
+                namespace=self.config.namespace,
+                middleware=[],
+                heartbeat_timeout=self.config.broker_heartbeat_timeout,
+                maintenance_chance=0,
+            )
         if self.sends_with_slots:
             # A producer with the middleware, as an app's own: it stamps each message's place in line.
             self._broker.add_middleware(self.config.slots_middleware())
 
     #: Whether the sender's broker has the Slots middleware (the workers' app limits with it).
     sends_with_slots = True
+
+    def _purge_app_queues(self) -> None:
+        """RabbitMQ only: empty the app's queues (and their delay and dead-letter queues).
+
+        A RabbitMQ node serves a whole test session, and its queues have fixed
+        names: what an earlier test left there must not run in this one.
+        """
+        for queue_name in (CAPPED_QUEUE, KEYED_QUEUE):
+            self._broker.declare_queue(queue_name, ensure=True)  # type: ignore[call-arg]
+            self._broker.flush(queue_name)
 
     # -- groups -----------------------------------------------------------
 
@@ -536,7 +588,7 @@ class Cluster:
                 f"(running, peak) per scope {counters}; boots {self.probe.boots()}\n"
                 f"ledger {queue_name!r} holders: {holders}"
             )
-        except redis.RedisError as e:
+        except (redis.RedisError, LedgerError) as e:
             return f"--- state --- unavailable: {type(e).__name__}: {e}"
 
     def close(self) -> None:
@@ -547,6 +599,8 @@ class Cluster:
                 group.close()
             except BaseException as e:  # keep killing the others
                 errors.append(e)
+        if self.config.uses_rabbitmq:
+            self._broker.close()  # the sender's AMQP connections (a RedisBroker's client is the test's)
         if errors:
             raise errors[0]
 
@@ -638,3 +692,15 @@ class Cluster:
             return f"{len(missing)} of {len(wanted)} messages never completed\n{self.tails()}"
 
         wait_until(done, timeout=timeout, what="every message to run", context=context)
+
+
+def close_all(clusters: Iterable[Cluster]) -> None:
+    """Close every cluster (kill its groups), then raise the first error any close raised."""
+    errors: list[BaseException] = []
+    for cluster in clusters:
+        try:
+            cluster.close()
+        except BaseException as e:  # keep closing the others
+            errors.append(e)
+    if errors:
+        raise errors[0]

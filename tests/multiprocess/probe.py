@@ -14,6 +14,7 @@ Keys, under ``<prefix>:``::
     ends              hash run id -> JSON {end, killed}
     open              hash run id -> JSON {scope, pid}: runs started and not yet ended
     boots             hash pid -> group label: worker processes that finished booting
+    deferrals         hash message id -> deferrals: messages that ran after being deferred
 
 Entry and exit are single Lua scripts, so the counter and the peak move
 atomically, and times are the Redis server's clock in microseconds (one clock
@@ -159,6 +160,10 @@ class Probe:
         finally:
             self.end(run_id, scope)
 
+    def deferred(self, message_id: str, deferrals: int) -> None:
+        """Record that a message ran after ``deferrals`` deferrals (its ``slots_deferrals`` option)."""
+        self.client.hset(self.key("deferrals"), message_id, deferrals)
+
     def booted(self, group: str, pid: int | None = None) -> None:
         """Record that a worker process of ``group`` is up (its consumers are about to start)."""
         self.client.hset(self.key("boots"), str(os.getpid() if pid is None else pid), group)
@@ -175,6 +180,11 @@ class Probe:
 
     def peak(self, scope: str) -> int:
         return int(self.client.get(self.key("peak", scope)) or 0)
+
+    def deferrals(self) -> dict[str, int]:
+        """``{message id: deferrals}`` of the messages that ran after a deferral (:meth:`deferred`)."""
+        raw = self.client.hgetall(self.key("deferrals"))
+        return {_text(message_id): int(count) for message_id, count in raw.items()}
 
     def boots(self) -> dict[int, str]:
         """``{pid: group}`` of every worker process that booted."""

@@ -1,0 +1,202 @@
+"""A TCP proxy in front of a Redis server that can lose one reply after the command ran.
+
+:class:`ReplyDropper` listens on 127.0.0.1 (a free port) and forwards every
+connection to the target server, byte for byte. It reads both directions as
+RESP (requests: arrays of bulk strings; replies: any RESP2 value) to pair each
+reply with its command. When armed with :meth:`ReplyDropper.arm`, the reply to
+the next command of that name is swallowed and the connection reset, both
+sides: the server has executed the command, the client never learns the
+outcome (the case a lease must survive without a leaked or doubled member).
+
+A connection that subscribes (Pub/Sub) receives pushes without requests; it
+is forwarded blindly from then on, and never has a reply dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections import deque
+
+
+class _Incomplete(Exception):
+    pass
+
+
+def _line(buf: bytes, pos: int) -> tuple[bytes, int]:
+    end = buf.find(b"\r\n", pos)
+    if end < 0:
+        raise _Incomplete
+    return buf[pos:end], end + 2
+
+
+def parse(buf: bytes, pos: int = 0) -> tuple[object, int]:
+    """One RESP value (RESP2 or RESP3) of ``buf`` at ``pos``: (value, end); raises
+    _Incomplete when cut short. Aggregates come back as lists (a map as its keys and values
+    in turn), bulk strings as bytes, the rest as their line."""
+    if pos >= len(buf):
+        raise _Incomplete
+    kind = buf[pos : pos + 1]
+    head, pos = _line(buf, pos + 1)
+    if kind in (b"+", b"-", b":", b"_", b"#", b",", b"("):
+        return head, pos
+    if kind in (b"$", b"!", b"="):
+        size = int(head)
+        if size < 0:
+            return None, pos
+        if len(buf) < pos + size + 2:
+            raise _Incomplete
+        return buf[pos : pos + size], pos + size + 2
+    if kind == b"|":  # an attribute map, then the value it annotates
+        for _ in range(2 * int(head)):
+            _, pos = parse(buf, pos)
+        return parse(buf, pos)
+    if kind in (b"*", b"~", b">", b"%"):
+        count = int(head) * (2 if kind == b"%" else 1)
+        items = []
+        for _ in range(max(count, 0)):
+            item, pos = parse(buf, pos)
+            items.append(item)
+        return items, pos
+    raise ValueError(f"not RESP: {kind!r}")
+
+
+class _Pair:
+    """One client connection and its server connection."""
+
+    def __init__(self, proxy: ReplyDropper, client: socket.socket) -> None:
+        self.proxy = proxy
+        self.client = client
+        self.server = socket.create_connection(("127.0.0.1", proxy.target_port))
+        self.pending: deque[tuple[bytes, bytes]] = deque()
+        self.blind = False
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        for target in (self._requests, self._replies):
+            threading.Thread(target=target, daemon=True).start()
+
+    def close(self) -> None:
+        for sock in (self.client, self.server):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _requests(self) -> None:
+        buf = b""
+        try:
+            while True:
+                data = self.client.recv(65536)
+                if not data:
+                    break
+                buf += data
+                while buf:
+                    try:
+                        value, end = parse(buf)
+                    except _Incomplete:
+                        break
+                    buf = buf[end:]
+                    words = [w for w in value if isinstance(w, bytes)] if isinstance(value, list) else []
+                    name = words[0].upper() if words else b""
+                    with self.lock:
+                        if name in (b"SUBSCRIBE", b"PSUBSCRIBE", b"SSUBSCRIBE"):
+                            self.blind = True
+                        self.pending.append((name, words[1] if len(words) > 1 else b""))
+                self.server.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self.close()
+
+    def _replies(self) -> None:
+        buf = b""
+        try:
+            while True:
+                data = self.server.recv(65536)
+                if not data:
+                    break
+                if self.blind:
+                    self.client.sendall(data)
+                    continue
+                buf += data
+                out = b""
+                while buf:
+                    try:
+                        _, end = parse(buf)
+                    except _Incomplete:
+                        break
+                    reply, buf = buf[:end], buf[end:]
+                    with self.lock:
+                        name, arg = self.pending.popleft() if self.pending else (b"", b"")
+                    if self.proxy.take(name, arg):
+                        self.client.sendall(out)  # what came before it is delivered
+                        return  # the reply is lost: reset both sides
+                    out += reply
+                if out:
+                    self.client.sendall(out)
+        except OSError:
+            pass
+        finally:
+            self.close()
+
+
+class ReplyDropper:
+    """The proxy (see the module docstring); a context manager that stops it."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._armed: dict[tuple[bytes, bytes], int] = {}
+        self._lock = threading.Lock()
+        #: The commands whose replies were lost: (name, first argument, e.g. the script's sha).
+        self.dropped: list[tuple[str, str]] = []
+        self._pairs: list[_Pair] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def arm(self, command: str = "EVALSHA", times: int = 1, *, arg: str = "") -> None:
+        """Lose the replies to the next ``times`` commands named ``command`` (whose first
+        argument is ``arg``, when given: e.g. one script's sha)."""
+        with self._lock:
+            key = (command.upper().encode(), arg.encode())
+            self._armed[key] = self._armed.get(key, 0) + times
+
+    def take(self, name: bytes, arg: bytes = b"") -> bool:
+        """Whether to lose the reply to this command (counts it down when armed)."""
+        with self._lock:
+            for key in ((name, arg), (name, b"")):
+                if self._armed.get(key, 0) > 0:
+                    self._armed[key] -= 1
+                    self.dropped.append((name.decode(), arg.decode(errors="replace")))
+                    return True
+            return False
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                pair = _Pair(self, client)
+            except OSError:
+                client.close()
+                continue
+            self._pairs.append(pair)
+            pair.start()
+
+    def __enter__(self) -> ReplyDropper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        for pair in self._pairs:
+            pair.close()

@@ -1,0 +1,1006 @@
+"""Chaos: break workers and the ledger's Redis for real, and check what really ran.
+
+Built on :mod:`tests.multiprocess.chaos` (read its docstring for the three
+servers, the oracle and the invariants I1, I2, L, R). Every scenario here
+starts real ``dramatiq`` command lines as process groups, induces one fault
+with a real signal or a real server operation, and asserts the invariants on
+the oracle's records. The pauses in these tests are the faults themselves (a
+process stopped for so long, a server paused for so long), never a stand-in
+for waiting on an event: every wait for an outcome is a bounded poll.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import dramatiq
+import pytest
+import redis
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import Middleware, TimeLimit, TimeLimitExceeded
+from dramatiq_support import Probe, SlotsFactory, running_worker
+from dramatiq_support import wait_until as wait_for
+from servers import Server, find_engine, free_port
+
+from dramatiq_slots import Slots
+from dramatiq_slots.errors import LedgerUnavailable
+from dramatiq_slots.failpoints import EXIT_CODE, POINTS
+from dramatiq_slots.ledger import Ledger, Want
+from tests.multiprocess.chaos import ChaosCluster, LedgerWatch, Verdict, capped_ledger, verdict
+from tests.multiprocess.harness import CAPPED_SCOPE, AppConfig, Backlog, WorkerGroup, close_all, wait_until
+from tests.multiprocess.probe import max_overlap
+from tests.multiprocess.proxy import ReplyDropper
+
+pytestmark = [pytest.mark.slow, pytest.mark.chaos]
+
+CAP = 3
+HOLD_TTL = 2_000
+BEAT = 300
+MAX_BACKOFF = 500
+#: R: capacity must be back within this after a fault ends (s): hold_ttl + beat + the deferral
+#: backoff ceiling, plus the watch's period and a loaded 2-core machine's scheduling.
+RECOVERY_BOUND_S = (HOLD_TTL + BEAT + MAX_BACKOFF) / 1000 + 0.5
+
+BOOT_TIMEOUT = 60.0
+RUN_TIMEOUT = 120.0
+#: The engine of the faulted ledger server (the first one found, as for the default server).
+ENGINE_ORDER = ("redis7", "valkey", "redis6")
+
+
+def _engine() -> str:
+    for kind in ENGINE_ORDER:
+        if not isinstance(find_engine(kind), str):
+            return kind
+    pytest.fail("no Redis-protocol server for the chaos suite")
+
+
+@pytest.fixture(scope="module")
+def oracle_server() -> Iterator[Server]:
+    """The oracle's own server: jobs count themselves there; no scenario ever touches it."""
+    with Server(_engine()) as server:
+        yield server
+
+
+@pytest.fixture
+def ledger_server(server_factory: Callable[..., Server]) -> Server:
+    """The ledger's own server, started for this test: the one the scenarios break.
+
+    On a fixed port, so that a scenario can stop it and start it again where the workers look.
+    """
+    return server_factory(_engine(), port=free_port())
+
+
+@pytest.fixture
+def make_cluster(
+    redis_server: Any,
+    oracle_server: Server,
+    ledger_server: Server,
+    key_prefix: str,
+    tmp_path: Path,
+) -> Iterator[Callable[..., ChaosCluster]]:
+    """``make_cluster(**AppConfig overrides)``: broker on the session server, ledger and oracle apart."""
+    clients: list[redis.Redis] = []
+    clusters: list[ChaosCluster] = []
+
+    def client(server: Any) -> redis.Redis:
+        c = server.client(socket_timeout=5, socket_connect_timeout=2)
+        clients.append(c)
+        return c
+
+    def make(**overrides: Any) -> ChaosCluster:
+        config = AppConfig(
+            redis_url=redis_server.url,
+            namespace=f"{key_prefix}-broker",
+            key_prefix=key_prefix,
+            probe_prefix=f"{key_prefix}-oracle",
+            ledger_url=ledger_server.url,
+            probe_url=oracle_server.url,
+            capacity=CAP,
+            hold_ttl=HOLD_TTL,
+            beat_interval=BEAT,
+            defer_min_backoff=50,
+            defer_max_backoff=MAX_BACKOFF,
+        ).replace(**overrides)
+        cluster = ChaosCluster(
+            config,
+            client(redis_server),
+            tmp_path,
+            ledger_client=client(ledger_server),
+            oracle_client=client(oracle_server),
+        )
+        clusters.append(cluster)
+        return cluster
+
+    yield make
+    try:
+        close_all(clusters)
+    finally:
+        for c in clients:
+            c.close()
+
+
+@pytest.fixture
+def watch_of(ledger_server: Server) -> Iterator[Callable[[ChaosCluster], LedgerWatch]]:
+    """``watch_of(cluster)``: a running :class:`LedgerWatch` on the cluster's capped ledger."""
+    watches: list[LedgerWatch] = []
+    clients: list[redis.Redis] = []
+
+    def make(cluster: ChaosCluster) -> LedgerWatch:
+        c = ledger_server.client(socket_timeout=0.3, socket_connect_timeout=0.3)
+        clients.append(c)
+        watch = LedgerWatch(c, capped_ledger(cluster)).__enter__()
+        watches.append(watch)
+        return watch
+
+    yield make
+    for watch in watches:
+        watch.__exit__()
+    for c in clients:
+        c.close()
+
+
+def _start(cluster: ChaosCluster, *names: str, processes: int = 1, threads: int = 4) -> list[WorkerGroup]:
+    groups = [cluster.start_group(name, processes=processes, threads=threads) for name in names]
+    cluster.wait_ready(*groups, timeout=BOOT_TIMEOUT)
+    return groups
+
+
+def _at_cap_with(cluster: ChaosCluster, group: WorkerGroup, what: str) -> set[str]:
+    """Wait until the cap is in use and ``group`` holds at least one slot; its held tokens."""
+    pids = cluster.pids_of(group)
+
+    def ready() -> set[str]:
+        held = {h.token for h in cluster.holders_of(pids)}
+        return held if held and cluster.probe.running(CAPPED_SCOPE) == CAP else set()
+
+    return wait_until(ready, timeout=RUN_TIMEOUT, what=what, interval=0.02, context=cluster.tails)
+
+
+def _start_one(cluster: ChaosCluster, name: str, *, threads: int, **overrides: Any) -> list[WorkerGroup]:
+    group = cluster.start_group(name, threads=threads, **overrides)
+    cluster.wait_ready(group, timeout=BOOT_TIMEOUT)
+    return [group]
+
+
+def _busy(cluster: ChaosCluster, jobs: int) -> tuple[list[WorkerGroup], list[str]]:
+    """Hosts A and B, ``jobs`` capped messages sent, and the cap in use: where most faults strike."""
+    groups = _start(cluster, "A", "B")
+    sent = cluster.send_capped(jobs)
+    wait_until(
+        lambda: cluster.probe.running(CAPPED_SCOPE) == CAP,
+        timeout=RUN_TIMEOUT,
+        what="the cap in use",
+        context=cluster.tails,
+    )
+    return groups, sent
+
+
+def _pause(
+    group: WorkerGroup, seconds: float, *, before_resume: Callable[[], object] | None = None
+) -> tuple[float, float]:
+    """The fault: SIGSTOP the whole group for ``seconds``, then SIGCONT; (stopped, continued) monotonic.
+
+    ``before_resume`` runs at the end of the pause, while the group is still stopped.
+    """
+    os.killpg(group.pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        time.sleep(seconds)
+        if before_resume is not None:
+            before_resume()
+    finally:
+        os.killpg(group.pid, signal.SIGCONT)
+    return stopped, time.monotonic()
+
+
+def _finish(cluster: ChaosCluster, sent: list[str]) -> None:
+    cluster.wait_all_ran(sent, timeout=RUN_TIMEOUT, scope=CAPPED_SCOPE)
+    wait_until(
+        lambda: not cluster.holders(),
+        timeout=RECOVERY_BOUND_S + 5,
+        what="the ledger to drain once every job ended",
+        context=cluster.tails,
+    )
+
+
+# -- 1. contention, no faults ------------------------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_contention_from_a_cold_start_keeps_the_cap_and_one_winner_per_key(
+    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+) -> None:
+    cluster = make_cluster(job_ms=150)
+    watch = watch_of(cluster)
+    groups = _start(cluster, "A", "B", "C", processes=2, threads=4)
+    keys = [f"k{i}" for i in range(4)]
+    # Barrier: every host frozen while the burst is sent, then all released at once.
+    for group in groups:
+        os.killpg(group.pid, signal.SIGSTOP)
+    try:
+        capped = cluster.send_capped(60)
+        keyed = cluster.send_keyed(keys, per_key=6)
+    finally:
+        for group in groups:
+            os.killpg(group.pid, signal.SIGCONT)
+    _finish(cluster, capped)
+    cluster.wait_all_ran(keyed, timeout=RUN_TIMEOUT)
+    result = verdict("contention", cluster, watch, sent=capped, scope=CAPPED_SCOPE, capacity=CAP)
+    per_key = {key: cluster.probe.peak(f"key:{key}") for key in keys}
+    result.extra.update(threads=24, key_peaks=per_key, keyed_sent=len(keyed))
+    result.publish()
+    result.check()
+    assert result.oracle_peak == CAP, "the cap was never reached: the scenario did not contend"
+    assert per_key == dict.fromkeys(keys, 1), f"more than one run per runtime key at once: {per_key}"
+
+
+# -- 2. SIGKILL a host holding slots, several times ---------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_host_leaks_no_capacity_and_loses_no_message(
+    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+) -> None:
+    cluster = make_cluster(job_ms=600, broker_heartbeat_timeout=3_000)
+    watch = watch_of(cluster)
+    backlog = Backlog(cluster, depth=12)
+    _start(cluster, "B")
+    recoveries = []
+    for round_ in range(3):
+        (victim,) = _start(cluster, f"A{round_}", processes=2, threads=2)
+        backlog.top_up()
+        _at_cap_with(cluster, victim, f"victim A{round_} to hold a slot")
+        kill = cluster.kill_group(victim)
+        assert kill.held, "the victim held nothing when it was killed"
+        recoveries.append(cluster.wait_holds_gone(kill, timeout=RECOVERY_BOUND_S + 5))
+        backlog.top_up()
+    _finish(cluster, backlog.sent)
+    result = verdict(
+        "sigkill",
+        cluster,
+        watch,
+        sent=backlog.sent,
+        scope=CAPPED_SCOPE,
+        capacity=CAP,
+        recovery_s=max(recoveries),
+        kills=len(recoveries),
+        recoveries_s=[round(r, 2) for r in recoveries],
+    )
+    result.publish()
+    result.check(recovery_bound_s=RECOVERY_BOUND_S)
+    assert result.killed_runs >= 3, "the kills cut no job short"
+
+
+# -- 3. SIGSTOP a holder longer than hold_ttl ------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_a_holder_paused_past_hold_ttl_is_detected_and_its_overlap_is_bounded_by_its_jobs(
+    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+) -> None:
+    # The broker must not redeliver P's messages while it is stopped (its own heartbeat timeout):
+    # this scenario is about the ledger's lease, not about dramatiq's at-least-once redelivery.
+    cluster = make_cluster(job_ms=1_000, broker_heartbeat_timeout=120_000)
+    watch = watch_of(cluster)
+    # P runs two long jobs and takes nothing else (prefetch = its threads).
+    (paused,) = _start_one(cluster, "P", threads=2, job_ms=16_000, queue_prefetch=2)
+    sent = cluster.send_capped(2)
+    wait_until(
+        lambda: cluster.probe.running(CAPPED_SCOPE) == 2,
+        timeout=RUN_TIMEOUT,
+        what="P to run two jobs",
+        context=cluster.tails,
+    )
+    held = {h.token for h in cluster.holders_of(cluster.pids_of(paused))}
+    assert len(held) == 2
+    _start(cluster, "B")
+    sent += cluster.send_capped(24, start=2)
+    wait_until(
+        lambda: cluster.probe.running(CAPPED_SCOPE) == CAP,
+        timeout=RUN_TIMEOUT,
+        what="B to fill the last slot",
+        context=cluster.tails,
+    )
+    # Past hold_ttl, plus B's re-ask pauses (2 s, then 4 s), so that B takes the capacity P lost.
+    stopped, resumed = _pause(paused, HOLD_TTL / 1000 + 5.0)
+    # P's jobs go on after SIGCONT; its heartbeat finds both holds lost and re-asserts them.
+    lost_line = "was lost while its job"
+    wait_until(
+        lambda: paused.tail(400).count(lost_line) >= 2,
+        timeout=10,
+        what="P to log that its two holds were lost and re-asserted",
+        context=cluster.tails,
+    )
+    # Once P's jobs have ended, the cap holds again: a fresh burst never runs over it.
+    wait_until(
+        lambda: len([r for r in cluster.probe.runs(CAPPED_SCOPE) if r.group == "P" and r.completed]) == 2,
+        timeout=RUN_TIMEOUT,
+        what="P's jobs to end",
+        context=cluster.tails,
+    )
+    p_end = max(r.end or 0 for r in cluster.probe.runs(CAPPED_SCOPE) if r.group == "P")
+    sent += cluster.send_capped(9, start=len(sent))
+    _finish(cluster, sent)
+    runs = cluster.probe.runs(CAPPED_SCOPE)
+    after = [r for r in runs if r.start > p_end]
+    result = verdict(
+        "sigstop-past-ttl",
+        cluster,
+        watch,
+        sent=sent,
+        scope=CAPPED_SCOPE,
+        capacity=CAP,
+        paused_s=round(resumed - stopped, 2),
+        holds_lost=len(held),
+        after_overlap=max_overlap(after),
+    )
+    result.publish()
+    # Bounded: at most the paused holder's own jobs over the cap, in the ledger and in reality.
+    result.check(ledger_over_allowed=len(held), real_over_allowed=len(held))
+    assert result.oracle_peak > CAP, "no overlap: the pause did not let anyone take P's expired capacity"
+    assert after and max_overlap(after) <= CAP, "the overlap outlived the paused holder's jobs"
+
+
+# -- 4. SIGSTOP for 1.5 beats ---------------------------------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_a_holder_paused_for_a_beat_and_a_half_keeps_its_holds(
+    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+) -> None:
+    cluster = make_cluster(job_ms=1_500)
+    watch = watch_of(cluster)
+    (paused, _) = _start(cluster, "P", "B")
+    sent = cluster.send_capped(12)
+    held = _at_cap_with(cluster, paused, "P to hold a slot")
+    pids = cluster.pids_of(paused)
+    # Read while P is still stopped (it cannot release anything then): are its holds still live?
+    kept: set[str] = set()
+    _pause(
+        paused,
+        1.5 * BEAT / 1000,
+        before_resume=lambda: kept.update(h.token for h in cluster.holders_of(pids)),
+    )
+    _finish(cluster, sent)
+    result = verdict(
+        "sigstop-1.5-beats",
+        cluster,
+        watch,
+        sent=sent,
+        scope=CAPPED_SCOPE,
+        capacity=CAP,
+        holds_kept=len(held & kept),
+    )
+    result.publish()
+    result.check()
+    assert held <= kept, "a hold of the paused process was lost"
+    assert "was lost while its job" not in paused.tail(500)
+
+
+# -- 5. a reply lost after the command ran ---------------------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_leak(
+    make_cluster: Callable[..., ChaosCluster],
+    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    ledger_server: Server,
+) -> None:
+    with ReplyDropper(ledger_server.port) as proxy:
+        # The workers reach the ledger through the proxy; the test reads it directly.
+        cluster = make_cluster(job_ms=300, ledger_url=proxy.url)
+        watch = watch_of(cluster)
+        _start(cluster, "A", "B")
+        sent = cluster.send_capped(40)
+        scripts = {
+            getattr(script, "sha", None): name.strip("_")
+            for name, script in vars(cluster.ledger).items()
+            if hasattr(script, "sha")
+        }
+        by_name = {name: sha for sha, name in scripts.items()}
+        targets = ["enter", "leave", "beat"] * 2
+        for k, target in enumerate(targets):
+            wait_until(
+                lambda k=k: len(cluster.completed_ids(CAPPED_SCOPE)) >= 4 * (k + 1),
+                timeout=RUN_TIMEOUT,
+                what="jobs to progress",
+                context=cluster.tails,
+            )
+            before = len(proxy.dropped)
+            proxy.arm("EVALSHA", arg=by_name[target])
+            wait_until(
+                lambda before=before: len(proxy.dropped) > before,
+                timeout=RUN_TIMEOUT,
+                what="a script reply to be lost",
+                context=cluster.tails,
+            )
+        _finish(cluster, sent)
+        lost = [scripts.get(sha, sha[:8]) for _, sha in proxy.dropped]
+    result = verdict(
+        "lost-reply", cluster, watch, sent=sent, scope=CAPPED_SCOPE, capacity=CAP, lost_replies=lost
+    )
+    result.publish()
+    result.check()
+    assert lost == targets
+    assert result.runs == result.sent, "a message ran twice"
+
+
+# -- 6. the ledger's Redis down at boot, and hung mid-run ---------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_workers_booted_while_the_ledger_is_down_run_nothing_unheld_and_recover(
+    make_cluster: Callable[..., ChaosCluster],
+    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    ledger_server: Server,
+) -> None:
+    cluster = make_cluster(job_ms=300)
+    ledger_server.stop()
+    groups = _start(cluster, "A", "B")
+    sent = cluster.send_capped(15)
+    # While the ledger is down nothing may run: capped messages are deferred instead.
+    wait_until(
+        lambda: any("deferring capped messages until it answers" in g.tail(400) for g in groups),
+        timeout=30,
+        what="a worker to defer because the ledger is down",
+        context=lambda: "\n".join(g.tail(40) for g in groups),
+    )
+    ledger_server.start()
+    up = time.monotonic()
+    up_us = cluster.probe.now_us()
+    watch = watch_of(cluster)
+    wait_until(
+        lambda: cluster.probe.runs(CAPPED_SCOPE),
+        timeout=30,
+        what="a first job to run once the ledger is back",
+        context=cluster.tails,
+    )
+    first_run_s = time.monotonic() - up
+    _finish(cluster, sent)
+    result = verdict(
+        "ledger-down-at-boot",
+        cluster,
+        watch,
+        sent=sent,
+        scope=CAPPED_SCOPE,
+        capacity=CAP,
+        recovery_s=first_run_s,
+    )
+    result.publish()
+    result.check(recovery_bound_s=RECOVERY_BOUND_S + 5)  # + the deferral backoff of the messages
+    early = [r for r in cluster.probe.runs(CAPPED_SCOPE) if r.start < up_us]
+    assert not early, f"{len(early)} capped job(s) ran while their ledger was unreachable"
+    assert result.runs == result.sent, "a message ran twice"
+
+
+@pytest.mark.timeout(240)
+def test_a_ledger_hung_for_several_beats_loses_nothing_and_the_heartbeat_survives(
+    make_cluster: Callable[..., ChaosCluster],
+    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    ledger_server: Server,
+) -> None:
+    cluster = make_cluster(job_ms=1_500)
+    watch = watch_of(cluster)
+    groups, sent = _busy(cluster, 15)
+    # A hung server (no answer, connections kept open): 4 beats, well under hold_ttl.
+    assert ledger_server.pid is not None
+    os.kill(ledger_server.pid, signal.SIGSTOP)
+    try:
+        time.sleep(4 * BEAT / 1000)
+    finally:
+        os.kill(ledger_server.pid, signal.SIGCONT)
+    _finish(cluster, sent)
+    result = verdict(
+        "ledger-hung", cluster, watch, sent=sent, scope=CAPPED_SCOPE, capacity=CAP, hung_s=4 * BEAT / 1000
+    )
+    result.publish()
+    result.check()
+    assert result.ledger_samples_failed >= 1, "the server answered throughout: nothing was exercised"
+    logs = "".join(g.tail(2000) for g in groups)
+    assert "Unexpected error" not in logs
+    assert "was lost while its job" not in logs, (
+        "a hold was lost although the outage was shorter than hold_ttl"
+    )
+
+
+# -- 7. the ledger's Redis restarted without persistence ---------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_a_ledger_restarted_empty_gets_its_live_holds_back_within_a_beat(
+    make_cluster: Callable[..., ChaosCluster],
+    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    ledger_server: Server,
+) -> None:
+    cluster = make_cluster(job_ms=2_000)
+    watch = watch_of(cluster)
+    groups, sent = _busy(cluster, 12)
+    running_at_restart = cluster.probe.running(CAPPED_SCOPE)
+    ledger_server.restart()  # SIGTERM, then the same port with an empty dataset
+    back = time.monotonic()
+
+    lost_line = "was lost while its job"
+
+    def reasserted() -> float:
+        told = sum(g.tail(2000).count(lost_line) for g in groups)
+        return time.monotonic() if told >= running_at_restart else 0.0
+
+    reasserted_s = (
+        wait_until(
+            reasserted,
+            timeout=10,
+            what="every running job's hold to be re-asserted",
+            interval=0.02,
+            context=cluster.tails,
+        )
+        - back
+    )
+    _finish(cluster, sent)
+    result = verdict(
+        "ledger-restarted-empty",
+        cluster,
+        watch,
+        sent=sent,
+        scope=CAPPED_SCOPE,
+        capacity=CAP,
+        recovery_s=reasserted_s,
+        running_at_restart=running_at_restart,
+    )
+    result.publish()
+    # Documented: holds written before the restart are gone until their heartbeats re-assert them,
+    # so the ledger may admit up to that many newcomers meanwhile (I2 over by at most that).
+    result.check(
+        ledger_over_allowed=running_at_restart,
+        real_over_allowed=running_at_restart,
+        recovery_bound_s=BEAT / 1000 + 1.0,
+    )
+
+
+# -- 8. SCRIPT FLUSH mid-run ---------------------------------------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_script_flush_mid_run_reloads_the_scripts_and_nothing_runs_twice(
+    make_cluster: Callable[..., ChaosCluster],
+    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    ledger_server: Server,
+) -> None:
+    cluster = make_cluster(job_ms=300)
+    watch = watch_of(cluster)
+    _start(cluster, "A", "B")
+    sent = cluster.send_capped(30)
+    wait_until(
+        lambda: len(cluster.completed_ids(CAPPED_SCOPE)) >= 5,
+        timeout=RUN_TIMEOUT,
+        what="a few jobs done",
+        context=cluster.tails,
+    )
+    flusher = ledger_server.client()
+    try:
+        flusher.script_flush()
+        flushed_at_done = len(cluster.completed_ids(CAPPED_SCOPE))
+    finally:
+        flusher.close()
+    _finish(cluster, sent)
+    result = verdict(
+        "script-flush",
+        cluster,
+        watch,
+        sent=sent,
+        scope=CAPPED_SCOPE,
+        capacity=CAP,
+        done_at_flush=flushed_at_done,
+    )
+    result.publish()
+    result.check()
+    assert flushed_at_done < len(sent), "the flush came after the work: nothing was exercised"
+    assert result.runs == result.sent, "a message ran twice"
+
+
+# -- 9. CLIENT PAUSE longer than a beat, shorter than hold_ttl ---------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_client_pause_longer_than_a_beat_loses_no_hold(
+    make_cluster: Callable[..., ChaosCluster],
+    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    ledger_server: Server,
+) -> None:
+    cluster = make_cluster(job_ms=1_500)
+    watch = watch_of(cluster)
+    groups, sent = _busy(cluster, 15)
+    pause_ms = 3 * BEAT
+    pauser = ledger_server.client()
+    try:
+        pauser.execute_command("CLIENT", "PAUSE", pause_ms, "ALL")
+    finally:
+        pauser.close()
+    _finish(cluster, sent)
+    result = verdict(
+        "client-pause", cluster, watch, sent=sent, scope=CAPPED_SCOPE, capacity=CAP, paused_ms=pause_ms
+    )
+    result.publish()
+    result.check()
+    logs = "".join(g.tail(2000) for g in groups)
+    assert "was lost while its job" not in logs
+    assert result.runs == result.sent
+
+
+# -- 10. a worker whose clock is 5 minutes off ---------------------------------------------------
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("offset", ["+5m", "-5m"])
+def test_a_worker_whose_clock_is_off_by_five_minutes_expires_no_one_elses_hold(
+    offset: str, make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+) -> None:
+    cluster = make_cluster(job_ms=1_000)
+    watch = watch_of(cluster)
+    skewed = cluster.start_group("S", clock_offset_s=300 if offset.startswith("+") else -300)
+    (honest,) = _start(cluster, "H")
+    cluster.wait_ready(skewed, timeout=BOOT_TIMEOUT)
+    sent = cluster.send_capped(24)
+    _finish(cluster, sent)
+    stamps = re.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", skewed.tail(400), flags=re.MULTILINE)
+    assert stamps, "no log line of the skewed worker to read its clock from"
+    skew_s = time.mktime(time.strptime(stamps[-1], "%Y-%m-%d %H:%M:%S")) - time.time()
+    result = verdict(
+        f"clock-skew{offset}",
+        cluster,
+        watch,
+        sent=sent,
+        scope=CAPPED_SCOPE,
+        capacity=CAP,
+        skew_s=round(skew_s),
+    )
+    result.publish()
+    result.check()
+    assert abs(abs(skew_s) - 300) < 60 and (skew_s > 0) == offset.startswith("+"), f"clock not off: {skew_s}"
+    groups = {r.group for r in cluster.probe.runs(CAPPED_SCOPE)}
+    assert groups == {"S", "H"}, f"one host did no work\n{cluster.tails()}"
+    logs = skewed.tail(2000) + honest.tail(2000)
+    assert "was lost while its job" not in logs, "a hold expired early"
+
+
+# -- 11. graceful SIGTERM, and the shutdown timeout -----------------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_releases_each_hold_when_its_job_ends_not_before(
+    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+) -> None:
+    cluster = make_cluster(job_ms=2_000)
+    watch = watch_of(cluster)
+    (leaving, _) = _start(cluster, "L", "B")
+    sent = cluster.send_capped(15)
+    held = _at_cap_with(cluster, leaving, "L to hold a slot")
+    pids = cluster.pids_of(leaving)
+    open_at_term = {r.run_id for r in cluster.probe.runs(CAPPED_SCOPE) if r.pid in pids and r.end is None}
+    leaving.terminate(timeout=30)
+    gone_after_exit = not cluster.holders_of(pids)
+    _finish(cluster, sent)
+    runs = {r.run_id: r for r in cluster.probe.runs(CAPPED_SCOPE)}
+    result = verdict(
+        "sigterm-graceful",
+        cluster,
+        watch,
+        sent=sent,
+        scope=CAPPED_SCOPE,
+        capacity=CAP,
+        holds_at_term=len(held),
+    )
+    result.publish()
+    result.check()
+    assert open_at_term and all(runs[i].completed and not runs[i].killed for i in open_at_term), (
+        "a job running at SIGTERM did not finish"
+    )
+    assert gone_after_exit, "holds outlived the gracefully stopped worker"
+
+
+@pytest.mark.timeout(240)
+def test_shutdown_timeout_expiry_leaves_holds_that_age_out_within_hold_ttl(
+    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+) -> None:
+    cluster = make_cluster(job_ms=1_000)
+    watch = watch_of(cluster)
+    (_,) = _start(cluster, "B")
+    slow = WorkerGroup(
+        "S",
+        cluster.config.replace(job_ms=20_000),
+        cluster.log_dir,
+        threads=2,
+        extra_args=("--worker-shutdown-timeout", "1000"),
+    )
+    cluster.groups.append(slow.start())
+    cluster.wait_ready(slow, timeout=BOOT_TIMEOUT)
+    sent = cluster.send_capped(12)
+    _at_cap_with(cluster, slow, "S to hold a slot")
+    pids = cluster.pids_of(slow)
+    slow.terminate(timeout=30)
+    exited = time.monotonic()
+    cluster.probe.reap(pids)
+
+    def aged_out() -> float:
+        return 0.0 if cluster.holders_of(pids) else time.monotonic()
+
+    gone_s = (
+        wait_until(aged_out, timeout=RECOVERY_BOUND_S + 5, what="S's holds to age out", context=cluster.tails)
+        - exited
+    )
+    _finish(cluster, sent)
+    result = verdict(
+        "shutdown-timeout", cluster, watch, sent=sent, scope=CAPPED_SCOPE, capacity=CAP, recovery_s=gone_s
+    )
+    result.publish()
+    result.check(recovery_bound_s=RECOVERY_BOUND_S)
+
+
+# -- 13. failpoints: a process dies between acquire, re-enqueue, ack and release ------------
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("point", POINTS)
+def test_a_process_dying_at_a_failpoint_loses_no_message_and_leaks_no_capacity(
+    point: str, make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+) -> None:
+    cluster = make_cluster(job_ms=400, broker_heartbeat_timeout=3_000)
+    watch = watch_of(cluster)
+    _start(cluster, "B")
+    sent: list[str] = []
+    if point == "after-defer-enqueue":
+        # F must be refused and defer (it may not wait): B fills the cap with long jobs first.
+        sent += cluster.send_capped(4)
+        wait_until(
+            lambda: cluster.probe.running(CAPPED_SCOPE) == CAP, timeout=RUN_TIMEOUT, what="B at the cap"
+        )
+    (dying,) = _start_one(cluster, "F", threads=2, failpoint=point, max_wait=0)
+    pids = cluster.pids_of(dying)
+    sent += cluster.send_capped(12, start=len(sent))
+    wait_until(
+        lambda: not dying.members(),
+        timeout=RUN_TIMEOUT,
+        what=f"F to die at failpoint {point}",
+        context=cluster.tails,
+    )
+    died = time.monotonic()
+    cluster.probe.reap(pids)
+
+    def no_holds_of_f() -> float:
+        return 0.0 if cluster.holders_of(pids) else time.monotonic()
+
+    gone_s = wait_until(no_holds_of_f, timeout=RECOVERY_BOUND_S + 5, what="F's holds gone") - died
+    _finish(cluster, sent)
+    result = verdict(
+        f"failpoint-{point}", cluster, watch, sent=sent, scope=CAPPED_SCOPE, capacity=CAP, recovery_s=gone_s
+    )
+    result.publish()
+    result.check(recovery_bound_s=RECOVERY_BOUND_S)
+    said = f"dramatiq-slots failpoint {point}: exiting with {EXIT_CODE}"
+    assert said in dying.tail(400), f"F died of something else\n{dying.tail(40)}"
+
+
+# -- 12. TimeLimit: an interrupted job, and an interrupt inside the after-hooks ---------------
+
+
+def _in_process_verdict(
+    scenario: str, probe: Probe, label: str, *, capacity: int, sent: int, **extra: Any
+) -> Verdict:
+    """The verdict of an in-process scenario (a real Worker in this process; no ledger watch)."""
+    ran = [item for run_label, item in probe.runs if run_label == label]
+    result = Verdict(
+        scenario=scenario,
+        capacity=capacity,
+        sent=sent,
+        completed=len(set(ran)),
+        oracle_peak=probe.peak[label],
+        overlap_peak=probe.peak[label],
+        ledger_peak=None,
+        ledger_samples_failed=0,
+        runs=len(ran),
+        killed_runs=0,
+        extra=extra,
+    )
+    result.publish()
+    return result
+
+
+def _time_limited_setup(broker: RedisBroker, slots: Slots, probe: Probe) -> tuple[Any, Any, list[str]]:
+    """A cap-1 queue with a job that outlives its 300 ms time limit, and short jobs; leave() calls."""
+    left: list[str] = []
+    leave = slots.ledger.leave
+
+    def counted_leave(token: str, *args: Any, **kwargs: Any) -> Any:
+        left.append(token)
+        return leave(token, *args, **kwargs)
+
+    slots.ledger.leave = counted_leave  # type: ignore[method-assign]
+
+    @dramatiq.actor(queue_name="limited", queue_capacity=1, max_retries=0, time_limit=300)
+    def overrun() -> None:
+        with probe.running("limited", item="overrun"):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # short sleeps: TimeLimit interrupts between them
+                time.sleep(0.01)
+
+    @dramatiq.actor(queue_name="limited", queue_capacity=1, max_retries=0)
+    def short(i: int) -> None:
+        with probe.running("limited", item=i):
+            time.sleep(0.02)
+
+    return overrun, short, left
+
+
+@pytest.mark.timeout(60)
+def test_time_limit_interrupting_a_job_releases_its_hold_once(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    slots = add_slots()
+    overrun, short, left = _time_limited_setup(broker, slots, probe)
+    with running_worker(broker, threads=3):
+        overrun.send()
+        assert slots.ledger.leave is not None
+        assert wait_for(lambda: probe.by_label.get("limited") is not None)
+        for i in range(3):
+            short.send(i)
+        probe.wait_runs(4)
+        assert wait_for(lambda: slots.in_use("limited") == 0 and not len(slots.registry))
+    _in_process_verdict("time-limit", probe, "limited", capacity=1, sent=4, releases=len(left)).check()
+    assert sorted(item for _, item in probe.runs if item != "overrun") == [0, 1, 2]
+    assert len(left) == len(set(left)) == 4, f"a hold was released twice or never: {left}"
+
+
+class _LingerAfter(Middleware):
+    """Spends up to 3 s in ``after_process_message`` of the first message it sees, so a
+    TimeLimit still armed interrupts it there (dramatiq then runs every after-hook again)."""
+
+    def __init__(self) -> None:
+        self.interrupted = threading.Event()
+        self._lingered = False
+
+    def after_process_message(
+        self, broker: Any, message: Any, *, result: Any = None, exception: Any = None
+    ) -> None:
+        if self._lingered:
+            return
+        self._lingered = True
+        try:
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+        except TimeLimitExceeded:
+            self.interrupted.set()
+            raise
+
+
+@pytest.mark.timeout(60)
+def test_a_time_limit_landing_in_the_after_hooks_leaks_no_hold_and_releases_none_twice(
+    broker: RedisBroker, key_prefix: str, probe: Probe
+) -> None:
+    # The order that lets it happen: Slots after TimeLimit, a slow after-hook between them, so
+    # Slots releases, then the slow hook is interrupted before TimeLimit disarms, and dramatiq
+    # calls every after_process_message again (dramatiq issue #445).
+    slots = Slots(key_prefix=key_prefix, hold_ttl=3_000, beat_interval=300)
+    linger = _LingerAfter()
+    broker.add_middleware(linger, after=TimeLimit)
+    broker.add_middleware(slots, after=_LingerAfter)
+    try:
+
+        @dramatiq.actor(queue_name="limited", queue_capacity=1, max_retries=0, time_limit=500)
+        def quick(i: int) -> None:
+            with probe.running("limited", item=i):
+                time.sleep(0.02)
+
+        with running_worker(broker, threads=2):
+            for i in range(3):
+                quick.send(i)
+            probe.wait_runs(3)
+            assert linger.interrupted.wait(10), "the time limit never landed in the after-hooks"
+            assert wait_for(lambda: slots.in_use("limited") == 0 and not len(slots.registry))
+        _in_process_verdict("time-limit-in-after-hooks", probe, "limited", capacity=1, sent=3).check()
+        assert sorted(item for _, item in probe.runs) == [0, 1, 2]
+    finally:
+        if slots._heartbeat is not None:
+            slots._heartbeat.stop()
+        if slots._wakeups is not None:
+            slots._wakeups.stop()
+
+
+# -- 14. maxmemory: an eviction policy is warned about, an OOM answer is "not admitted" --------
+
+
+def _fill_to_oom(client: redis.Redis) -> None:
+    client.config_set("maxmemory-policy", "noeviction")
+    for i in range(100):
+        client.set(f"ballast:{i}", "x" * 10_000)
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 200_000)
+
+
+@pytest.mark.parametrize("kind", ["redis6", "redis7", "valkey"])
+def test_an_oom_answer_is_not_an_admission_and_writes_nothing(
+    kind: str, server_factory: Callable[..., Server], key_prefix: str
+) -> None:
+    server = server_factory(kind)
+    client = server.client()
+    try:
+        _fill_to_oom(client)
+        ledger = Ledger(client, key_prefix=key_prefix)
+        want = (Want(ledger.keys.queue("q"), 1),)
+        with pytest.raises(LedgerUnavailable, match="maxmemory"):
+            ledger.enter("t1", want, ttl_ms=5_000, line=Ledger.JOIN_LINE, place=1)
+        assert client.exists(ledger.keys.queue("q"), ledger.keys.waiting(ledger.keys.queue("q"))) == 0
+        client.config_set("maxmemory", 0)
+        assert ledger.enter("t1", want, ttl_ms=5_000, line=Ledger.NO_LINE).admitted
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_full_ledger_server_defers_capped_messages_until_it_has_room(
+    broker: RedisBroker,
+    add_slots: SlotsFactory,
+    probe: Probe,
+    server_factory: Callable[..., Server],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = server_factory(_engine())
+    client = server.client()
+    try:
+        _fill_to_oom(client)
+        slots = add_slots(client=client)
+
+        @dramatiq.actor(queue_name="full", queue_capacity=2, max_retries=0)
+        def job(i: int) -> None:
+            with probe.running("full", item=i):
+                time.sleep(0.01)
+
+        with caplog.at_level("WARNING", logger="dramatiq_slots"), running_worker(broker, threads=2):
+            for i in range(3):
+                job.send(i)
+            assert wait_for(
+                lambda: any("deferring capped messages" in r.getMessage() for r in caplog.records)
+            )
+            assert not probe.runs, "a capped job ran while the ledger refused every write"
+            client.config_set("maxmemory", 0)
+            probe.wait_runs(3)
+        _in_process_verdict("maxmemory-oom", probe, "full", capacity=2, sent=3).check()
+        assert sorted(item for _, item in probe.runs) == [0, 1, 2]
+        assert wait_for(lambda: slots.in_use("full") == 0)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(("policy", "warned"), [("allkeys-lru", True), ("noeviction", False)])
+def test_worker_boot_warns_when_the_ledger_server_may_evict_keys(
+    policy: str,
+    warned: bool,
+    broker: RedisBroker,
+    add_slots: SlotsFactory,
+    server_factory: Callable[..., Server],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = server_factory(_engine())
+    client = server.client()
+    try:
+        client.config_set("maxmemory", 512 * 1024 * 1024)
+        client.config_set("maxmemory-policy", policy)
+        add_slots(client=client)
+
+        @dramatiq.actor(queue_name="evictable", queue_capacity=1)
+        def job() -> None:
+            pass
+
+        with caplog.at_level("WARNING", logger="dramatiq_slots"), running_worker(broker, threads=1):
+            pass
+        said = [r.getMessage() for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+        assert bool(said) is warned, said
+        if warned:
+            assert policy in said[0] and "noeviction" in said[0]
+    finally:
+        client.close()
