@@ -464,7 +464,8 @@ class Slots(Middleware):
                 # writes any hold, and Redis answered, so no reply was lost.
                 raise AdmissionError(f"actor {message.actor_name!r}: {e}; the actor did not run") from e
             else:
-                if admission.admitted:
+                late = self._late(written_at) if admission.admitted else None
+                if admission.admitted and late is None:
                     if (
                         self.reuse_window
                         and isinstance(admission, Entry)
@@ -473,7 +474,16 @@ class Slots(Middleware):
                         self._lingering.reusable(hold, self.reuse_window)
                     self._admitted(message, hold, written_at)
                     return
-                reason = f"ledger {admission.full!r} is full"
+                if late is not None:
+                    # Admitted, but the answer took so long that the hold may lapse before
+                    # its first refresh: give it back and come back later (the late-reply guard).
+                    self._give_up_hold(self.registry.begin_release(hold.token) or hold)
+                    reason = (
+                        f"the ledger answered {late:.2f} s after it was asked, too late to trust "
+                        f"the hold (hold_ttl={self.hold_ttl} ms, beat_interval={self.beat_interval} ms)"
+                    )
+                else:
+                    reason = f"ledger {admission.full!r} is full"
             deferrals = int(message.options.get(DEFERRALS, 0)) + 1
             delay = backoff_ms(deferrals, plan.min_backoff, plan.max_backoff)
             try:
@@ -503,6 +513,14 @@ class Slots(Middleware):
                 ) from e
             reach("after-defer-enqueue")
             raise deferred
+
+    def _late(self, written_at: float | None) -> float | None:
+        """Seconds since a hold's expiry was written, when more than hold_ttl - beat_interval
+        (it may lapse before the heartbeat first refreshes it); None when in time or unknown."""
+        if written_at is None:
+            return None
+        elapsed = time.monotonic() - written_at
+        return elapsed if elapsed * 1000 > self.hold_ttl - self.beat_interval else None
 
     def _admitted(self, message: MessageProxy, hold: Hold, written_at: float | None) -> None:
         self.registry.add(hold, written_at=written_at)

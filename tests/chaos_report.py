@@ -32,6 +32,9 @@ oracle on a third that is never touched, where every job counts itself (atomic I
 the actor body) and records its interval. Compressed time: hold_ttl 2 s, beat 300 ms, deferral
 backoff 50..500 ms, cap 3 unless the row says otherwise.
 
+The # column is the scenario's number in the reliability issue (S1, S2...: its strictness
+options).
+
 Invariants checked in every scenario (the test fails otherwise): **I1** the ledger never holds
 more live holds than its capacity (sampled every 20 ms), except in the documented re-assert
 case; **I2** real concurrency (oracle) never exceeds the cap for crash-stop faults; **L** every

@@ -189,6 +189,9 @@ class Server:
       password: start with ``--requirepass``; :attr:`url` and :meth:`client` then carry it.
       extra_args: more ``--option value`` words for the server command line.
       port: a fixed port (default: a free one picked at each first start).
+      data_dir: the server's ``--dir``, kept across restarts and never deleted (the caller
+        owns it; with ``extra_args`` turning persistence on, a restart then keeps the data).
+        Default: a fresh temporary directory per start, deleted at stop.
     """
 
     start_timeout = 15.0
@@ -202,7 +205,9 @@ class Server:
         password: str | None = None,
         extra_args: tuple[str, ...] = (),
         port: int | None = None,
+        data_dir: Path | None = None,
     ) -> None:
+        self.data_dir = data_dir
         if isinstance(engine, str):
             found = find_engine(engine)
             if isinstance(found, str):
@@ -351,7 +356,11 @@ class Server:
         return command + list(self.extra_args)
 
     def _spawn_and_wait(self) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix=f"slots-{self.kind}-"))
+        if self.data_dir is not None:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._dir = self.data_dir
+        else:
+            self._dir = Path(tempfile.mkdtemp(prefix=f"slots-{self.kind}-"))
         log_path = self._dir / "server.log"
         with open(log_path, "wb") as log:
             self._proc = subprocess.Popen(
@@ -415,7 +424,8 @@ class Server:
         _running.discard(self)
         if self._dir is not None:
             self.last_log = self.log()
-            shutil.rmtree(self._dir, ignore_errors=True)
+            if self._dir != self.data_dir:
+                shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
 

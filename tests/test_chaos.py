@@ -36,7 +36,7 @@ from dramatiq_slots.ledger import Ledger, Want
 from tests.multiprocess.chaos import ChaosCluster, LedgerWatch, Verdict, capped_ledger, verdict
 from tests.multiprocess.harness import CAPPED_SCOPE, AppConfig, Backlog, WorkerGroup, close_all, wait_until
 from tests.multiprocess.probe import max_overlap
-from tests.multiprocess.proxy import ReplyDropper
+from tests.multiprocess.proxy import FaultProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 
@@ -69,12 +69,23 @@ def oracle_server() -> Iterator[Server]:
 
 
 @pytest.fixture
-def ledger_server(server_factory: Callable[..., Server]) -> Server:
+def ledger_server(
+    server_factory: Callable[..., Server], request: pytest.FixtureRequest, tmp_path: Path
+) -> Server:
     """The ledger's own server, started for this test: the one the scenarios break.
 
     On a fixed port, so that a scenario can stop it and start it again where the workers look.
+    A test marked ``durable_ledger`` gets it with an append-only file fsynced on every write,
+    in a directory kept across restarts.
     """
-    return server_factory(_engine(), port=free_port())
+    if request.node.get_closest_marker("durable_ledger") is None:
+        return server_factory(_engine(), port=free_port())
+    return server_factory(
+        _engine(),
+        port=free_port(),
+        data_dir=tmp_path / "ledger-data",
+        extra_args=("--appendonly", "yes", "--appendfsync", "always"),
+    )
 
 
 @pytest.fixture
@@ -393,7 +404,7 @@ def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_le
     watch_of: Callable[[ChaosCluster], LedgerWatch],
     ledger_server: Server,
 ) -> None:
-    with ReplyDropper(ledger_server.port) as proxy:
+    with FaultProxy(ledger_server.port) as proxy:
         # The workers reach the ledger through the proxy; the test reads it directly.
         cluster = make_cluster(job_ms=300, ledger_url=proxy.url)
         watch = watch_of(cluster)
@@ -414,7 +425,7 @@ def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_le
                 context=cluster.tails,
             )
             before = len(proxy.dropped)
-            proxy.arm("EVALSHA", arg=by_name[target])
+            proxy.lose_reply("EVALSHA", arg=by_name[target])
             wait_until(
                 lambda before=before: len(proxy.dropped) > before,
                 timeout=RUN_TIMEOUT,
@@ -452,9 +463,10 @@ def test_workers_booted_while_the_ledger_is_down_run_nothing_unheld_and_recover(
         what="a worker to defer because the ledger is down",
         context=lambda: "\n".join(g.tail(40) for g in groups),
     )
+    # Until this instant the ledger was certainly down (it answers only once start() runs).
+    down_until_us = cluster.probe.now_us()
     ledger_server.start()
     up = time.monotonic()
-    up_us = cluster.probe.now_us()
     watch = watch_of(cluster)
     wait_until(
         lambda: cluster.probe.runs(CAPPED_SCOPE),
@@ -475,7 +487,7 @@ def test_workers_booted_while_the_ledger_is_down_run_nothing_unheld_and_recover(
     )
     result.publish()
     result.check(recovery_bound_s=RECOVERY_BOUND_S + 5)  # + the deferral backoff of the messages
-    early = [r for r in cluster.probe.runs(CAPPED_SCOPE) if r.start < up_us]
+    early = [r for r in cluster.probe.runs(CAPPED_SCOPE) if r.start < down_until_us]
     assert not early, f"{len(early)} capped job(s) ran while their ledger was unreachable"
     assert result.runs == result.sent, "a message ran twice"
 
@@ -561,6 +573,37 @@ def test_a_ledger_restarted_empty_gets_its_live_holds_back_within_a_beat(
         real_over_allowed=running_at_restart,
         recovery_bound_s=BEAT / 1000 + 1.0,
     )
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.durable_ledger
+def test_a_ledger_with_appendfsync_always_survives_a_crash_as_is(
+    make_cluster: Callable[..., ChaosCluster],
+    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    ledger_server: Server,
+) -> None:
+    cluster = make_cluster(job_ms=2_000)
+    watch = watch_of(cluster)
+    groups, sent = _busy(cluster, 12)
+    held = {h.token for h in cluster.holders()}
+    ledger_server.restart(hard=True)  # SIGKILL, then the same port and the same data directory
+    survived = {h.token for h in cluster.holders()}
+    _finish(cluster, sent)
+    result = verdict(
+        "ledger-crash-durable",
+        cluster,
+        watch,
+        sent=sent,
+        scope=CAPPED_SCOPE,
+        capacity=CAP,
+        holds_at_crash=len(held),
+        holds_after=len(held & survived),
+    )
+    result.publish()
+    result.check()
+    assert held and held <= survived, "a hold written before the crash was lost"
+    logs = "".join(g.tail(2000) for g in groups)
+    assert "was lost while its job" not in logs
 
 
 # -- 8. SCRIPT FLUSH mid-run ---------------------------------------------------------------------
@@ -1004,3 +1047,36 @@ def test_worker_boot_warns_when_the_ledger_server_may_evict_keys(
             assert policy in said[0] and "noeviction" in said[0]
     finally:
         client.close()
+
+
+# -- strictness: the late-reply guard -------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_an_admission_answered_too_late_is_given_back_and_the_message_deferred(
+    broker: RedisBroker,
+    add_slots: SlotsFactory,
+    probe: Probe,
+    server_factory: Callable[..., Server],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = server_factory(_engine())
+    with FaultProxy(server.port) as proxy:
+        slots = add_slots(url=proxy.url, hold_ttl=1_500, beat_interval=300)
+
+        @dramatiq.actor(queue_name="slow-net", queue_capacity=1, max_retries=0)
+        def job() -> None:
+            with probe.running("slow-net"):
+                pass
+
+        enter_sha = slots.ledger._enter.sha
+        # The script runs at once; its answer arrives 1.3 s later, past hold_ttl - beat = 1.2 s.
+        proxy.delay_reply(1.3, "EVALSHA", arg=enter_sha)
+        with caplog.at_level("DEBUG", logger="dramatiq_slots"), running_worker(broker, threads=1):
+            job.send()
+            probe.wait_runs(1)
+            assert wait_for(lambda: slots.in_use("slow-net") == 0 and not len(slots.registry))
+    assert proxy.delayed == [("EVALSHA", enter_sha)]
+    deferred = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Deferred message")]
+    assert len(deferred) == 1 and "too late to trust the hold" in deferred[0], deferred
+    _in_process_verdict("late-reply", probe, "slow-net", capacity=1, sent=1, deferrals=len(deferred)).check()

@@ -96,6 +96,13 @@ SCENARIOS: dict[str, tuple[str, str, str]] = {
         "resets the connection; 6 times in one run",
         "one member per claim, no leak, nothing runs twice",
     ),
+    "late-reply": (
+        "S1",
+        "the ledger's answer to an admission held back 1.3 s by a proxy (hold_ttl 1.5 s, beat "
+        "0.3 s; in process)",
+        "the late-reply guard: a hold whose answer came after hold_ttl - beat is given back and the "
+        "message deferred, never run on a hold that may lapse before its first refresh",
+    ),
     "ledger-down-at-boot": (
         "6",
         "ledger Redis stopped while workers boot and messages arrive (broker on another Redis), "
@@ -112,6 +119,12 @@ SCENARIOS: dict[str, tuple[str, str, str]] = {
         "ledger Redis restarted without persistence mid-run",
         "live holds re-asserted within one beat; meanwhile up to that many newcomers may be "
         "admitted (documented over-cap window)",
+    ),
+    "ledger-crash-durable": (
+        "7",
+        "ledger Redis with appendonly yes, appendfsync always: SIGKILLed mid-run, started again on "
+        "the same data",
+        "every hold survives as is: nothing re-asserted, no over-cap window",
     ),
     "script-flush": ("8", "SCRIPT FLUSH on the ledger mid-run", "scripts reload; nothing runs twice"),
     "client-pause": ("9", "CLIENT PAUSE 900 ms ALL (3 beats, under hold_ttl)", "no hold lost"),

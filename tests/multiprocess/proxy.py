@@ -1,12 +1,14 @@
-"""A TCP proxy in front of a Redis server that can lose one reply after the command ran.
+"""A TCP proxy in front of a Redis server that can lose or delay a reply after the command ran.
 
-:class:`ReplyDropper` listens on 127.0.0.1 (a free port) and forwards every
+:class:`FaultProxy` listens on 127.0.0.1 (a free port) and forwards every
 connection to the target server, byte for byte. It reads both directions as
 RESP (requests: arrays of bulk strings; replies: any RESP2 value) to pair each
-reply with its command. When armed with :meth:`ReplyDropper.arm`, the reply to
-the next command of that name is swallowed and the connection reset, both
-sides: the server has executed the command, the client never learns the
-outcome (the case a lease must survive without a leaked or doubled member).
+reply with its command. After :meth:`FaultProxy.lose_reply`, the reply to the
+next command of that name is swallowed and the connection reset, both sides:
+the server has executed the command, the client never learns the outcome (the
+case a lease must survive without a leaked or doubled member). After
+:meth:`FaultProxy.delay_reply`, the reply is held back for a while (a slow
+network: the hold was written long before its holder hears of it).
 
 A connection that subscribes (Pub/Sub) receives pushes without requests; it
 is forwarded blindly from then on, and never has a reply dropped.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections import deque
 
 
@@ -65,7 +68,7 @@ def parse(buf: bytes, pos: int = 0) -> tuple[object, int]:
 class _Pair:
     """One client connection and its server connection."""
 
-    def __init__(self, proxy: ReplyDropper, client: socket.socket) -> None:
+    def __init__(self, proxy: FaultProxy, client: socket.socket) -> None:
         self.proxy = proxy
         self.client = client
         self.server = socket.create_connection(("127.0.0.1", proxy.target_port))
@@ -133,6 +136,11 @@ class _Pair:
                     if self.proxy.take(name, arg):
                         self.client.sendall(out)  # what came before it is delivered
                         return  # the reply is lost: reset both sides
+                    wait = self.proxy.delay_for(name, arg)
+                    if wait:
+                        self.client.sendall(out)
+                        out = b""
+                        time.sleep(wait)  # the fault itself: a reply slow to arrive
                     out += reply
                 if out:
                     self.client.sendall(out)
@@ -142,7 +150,7 @@ class _Pair:
             self.close()
 
 
-class ReplyDropper:
+class FaultProxy:
     """The proxy (see the module docstring); a context manager that stops it."""
 
     def __init__(self, target_port: int) -> None:
@@ -150,6 +158,9 @@ class ReplyDropper:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._armed: dict[tuple[bytes, bytes], int] = {}
+        self._delays: list[tuple[bytes, bytes, float]] = []
+        #: The commands whose replies were held back: (name, first argument).
+        self.delayed: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         #: The commands whose replies were lost: (name, first argument, e.g. the script's sha).
         self.dropped: list[tuple[str, str]] = []
@@ -160,12 +171,27 @@ class ReplyDropper:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def arm(self, command: str = "EVALSHA", times: int = 1, *, arg: str = "") -> None:
+    def lose_reply(self, command: str = "EVALSHA", times: int = 1, *, arg: str = "") -> None:
         """Lose the replies to the next ``times`` commands named ``command`` (whose first
         argument is ``arg``, when given: e.g. one script's sha)."""
         with self._lock:
             key = (command.upper().encode(), arg.encode())
             self._armed[key] = self._armed.get(key, 0) + times
+
+    def delay_reply(self, seconds: float, command: str = "EVALSHA", *, arg: str = "") -> None:
+        """Hold back the reply to the next command named ``command`` (first argument ``arg``)."""
+        with self._lock:
+            self._delays.append((command.upper().encode(), arg.encode(), seconds))
+
+    def delay_for(self, name: bytes, arg: bytes) -> float:
+        """Seconds to hold this reply back (0: none); counts an armed delay down."""
+        with self._lock:
+            for i, (command, wanted, seconds) in enumerate(self._delays):
+                if command == name and wanted in (b"", arg):
+                    del self._delays[i]
+                    self.delayed.append((name.decode(), arg.decode(errors="replace")))
+                    return seconds
+            return 0.0
 
     def take(self, name: bytes, arg: bytes = b"") -> bool:
         """Whether to lose the reply to this command (counts it down when armed)."""
@@ -191,7 +217,7 @@ class ReplyDropper:
             self._pairs.append(pair)
             pair.start()
 
-    def __enter__(self) -> ReplyDropper:
+    def __enter__(self) -> FaultProxy:
         self._thread.start()
         return self
 
