@@ -31,9 +31,13 @@ from importlib import resources
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from .errors import LedgerArgumentError, LedgerError, LedgerUnavailable
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
+
+#: What the ledger talks to: one server (or a Sentinel-managed primary), or a Redis Cluster.
+RedisClient = redis.Redis | RedisCluster
 
 #: Redis answers that mean "cannot write now", treated like an unreachable server.
 _UNAVAILABLE_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "LOADING", "BUSY", "NOREPLICAS", "CLUSTERDOWN")
@@ -58,7 +62,7 @@ def _refused_for_now(error: redis.ResponseError) -> bool:
     )
 
 
-def eviction_risk(client: redis.Redis) -> str | None:
+def eviction_risk(client: RedisClient) -> str | None:
     """The server's ``maxmemory-policy`` when it may evict ledger keys (anything but
     ``noeviction`` with a ``maxmemory`` set); None when it cannot, or cannot be read."""
     try:
@@ -171,7 +175,7 @@ class Ledger:
       key_prefix: the prefix of every ledger key (see :mod:`dramatiq_slots.keys`).
     """
 
-    def __init__(self, client: redis.Redis, *, key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+    def __init__(self, client: RedisClient, *, key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
         self.client = client
         self.keys = KeySpace(key_prefix)
         # Registered per client, not in module globals: each Script caches
@@ -200,6 +204,12 @@ class Ledger:
             self._withdraw,
         )
         with self._translated("script load"):
+            if isinstance(self.client, RedisCluster):
+                # One call each: the cluster client sends SCRIPT LOAD to every primary
+                # (and refuses it in a pipeline).
+                for script in scripts:
+                    self.client.script_load(script.script)
+                return
             pipe = self.client.pipeline(transaction=False)
             for script in scripts:
                 pipe.script_load(script.script)

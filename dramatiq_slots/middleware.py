@@ -48,7 +48,7 @@ from .errors import LedgerError, LedgerUnavailable, SlotsError
 from .failpoints import reach
 from .heartbeat import Heartbeat
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .ledger import Admission, Entry, Holder, Ledger, Want, eviction_risk, redacted_address
+from .ledger import Admission, Entry, Holder, Ledger, RedisClient, Want, eviction_risk, redacted_address
 from .lingering import LingeringHolds, roomy
 from .places import PLACE, PlaceClock, place_of
 from .wakeups import Waiter, Wakeups
@@ -121,7 +121,7 @@ class Slots(Middleware):
     def __init__(
         self,
         *,
-        client: redis.Redis | None = None,
+        client: RedisClient | None = None,
         url: str | None = None,
         key_prefix: str = DEFAULT_KEY_PREFIX,
         hold_ttl: int = 60_000,
@@ -197,7 +197,7 @@ class Slots(Middleware):
     def actor_options(self) -> set[str]:
         return set(opt.ACTOR_OPTIONS)
 
-    def _redis(self) -> redis.Redis:
+    def _redis(self) -> RedisClient:
         if self._client is not None:
             return self._client
         url = self._url or os.environ.get(URL_ENV)

@@ -43,6 +43,7 @@ from typing import Any
 import redis
 
 from .claims import this_process
+from .ledger import RedisClient
 
 logger = logging.getLogger("dramatiq_slots.wakeups")
 
@@ -87,7 +88,7 @@ class Wakeups:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: RedisClient,
         channel_prefix: str,
         *,
         on_stray: Callable[[str, str], None],

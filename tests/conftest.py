@@ -157,7 +157,12 @@ def _client_for(server: RedisTarget, key_prefix: str) -> Iterator[redis.Redis]:
     finally:
         # Only this test's own keys (its prefix, and prefixes it derived from it).
         with contextlib.suppress(redis.RedisError):
-            doomed = list(client.scan_iter(match=f"{key_prefix}*", count=1000))
+            # Ledger names start with the hash tag "{<prefix>}" (dramatiq_slots.keys).
+            doomed = [
+                key
+                for pattern in (f"{key_prefix}*", "{" + key_prefix + "*")
+                for key in client.scan_iter(match=pattern, count=1000)
+            ]
             if doomed:
                 client.delete(*doomed)
         client.close()

@@ -207,7 +207,7 @@ class LedgerModel(RuleBasedStateMachine):
                 assert self.ledger.in_use(key) <= capacity, key
 
     def teardown(self) -> None:
-        doomed = list(self.client.scan_iter(match=f"{self.ledger.keys.prefix}*", count=1000))
+        doomed = list(self.client.scan_iter(match=self.ledger.keys.pattern(), count=1000))
         if doomed:
             self.client.delete(*doomed)
 
