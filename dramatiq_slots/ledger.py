@@ -103,11 +103,13 @@ class Entry(Admission):
 
     ``waiting``: a refused claim is in line now. ``members``: when admitted,
     each ledger's member count after the admission (its capacity where the
-    token already held it).
+    token already held it). ``replicated``: see the field.
     """
 
     waiting: bool = False
     members: tuple[int, ...] = ()
+    #: How many replicas acknowledged the admission (``WAIT``); None when not asked.
+    replicated: int | None = None
 
 
 @dataclass(frozen=True)
@@ -175,9 +177,24 @@ class Ledger:
       key_prefix: the prefix of every ledger key (see :mod:`dramatiq_slots.keys`).
     """
 
-    def __init__(self, client: RedisClient, *, key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        replicas: int = 0,
+        replicas_timeout_ms: int = 100,
+    ) -> None:
+        if replicas and isinstance(client, RedisCluster):
+            raise ValueError(
+                "replicas: WAIT must follow the admission on its own connection, which a cluster "
+                "client does not offer; not supported on Redis Cluster"
+            )
         self.client = client
         self.keys = KeySpace(key_prefix)
+        #: WAIT for this many replicas after every admission (0: never), at most this long.
+        self.replicas = replicas
+        self.replicas_timeout_ms = replicas_timeout_ms
         # Registered per client, not in module globals: each Script caches
         # its SHA and reloads itself on this client after NOSCRIPT.
         self._acquire = client.register_script(_load("acquire"))
@@ -275,11 +292,21 @@ class Ledger:
         if not wants:
             raise ValueError("enter needs at least one ledger")
         args: list[Any] = [token, ttl_ms, line, place, *(w.capacity for w in wants)]
+        replicated: int | None = None
         with self._translated("enter"):
-            reply = self._enter(keys=self._with_lines(wants), args=args)
+            if self.replicas:
+                # One connection for both, so WAIT counts the replicas that have this admission.
+                pipe = self.client.pipeline(transaction=False)
+                self._enter(keys=self._with_lines(wants), args=args, client=pipe)
+                pipe.execute_command("WAIT", self.replicas, self.replicas_timeout_ms)
+                reply, acked = pipe.execute()
+                replicated = int(acked)
+            else:
+                reply = self._enter(keys=self._with_lines(wants), args=args)
         self._check_codes("enter", reply)
         if int(reply[0]) == 1:
-            return Entry(admitted=True, replayed=int(reply[1]) == 1, members=tuple(int(m) for m in reply[2:]))
+            members = tuple(int(m) for m in reply[2:])
+            return Entry(admitted=True, replayed=int(reply[1]) == 1, members=members, replicated=replicated)
         return Entry(admitted=False, full=wants[int(reply[1]) - 1].ledger, waiting=int(reply[2]) == 1)
 
     def leave(

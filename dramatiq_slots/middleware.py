@@ -96,7 +96,8 @@ class Slots(Middleware):
     All settings are keyword-only; durations are in milliseconds.
 
     Parameters:
-      client: the ``redis.Redis`` client of the ledger. Default: ``url``.
+      client: the ledger's client: ``redis.Redis`` (also from ``Sentinel.master_for``) or
+        ``redis.cluster.RedisCluster``. Default: ``url``.
       url: the ledger's Redis URL. Default: the environment variable
         ``DRAMATIQ_SLOTS_REDIS_URL``, else the broker's own client when the
         broker is a ``RedisBroker``.
@@ -116,6 +117,19 @@ class Slots(Middleware):
         in line at once (0 to 1); a message refused while that many wait is
         deferred. Default 1.0: every thread may wait (lower it when the
         same workers serve other queues that must keep flowing).
+      reuse_window: how long a hold admitted with plenty of room may serve
+        further messages of the same ledgers in this process without Redis.
+        Default 100; 0 turns it off; at most ``hold_ttl / 3``.
+      wait_replicas: after each admission, ``WAIT`` for this many replicas
+        to have it (a Sentinel-managed primary); fewer within
+        ``wait_replicas_timeout`` and the hold is given back and the message
+        deferred, so a failover cannot forget a hold its job runs on. Default
+        0: no WAIT. Not on Redis Cluster. A slot handed over by a release is
+        confirmed the same way (one more round trip per handoff).
+      wait_replicas_timeout: the most one WAIT blocks. Default 100.
+
+    Also refused: an admission answered more than ``hold_ttl - beat_interval``
+    after it was asked (the late-reply guard); the message is deferred.
     """
 
     def __init__(
@@ -132,6 +146,8 @@ class Slots(Middleware):
         max_wait: int = 30_000,
         waiting_share: float = 1.0,
         reuse_window: int = 100,
+        wait_replicas: int = 0,
+        wait_replicas_timeout: int = 100,
     ) -> None:
         if client is not None and url is not None:
             raise opt.ConfigurationError("Slots: pass client= or url=, not both")
@@ -167,6 +183,9 @@ class Slots(Middleware):
         where = "Slots(reuse_window=...)"
         self.reuse_window = opt.at_most_third(opt.non_negative_int(reuse_window, where), self.hold_ttl, where)
         self.waiting_share = float(waiting_share)
+        self.wait_replicas = opt.non_negative_int(wait_replicas, "Slots(wait_replicas=...)")
+        where = "Slots(wait_replicas_timeout=...)"
+        self.wait_replicas_timeout = opt.positive_int(wait_replicas_timeout, where)
         self._lingering = LingeringHolds(self._give_up_hold)
         self._places = PlaceClock()
         self._wakeups: Wakeups | None = None
@@ -228,7 +247,15 @@ class Slots(Middleware):
         if self._ledger is None:
             with self._setup_lock:
                 if self._ledger is None:
-                    self._ledger = Ledger(self._redis(), key_prefix=self.keys.prefix)
+                    try:
+                        self._ledger = Ledger(
+                            self._redis(),
+                            key_prefix=self.keys.prefix,
+                            replicas=self.wait_replicas,
+                            replicas_timeout_ms=self.wait_replicas_timeout,
+                        )
+                    except ValueError as e:
+                        raise opt.ConfigurationError(f"Slots(wait_replicas=...): {e}") from e
         return self._ledger
 
     @property
@@ -465,7 +492,13 @@ class Slots(Middleware):
                 raise AdmissionError(f"actor {message.actor_name!r}: {e}; the actor did not run") from e
             else:
                 late = self._late(written_at) if admission.admitted else None
-                if admission.admitted and late is None:
+                unreplicated = (
+                    admission.admitted
+                    and isinstance(admission, Entry)
+                    and admission.replicated is not None
+                    and admission.replicated < self.wait_replicas
+                )
+                if admission.admitted and late is None and not unreplicated:
                     if (
                         self.reuse_window
                         and isinstance(admission, Entry)
@@ -474,7 +507,15 @@ class Slots(Middleware):
                         self._lingering.reusable(hold, self.reuse_window)
                     self._admitted(message, hold, written_at)
                     return
-                if late is not None:
+                if unreplicated:
+                    # A failover now could forget the hold: give it back and come back later.
+                    self._give_up_hold(self.registry.begin_release(hold.token) or hold)
+                    replicated = admission.replicated if isinstance(admission, Entry) else 0
+                    reason = (
+                        f"{replicated} of wait_replicas={self.wait_replicas} replicas acknowledged the "
+                        f"hold within {self.wait_replicas_timeout} ms"
+                    )
+                elif late is not None:
                     # Admitted, but the answer took so long that the hold may lapse before
                     # its first refresh: give it back and come back later (the late-reply guard).
                     self._give_up_hold(self.registry.begin_release(hold.token) or hold)
@@ -579,8 +620,11 @@ class Slots(Middleware):
             waiter.event.clear()
             if not woken:
                 pause = min(pause * 2, _REASK_MAX_S)
-            if waiter.handed is not None and len(plan.wants) == 1:
-                # leave.lua wrote the hold before it published: no need to ask.
+            if waiter.handed is not None and len(plan.wants) == 1 and not self.wait_replicas:
+                # leave.lua wrote the hold before it published: no need to ask. (With
+                # wait_replicas the claim asks anyway: its own write, then WAIT on its own
+                # connection, proves the replicas have the handed hold too; the replication
+                # stream is ordered.)
                 return Admission(admitted=True, replayed=True), time.monotonic() - waiter.age_ms / 1000
             # Woken without a slot (reconnect, shutdown), or by a slot of one
             # ledger out of several, or nothing came: ask again, keeping our place.
