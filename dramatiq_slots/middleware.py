@@ -491,14 +491,8 @@ class Slots(Middleware):
                 # writes any hold, and Redis answered, so no reply was lost.
                 raise AdmissionError(f"actor {message.actor_name!r}: {e}; the actor did not run") from e
             else:
-                late = self._late(written_at) if admission.admitted else None
-                unreplicated = (
-                    admission.admitted
-                    and isinstance(admission, Entry)
-                    and admission.replicated is not None
-                    and admission.replicated < self.wait_replicas
-                )
-                if admission.admitted and late is None and not unreplicated:
+                distrust = self._distrust(admission, written_at) if admission.admitted else None
+                if admission.admitted and distrust is None:
                     if (
                         self.reuse_window
                         and isinstance(admission, Entry)
@@ -507,22 +501,10 @@ class Slots(Middleware):
                         self._lingering.reusable(hold, self.reuse_window)
                     self._admitted(message, hold, written_at)
                     return
-                if unreplicated:
-                    # A failover now could forget the hold: give it back and come back later.
+                if distrust is not None:
+                    # Admitted, but the hold cannot be trusted: give it back, come back later.
                     self._give_up_hold(self.registry.begin_release(hold.token) or hold)
-                    replicated = admission.replicated if isinstance(admission, Entry) else 0
-                    reason = (
-                        f"{replicated} of wait_replicas={self.wait_replicas} replicas acknowledged the "
-                        f"hold within {self.wait_replicas_timeout} ms"
-                    )
-                elif late is not None:
-                    # Admitted, but the answer took so long that the hold may lapse before
-                    # its first refresh: give it back and come back later (the late-reply guard).
-                    self._give_up_hold(self.registry.begin_release(hold.token) or hold)
-                    reason = (
-                        f"the ledger answered {late:.2f} s after it was asked, too late to trust "
-                        f"the hold (hold_ttl={self.hold_ttl} ms, beat_interval={self.beat_interval} ms)"
-                    )
+                    reason = distrust
                 else:
                     reason = f"ledger {admission.full!r} is full"
             deferrals = int(message.options.get(DEFERRALS, 0)) + 1
@@ -555,13 +537,28 @@ class Slots(Middleware):
             reach("after-defer-enqueue")
             raise deferred
 
-    def _late(self, written_at: float | None) -> float | None:
-        """Seconds since a hold's expiry was written, when more than hold_ttl - beat_interval
-        (it may lapse before the heartbeat first refreshes it); None when in time or unknown."""
-        if written_at is None:
-            return None
-        elapsed = time.monotonic() - written_at
-        return elapsed if elapsed * 1000 > self.hold_ttl - self.beat_interval else None
+    def _distrust(self, admission: Admission, written_at: float | None) -> str | None:
+        """Why an admitted hold cannot be trusted (None: it can).
+
+        The late-reply guard: its expiry was written more than ``hold_ttl -
+        beat_interval`` ago (monotonic clock), so it may lapse before the
+        heartbeat first refreshes it. ``wait_replicas``: fewer replicas than
+        asked acknowledged it, so a failover could forget it.
+        """
+        if written_at is not None:
+            elapsed = time.monotonic() - written_at
+            if elapsed * 1000 > self.hold_ttl - self.beat_interval:
+                return (
+                    f"the ledger answered {elapsed:.2f} s after it was asked, too late to trust the hold "
+                    f"(hold_ttl={self.hold_ttl} ms, beat_interval={self.beat_interval} ms)"
+                )
+        replicated = admission.replicated if isinstance(admission, Entry) else None
+        if replicated is not None and replicated < self.wait_replicas:
+            return (
+                f"{replicated} of wait_replicas={self.wait_replicas} replicas acknowledged the hold "
+                f"within {self.wait_replicas_timeout} ms"
+            )
+        return None
 
     def _admitted(self, message: MessageProxy, hold: Hold, written_at: float | None) -> None:
         self.registry.add(hold, written_at=written_at)
