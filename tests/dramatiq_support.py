@@ -93,6 +93,14 @@ def broker(redis_server: Any, key_prefix: str) -> Iterator[RedisBroker]:
 SlotsFactory = Callable[..., Slots]
 
 
+def stop_threads(slots: Slots) -> None:
+    """Stop the heartbeat and wake-up threads a Slots started in this process (a test's clean-up)."""
+    if slots._heartbeat is not None:
+        slots._heartbeat.stop()
+    if slots._wakeups is not None:
+        slots._wakeups.stop()
+
+
 @pytest.fixture
 def add_slots(broker: RedisBroker, key_prefix: str) -> Iterator[SlotsFactory]:
     """Adds a Slots middleware (test-sized timings) to the broker, before TimeLimit."""
@@ -111,10 +119,7 @@ def add_slots(broker: RedisBroker, key_prefix: str) -> Iterator[SlotsFactory]:
 
     yield make
     for slots in made:
-        if slots._heartbeat is not None:
-            slots._heartbeat.stop()
-        if slots._wakeups is not None:
-            slots._wakeups.stop()
+        stop_threads(slots)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import TimeLimit
-from dramatiq_support import Probe, running_worker, wait_until
+from dramatiq_support import Probe, running_worker, stop_threads, wait_until
 
 from dramatiq_slots import Slots
 
@@ -59,7 +59,4 @@ def caps_through_failover(
         assert sorted(item for label, item in probe.runs if label == "capped") == list(range(16))
         return took
     finally:
-        if slots._heartbeat is not None:
-            slots._heartbeat.stop()
-        if slots._wakeups is not None:
-            slots._wakeups.stop()
+        stop_threads(slots)

@@ -25,7 +25,7 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import Middleware, TimeLimit, TimeLimitExceeded
-from dramatiq_support import Probe, SlotsFactory, running_worker
+from dramatiq_support import Probe, SlotsFactory, running_worker, stop_threads
 from dramatiq_support import wait_until as wait_for
 from servers import Server, find_engine, free_port
 
@@ -949,10 +949,7 @@ def test_a_time_limit_landing_in_the_after_hooks_leaks_no_hold_and_releases_none
         _in_process_verdict("time-limit-in-after-hooks", probe, "limited", capacity=1, sent=3).check()
         assert sorted(item for _, item in probe.runs) == [0, 1, 2]
     finally:
-        if slots._heartbeat is not None:
-            slots._heartbeat.stop()
-        if slots._wakeups is not None:
-            slots._wakeups.stop()
+        stop_threads(slots)
 
 
 # -- 14. maxmemory: an eviction policy is warned about, an OOM answer is "not admitted" --------

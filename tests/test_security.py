@@ -38,7 +38,7 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import Middleware, TimeLimit
-from dramatiq_support import Probe, running_worker, wait_until
+from dramatiq_support import Probe, running_worker, stop_threads, wait_until
 from redis.backoff import NoBackoff
 from redis.exceptions import NoPermissionError
 from redis.retry import Retry
@@ -124,10 +124,7 @@ def closed_after(slots: Slots) -> Iterator[Slots]:
     try:
         yield slots
     finally:
-        if slots._heartbeat is not None:
-            slots._heartbeat.stop()
-        if slots._wakeups is not None:
-            slots._wakeups.stop()
+        stop_threads(slots)
         if slots._ledger is not None:
             slots._ledger.client.close()
             slots._ledger.client.connection_pool.disconnect()

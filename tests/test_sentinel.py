@@ -14,7 +14,7 @@ import dramatiq
 import pytest
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import TimeLimit
-from dramatiq_support import Probe, running_worker
+from dramatiq_support import Probe, running_worker, stop_threads
 from dramatiq_support import wait_until as wait_for
 from failover_scenario import caps_through_failover
 from sentinel import MASTER_NAME, LocalSentinel
@@ -125,8 +125,5 @@ def test_wait_replicas_admits_only_what_enough_replicas_have(
         if runs:
             assert probe.peak["replicated"] == 1 and not deferrals()
     finally:
-        if slots._heartbeat is not None:
-            slots._heartbeat.stop()
-        if slots._wakeups is not None:
-            slots._wakeups.stop()
+        stop_threads(slots)
         client.close()
