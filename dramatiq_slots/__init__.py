@@ -13,6 +13,7 @@
 
 from .deferral import DEFERRALS, MessageDeferred
 from .errors import LedgerArgumentError, LedgerError, LedgerUnavailable, SlotsError
+from .interrupts import HoldLost
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .ledger import Admission, Holder, Ledger, Want
 from .middleware import URL_ENV, AdmissionError, Slots
@@ -28,6 +29,7 @@ __all__ = [
     "Admission",
     "AdmissionError",
     "ConfigurationError",
+    "HoldLost",
     "Holder",
     "KeySpace",
     "Ledger",

@@ -86,6 +86,8 @@ class Hold:
     token: str
     wants: tuple[Want, ...]
     label: str = ""
+    #: ``on_lost_hold="interrupt"``: never re-asserted over capacity; its job is stopped instead.
+    strict: bool = False
 
     @property
     def ledgers(self) -> tuple[str, ...]:
@@ -164,6 +166,13 @@ class HoldRegistry:
             if hold is not None:
                 self._owed[token] = hold
             return hold
+
+    def forget(self, token: str) -> Hold | None:
+        """Drop a hold that is gone from the ledger: neither refreshed nor released any more."""
+        with self._lock:
+            self._check_fork()
+            self._written.pop(token, None)
+            return self._held.pop(token, None)
 
     def discard(self, token: str) -> None:
         """Stop refreshing a hold without owing its release (it lingers, see :mod:`.lingering`)."""

@@ -143,3 +143,19 @@ def defer(
         deferrals,
     )
     return MessageDeferred(f"deferred by {delay_ms} ms: {reason}")
+
+
+def requeue(broker: dramatiq.Broker, message: MessageProxy, *, delay_ms: int) -> None:
+    """Enqueue a copy of a message whose job was stopped because its hold was lost, to run again.
+
+    Used only when no ``Retries`` middleware would retry it. Like a deferral,
+    the copy keeps the message id and its retries, and counts one more deferral.
+    """
+    deferrals = int(message.options.get(DEFERRALS, 0)) + 1
+    broker.enqueue(message.copy(options={DEFERRALS: deferrals}), delay=delay_ms)
+    logger.info(
+        "Re-enqueued message %s (%s) in %d ms: its job was stopped because its hold was lost.",
+        message.message_id,
+        message.actor_name,
+        delay_ms,
+    )

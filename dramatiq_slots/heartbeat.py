@@ -11,6 +11,13 @@ persistence, or this process was paused longer than ``hold_ttl``) is
 re-asserted, even over capacity, and a WARNING names the ledger: the ledger
 must count what really runs, so new admissions wait until it drains.
 
+A *strict* hold (``on_lost_hold="interrupt"``) is never put over capacity:
+it is taken back only where it still fits (``reclaim.lua``), and otherwise
+given to ``on_lost``, which stops its job (:mod:`dramatiq_slots.interrupts`).
+So is a strict hold that may lapse before the ledger answers again: when a
+beat fails and the hold's expiry was written ``hold_ttl - beat_interval`` ago
+or more (the next beat may come too late), or when that is not known.
+
 One beat is :meth:`Heartbeat.tick`, callable without the thread. The thread
 is ``while not stop.wait(interval): tick()``, started at worker boot (and
 lazily when a hold exists without it), kept running through a graceful
@@ -23,9 +30,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .claims import HoldRegistry
+from .claims import Hold, HoldRegistry
 from .errors import LedgerError
 from .ledger import Ledger
 
@@ -43,6 +51,9 @@ class BeatReport:
     released: int = 0
     lost: list[tuple[str, str]] = field(default_factory=list)
     reasserted: list[tuple[str, str]] = field(default_factory=list)
+    #: Strict holds taken back within capacity, and strict holds given up (their tokens).
+    reclaimed: list[str] = field(default_factory=list)
+    given_up: list[str] = field(default_factory=list)
     error: LedgerError | None = None
 
 
@@ -54,15 +65,26 @@ class Heartbeat:
       registry: the process's record of its holds.
       hold_ttl: milliseconds a hold lives without a refresh.
       beat_interval: milliseconds between beats (< hold_ttl).
+      on_lost: called with a strict hold that is lost (or may lapse) and
+        cannot be taken back within capacity, and the reason; stops its job.
     """
 
-    def __init__(self, ledger: Ledger, registry: HoldRegistry, *, hold_ttl: int, beat_interval: int) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        registry: HoldRegistry,
+        *,
+        hold_ttl: int,
+        beat_interval: int,
+        on_lost: Callable[[Hold, str], None] | None = None,
+    ) -> None:
         if beat_interval >= hold_ttl:
             raise ValueError(f"beat_interval ({beat_interval} ms) must be < hold_ttl ({hold_ttl} ms)")
         self.ledger = ledger
         self.registry = registry
         self.hold_ttl = hold_ttl
         self.beat_interval = beat_interval
+        self.on_lost = on_lost
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
@@ -73,6 +95,7 @@ class Heartbeat:
         self.beats = 0
         self.failed_beats = 0
         self.reasserted = 0
+        self.given_up = 0
 
     # -- one beat ---------------------------------------------------------
 
@@ -90,6 +113,7 @@ class Heartbeat:
         except LedgerError as e:
             self._failed(e)
             report.error = e
+            report.given_up = self._lapsing([hold for hold in held if hold.strict], e)
             return report
         self.beats += 1
         if self._failures:
@@ -100,12 +124,78 @@ class Heartbeat:
         self.registry.written([hold.token for hold in held if hold.token not in lost_tokens], sent)
         report.refreshed, report.released, report.lost = len(refresh) - len(lost), len(release), lost
         if lost:
+            strict = {hold.token: hold for hold in held if hold.strict}
             try:
-                report.reasserted = self._reassert(lost)
+                report.reasserted = self._reassert([pair for pair in lost if pair[1] not in strict])
             except LedgerError as e:
                 self._failed(e)
                 report.error = e
+            lost_strict = {strict[token].token: strict[token] for _, token in lost if token in strict}
+            report.reclaimed, report.given_up = self._reclaim(list(lost_strict.values()))
         return report
+
+    def _reclaim(self, holds: Sequence[Hold]) -> tuple[list[str], list[str]]:
+        """Take strict holds back where they fit; give the others to ``on_lost``."""
+        reclaimed: list[str] = []
+        given_up: list[str] = []
+        for hold in holds:
+            with self.registry.release_lock():
+                if not self.registry.is_held(hold.token):
+                    continue  # released meanwhile: nothing to take back
+                sent = time.monotonic()
+                try:
+                    full = self.ledger.reclaim(hold.token, hold.wants, ttl_ms=self.hold_ttl)
+                except LedgerError as e:
+                    why = f"it could not be taken back ({e})"
+                else:
+                    why = "" if full is None else f"ledger {full!r} filled up meanwhile"
+                if not why:
+                    self.registry.written([hold.token], sent)
+            outcome = (
+                f"{why}; on_lost_hold='interrupt': stopping the job" if why else "taken back: it still fits"
+            )
+            logger.warning(
+                "Hold %s on %s was lost while its job %s still runs (Redis lost it, or this process "
+                "was paused longer than hold_ttl=%d ms); %s.",
+                hold.token,
+                ", ".join(map(repr, hold.ledgers)),
+                hold.label,
+                self.hold_ttl,
+                outcome,
+            )
+            if why:
+                self._give_up(hold, f"hold lost and {why}")
+                given_up.append(hold.token)
+            else:
+                reclaimed.append(hold.token)
+        return reclaimed, given_up
+
+    def _lapsing(self, holds: Sequence[Hold], error: LedgerError) -> list[str]:
+        """Strict holds that may expire before a beat can refresh them: given to ``on_lost``."""
+        limit = self.hold_ttl - self.beat_interval
+        given_up: list[str] = []
+        for hold in holds:
+            age = self.registry.age_ms(hold.token)
+            if age is not None and age < limit:
+                continue
+            known = f"refreshed {age} ms ago" if age is not None else "never refreshed"
+            logger.warning(
+                "Hold %s of job %s may lapse (%s, hold_ttl=%d ms) and the ledger does not answer "
+                "(%s); on_lost_hold='interrupt': stopping the job.",
+                hold.token,
+                hold.label,
+                known,
+                self.hold_ttl,
+                error,
+            )
+            self._give_up(hold, f"hold may lapse ({known}) and the ledger does not answer")
+            given_up.append(hold.token)
+        return given_up
+
+    def _give_up(self, hold: Hold, reason: str) -> None:
+        self.given_up += 1
+        if self.on_lost is not None:
+            self.on_lost(hold, reason)
 
     def _reassert(self, lost: list[tuple[str, str]]) -> list[tuple[str, str]]:
         # Under the registry's release lock: a hold released since the

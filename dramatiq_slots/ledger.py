@@ -48,6 +48,14 @@ _UNAVAILABLE_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "LOADING", "BUSY", "NOR
 _OOM_TEXT = "command not allowed when used memory"
 
 
+#: A Redis Cluster whose slots are moving or failing over (redis-py's own exceptions).
+_CLUSTER_IN_FLUX = (
+    redis.exceptions.ClusterError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.RedisClusterException,
+)
+
+
 def _refused_for_now(error: redis.ResponseError) -> bool:
     """A refusal that says nothing about the request (no memory, a replica, loading...): try later.
 
@@ -201,6 +209,7 @@ class Ledger:
         self._release = client.register_script(_load("release"))
         self._beat = client.register_script(_load("beat"))
         self._reassert = client.register_script(_load("reassert"))
+        self._reclaim = client.register_script(_load("reclaim"))
         self._holders = client.register_script(_load("holders"))
         self._in_use = client.register_script(_load("in_use"))
         self._enter = client.register_script(_load("enter"))
@@ -214,6 +223,7 @@ class Ledger:
             self._release,
             self._beat,
             self._reassert,
+            self._reclaim,
             self._holders,
             self._in_use,
             self._enter,
@@ -243,6 +253,13 @@ class Ledger:
             raise LedgerUnavailable(
                 f"ledger {operation} failed: Redis at {redacted_address(self.client)} "
                 f"is unreachable ({type(e).__name__}: {e})"
+            ) from e
+        except _CLUSTER_IN_FLUX as e:
+            # A slot moving (its keys split: TRYAGAIN until redis-py's redirections run
+            # out), a failover, a slot nobody serves yet: the cluster will answer again.
+            raise LedgerUnavailable(
+                f"ledger {operation} failed: the Redis Cluster at {redacted_address(self.client)} "
+                f"cannot serve the ledger's slot now ({type(e).__name__}: {e})"
             ) from e
         except redis.ResponseError as e:
             if _refused_for_now(e):
@@ -407,6 +424,21 @@ class Ledger:
             )
         self._check_codes("reassert", reply)
         return [int(n) for n in reply]
+
+    def reclaim(self, token: str, wants: Sequence[Want], *, ttl_ms: int) -> str | None:
+        """Take a lost hold back on every ledger where it still fits, or on none.
+
+        Returns None when ``token`` holds every ledger again, else the first
+        ledger that is full without it (nothing written). See ``reclaim.lua``.
+        """
+        if not wants:
+            raise ValueError("reclaim needs at least one ledger")
+        with self._translated("reclaim"):
+            reply = self._reclaim(
+                keys=[w.ledger for w in wants], args=[token, ttl_ms, *(w.capacity for w in wants)]
+            )
+        self._check_codes("reclaim", reply)
+        return None if int(reply[0]) == 1 else wants[int(reply[1]) - 1].ledger
 
     def in_use(self, ledger: str) -> int:
         """Live holds of one ledger, by the Redis clock."""

@@ -102,6 +102,12 @@ class LingeringHolds:
                 self._cond.notify()  # only when the thread would wake too late: a wake-up is not free
             return True
 
+    def forget(self, token: str) -> None:
+        """Stop treating an in-use hold as reusable (it was lost: it is in no ledger any more)."""
+        with self._cond:
+            self._check_fork()
+            self._windows.pop(token, None)
+
     def has(self, token: str) -> bool:
         """Whether ``token`` is a hold of this module (reusable, or lingering)."""
         with self._cond:

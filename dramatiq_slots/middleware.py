@@ -39,14 +39,15 @@ from dramatiq import broker as dramatiq_broker
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.errors import BrokerConnectionError
-from dramatiq.middleware import Middleware, MiddlewareError
+from dramatiq.middleware import Middleware, MiddlewareError, Retries
 
 from . import options as opt
 from .claims import Hold, HoldRegistry, new_token, process_part, this_process
-from .deferral import DEFERRALS, backoff_ms, defer, install_skip_filter, skip_filter
+from .deferral import DEFERRALS, backoff_ms, defer, install_skip_filter, requeue, skip_filter
 from .errors import LedgerError, LedgerUnavailable, SlotsError
 from .failpoints import reach
 from .heartbeat import Heartbeat
+from .interrupts import Bodies, HoldLost, wrapped_by
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .ledger import Admission, Entry, Holder, Ledger, RedisClient, Want, eviction_risk, redacted_address
 from .lingering import LingeringHolds, roomy
@@ -88,6 +89,8 @@ class _Plan:
     max_backoff: int
     #: Place in a line (µs, see :mod:`dramatiq_slots.places`), so lines keep send order.
     place: int = 0
+    #: ``on_lost_hold="interrupt"`` for this message's actor.
+    strict: bool = False
 
 
 class Slots(Middleware):
@@ -127,6 +130,15 @@ class Slots(Middleware):
         0: no WAIT. Not on Redis Cluster. A slot handed over by a release is
         confirmed the same way (one more round trip per handoff).
       wait_replicas_timeout: the most one WAIT blocks. Default 100.
+      on_lost_hold: what happens to a running job whose hold was lost (its
+        process was paused longer than ``hold_ttl``, or Redis lost the hold):
+        ``"reassert"`` (default) takes the hold back even over capacity and
+        lets the job finish, so the overlap lasts until it ends;
+        ``"interrupt"`` takes it back only if it still fits, else stops the
+        job in its thread (:class:`~dramatiq_slots.HoldLost`, raised like
+        ``TimeLimitExceeded``) and the message is retried; a hold that may
+        lapse while the ledger does not answer is treated the same way.
+        Also an actor option.
 
     Also refused: an admission answered more than ``hold_ttl - beat_interval``
     after it was asked (the late-reply guard); the message is deferred.
@@ -148,6 +160,7 @@ class Slots(Middleware):
         reuse_window: int = 100,
         wait_replicas: int = 0,
         wait_replicas_timeout: int = 100,
+        on_lost_hold: str = opt.REASSERT,
     ) -> None:
         if client is not None and url is not None:
             raise opt.ConfigurationError("Slots: pass client= or url=, not both")
@@ -186,6 +199,10 @@ class Slots(Middleware):
         self.wait_replicas = opt.non_negative_int(wait_replicas, "Slots(wait_replicas=...)")
         where = "Slots(wait_replicas_timeout=...)"
         self.wait_replicas_timeout = opt.positive_int(wait_replicas_timeout, where)
+        self.on_lost_hold = opt.lost_hold_mode(on_lost_hold, "Slots(on_lost_hold=...)")
+        self._bodies = Bodies()
+        #: Jobs stopped because their hold was lost (on_lost_hold="interrupt").
+        self.interrupted = 0
         self._lingering = LingeringHolds(self._give_up_hold)
         self._places = PlaceClock()
         self._wakeups: Wakeups | None = None
@@ -265,7 +282,11 @@ class Slots(Middleware):
             with self._setup_lock:
                 if self._heartbeat is None:
                     self._heartbeat = Heartbeat(
-                        ledger, self.registry, hold_ttl=self.hold_ttl, beat_interval=self.beat_interval
+                        ledger,
+                        self.registry,
+                        hold_ttl=self.hold_ttl,
+                        beat_interval=self.beat_interval,
+                        on_lost=self._stop_job,
                     )
         return self._heartbeat
 
@@ -305,6 +326,12 @@ class Slots(Middleware):
         if config.queue_capacity is not None:
             self._declare_queue_capacity(config, config.queue_capacity)
         self._actors[actor.actor_name] = config
+        if self._strict(config) and wrapped_by(actor.fn) is not self._bodies:
+            # Marks where the job body starts and ends, so an interrupt lands only inside it.
+            actor.fn = self._bodies.wrap(actor.fn)
+
+    def _strict(self, config: opt.ActorSlots) -> bool:
+        return bool(opt.pick(None, config.on_lost_hold, self.on_lost_hold) == opt.INTERRUPT)
 
     def _declare_queue_capacity(self, config: opt.ActorSlots, capacity: int) -> None:
         where = f"actor {config.actor_name!r}"
@@ -435,7 +462,8 @@ class Slots(Middleware):
         min_backoff, max_backoff = self._backoff(actor, options)
         if not wants:
             return None
-        return _Plan(tuple(wants), min_backoff, max_backoff, place_of(options, message.message_timestamp))
+        place = place_of(options, message.message_timestamp)
+        return _Plan(tuple(wants), min_backoff, max_backoff, place, self._strict(actor))
 
     def _backoff(self, actor: opt.ActorSlots, options: Mapping[str, Any]) -> tuple[int, int]:
         """Deferral backoff bounds: message > actor > middleware, checked together."""
@@ -467,13 +495,13 @@ class Slots(Middleware):
             lingering = self._lingering.take(plan.wants)
             if lingering is not None:
                 # Its expiry's age is still on record (parking does not forget it).
-                self._admitted(message, Hold(lingering.token, lingering.wants, label), None)
+                self._admitted(message, Hold(lingering.token, lingering.wants, label, plan.strict), None)
                 return
         outage_attempt = 0
         while True:
             # A fresh token per attempt: an attempt whose outcome is unknown is
             # owed a release, and that release must never hit a later attempt.
-            hold = Hold(new_token(), plan.wants, label)
+            hold = Hold(new_token(), plan.wants, label, plan.strict)
             try:
                 admission, written_at = self._acquire_or_wait(hold, plan)
             except LedgerUnavailable as e:
@@ -564,6 +592,8 @@ class Slots(Middleware):
         self.registry.add(hold, written_at=written_at)
         with self._claims_lock:
             self._claims[id(message)] = hold.token
+        if hold.strict:
+            self._bodies.bind(hold.token)
         self.heartbeat.ensure_started()
         reach("after-acquire")
 
@@ -650,6 +680,13 @@ class Slots(Middleware):
         exception: BaseException | None = None,
     ) -> None:
         self._release(message)
+        if isinstance(exception, HoldLost) and not any(isinstance(m, Retries) for m in broker.middleware):
+            # Stopped for its hold, not for a fault of its own: without Retries to
+            # run it again, run it again here (Retries, when present, retries it).
+            actor = self._actor(broker, message.actor_name)
+            min_backoff, max_backoff = self._backoff(actor, message.options)
+            deferrals = int(message.options.get(DEFERRALS, 0)) + 1
+            requeue(broker, message, delay_ms=backoff_ms(deferrals, min_backoff, max_backoff))
 
     def after_skip_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         skip_filter.clear(message)
@@ -660,6 +697,7 @@ class Slots(Middleware):
             token = self._claims.pop(id(message), None)
         if token is None:
             return
+        self._bodies.unbind()
         hold = self.registry.hold(token)
         if hold is not None and self._lingering.park(hold):
             # Kept for the next message of the same ledgers (its window is open);
@@ -671,6 +709,21 @@ class Slots(Middleware):
         if hold is not None:
             self._give_up_hold(hold)
         reach("after-release")
+
+    def _stop_job(self, hold: Hold, reason: str) -> None:
+        """The heartbeat gave up a strict hold: forget it, and stop its job if it runs."""
+        with self.registry.release_lock():
+            if self.registry.forget(hold.token) is None:
+                return  # released meanwhile: its job is over
+            self._lingering.forget(hold.token)
+            running = self._bodies.interrupt(hold.token)
+        self.interrupted += 1
+        logger.warning(
+            "Job %s %s: %s; it is retried.",
+            hold.label,
+            "interrupted (HoldLost)" if running else "will not start",
+            reason,
+        )
 
     def _give_up_hold(self, hold: Hold) -> None:
         """Release ``hold`` in Redis (handing its slots to lines); owed to the heartbeat on failure."""

@@ -17,6 +17,10 @@ Options, all optional:
     Per message: a str, ``True`` or ``False``.
 ``runtime_key_capacity`` (positive int, default 1)
     At most this many running messages per runtime key.
+``on_lost_hold`` (actor option, ``"reassert"`` or ``"interrupt"``)
+    What happens to a running job whose hold was lost (see
+    :mod:`dramatiq_slots.interrupts`); overrides ``Slots(on_lost_hold=...)``.
+    Not settable per message: the choice wraps the actor at declaration.
 ``defer_min_backoff``, ``defer_max_backoff`` (milliseconds, positive ints)
     Bounds of the exponential backoff, with jitter, of a message deferred
     because a ledger was full. Named apart from Retries' ``min_backoff`` and
@@ -45,10 +49,21 @@ UNIQUE_AT_RUNTIME_KEY = "unique_at_runtime_key"
 RUNTIME_KEY_CAPACITY = "runtime_key_capacity"
 DEFER_MIN_BACKOFF = "defer_min_backoff"
 DEFER_MAX_BACKOFF = "defer_max_backoff"
+ON_LOST_HOLD = "on_lost_hold"
 
 ACTOR_OPTIONS = frozenset(
-    {QUEUE_CAPACITY, UNIQUE_AT_RUNTIME_KEY, RUNTIME_KEY_CAPACITY, DEFER_MIN_BACKOFF, DEFER_MAX_BACKOFF}
+    {
+        QUEUE_CAPACITY,
+        UNIQUE_AT_RUNTIME_KEY,
+        RUNTIME_KEY_CAPACITY,
+        DEFER_MIN_BACKOFF,
+        DEFER_MAX_BACKOFF,
+        ON_LOST_HOLD,
+    }
 )
+
+#: Values of ``on_lost_hold``: re-assert the hold even over capacity (default), or stop the job.
+REASSERT, INTERRUPT = "reassert", "interrupt"
 
 #: Longest runtime key accepted, in UTF-8 bytes.
 MAX_RUNTIME_KEY_BYTES = 512
@@ -84,6 +99,13 @@ def at_most_third(value: int, hold_ttl: int, where: str) -> int:
         raise ConfigurationError(
             f"{where}: must be at most hold_ttl / 3 ({hold_ttl // 3} ms), got {value} ms"
         )
+    return value
+
+
+def lost_hold_mode(value: Any, where: str) -> str:
+    """``value`` if it is ``"reassert"`` or ``"interrupt"``, else ConfigurationError naming ``where``."""
+    if value not in (REASSERT, INTERRUPT) or not isinstance(value, str):
+        raise ConfigurationError(f"{where} must be {REASSERT!r} or {INTERRUPT!r}, got {value!r:.80}")
     return value
 
 
@@ -145,6 +167,7 @@ class ActorSlots:
     runtime_key_capacity: int | None = None
     defer_min_backoff: int | None = None
     defer_max_backoff: int | None = None
+    on_lost_hold: str | None = None
 
     @classmethod
     def from_options(cls, actor_name: str, queue_name: str, options: Mapping[str, Any]) -> ActorSlots:
@@ -165,6 +188,11 @@ class ActorSlots:
             runtime_key_capacity=number(RUNTIME_KEY_CAPACITY),
             defer_min_backoff=number(DEFER_MIN_BACKOFF),
             defer_max_backoff=number(DEFER_MAX_BACKOFF),
+            on_lost_hold=(
+                None
+                if options.get(ON_LOST_HOLD) is None
+                else lost_hold_mode(options[ON_LOST_HOLD], actor_where(actor_name, ON_LOST_HOLD))
+            ),
         )
 
     @property
@@ -179,6 +207,11 @@ def check_message_options(actor_name: str, options: Mapping[str, Any]) -> None:
         raise ConfigurationError(
             f"{message_where(actor_name, QUEUE_CAPACITY)}: the capacity belongs to the queue and "
             "cannot be set per message; declare it on the actor or in Slots(queue_capacities=...)"
+        )
+    if options.get(ON_LOST_HOLD) is not None:
+        raise ConfigurationError(
+            f"{message_where(actor_name, ON_LOST_HOLD)}: cannot be set per message (it decides how the "
+            "actor is wrapped when it is declared); set it on the actor or in Slots(on_lost_hold=...)"
         )
     check_key_option(
         options.get(UNIQUE_AT_RUNTIME_KEY),

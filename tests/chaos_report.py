@@ -42,10 +42,10 @@ message sent completes at least once; **R** capacity comes back within hold_ttl 
 maximum backoff.
 
 {columns}
-|---|---|---|---|---|---|---|---|
+|---|---|---|---|---|---|---|---|---|
 """
 _TITLES = ("#", "scenario", "how it is induced", "what is guaranteed", "real peak / cap", "ledger peak")
-COLUMNS = "| " + " | ".join((*_TITLES, "lost", "capacity back")) + " |"
+COLUMNS = "| " + " | ".join((*_TITLES, "lost", "capacity back", "more figures")) + " |"
 
 FOOTER = """
 "real peak" is the oracle's: the most jobs that really ran at once. "ledger peak": the most
@@ -54,7 +54,12 @@ back": seconds from the end of the fault until the capacity it held was free aga
 the exit, the restart, the first run after the ledger came back), where the scenario measures
 it. Over-cap rows are the documented windows of a lease: a holder paused past hold_ttl, and
 holds lost by a ledger restarted without persistence, until its heartbeat re-asserts them;
-both are bounded by the jobs that lost their holds, and logged.
+both are bounded by the jobs that lost their holds, and logged. With
+`on_lost_hold="interrupt"` (S2, S3) the ledger stays at the cap, and the jobs whose slots were
+taken are stopped at their next beat: "overrun after resume" is how long the paused host's jobs
+ran on after SIGCONT, "over cap" the total time more jobs than the cap were open after the
+restart (in the default mode too, for comparison). A job frozen by SIGSTOP still counts as
+open for the oracle, so the real peak of S2 includes the pause itself.
 """
 
 
@@ -64,13 +69,15 @@ def _cell(value: Any, fmt: str = "{}") -> str:
 
 def row(number: str, scenario: str, induced: str, guaranteed: str, verdict: dict[str, Any] | None) -> str:
     if verdict is None:
-        figures = ["not run", "not run", "not run", "not run"]
+        figures = ["not run"] * 5
     else:
+        extra = verdict.get("extra") or {}
         figures = [
             f"{verdict['oracle_peak']} / {verdict['capacity']}",
             _cell(verdict.get("ledger_peak")),
             f"{verdict['lost']} of {verdict['sent']}",
             _cell(verdict.get("recovery_s"), "{:.2f} s"),
+            "; ".join(f"{key.replace('_', ' ')}: {extra[key]}" for key in sorted(extra)) or "—",
         ]
     return "| " + " | ".join([number, f"`{scenario}`", induced, guaranteed, *figures]) + " |"
 

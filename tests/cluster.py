@@ -14,11 +14,12 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
 from redis.cluster import RedisCluster
-from servers import Engine, Server, free_port
+from servers import Engine, Server, ServerError, free_port
 
 #: Milliseconds a primary may be unreachable before its replica is promoted.
 NODE_TIMEOUT_MS = 1_000
@@ -62,7 +63,7 @@ class LocalCluster:
         if cli is None:
             raise ClusterError("no redis-cli (or valkey-cli) on PATH to form the cluster")
         for node in self.nodes:
-            node.start()
+            self._start_node(node)
         command = [cli, "--cluster", "create", *self.addresses(), "--cluster-replicas", "1", "--cluster-yes"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
@@ -70,6 +71,20 @@ class LocalCluster:
         self.wait_ok()
         self.wait_replicas_synced()
         return self
+
+    @staticmethod
+    def _start_node(node: Server, attempts: int = 5) -> None:
+        """Start one node; when its port or its bus port was taken meanwhile, pick new ones."""
+        for attempt in range(1, attempts + 1):
+            try:
+                node.start()
+                return
+            except ServerError:
+                if attempt == attempts:
+                    raise
+                args = list(node.extra_args)
+                args[args.index("--cluster-port") + 1] = str(free_port())
+                node.extra_args = tuple(args)
 
     def wait_replicas_synced(self, timeout: float | None = None) -> None:
         """Until every running replica has its primary's data (``master_link_status:up``): a
@@ -160,6 +175,76 @@ class LocalCluster:
             if server.running and server.port == node.port:
                 return server
         raise ClusterError(f"no running node serves {key!r}")
+
+    def node_id(self, server: Server) -> str:
+        """``server``'s cluster node id (``CLUSTER MYID``)."""
+        with server.client(socket_timeout=5) as client:
+            reply = client.execute_command("CLUSTER", "MYID")
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+    def primaries(self) -> list[Server]:
+        """The running nodes that are primaries now (``ROLE``)."""
+        found = []
+        for node in self.nodes:
+            if node.running:
+                with node.client(socket_timeout=5) as client:
+                    if client.execute_command("ROLE")[0] in (b"master", "master"):
+                        found.append(node)
+        return found
+
+    def owner_of_slot(self, slot: int, asked: Server) -> Server:
+        """The primary serving hash slot ``slot`` in ``asked``'s view (``CLUSTER SLOTS``)."""
+        with asked.client(socket_timeout=5) as client:
+            for start, end, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+                if int(start) <= slot <= int(end):
+                    for server in self.nodes:
+                        if server.running and server.port == int(primary[1]):
+                            return server
+        raise ClusterError(f"no running primary serves slot {slot} in the view of {asked!r}")
+
+    def migrate_slot(
+        self,
+        slot: int,
+        to: Server,
+        *,
+        batch: int = 100,
+        midway: Callable[[], object] | None = None,
+        timeout: float = 30.0,
+    ) -> list[str]:
+        """Move hash slot ``slot`` with its keys to the primary ``to``, by hand, the way
+        ``redis-cli --cluster reshard`` does; returns the names of the keys it moved.
+
+        ``CLUSTER SETSLOT <slot> IMPORTING`` on the target, ``MIGRATING`` on the source,
+        ``MIGRATE`` the keys ``batch`` at a time (``CLUSTER GETKEYSINSLOT``) until the source
+        has none left, then ``SETSLOT <slot> NODE <target>`` on the target, the source and
+        every other primary (replicas follow their primary). Meanwhile clients get ``ASK``
+        (a key already moved) or ``TRYAGAIN`` (a multi-key command whose keys are split),
+        and ``MOVED`` afterwards. ``midway`` is called once, after the first ``MIGRATE``,
+        while the slot is still migrating.
+        """
+        source = self.owner_of_slot(slot, to)
+        if source is to:
+            raise ClusterError(f"slot {slot} is already served by {to!r}")
+        source_id, target_id = self.node_id(source), self.node_id(to)
+        moved: list[str] = []
+        deadline = time.monotonic() + timeout
+        with source.client(socket_timeout=10) as src, to.client(socket_timeout=10) as dst:
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch):
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"slot {slot} still has keys on {source!r} after {timeout} s")
+                reply = src.execute_command("MIGRATE", "127.0.0.1", to.port, "", 0, 5_000, "KEYS", *keys)
+                if reply in (b"OK", "OK", True):  # not NOKEY: they did not all expire meanwhile
+                    moved += [key.decode() if isinstance(key, bytes) else str(key) for key in keys]
+                if midway is not None:
+                    midway()
+                    midway = None
+        others = [node for node in self.primaries() if node is not to and node is not source]
+        for node in (to, source, *others):
+            with node.client(socket_timeout=5) as client:
+                client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        return moved
 
     def stop(self) -> None:
         for node in self.nodes:

@@ -9,18 +9,25 @@ the ledger's slot is SIGKILLed and its replica promoted.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 from cluster import LocalCluster
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq_support import Probe
+from dramatiq_support import Probe, wait_until
 from failover_scenario import caps_through_failover
+from redis.crc import key_slot
 from servers import Server, find_engine
 
 from dramatiq_slots import Slots
+from dramatiq_slots.errors import LedgerUnavailable
+from dramatiq_slots.ledger import Ledger, Want
 
 pytestmark = pytest.mark.slow
+
+#: The error replies of a Redis Cluster node that redirect a client.
+REDIRECTS = ("ASK", "TRYAGAIN", "MOVED")
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +61,94 @@ def test_caps_hold_on_a_redis_cluster_and_through_a_primary_failover(
     finally:
         client.close()
     assert promoted and promoted[0] is not primary, "no failover happened"
+
+
+def _redirects(server: Server) -> Counter[str]:
+    """How many ``ASK``, ``TRYAGAIN`` and ``MOVED`` error replies ``server`` sent so far."""
+    with server.client(socket_timeout=5) as client:
+        stats = client.info("errorstats")
+    return Counter({reply: int(stats.get(f"errorstat_{reply}", {}).get("count", 0)) for reply in REDIRECTS})
+
+
+@pytest.mark.timeout(120)
+def test_caps_hold_through_a_slot_migration(
+    broker: RedisBroker, local_cluster: LocalCluster, probe: Probe, key_prefix: str
+) -> None:
+    """The ledger's slot moves to another primary while jobs run (IMPORTING/MIGRATING, keys
+    MIGRATEd one at a time, SETSLOT NODE): the client is sent ASK or TRYAGAIN while the slot
+    is split, MOVED after, and follows; caps hold and every message runs."""
+    client = local_cluster.client()
+    slots = Slots(client=client, key_prefix=key_prefix, hold_ttl=2_000, beat_interval=300)
+    ledger = slots.keys.queue("clustered")
+    slot = key_slot(ledger.encode())
+    source = local_cluster.primary_of(ledger)
+    target = next(node for node in local_cluster.primaries() if node is not source)
+    assert client.nodes_manager.get_node_from_slot(slot).port == source.port
+    before = {"source": _redirects(source), "target": _redirects(target)}
+    moved: list[str] = []
+    split_seen: list[bool] = []
+
+    def split_redirects() -> int:
+        # A script that ran into the split slot: ASK (its keys moved) or TRYAGAIN (some moved).
+        now = _redirects(source)
+        return now["ASK"] + now["TRYAGAIN"] - before["source"]["ASK"] - before["source"]["TRYAGAIN"]
+
+    def midway() -> None:
+        # Keep the slot split (one key moved) until a job's script has run into it; not much
+        # longer: redis-py gives up on a command after 16 redirections (about 0.4 s of TRYAGAIN).
+        split_seen.append(wait_until(lambda: split_redirects() > 0, timeout=5))
+
+    def strike() -> None:
+        moved.extend(local_cluster.migrate_slot(slot, target, batch=1, midway=midway))
+        with source.client() as on_source:
+            assert on_source.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        assert local_cluster.wait_served(ledger) is target
+
+    try:
+        caps_through_failover(broker, slots, probe, queue="clustered", strike=strike)
+        assert client.nodes_manager.get_node_from_slot(slot).port == target.port, "the client did not follow"
+    finally:
+        client.close()
+    sent = {"source": _redirects(source) - before["source"], "target": _redirects(target) - before["target"]}
+    print(f"MEASURE slot migration: moved {moved}; redirections {sent}")
+    assert ledger in moved, "the ledger was not on the source"
+    assert split_seen == [True], "no job ran into the slot while it was split"
+    assert sent["source"]["MOVED"] > 0, "the client was never redirected"
+
+
+@pytest.mark.timeout(120)
+def test_a_slot_left_split_by_a_migration_is_unavailable_not_an_error(
+    local_cluster: LocalCluster, key_prefix: str
+) -> None:
+    """While a slot is half moved, a script whose keys are on both sides gets TRYAGAIN until
+    redis-py's redirections run out (``ClusterError: TTL exhausted``): that must read as "the
+    ledger cannot answer now" (the message is deferred), not as a failure of the message."""
+    client = local_cluster.client()
+    ledger = Ledger(client, key_prefix=key_prefix)
+    queue = ledger.keys.queue("split")
+    wants = [Want(queue, 1)]
+    slot = key_slot(queue.encode())
+    source = local_cluster.primary_of(queue)
+    target = next(node for node in local_cluster.primaries() if node is not source)
+    refused: list[Exception] = []
+
+    def midway() -> None:
+        # One of the two keys moved: enter.lua needs both (the ledger and its line).
+        try:
+            ledger.enter("b:2:2:2", wants, ttl_ms=60_000, line=Ledger.JOIN_LINE, place=2)
+        except Exception as e:
+            refused.append(e)
+
+    try:
+        assert ledger.enter("a:1:1:1", wants, ttl_ms=60_000, line=Ledger.NO_LINE).admitted
+        client.zadd(ledger.keys.waiting(queue), {"c:3:3:3": 1})  # a second key in the slot
+        local_cluster.migrate_slot(slot, target, batch=1, midway=midway)
+        assert len(refused) == 1 and isinstance(refused[0], LedgerUnavailable), refused
+        assert "cannot serve the ledger's slot" in str(refused[0])
+        # Moved: the same call now goes through (after MOVED), and finds the ledger as it was.
+        assert local_cluster.wait_served(queue) is target
+        entry = ledger.enter("b:2:2:2", wants, ttl_ms=60_000, line=Ledger.JOIN_LINE, place=2)
+        assert not entry.admitted and entry.waiting
+        assert [h.token for h in ledger.holders(queue)] == ["a:1:1:1"]
+    finally:
+        client.close()

@@ -328,6 +328,34 @@ def test_reassert_returns_live_counts_per_ledger(engine_ledger: Ledger) -> None:
     assert lg.reassert([], ttl_ms=LONG) == []
 
 
+# -- reclaim (strict re-assert) ------------------------------------------------------------
+
+
+def test_reclaim_takes_a_lost_hold_back_where_it_fits(engine_ledger: Ledger) -> None:
+    lg, client = engine_ledger, engine_ledger.client
+    a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
+    lg.acquire(token(1), [Want(a, 2)], ttl_ms=LONG)
+    client.zadd(b, {"ghost:1:1:1": 1})  # a dead holder's expired member: swept, not counted
+    assert lg.reclaim(token(2), [Want(a, 2), Want(b, 1)], ttl_ms=LONG) is None
+    assert tokens_of(lg, a) == {token(1), token(2)}
+    assert tokens_of(lg, b) == {token(2)}
+    assert client.pttl(a) > LONG - 5_000 and client.pttl(b) > LONG - 5_000
+    # Still listed: held again (fresh expiry), not counted twice, even at capacity.
+    assert lg.reclaim(token(2), [Want(a, 2), Want(b, 1)], ttl_ms=LONG) is None
+    assert lg.in_use(a) == 2 and lg.in_use(b) == 1
+
+
+def test_reclaim_writes_nothing_when_any_ledger_is_full_without_it(engine_ledger: Ledger) -> None:
+    lg, client = engine_ledger, engine_ledger.client
+    a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
+    lg.acquire(token(1), [Want(b, 1)], ttl_ms=LONG)  # a newcomer took the key meanwhile
+    assert lg.reclaim(token(2), [Want(a, 5), Want(b, 1)], ttl_ms=LONG) == b
+    assert score(client, a, token(2)) is None  # all or nothing: not on the roomy ledger either
+    assert tokens_of(lg, b) == {token(1)}
+    with pytest.raises(ValueError, match="at least one ledger"):
+        lg.reclaim(token(2), [], ttl_ms=LONG)
+
+
 # -- scripts and arguments -----------------------------------------------------------------------
 
 
@@ -380,6 +408,14 @@ BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int]] 
     ("acquire-empty-token", lambda lg, a, b: lg.acquire("", [Want(a, 1)], ttl_ms=LONG), "acquire", 1),
     ("beat-ttl-0", lambda lg, a, b: lg.beat([(a, token(1))], [(b, token(2))], ttl_ms=0), "beat", 1),
     ("reassert-ttl-0", lambda lg, a, b: lg.reassert([(a, token(1)), (b, token(2))], ttl_ms=0), "reassert", 1),
+    ("reclaim-empty-token", lambda lg, a, b: lg.reclaim("", [Want(a, 1)], ttl_ms=LONG), "reclaim", 1),
+    ("reclaim-ttl-0", lambda lg, a, b: lg.reclaim(token(1), [Want(a, 1)], ttl_ms=0), "reclaim", 2),
+    (
+        "reclaim-second-capacity-0",
+        lambda lg, a, b: lg.reclaim(token(1), [Want(a, 1), Want(b, 0)], ttl_ms=LONG),
+        "reclaim",
+        4,
+    ),
 ]
 
 
@@ -406,6 +442,7 @@ OPERATIONS: list[tuple[str, Callable[[Ledger, str], object]]] = [
     ("release", lambda lg, k: lg.release(token(1), [k])),
     ("beat", lambda lg, k: lg.beat([(k, token(1))], ttl_ms=LONG)),
     ("reassert", lambda lg, k: lg.reassert([(k, token(1))], ttl_ms=LONG)),
+    ("reclaim", lambda lg, k: lg.reclaim(token(1), [Want(k, 1)], ttl_ms=LONG)),
     ("in_use", lambda lg, k: lg.in_use(k)),
     ("holders", lambda lg, k: lg.holders(k)),
     ("ledgers", lambda lg, k: lg.ledgers()),

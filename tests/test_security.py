@@ -227,6 +227,8 @@ def test_the_readme_acl_allows_every_ledger_operation_and_nothing_more(
                 assert lg.beat([(queue, second)], ttl_ms=LONG) == []
                 assert lg.beat([(queue, lost)], ttl_ms=LONG) == [(queue, lost)]
                 assert lg.reassert([(queue, lost)], ttl_ms=LONG) == [2]
+                assert lg.reclaim(lost, [Want(queue, 1)], ttl_ms=LONG) is None  # listed: fits
+                assert lg.reclaim("gone:1:1:1", [Want(queue, 2)], ttl_ms=LONG) == queue  # full
                 assert lg.in_use(queue) == 2
                 assert {h.token for h in lg.holders(queue)} == {second, lost}
                 assert lg.withdraw(second, [Want(queue, 1)]) == 1

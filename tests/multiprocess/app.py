@@ -83,7 +83,11 @@ def _work(scope: str, arg: Any) -> None:
     if deferrals:
         probe().deferred(message_id, deferrals)
     with probe().run(scope, message_id, group=config.group, arg=arg):
-        time.sleep(config.job_ms / 1000)  # the job's work
+        # The job's work, in Python between short system calls (an interrupt can only land
+        # between them, as in any job that TimeLimit or on_lost_hold="interrupt" may stop).
+        end = time.monotonic() + config.job_ms / 1000
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, 0.02))
 
 
 def _slot_options(**options: Any) -> dict[str, Any]:
@@ -94,7 +98,9 @@ def _slot_options(**options: Any) -> dict[str, Any]:
 @dramatiq.actor(
     actor_name=CAPPED_ACTOR,
     queue_name=CAPPED_QUEUE,
-    max_retries=0,
+    max_retries=config.max_retries,
+    min_backoff=200,
+    max_backoff=1_000,
     **_slot_options(queue_capacity=config.capacity),
 )
 def capped_job(i: int) -> None:
@@ -108,7 +114,9 @@ def _key_of(key: str, i: int) -> str:
 @dramatiq.actor(
     actor_name=KEYED_ACTOR,
     queue_name=KEYED_QUEUE,
-    max_retries=0,
+    max_retries=config.max_retries,
+    min_backoff=200,
+    max_backoff=1_000,
     **_slot_options(unique_at_runtime_key=_key_of),
 )
 def keyed_job(key: str, i: int) -> None:

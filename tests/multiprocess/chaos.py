@@ -85,6 +85,12 @@ SCENARIOS: dict[str, tuple[str, str, str]] = {
         "the loss is detected, logged and re-asserted; the overlap is bounded by the paused host's "
         "own 2 jobs and ends with them",
     ),
+    "sigstop-past-ttl-interrupt": (
+        "S2",
+        "as scenario 3, with on_lost_hold='interrupt' (the actor may be retried)",
+        "the ledger never over the cap; after SIGCONT the paused host's jobs, whose slots were "
+        "taken, are stopped at its next beat and retried; nothing lost",
+    ),
     "sigstop-1.5-beats": (
         "4",
         "SIGSTOP a host holding slots for 1.5 beats",
@@ -119,6 +125,12 @@ SCENARIOS: dict[str, tuple[str, str, str]] = {
         "ledger Redis restarted without persistence mid-run",
         "live holds re-asserted within one beat; meanwhile up to that many newcomers may be "
         "admitted (documented over-cap window)",
+    ),
+    "ledger-restarted-empty-interrupt": (
+        "S3",
+        "as the row above, with on_lost_hold='interrupt' (the actor may be retried)",
+        "the ledger never over the cap: a lost hold is taken back only if it fits, else its job is "
+        "stopped at its next beat and retried; real overlap at most one beat",
     ),
     "ledger-crash-durable": (
         "7",

@@ -135,6 +135,10 @@ class AppConfig:
     failpoint: str = ""
     #: Seconds the workers' wall clock is off (``time.time``/``time.time_ns`` shifted in the app).
     clock_offset_s: int = 0
+    #: ``Slots(on_lost_hold=...)``.
+    on_lost_hold: str = "reassert"
+    #: The test actors' ``max_retries`` (0: a failed run is not retried; Retries' backoff is 0.2-1 s).
+    max_retries: int = 0
 
     def replace(self, **changes: Any) -> AppConfig:
         return dataclasses.replace(self, **changes)
@@ -227,6 +231,7 @@ class AppConfig:
             max_wait=self.max_wait,
             waiting_share=self.waiting_share,
             reuse_window=self.reuse_window,
+            on_lost_hold=self.on_lost_hold,
         )
 
 

@@ -153,12 +153,14 @@ class Probe:
 
     @contextmanager
     def run(self, scope: str, message_id: str, *, group: str, arg: Any = "") -> Iterator[int]:
-        """``with probe.run(...)``: begin on entry, end on exit (also when the body raises)."""
+        """``with probe.run(...)``: begin on entry, end on exit; a body that raised was cut short."""
         run_id = self.begin(scope, message_id, group=group, arg=arg)
         try:
             yield run_id
-        finally:
-            self.end(run_id, scope)
+        except BaseException:
+            self.end(run_id, scope, killed=True)  # interrupted (HoldLost, TimeLimitExceeded): not completed
+            raise
+        self.end(run_id, scope)
 
     def deferred(self, message_id: str, deferrals: int) -> None:
         """Record that a message ran after ``deferrals`` deferrals (its ``slots_deferrals`` option)."""
@@ -239,6 +241,27 @@ class Probe:
             if pid in dead and self.end(run_id, scope, killed=True, at_us=at_us):
                 closed += 1
         return closed
+
+
+def over_cap_us(runs: Iterable[Run], capacity: int, *, since: int | None = None) -> int:
+    """How long (Redis microseconds, in total) more than ``capacity`` runs were open at once."""
+    events: list[tuple[int, int]] = []
+    for run in runs:
+        end = run.end if run.end is not None else 2**62
+        start = run.start if since is None else max(run.start, since)
+        if end > start:
+            events += [(start, 1), (end, -1)]
+    events.sort()
+    total = current = 0
+    over_since = 0
+    for at, delta in events:
+        before = current
+        current += delta
+        if before <= capacity < current:
+            over_since = at
+        elif current <= capacity < before:
+            total += at - over_since
+    return total
 
 
 def _text(value: Any) -> str:

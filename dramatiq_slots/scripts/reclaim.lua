@@ -1,0 +1,60 @@
+-- reclaim.lua: take a lost hold back only where it still fits (the strict
+-- counterpart of reassert.lua, for on_lost_hold="interrupt").
+--
+-- Used by the heartbeat after beat.lua reported a hold of a strict claim
+-- lost. The claim's job is still running; if every ledger it held has room
+-- for it (or still lists it), it is held again and goes on. If any ledger is
+-- full without it, somebody else was admitted meanwhile: nothing is written,
+-- and the caller interrupts the job instead, so the cap is never exceeded.
+--
+-- KEYS[1..n]  the claim's ledgers
+-- ARGV[1]     claim token
+-- ARGV[2]     hold ttl in milliseconds (integer >= 1)
+-- ARGV[2+i]   capacity of KEYS[i] (integer >= 1)
+--
+-- Returns {1, 0}   held again on every ledger (a fresh expiry on each)
+--         {0, i}   KEYS[i] is full without this claim: nothing written
+--         {-1, j}  ARGV[j] malformed (j = 0: wrong argument count); nothing written
+--
+-- Expired members are swept first (by TIME), so a dead holder's leftovers
+-- do not count against the claim. This runs only after a loss, so the sweep
+-- costs nothing on the busy path. A slot handed to a waiter is a member and
+-- counts: it belongs to the waiter.
+
+local n = #KEYS
+if n < 1 or #ARGV ~= n + 2 then
+  return {-1, 0}
+end
+local token, ttl = ARGV[1], tonumber(ARGV[2])
+if token == '' then return {-1, 1} end
+if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 2} end
+local caps = {}
+for i = 1, n do
+  caps[i] = tonumber(ARGV[2 + i])
+  if not caps[i] or caps[i] < 1 or caps[i] ~= math.floor(caps[i]) then return {-1, 2 + i} end
+end
+
+-- include: outlive
+
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+
+local members = {}
+for i, ledger in ipairs(KEYS) do
+  redis.call('ZREMRANGEBYSCORE', ledger, '-inf', now)
+  members[i] = redis.call('ZCARD', ledger)
+  if members[i] >= caps[i] and not redis.call('ZSCORE', ledger, token) then
+    return {0, i}
+  end
+end
+
+local expiry = string.format('%.0f', now + ttl)
+for i, ledger in ipairs(KEYS) do
+  redis.call('ZADD', ledger, expiry, token)
+  if members[i] == 0 then
+    redis.call('PEXPIREAT', ledger, expiry)  -- a new key: nothing to outlive
+  else
+    outlive(ledger, expiry, ttl)
+  end
+end
+return {1, 0}
