@@ -88,6 +88,8 @@ class Hold:
     label: str = ""
     #: ``on_lost_hold="interrupt"``: never re-asserted over capacity; its job is stopped instead.
     strict: bool = False
+    #: The actor whose message holds it (for reports and metrics).
+    actor: str = ""
 
     @property
     def ledgers(self) -> tuple[str, ...]:
@@ -117,6 +119,8 @@ class HoldRegistry:
         self._owed: dict[str, Hold] = {}
         #: When each hold's expiry was last written (monotonic s), where known.
         self._written: dict[str, float] = {}
+        #: When each hold was taken (wall clock s), for reports.
+        self._since: dict[str, float] = {}
         # A lock held by another thread at fork time would stay held forever
         # in the child: give the child a fresh one (weakly, so a registry can die).
         ref = weakref.ref(self)
@@ -129,6 +133,7 @@ class HoldRegistry:
             self._held = {}
             self._owed = {}
             self._written = {}
+            self._since = {}
 
     def add(self, hold: Hold, *, written_at: float | None = None) -> None:
         """Record a hold taken (a retried acquire that succeeds no longer owes a release).
@@ -140,6 +145,7 @@ class HoldRegistry:
             self._check_fork()
             self._owed.pop(hold.token, None)
             self._held[hold.token] = hold
+            self._since.setdefault(hold.token, time.time())
             if written_at is not None:
                 self._written[hold.token] = written_at
 
@@ -172,6 +178,7 @@ class HoldRegistry:
         with self._lock:
             self._check_fork()
             self._written.pop(token, None)
+            self._since.pop(token, None)
             return self._held.pop(token, None)
 
     def discard(self, token: str) -> None:
@@ -194,12 +201,20 @@ class HoldRegistry:
                 self._owed.pop(token, None)
                 if token not in self._held:
                     self._written.pop(token, None)
+                    self._since.pop(token, None)
 
     def snapshot(self) -> tuple[list[Hold], list[Hold]]:
         """``(held, owed)`` as lists, for one beat."""
         with self._lock:
             self._check_fork()
             return list(self._held.values()), list(self._owed.values())
+
+    def held_since(self) -> list[tuple[Hold, float]]:
+        """Every hold with when it was taken (wall clock s), for a process report."""
+        with self._lock:
+            self._check_fork()
+            now = time.time()
+            return [(hold, self._since.get(token, now)) for token, hold in self._held.items()]
 
     def is_held(self, token: str) -> bool:
         with self._lock:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from .claims import Hold, HoldRegistry
 from .errors import LedgerError
 from .ledger import Ledger
+from .metrics import Metrics
 
 logger = logging.getLogger("dramatiq_slots.heartbeat")
 
@@ -67,6 +68,8 @@ class Heartbeat:
       beat_interval: milliseconds between beats (< hold_ttl).
       on_lost: called with a strict hold that is lost (or may lapse) and
         cannot be taken back within capacity, and the reason; stops its job.
+      report: gives the process's report, ``(key, text)``, written with every
+        beat that sends anything (see :mod:`dramatiq_slots.inspection`).
     """
 
     def __init__(
@@ -77,6 +80,8 @@ class Heartbeat:
         hold_ttl: int,
         beat_interval: int,
         on_lost: Callable[[Hold, str], None] | None = None,
+        report: Callable[[], tuple[str, str]] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if beat_interval >= hold_ttl:
             raise ValueError(f"beat_interval ({beat_interval} ms) must be < hold_ttl ({hold_ttl} ms)")
@@ -85,6 +90,9 @@ class Heartbeat:
         self.hold_ttl = hold_ttl
         self.beat_interval = beat_interval
         self.on_lost = on_lost
+        self.report = report
+        self.metrics = metrics if metrics is not None else Metrics()
+        self._report_warned = False
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
@@ -107,15 +115,28 @@ class Heartbeat:
             return report
         refresh = [pair for hold in held for pair in hold.pairs()]
         release = [pair for hold in owed for pair in hold.pairs()]
+        written: tuple[str, str] | None = None
+        if self.report is not None:
+            try:
+                written = self.report()
+            except Exception:  # a report is for people; the beat is for the holds
+                logger.exception("Could not build this process's report; beating without it.")
         sent = time.monotonic()
         try:
-            lost = self.ledger.beat(refresh, release, ttl_ms=self.hold_ttl)
+            lost = self.ledger.beat(refresh, release, ttl_ms=self.hold_ttl, report=written)
         except LedgerError as e:
             self._failed(e)
             report.error = e
             report.given_up = self._lapsing([hold for hold in held if hold.strict], e)
             return report
         self.beats += 1
+        if self.ledger.report_error is not None and not self._report_warned:
+            self._report_warned = True
+            logger.warning(
+                "Could not write this process's report for `dramatiq-slots status` (%s); holds are "
+                "refreshed all the same. Allow SET on the ledger's keys to see them.",
+                self.ledger.report_error,
+            )
         if self._failures:
             logger.info("Ledger reachable again after %d failed beat(s); holds refreshed.", self._failures)
             self._failures = 0
@@ -208,6 +229,8 @@ class Heartbeat:
             self.registry.written([token for _, token in still], sent)
         for (ledger, token), live in zip(still, counts, strict=True):
             hold = self.registry.hold(token)
+            if hold is not None:
+                self.metrics.reasserted(hold, ledger)
             capacity = next((w.capacity for w in hold.wants if w.ledger == ledger), 0) if hold else 0
             over = " (over capacity: new admissions wait until it drains)" if live > capacity else ""
             logger.warning(

@@ -17,7 +17,12 @@ of its waiting claims was handed a slot::
     {<prefix>}:key-waiting:<digest>         line of a runtime key's ledger
     {<prefix>}:wake:<host>:<pid>            wake channel of one worker process
 
-The ``-waiting`` kinds never parse as ledgers, whatever the name holds.
+Each worker process holding slots also reports what it holds (JSON, written
+with every beat, expiring with its holds), for ``dramatiq-slots status``::
+
+    {<prefix>}:process:<host>:<pid>         report of one worker process
+
+The ``-waiting`` kinds and reports never parse as ledgers, whatever the name holds.
 
 **Runtime keys are hashed.** A runtime key comes from message arguments, that
 is from whoever sent the message (a tenant, an account id). Its ledger is
@@ -98,6 +103,14 @@ class KeySpace:
     def wake_channel_prefix(self) -> str:
         """Wake channels are this prefix + a process part (``<host>:<pid>``)."""
         return f"{self.tag}:wake:"
+
+    def process(self, process: str) -> str:
+        """The report key of one worker process (``<host>:<pid>``, see :func:`~.claims.this_process`)."""
+        return f"{self.tag}:process:{process}"
+
+    def process_pattern(self) -> str:
+        """A SCAN pattern matching every process report under this prefix."""
+        return self.pattern()[:-1] + "process:*"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key under this prefix."""

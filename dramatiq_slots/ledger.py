@@ -203,6 +203,8 @@ class Ledger:
         #: WAIT for this many replicas after every admission (0: never), at most this long.
         self.replicas = replicas
         self.replicas_timeout_ms = replicas_timeout_ms
+        #: Why the last process report was not written (None: it was, or none was sent).
+        self.report_error: Exception | None = None
         # Registered per client, not in module globals: each Script caches
         # its SHA and reloads itself on this client after NOSCRIPT.
         self._acquire = client.register_script(_load("acquire"))
@@ -395,21 +397,39 @@ class Ledger:
         release: Sequence[tuple[str, str]] = (),
         *,
         ttl_ms: int,
+        report: tuple[str, str] | None = None,
     ) -> list[tuple[str, str]]:
         """Refresh holds and retry releases in one round trip.
 
         ``refresh`` and ``release`` are ``(ledger, token)`` pairs. Returns
         the refresh pairs whose hold was lost (gone, or already expired);
-        they are not re-created here, see :meth:`reassert`.
+        they are not re-created here, see :meth:`reassert`. ``report``:
+        ``(key, text)`` written in the same round trip, expiring after ``ttl_ms``
+        (the process's report, see :mod:`dramatiq_slots.inspection`).
         """
         pairs = [*refresh, *release]
         if not pairs:
             return []
+        keys = [ledger for ledger, _ in pairs]
+        args: list[Any] = [ttl_ms, len(refresh), *(token for _, token in pairs)]
         with self._translated("beat"):
-            reply = self._beat(
-                keys=[ledger for ledger, _ in pairs],
-                args=[ttl_ms, len(refresh), *(token for _, token in pairs)],
-            )
+            if report is None or isinstance(self.client, RedisCluster):
+                reply = self._beat(keys=keys, args=args)
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                self._beat(keys=keys, args=args, client=pipe)
+                pipe.set(report[0], report[1], px=ttl_ms)
+                reply, written = pipe.execute(raise_on_error=False)
+                if isinstance(reply, Exception):
+                    raise reply
+                self.report_error = written if isinstance(written, Exception) else None
+                report = None
+        if report is not None:  # a cluster client pipelines no scripts: a second round trip
+            try:
+                self.client.set(report[0], report[1], px=ttl_ms)
+                self.report_error = None
+            except redis.RedisError as e:
+                self.report_error = e
         self._check_codes("beat", reply)
         return [refresh[int(i) - 1] for i in reply]
 

@@ -47,10 +47,12 @@ from .deferral import DEFERRALS, backoff_ms, defer, install_skip_filter, requeue
 from .errors import LedgerError, LedgerUnavailable, SlotsError
 from .failpoints import reach
 from .heartbeat import Heartbeat
+from .inspection import ProcessReport, ReportedHold
 from .interrupts import Bodies, HoldLost, wrapped_by
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .ledger import Admission, Entry, Holder, Ledger, RedisClient, Want, eviction_risk, redacted_address
 from .lingering import LingeringHolds, roomy
+from .metrics import Metrics, metrics_for
 from .places import PLACE, PlaceClock, place_of
 from .wakeups import Waiter, Wakeups
 
@@ -201,6 +203,8 @@ class Slots(Middleware):
         self.wait_replicas_timeout = opt.positive_int(wait_replicas_timeout, where)
         self.on_lost_hold = opt.lost_hold_mode(on_lost_hold, "Slots(on_lost_hold=...)")
         self._bodies = Bodies()
+        #: Prometheus metrics once a worker boots with dramatiq's Prometheus middleware.
+        self.metrics = Metrics()
         #: Jobs stopped because their hold was lost (on_lost_hold="interrupt").
         self.interrupted = 0
         self._lingering = LingeringHolds(self._give_up_hold)
@@ -287,6 +291,8 @@ class Slots(Middleware):
                         hold_ttl=self.hold_ttl,
                         beat_interval=self.beat_interval,
                         on_lost=self._stop_job,
+                        report=self._report,
+                        metrics=self.metrics,
                     )
         return self._heartbeat
 
@@ -373,6 +379,10 @@ class Slots(Middleware):
         self._broker = broker
         self._stopping.clear()
         self._lingering.resume()
+        if type(self.metrics) is Metrics:
+            self.metrics = metrics_for(broker.middleware, self.keys)
+            if self._heartbeat is not None:
+                self._heartbeat.metrics = self.metrics
         waiters = int(worker.worker_threads * self.waiting_share)
         self._wait_gate = threading.BoundedSemaphore(waiters) if waiters > 0 and self.max_wait > 0 else None
         if not (self._queue_capacities or any(a.capped for a in self._actors.values())):
@@ -495,13 +505,14 @@ class Slots(Middleware):
             lingering = self._lingering.take(plan.wants)
             if lingering is not None:
                 # Its expiry's age is still on record (parking does not forget it).
-                self._admitted(message, Hold(lingering.token, lingering.wants, label, plan.strict), None)
+                hold = Hold(lingering.token, lingering.wants, label, plan.strict, message.actor_name)
+                self._admitted(message, hold, None)
                 return
         outage_attempt = 0
         while True:
             # A fresh token per attempt: an attempt whose outcome is unknown is
             # owed a release, and that release must never hit a later attempt.
-            hold = Hold(new_token(), plan.wants, label, plan.strict)
+            hold = Hold(new_token(), plan.wants, label, plan.strict, message.actor_name)
             try:
                 admission, written_at = self._acquire_or_wait(hold, plan)
             except LedgerUnavailable as e:
@@ -563,6 +574,7 @@ class Slots(Middleware):
                     f"after: {reason}; the actor did not run"
                 ) from e
             reach("after-defer-enqueue")
+            self.metrics.deferred(plan.wants, message.actor_name)
             raise deferred
 
     def _distrust(self, admission: Admission, written_at: float | None) -> str | None:
@@ -594,6 +606,7 @@ class Slots(Middleware):
             self._claims[id(message)] = hold.token
         if hold.strict:
             self._bodies.bind(hold.token)
+        self.metrics.admitted(hold)
         self.heartbeat.ensure_started()
         reach("after-acquire")
 
@@ -699,6 +712,8 @@ class Slots(Middleware):
             return
         self._bodies.unbind()
         hold = self.registry.hold(token)
+        if hold is not None:
+            self.metrics.finished(hold)
         if hold is not None and self._lingering.park(hold):
             # Kept for the next message of the same ledgers (its window is open);
             # not refreshed meanwhile: the window is far shorter than hold_ttl.
@@ -710,6 +725,29 @@ class Slots(Middleware):
             self._give_up_hold(hold)
         reach("after-release")
 
+    def _report(self) -> tuple[str, str]:
+        """This process's report for ``dramatiq-slots status``: ``(key, JSON)``."""
+        process = this_process()
+        report = ProcessReport(
+            process=process,
+            at=time.time(),
+            hold_ttl=self.hold_ttl,
+            beat_interval=self.beat_interval,
+            on_lost_hold=self.on_lost_hold,
+            capacities={self.keys.queue(q): cap for q, (cap, _) in self._queue_capacities.items()},
+            holds=[
+                ReportedHold(
+                    token=hold.token,
+                    actor=hold.actor,
+                    label=hold.label,
+                    since=since,
+                    ledgers={w.ledger: w.capacity for w in hold.wants},
+                )
+                for hold, since in self.registry.held_since()
+            ],
+        )
+        return self.keys.process(process), report.to_json()
+
     def _stop_job(self, hold: Hold, reason: str) -> None:
         """The heartbeat gave up a strict hold: forget it, and stop its job if it runs."""
         with self.registry.release_lock():
@@ -718,6 +756,8 @@ class Slots(Middleware):
             self._lingering.forget(hold.token)
             running = self._bodies.interrupt(hold.token)
         self.interrupted += 1
+        self.metrics.finished(hold)
+        self.metrics.interrupted(hold)
         logger.warning(
             "Job %s %s: %s; it is retried.",
             hold.label,
@@ -735,6 +775,7 @@ class Slots(Middleware):
                 hold.token, hold.wants, ttl_ms=self.hold_ttl, age_ms=age, own_process=own
             )
         except Exception as e:
+            self.metrics.release_failed(hold)
             logger.warning(
                 "Release of %s for %s failed (%s); retried on the next beat, and the hold ages out "
                 "within hold_ttl=%d ms in any case.",

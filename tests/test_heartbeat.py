@@ -133,9 +133,10 @@ class _ReleaseDuringBeat(Ledger):
         release: Sequence[tuple[str, str]] = (),
         *,
         ttl_ms: int,
+        report: tuple[str, str] | None = None,
     ) -> list[tuple[str, str]]:
         self.before_beat()
-        return super().beat(refresh, release, ttl_ms=ttl_ms)
+        return super().beat(refresh, release, ttl_ms=ttl_ms, report=report)
 
 
 def test_a_beat_racing_a_release_never_resurrects_the_hold(

@@ -1,0 +1,287 @@
+"""Inspection: what the ledgers hold now, and who holds it, for people.
+
+The ledger itself knows only claim tokens (``<host>:<pid>:<thread>:<n>``) and
+their expiries. Everything else an operator wants at 3 a.m. (the capacity of
+a ledger, which message holds a slot, since when) is known only to the worker
+process that holds it. So each worker process writes a **report** with every
+beat (one more command in the beat's round trip), under
+``{<prefix>}:process:<host>:<pid>``, expiring after ``hold_ttl``: a process
+that stops beating disappears from the reports when its holds age out.
+
+:class:`Inspector` reads ledgers and reports together into
+:class:`LedgerView` rows; ``dramatiq-slots status`` prints them, and
+``dramatiq-slots release`` uses :meth:`Inspector.release`. Reading is SCAN
+plus a few reads per ledger: meant for people and dashboards, not for a hot
+path.
+
+Runtime keys are hashed in the ledger (see :mod:`dramatiq_slots.keys`), and
+reports do not carry them either: a key ledger is shown by its digest and by
+the actors holding it; ``status --key TEXT`` finds the ledger of a key.
+
+This module imports nothing from dramatiq.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from redis.cluster import RedisCluster
+
+from .claims import process_part
+from .keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
+from .ledger import Ledger, RedisClient, Want, _text
+
+#: Version of the report format (a reader skips reports of another version).
+REPORT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ReportedHold:
+    """One hold as its process reports it."""
+
+    token: str
+    #: The actor of the message holding it, and ``actor(message id)``.
+    actor: str
+    label: str
+    #: When it was taken (wall clock of the worker, s).
+    since: float
+    #: ``{ledger key: capacity}`` for each ledger it holds.
+    ledgers: dict[str, int]
+
+
+@dataclass(frozen=True)
+class ProcessReport:
+    """What one worker process reports with each beat."""
+
+    process: str
+    at: float
+    hold_ttl: int
+    beat_interval: int
+    on_lost_hold: str
+    #: ``{ledger key: capacity}`` of the queue ledgers this process enforces.
+    capacities: dict[str, int] = field(default_factory=dict)
+    holds: list[ReportedHold] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps({"version": REPORT_VERSION, **asdict(self)}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ProcessReport | None:
+        """The report, or None when it is not one this version can read."""
+        try:
+            data = json.loads(text)
+            if data.pop("version", None) != REPORT_VERSION:
+                return None
+            holds = [ReportedHold(**hold) for hold in data.pop("holds", [])]
+            return cls(**data, holds=holds)
+        except (ValueError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
+class HolderView:
+    """One live hold of a ledger, with what its process reported about it."""
+
+    token: str
+    host: str
+    pid: int | None
+    thread: int | None
+    seconds_left: float
+    #: Seconds since it was taken; None when its process does not report it.
+    age: float | None = None
+    actor: str | None = None
+    label: str | None = None
+    #: Whether its process reported within its hold_ttl (a live worker).
+    process_alive: bool = False
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """One ledger: its capacity (where a live process reports it), holds in use and line."""
+
+    ledger: str
+    kind: LedgerKind
+    #: The queue name, or a runtime key's digest.
+    name: str
+    capacity: int | None
+    in_use: int
+    waiting: int
+    holders: list[HolderView]
+
+    @property
+    def short(self) -> str:
+        """``queue:<name>`` or ``key:<digest>``: how the command line names it."""
+        return f"{self.kind}:{self.name}"
+
+
+def _token_parts(token: str) -> tuple[str, int | None, int | None]:
+    """``(host, pid, thread)`` of a claim token ``<host>:<pid>:<thread>:<n>``."""
+    parts = token.rsplit(":", 3)
+    if len(parts) != 4:
+        return token, None, None
+    host, pid, thread, _ = parts
+    return host, int(pid) if pid.isdigit() else None, int(thread) if thread.isdigit() else None
+
+
+class Inspector:
+    """Reads the ledgers and process reports under one key prefix.
+
+    Parameters:
+      client: the ledger's Redis (what the workers' ``Slots`` use).
+      key_prefix: the workers' ``key_prefix``.
+    """
+
+    def __init__(self, client: RedisClient, *, key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
+        self.ledger = Ledger(client, key_prefix=key_prefix)
+        self.keys: KeySpace = self.ledger.keys
+        self.client = client
+
+    # -- names ------------------------------------------------------------------------
+
+    def resolve(self, name: str) -> str:
+        """The ledger key for ``queue:<name>``, ``key:<digest>`` or a full ledger key.
+
+        ValueError for anything else (a runtime key's text: use :meth:`key_ledger`).
+        """
+        if self.keys.parse(name) is not None:
+            return name
+        kind, sep, rest = name.partition(":")
+        if sep and rest and kind == "queue":
+            return self.keys.queue(rest)
+        if sep and kind == "key" and len(rest) == len(key_digest("")) and _is_hex(rest):
+            return f"{self.keys.tag}:key:{rest}"
+        raise ValueError(
+            f"not a ledger name: {name!r} (expected queue:<queue name>, key:<32 hex digits> "
+            f"or a key under {self.keys.tag})"
+        )
+
+    def key_ledger(self, key: str) -> str:
+        """The ledger of a runtime key, from its text."""
+        return self.keys.runtime_key(key)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def processes(self) -> dict[str, ProcessReport]:
+        """Every live process report, by ``<host>:<pid>``."""
+        pattern = self.keys.process_pattern()
+        found = sorted({_text(k) for k in self.client.scan_iter(match=pattern, count=500)})
+        if not found:
+            return {}
+        values = [self.client.get(k) for k in found] if _is_cluster(self.client) else self.client.mget(found)
+        reports: dict[str, ProcessReport] = {}
+        for value in values:
+            report = ProcessReport.from_json(value) if value is not None else None
+            if report is not None:
+                reports[report.process] = report
+        return reports
+
+    def ledgers(self, names: Iterable[str] | None = None) -> list[LedgerView]:
+        """Views of the given ledger keys, or of every ledger under the prefix, queues first."""
+        reports = self.processes()
+        keys = sorted(set(names)) if names is not None else self.ledger.ledgers()
+        views = [self._view(key, reports) for key in keys]
+        return sorted(views, key=lambda v: (v.kind != "queue", v.name))
+
+    def _view(self, ledger: str, reports: Mapping[str, ProcessReport]) -> LedgerView:
+        parsed = self.keys.parse(ledger)
+        if parsed is None:
+            raise ValueError(f"not a ledger under prefix {self.keys.prefix!r}: {ledger!r}")
+        kind, name = parsed
+        now = self._now()
+        holds = {h.token: (r, h) for r in reports.values() for h in r.holds if ledger in h.ledgers}
+        holders = []
+        for holder in self.ledger.holders(ledger):
+            host, pid, thread = _token_parts(holder.token)
+            report, hold = holds.get(holder.token, (None, None))
+            alive = report is not None or process_part(holder.token) in reports
+            holders.append(
+                HolderView(
+                    token=holder.token,
+                    host=host,
+                    pid=pid,
+                    thread=thread,
+                    seconds_left=holder.seconds_left,
+                    age=round(now - hold.since, 3) if hold is not None else None,
+                    actor=hold.actor if hold is not None else None,
+                    label=hold.label if hold is not None else None,
+                    process_alive=alive,
+                )
+            )
+        capacity = self._capacity(ledger, reports)
+        return LedgerView(
+            ledger=ledger,
+            kind=kind,
+            name=name,
+            capacity=capacity,
+            in_use=len(holders),
+            waiting=int(self.client.zcard(self.keys.waiting(ledger))),
+            holders=holders,
+        )
+
+    @staticmethod
+    def _capacity(ledger: str, reports: Mapping[str, ProcessReport]) -> int | None:
+        """The capacity live processes report for ``ledger`` (the largest, if they disagree)."""
+        seen = [r.capacities[ledger] for r in reports.values() if ledger in r.capacities]
+        seen += [h.ledgers[ledger] for r in reports.values() for h in r.holds if ledger in h.ledgers]
+        return max(seen) if seen else None
+
+    def _now(self) -> float:
+        """The Redis server's clock (s): every age is measured against one clock."""
+        seconds, micros = self.client.time()
+        return int(seconds) + int(micros) / 1e6
+
+    # -- releasing by hand -----------------------------------------------------------------
+
+    def release(self, ledger: str, tokens: Sequence[str]) -> list[str]:
+        """Remove these holds from ``ledger``; the tokens that were there.
+
+        Where the ledger's capacity is reported, the freed slots are handed to
+        the first claims in line at once (as a release by the holder would be);
+        otherwise those claims find them free when they next ask (within 8 s).
+        """
+        view = self.ledgers([ledger])[0]
+        reports = self.processes()
+        hold_ttl = max((r.hold_ttl for r in reports.values()), default=60_000)
+        removed: list[str] = []
+        for token in tokens:
+            if view.capacity is not None:
+                count, _ = self.ledger.leave(token, [Want(ledger, view.capacity)], ttl_ms=hold_ttl)
+            else:
+                count = self.ledger.release(token, [ledger])
+            if count:
+                removed.append(token)
+        return removed
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
+def _is_cluster(client: RedisClient) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+def age_text(seconds: float | None) -> str:
+    """``12.3s``, ``4m05s``, ``2h03m``: a hold's age for a table (``-`` when unknown)."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+__all__ = [
+    "REPORT_VERSION",
+    "HolderView",
+    "Inspector",
+    "LedgerView",
+    "ProcessReport",
+    "ReportedHold",
+    "age_text",
+]

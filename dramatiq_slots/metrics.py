@@ -1,0 +1,144 @@
+"""Prometheus metrics of the ledgers, served by dramatiq's own ``Prometheus`` middleware.
+
+When the broker has dramatiq's ``Prometheus`` middleware (which needs
+``prometheus_client``), each worker process counts, per ledger:
+
+``dramatiq_slots_holds_in_use``  (gauge) holds this process's jobs have now
+``dramatiq_slots_capacity``  (gauge) the ledger's capacity, as this process enforces it
+``dramatiq_slots_admissions_total``  (counter) messages admitted
+``dramatiq_slots_deferrals_total``  (counter) messages deferred because a ledger was full
+                                   or could not be reached
+``dramatiq_slots_reasserted_total``  (counter) lost holds put back while their job ran
+``dramatiq_slots_interrupted_total``  (counter) jobs stopped because their hold was lost
+                                    (``on_lost_hold="interrupt"``)
+``dramatiq_slots_release_failures_total``  (counter) releases Redis did not confirm (the
+                                         heartbeat retries them; the hold ages out anyway)
+
+Labels: ``kind`` (``queue`` or ``key``) and ``name``: the queue's name for a
+queue ledger; for a runtime-key ledger, the *actor* of the message, never the
+key, so that one label per account or tenant cannot swamp Prometheus. Sum
+over processes (and hosts) for cluster-wide figures: the gauges are written
+in prometheus_client's multiprocess mode (``livesum`` for holds, ``livemax``
+for capacities), which dramatiq's exposition server reads.
+
+Nothing is created, and ``prometheus_client`` is not imported, unless the
+broker has the ``Prometheus`` middleware: :func:`metrics_for` returns the
+no-op :class:`Metrics` otherwise.
+
+This module imports nothing from dramatiq at import time.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .claims import Hold
+from .keys import KeySpace
+from .ledger import Want
+
+
+class Metrics:
+    """The metrics hooks; this base class records nothing."""
+
+    def admitted(self, hold: Hold) -> None:
+        """A message was admitted on ``hold``."""
+
+    def finished(self, hold: Hold) -> None:
+        """The job of ``hold`` ended (released, kept for reuse, or stopped)."""
+
+    def deferred(self, wants: Sequence[Want], actor: str) -> None:
+        """A message of ``actor`` needing ``wants`` was deferred."""
+
+    def reasserted(self, hold: Hold, ledger: str) -> None:
+        """A lost hold of a running job was put back on ``ledger``."""
+
+    def interrupted(self, hold: Hold) -> None:
+        """The job of ``hold`` was stopped because its hold was lost."""
+
+    def release_failed(self, hold: Hold) -> None:
+        """Redis did not confirm the release of ``hold``."""
+
+
+class PrometheusMetrics(Metrics):
+    """:class:`Metrics` in prometheus_client's multiprocess mode (see the module docstring)."""
+
+    def __init__(self, keys: KeySpace) -> None:
+        import prometheus_client as prom  # after dramatiq's Prometheus set PROMETHEUS_MULTIPROC_DIR
+
+        self.keys = keys
+        # A registry of our own: the values go to the multiprocess files all the same, and
+        # two Slots in one process (tests) do not collide in the global registry.
+        registry = prom.CollectorRegistry()
+        labels = ["kind", "name"]
+        self.holds_in_use = prom.Gauge(
+            "dramatiq_slots_holds_in_use",
+            "Holds the jobs of this process have now, per ledger.",
+            labels,
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.capacity = prom.Gauge(
+            "dramatiq_slots_capacity",
+            "Capacity of the ledger, as the processes enforce it.",
+            labels,
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+
+        def counter(name: str, text: str) -> Any:
+            return prom.Counter(f"dramatiq_slots_{name}", text, labels, registry=registry)
+
+        self.admissions = counter("admissions", "Messages admitted, per ledger.")
+        self.deferrals = counter("deferrals", "Messages deferred (a ledger full or unreachable), per ledger.")
+        self.reasserts = counter("reasserted", "Lost holds put back while their job ran, per ledger.")
+        self.interrupts = counter("interrupted", "Jobs stopped because their hold was lost, per ledger.")
+        self.release_failures = counter("release_failures", "Releases Redis did not confirm, per ledger.")
+
+    def _labels(self, wants: Iterable[Want], actor: str) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for want in wants:
+            parsed = self.keys.parse(want.ledger)
+            if parsed is not None:
+                kind, name = parsed
+                out.append((kind, name if kind == "queue" else actor))
+        return out
+
+    def admitted(self, hold: Hold) -> None:
+        for labels, want in zip(self._labels(hold.wants, hold.actor), hold.wants, strict=False):
+            self.admissions.labels(*labels).inc()
+            self.holds_in_use.labels(*labels).inc()
+            self.capacity.labels(*labels).set(want.capacity)
+
+    def finished(self, hold: Hold) -> None:
+        for labels in self._labels(hold.wants, hold.actor):
+            self.holds_in_use.labels(*labels).dec()
+
+    def deferred(self, wants: Sequence[Want], actor: str) -> None:
+        for labels in self._labels(wants, actor):
+            self.deferrals.labels(*labels).inc()
+
+    def reasserted(self, hold: Hold, ledger: str) -> None:
+        for labels in self._labels([w for w in hold.wants if w.ledger == ledger], hold.actor):
+            self.reasserts.labels(*labels).inc()
+
+    def interrupted(self, hold: Hold) -> None:
+        for labels in self._labels(hold.wants, hold.actor):
+            self.interrupts.labels(*labels).inc()
+
+    def release_failed(self, hold: Hold) -> None:
+        for labels in self._labels(hold.wants, hold.actor):
+            self.release_failures.labels(*labels).inc()
+
+
+def metrics_for(middleware: Iterable[object], keys: KeySpace) -> Metrics:
+    """Prometheus metrics when dramatiq's ``Prometheus`` middleware is among ``middleware``, else no-op."""
+    # Looked up, not imported: importing dramatiq's prometheus module creates its database folder.
+    module = sys.modules.get("dramatiq.middleware.prometheus")
+    if module is None or not any(isinstance(m, module.Prometheus) for m in middleware):
+        return Metrics()
+    try:
+        return PrometheusMetrics(keys)
+    except ImportError:  # pragma: no cover - dramatiq's Prometheus itself needs prometheus_client
+        return Metrics()
