@@ -3,7 +3,8 @@
 #   make test    lint + format check + mypy + the whole pytest suite (the default)
 #   make lint    ruff check and ruff format --check
 #   make quick   pytest without the slow multi-process suites
-#   make clean   remove the venv, caches and build artifacts
+#   make demo    the example project on real worker groups, one SIGKILLed mid-run (own venv: .venv-demo)
+#   make clean   remove the venvs, caches and build artifacts
 #   make bench   the side-by-side benchmark (BENCH_ARGS=--quick for a smoke run; not part of test)
 #   make reliability  run the chaos suite and regenerate docs/reliability.md from its verdicts
 #
@@ -43,12 +44,25 @@ quick: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
+	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
 	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
-demo:
-	@echo "make demo: filled by the example project's issue"
-	@exit 1
+# The demo has a venv of its own (.venv-demo: the package with the example's extras, no test
+# tools), rebuilt only when pyproject.toml changes, like .venv above.
+DEMO_VENV ?= .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed-from-pyproject
+
+$(DEMO_STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dramatiq-slots needs Python >= 3.10; $(PYTHON) is " + sys.version.split()[0])'
+	rm -rf $(DEMO_VENV)
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install -e '.[example]'
+	touch $(DEMO_STAMP)
+
+# REDIS_URL unset: a private server on a free port, stopped afterwards; set: that server (the
+# demo's own keys only, deleted afterwards).
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/python -m example_project.demo
 
 bench: $(STAMP)
 	@if [ -f bench/run.py ]; then \

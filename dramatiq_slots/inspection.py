@@ -166,10 +166,13 @@ class Inspector:
     def processes(self) -> dict[str, ProcessReport]:
         """Every live process report, by ``<host>:<pid>``."""
         pattern = self.keys.process_pattern()
-        found = sorted({_text(k) for k in self.client.scan_iter(match=pattern, count=500)})
-        if not found:
-            return {}
-        values = [self.client.get(k) for k in found] if _is_cluster(self.client) else self.client.mget(found)
+        with self.ledger._translated("status"):
+            found = sorted({_text(k) for k in self.client.scan_iter(match=pattern, count=500)})
+            if not found:
+                return {}
+            values = (
+                [self.client.get(k) for k in found] if _is_cluster(self.client) else self.client.mget(found)
+            )
         reports: dict[str, ProcessReport] = {}
         for value in values:
             report = ProcessReport.from_json(value) if value is not None else None
@@ -177,9 +180,14 @@ class Inspector:
                 reports[report.process] = report
         return reports
 
-    def ledgers(self, names: Iterable[str] | None = None) -> list[LedgerView]:
-        """Views of the given ledger keys, or of every ledger under the prefix, queues first."""
-        reports = self.processes()
+    def ledgers(
+        self, names: Iterable[str] | None = None, *, reports: Mapping[str, ProcessReport] | None = None
+    ) -> list[LedgerView]:
+        """Views of the given ledger keys, or of every ledger under the prefix, queues first.
+
+        ``reports``: the process reports, when the caller has just read them.
+        """
+        reports = self.processes() if reports is None else reports
         keys = sorted(set(names)) if names is not None else self.ledger.ledgers()
         views = [self._view(key, reports) for key in keys]
         return sorted(views, key=lambda v: (v.kind != "queue", v.name))
@@ -216,7 +224,7 @@ class Inspector:
             name=name,
             capacity=capacity,
             in_use=len(holders),
-            waiting=int(self.client.zcard(self.keys.waiting(ledger))),
+            waiting=self._waiting(ledger),
             holders=holders,
         )
 
@@ -227,9 +235,14 @@ class Inspector:
         seen += [h.ledgers[ledger] for r in reports.values() for h in r.holds if ledger in h.ledgers]
         return max(seen) if seen else None
 
+    def _waiting(self, ledger: str) -> int:
+        with self.ledger._translated("status"):
+            return int(self.client.zcard(self.keys.waiting(ledger)))
+
     def _now(self) -> float:
         """The Redis server's clock (s): every age is measured against one clock."""
-        seconds, micros = self.client.time()
+        with self.ledger._translated("status"):
+            seconds, micros = self.client.time()
         return int(seconds) + int(micros) / 1e6
 
     # -- releasing by hand -----------------------------------------------------------------
@@ -241,8 +254,8 @@ class Inspector:
         the first claims in line at once (as a release by the holder would be);
         otherwise those claims find them free when they next ask (within 8 s).
         """
-        view = self.ledgers([ledger])[0]
         reports = self.processes()
+        view = self.ledgers([ledger], reports=reports)[0]
         hold_ttl = max((r.hold_ttl for r in reports.values()), default=60_000)
         removed: list[str] = []
         for token in tokens:

@@ -96,17 +96,22 @@ class PrometheusMetrics(Metrics):
         self.interrupts = counter("interrupted", "Jobs stopped because their hold was lost, per ledger.")
         self.release_failures = counter("release_failures", "Releases Redis did not confirm, per ledger.")
 
-    def _labels(self, wants: Iterable[Want], actor: str) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
+    def _labelled(self, wants: Iterable[Want], actor: str) -> list[tuple[tuple[str, str], Want]]:
+        """``((kind, name), want)`` of each want on a ledger of this prefix (others are left out)."""
+        out: list[tuple[tuple[str, str], Want]] = []
         for want in wants:
             parsed = self.keys.parse(want.ledger)
             if parsed is not None:
                 kind, name = parsed
-                out.append((kind, name if kind == "queue" else actor))
+                out.append(((kind, name if kind == "queue" else actor), want))
         return out
 
+    def _labels(self, wants: Iterable[Want], actor: str) -> list[tuple[str, str]]:
+        return [labels for labels, _ in self._labelled(wants, actor)]
+
     def admitted(self, hold: Hold) -> None:
-        for labels, want in zip(self._labels(hold.wants, hold.actor), hold.wants, strict=False):
+        # Each want with its own labels: a want left out must not shift the capacities of the others.
+        for labels, want in self._labelled(hold.wants, hold.actor):
             self.admissions.labels(*labels).inc()
             self.holds_in_use.labels(*labels).inc()
             self.capacity.labels(*labels).set(want.capacity)

@@ -523,6 +523,7 @@ class Slots(Middleware):
                 self.heartbeat.ensure_started()
                 self._warn_outage(e)
                 reason = f"ledger unavailable ({e})"
+                refused = plan.wants
             except LedgerError as e:
                 # Not an outage (a permission, a wrong key type, a bad argument):
                 # waiting will not help. Fail through dramatiq's own error path.
@@ -544,8 +545,10 @@ class Slots(Middleware):
                     # Admitted, but the hold cannot be trusted: give it back, come back later.
                     self._give_up_hold(self.registry.begin_release(hold.token) or hold)
                     reason = distrust
+                    refused = plan.wants
                 else:
                     reason = f"ledger {admission.full!r} is full"
+                    refused = tuple(w for w in plan.wants if w.ledger == admission.full)
             deferrals = int(message.options.get(DEFERRALS, 0)) + 1
             delay = backoff_ms(deferrals, plan.min_backoff, plan.max_backoff)
             try:
@@ -574,7 +577,7 @@ class Slots(Middleware):
                     f"after: {reason}; the actor did not run"
                 ) from e
             reach("after-defer-enqueue")
-            self.metrics.deferred(plan.wants, message.actor_name)
+            self.metrics.deferred(refused, message.actor_name)  # counted on the ledger(s) that refused
             raise deferred
 
     def _distrust(self, admission: Admission, written_at: float | None) -> str | None:

@@ -669,3 +669,36 @@ def test_no_password_in_any_log_record_or_error(
     assert logged(f"127.0.0.1:{port}/0")
     assert leaks(list(caplog.records), errors, secrets) == []
     assert all(f"127.0.0.1:{port}" in text for text in errors if "unreachable" in text)
+
+
+def test_the_workers_acl_plus_scan_and_mget_runs_status_and_release(
+    server_factory: Callable[..., Server],
+) -> None:
+    """docs/operations.md: the command needs the workers' rules plus +scan +mget, nothing more."""
+    server = server_factory("redis7")
+    with server.client() as admin:
+        words = readme_acl()
+        words[2] = "dramatiq-slots-ops"  # a user of its own, as the page says
+        admin.execute_command(*words, "+scan", "+mget")
+        password = next(word[1:] for word in words if word.startswith(">"))
+        lg = Ledger(admin)  # the README line's prefix: the default one
+        queue = lg.keys.queue("ops")
+        assert lg.acquire("gone-host:1:1:1", [Want(queue, 2)], ttl_ms=LONG).admitted
+        admin.acl_log_reset()
+        url = user_url(server, "dramatiq-slots-ops", password)
+        env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DRAMATIQ_SLOTS_REDIS_URL")}
+        command = [sys.executable, "-m", "dramatiq_slots", "--url", url]
+        status = subprocess.run([*command, "status"], capture_output=True, text=True, env=env, timeout=60)
+        assert status.returncode == 0, status.stderr
+        assert "gone-host:1:1:1" in status.stdout
+        release = subprocess.run(
+            [*command, "release", "queue:ops", "gone-host:1:1:1", "--yes"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert release.returncode == 0, release.stderr
+        assert lg.holders(queue) == []
+        assert refusals(admin) == []
+        assert password not in status.stdout + status.stderr + release.stdout + release.stderr

@@ -24,7 +24,6 @@ import time
 from typing import Any
 
 import dramatiq
-import redis
 from dramatiq.middleware import CurrentMessage, TimeLimit
 
 from dramatiq_slots import Slots
@@ -41,7 +40,7 @@ from .harness import (
     key_scope,
     runtime_key,
 )
-from .probe import Probe
+from .probe import ProcessProbe
 
 config = AppConfig.from_env(os.environ)
 
@@ -60,17 +59,8 @@ if config.slots:
     broker.add_middleware(slots, before=TimeLimit)
 dramatiq.set_broker(broker)
 
-_probe: Probe | None = None
-_probe_pid = -1
-
-
-def probe() -> Probe:
-    """This process's probe (one client per process, made after the fork)."""
-    global _probe, _probe_pid
-    if _probe is None or _probe_pid != os.getpid():
-        _probe = Probe(redis.Redis.from_url(config.probe_redis_url), config.probe_prefix)
-        _probe_pid = os.getpid()
-    return _probe
+#: This process's probe (one client per process, made after the fork).
+probe = ProcessProbe(config.probe_redis_url, config.probe_prefix)
 
 
 broker.add_middleware(BootProbe(probe, config.group))

@@ -249,6 +249,19 @@ class BootProbe(Middleware):
 # -- polling ----------------------------------------------------------------
 
 
+def log_tail(name: str, paths: Iterable[Path], lines: int = 40) -> str:
+    """The last ``lines`` of each of a process's log files, headed by its name (for failure messages)."""
+    parts = []
+    for path in paths:
+        try:
+            text = path.read_text("utf-8", errors="replace")
+        except FileNotFoundError:
+            text = "(no file)"
+        body = "\n".join(text.splitlines()[-lines:]) or "(empty)"
+        parts.append(f"--- {name} {path.name} (last {lines} lines) ---\n{body}")
+    return "\n".join(parts)
+
+
 def wait_until(
     condition: Callable[[], T],
     *,
@@ -400,15 +413,7 @@ class WorkerGroup:
         return pids
 
     def tail(self, lines: int = 40) -> str:
-        parts = []
-        for path in (self.out_path, self.err_path):
-            try:
-                text = path.read_text("utf-8", errors="replace")
-            except FileNotFoundError:
-                text = "(no file)"
-            body = "\n".join(text.splitlines()[-lines:]) or "(empty)"
-            parts.append(f"--- {self.name} {path.name} (last {lines} lines) ---\n{body}")
-        return "\n".join(parts)
+        return log_tail(self.name, (self.out_path, self.err_path), lines)
 
     # -- ending ------------------------------------------------------------
 

@@ -93,6 +93,21 @@ class Run:
         return self.end is not None and not self.killed
 
 
+class ProcessProbe:
+    """A callable giving this process's :class:`Probe`: one client per process, made after the fork."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.url, self.prefix = url, prefix
+        self._probe: Probe | None = None
+        self._pid = -1
+
+    def __call__(self) -> Probe:
+        if self._probe is None or self._pid != os.getpid():
+            self._probe = Probe(redis.Redis.from_url(self.url), self.prefix)
+            self._pid = os.getpid()
+        return self._probe
+
+
 def max_overlap(runs: Iterable[Run], *, since: int | None = None) -> int:
     """Most runs open at one instant (a run still open counts until the end of time).
 

@@ -1,0 +1,10 @@
+"""``python -m dramatiq_slots``: the ``dramatiq-slots`` command (see :mod:`dramatiq_slots.cli`)."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,592 @@
+"""The ``dramatiq-slots`` command: ``status`` shows the ledgers, ``release`` frees holds by hand.
+
+::
+
+    dramatiq-slots status                         # every ledger under the prefix, with its holders
+    dramatiq-slots status --watch                 # redrawn every 2 s until Ctrl-C
+    dramatiq-slots status --json                  # one JSON document
+    dramatiq-slots status --key sync:42           # the ledger of one runtime key
+    dramatiq-slots release queue:emails TOKEN     # asks first; --yes does not
+    dramatiq-slots release queue:emails --all
+
+Everything it reads comes from :class:`~dramatiq_slots.inspection.Inspector`.
+The server is named by :func:`~dramatiq_slots.ledger.redacted_address` only
+(host, port, database): a URL's password is never printed, nor is the URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+
+from . import __version__
+from .errors import LedgerError
+from .inspection import HolderView, Inspector, LedgerView, age_text
+from .keys import DEFAULT_KEY_PREFIX, KeySpace
+from .ledger import redacted_address
+from .middleware import URL_ENV
+
+PROG = "dramatiq-slots"
+
+#: Where the ledger's Redis is read from when ``--url`` is not given, first found wins.
+#: The workers' own variable first: a broker in REDIS_URL and a ledger elsewhere must not mislead.
+URL_ENVIRONMENT = (URL_ENV, "REDIS_URL")
+DEFAULT_URL = "redis://localhost:6379/0"
+
+#: Socket and connect timeout (s) unless the URL sets its own (as the middleware does).
+SOCKET_TIMEOUT = 5.0
+DEFAULT_WATCH_INTERVAL = 2.0
+
+EXIT_OK = 0
+#: Nothing was done: no such hold, holds of live processes refused, removal not confirmed.
+EXIT_NOTHING_DONE = 1
+#: Usage error, bad ledger name or URL, Redis unreachable or refusing.
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES = f"""\
+exit codes:
+  {EXIT_OK}    done (status printed, holds removed; --watch ended by Ctrl-C)
+  {EXIT_NOTHING_DONE}    nothing removed: no such hold, holds of live processes refused,
+       or the removal not confirmed
+  {EXIT_ERROR}    usage error, bad ledger name, prefix or URL; Redis unreachable or refusing
+       (wrong password, ACL)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C) outside --watch
+"""
+
+MAIN_EPILOG = f"""\
+The ledger's Redis: --url, else the environment variable {URL_ENV}, else
+REDIS_URL, else {DEFAULT_URL}. Give the Redis and the key_prefix
+the workers use. Messages name the server by host:port/db, never with its password.
+
+{EXIT_CODES}"""
+
+LEDGER_NAMES = """\
+ledger names, as status prints them:
+  queue:<queue name>      the capacity ledger of a queue
+  key:<32 hex digits>     the ledger of a runtime-unique key (its digest; --key TEXT hashes a key)
+  {<prefix>}:queue:...    a full ledger key
+"""
+
+STATUS_EPILOG = f"""\
+{LEDGER_NAMES}
+Columns of a holder: HOST, PID and THREAD from its claim token; AGE since the hold was
+taken and MESSAGE (actor(message id)), as its worker process reports them (- without
+a report); LEFT, seconds until the hold expires unless its heartbeat refreshes it;
+ALIVE, whether its process reports (a live worker); TOKEN, what release takes.
+Capacity is the one live workers report (- when none does).
+
+--json prints one document: {{"server", "prefix", "at", "ledgers": [{{"ledger", "kind",
+"name", "short", "capacity", "in_use", "waiting", "holders": [{{"token", "host", "pid",
+"thread", "seconds_left", "age", "actor", "label", "process_alive"}}]}}]}}; with --watch,
+one such document per line and refresh. Unknown values are null.
+
+Put ledger names before --watch (--watch takes an optional number).
+
+{EXIT_CODES}"""
+
+RELEASE_EPILOG = f"""\
+{LEDGER_NAMES}
+A hold whose worker process is alive (it reports) belongs to a running job, and that
+process's next heartbeat puts a lost hold back: releasing it frees nothing for long.
+Such holds are refused unless --force; stop that worker or let its job end first.
+Holds of dead processes expire by themselves after hold_ttl; release frees them now,
+handing each freed slot to the first message in line when the capacity is known.
+
+The holds are listed, then removal is confirmed on the terminal, unless --yes.
+Without a terminal on stdin and without --yes nothing is removed.
+
+{EXIT_CODES}"""
+
+
+class Failure(Exception):
+    """An error for the user: one line on stderr, and an exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- text ----------------------------------------------------------------------------------
+
+
+def clean(text: object) -> str:
+    """``text`` safe for a terminal: control characters shown as escapes.
+
+    Names, hosts and message labels come from Redis, where any client may
+    have written them; none may move the cursor or retitle a terminal.
+    """
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def url_secrets(url: str) -> set[str]:
+    """Every form of the password a URL carries (userinfo or ``?password=``), to keep out of messages."""
+    found: set[str] = set()
+    match = re.search(r"://([^/?#]*)@", url)
+    if match:
+        _, sep, password = match.group(1).partition(":")
+        if sep and password:
+            found |= {password, unquote(password)}
+    try:
+        query = urlsplit(url).query
+    except ValueError:
+        query = url.partition("?")[2]
+    for password in parse_qs(query).get("password", []):
+        found.add(password)
+    return {s for s in found if s}
+
+
+def scrub(text: str, secrets: set[str]) -> str:
+    """``text`` with every secret replaced by ``***``, longest first."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def seconds_text(seconds: float) -> str:
+    return f"{seconds:.1f}s"
+
+
+def local_time(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+# -- connecting ------------------------------------------------------------------------------
+
+
+def pick_url(given: str | None) -> tuple[str, str]:
+    """``(url, where it came from)``: ``--url``, else the environment, else the default."""
+    if given:
+        return given, "--url"
+    for name in URL_ENVIRONMENT:
+        value = os.environ.get(name)
+        if value:
+            return value, name
+    return DEFAULT_URL, "the default URL"
+
+
+def connect(url: str, source: str) -> redis.Redis:
+    """A client for ``url`` (nothing is sent yet); :class:`Failure` for a URL redis-py refuses."""
+    try:
+        client: redis.Redis = redis.Redis.from_url(
+            url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
+        )
+    except (ValueError, TypeError) as e:
+        # Never echo the URL: it may carry a password.
+        raise Failure(f"bad Redis URL (from {source}): {e}") from e
+    return client
+
+
+def describe_redis_error(error: BaseException, address: str) -> str:
+    """One line for a failed Redis conversation, naming the server by its redacted address."""
+    if isinstance(error, LedgerError) and error.__cause__ is not None:
+        error = error.__cause__
+    detail = f"{type(error).__name__}: {error}"
+    if isinstance(error, redis.AuthenticationError):
+        return f"Redis at {address} refused the credentials ({detail})"
+    if isinstance(error, redis.exceptions.NoPermissionError):
+        return (
+            f"Redis at {address} refused a command to this user ({detail}); status needs SCAN, "
+            "GET and the ledger's commands"
+        )
+    if isinstance(error, (redis.ConnectionError, redis.TimeoutError)):
+        return f"cannot reach Redis at {address} ({detail})"
+    return f"Redis at {address} failed ({detail})"
+
+
+def talking_to(client: redis.Redis, action: Callable[[], Any]) -> Any:
+    """``action()``, with Redis errors turned into a :class:`Failure` naming the server."""
+    try:
+        return action()
+    except (redis.RedisError, LedgerError) as e:
+        raise Failure(describe_redis_error(e, redacted_address(client))) from e
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+HOLDER_COLUMNS = ("HOST", "PID", "THREAD", "AGE", "LEFT", "MESSAGE", "ALIVE", "TOKEN")
+
+
+def holder_row(holder: HolderView) -> tuple[str, ...]:
+    return (
+        clean(holder.host),
+        "-" if holder.pid is None else str(holder.pid),
+        "-" if holder.thread is None else str(holder.thread),
+        age_text(holder.age),
+        seconds_text(holder.seconds_left),
+        "-" if holder.label is None else clean(holder.label),
+        "yes" if holder.process_alive else "no",
+        clean(holder.token),
+    )
+
+
+def ledger_heading(view: LedgerView, keys_by_ledger: dict[str, str]) -> str:
+    capacity = "-" if view.capacity is None else str(view.capacity)
+    heading = f"{clean(view.short)}  capacity {capacity}  in use {view.in_use}  waiting {view.waiting}"
+    if view.ledger in keys_by_ledger:
+        heading += f"  (key {clean(keys_by_ledger[view.ledger])})"
+    return heading
+
+
+def render_table(
+    views: Sequence[LedgerView], *, address: str, prefix: str, at: float, keys_by_ledger: dict[str, str]
+) -> str:
+    """The status table: a header line, then one block per ledger with a line per holder."""
+    lines = [f"{local_time(at)}  {address}  prefix {clean(prefix)}"]
+    if not views:
+        lines.append(f"no ledger holds anything under prefix {clean(prefix)}")
+        return "\n".join(lines) + "\n"
+    rows = [holder_row(h) for v in views for h in v.holders]
+    widths = [max(len(r[i]) for r in [HOLDER_COLUMNS, *rows]) for i in range(len(HOLDER_COLUMNS))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    for view in views:
+        lines += ["", ledger_heading(view, keys_by_ledger)]
+        if view.holders:
+            lines.append(line(HOLDER_COLUMNS))
+            lines += [line(holder_row(h)) for h in view.holders]
+        else:
+            lines.append("  (no holds)")
+    return "\n".join(lines) + "\n"
+
+
+def status_document(views: Sequence[LedgerView], *, address: str, prefix: str, at: float) -> dict[str, Any]:
+    """What ``status --json`` prints: every key always present, null when unknown."""
+    ledgers = []
+    for view in views:
+        data = asdict(view)
+        holders = data.pop("holders")
+        ledgers.append({**data, "short": view.short, "holders": holders})
+    return {"server": address, "prefix": prefix, "at": round(at, 3), "ledgers": ledgers}
+
+
+def status_command(args: argparse.Namespace, client: redis.Redis) -> int:
+    inspector = Inspector(client, key_prefix=args.prefix)
+    address = redacted_address(client)
+    keys_by_ledger = {inspector.key_ledger(text): text for text in args.key}
+    names: list[str] | None = None
+    if args.ledgers or args.key:
+        try:
+            names = [inspector.resolve(name) for name in args.ledgers]
+        except ValueError as e:
+            raise Failure(str(e)) from e
+        names += list(keys_by_ledger)
+
+    def render(one_line: bool) -> str:
+        views = talking_to(client, lambda: inspector.ledgers(names))
+        at = time.time()
+        if args.json:
+            document = status_document(views, address=address, prefix=args.prefix, at=at)
+            text = json.dumps(document, indent=None if one_line else 2)
+            return text + "\n"
+        return render_table(views, address=address, prefix=args.prefix, at=at, keys_by_ledger=keys_by_ledger)
+
+    if args.watch is None:
+        sys.stdout.write(render(one_line=False))
+        sys.stdout.flush()  # here, where a closed pipe (`| head`) is handled
+        return EXIT_OK
+    clear = sys.stdout.isatty() and not args.json
+    return watch(render, args.watch, clear=clear, json_lines=args.json, secrets=args.secrets)
+
+
+def watch(
+    render: Callable[[bool], str], interval: float, *, clear: bool, json_lines: bool, secrets: set[str]
+) -> int:
+    """Redraw every ``interval`` s until Ctrl-C (exit 0).
+
+    The first refresh failing is an error (a wrong URL, most likely); later
+    ones are shown and retried, so a failover does not end the watch.
+    """
+    first = True
+    try:
+        while True:
+            try:
+                text = render(True)
+            except Failure as e:
+                if first:
+                    raise
+                message = f"{local_time(time.time())}  {scrub(str(e), secrets)}"
+                if json_lines:
+                    sys.stderr.write(f"{PROG}: {message}\n")
+                    sys.stderr.flush()
+                    text = ""
+                else:
+                    text = message + "\n"
+            if clear:
+                sys.stdout.write("\x1b[H\x1b[2J")
+            elif not first and not json_lines:
+                sys.stdout.write("\n")
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            first = False
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+# -- release --------------------------------------------------------------------------------------
+
+
+LIVE_REFUSAL = (
+    "a running job re-asserts a lost hold, so its process's next heartbeat would put it back: "
+    "stop that worker or let its job end; --force removes it anyway, and its heartbeat will "
+    "re-assert it at its next beat unless the job has ended"
+)
+
+
+def holder_line(holder: HolderView) -> str:
+    pid = "?" if holder.pid is None else holder.pid
+    label = "message unknown" if holder.label is None else clean(holder.label)
+    alive = "process alive" if holder.process_alive else "process not reporting"
+    return (
+        f"  {clean(holder.token)}  ({clean(holder.host)} pid {pid}, {label}, {alive}, "
+        f"age {age_text(holder.age)}, {seconds_text(holder.seconds_left)} left)"
+    )
+
+
+def confirm(question: str) -> bool:
+    """Ask on the terminal (question on stderr, answer from stdin); only y/yes is a yes."""
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    if not answer.endswith("\n"):  # end of input: no answer
+        sys.stderr.write("\n")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def release_command(args: argparse.Namespace, client: redis.Redis, parser: argparse.ArgumentParser) -> int:
+    inspector = Inspector(client, key_prefix=args.prefix)
+    words: list[str] = list(args.names)
+    if args.key is not None:
+        ledger, tokens = inspector.key_ledger(args.key), words
+    elif words:
+        try:
+            ledger = inspector.resolve(words[0])
+        except ValueError as e:
+            raise Failure(str(e)) from e
+        tokens = words[1:]
+    else:
+        parser.error("give the LEDGER (as status prints it) or --key TEXT")
+    if args.all and tokens:
+        parser.error("give TOKENs or --all, not both")
+    if not args.all and not tokens:
+        parser.error("give the TOKEN(s) of the holds to remove, or --all")
+
+    view: LedgerView = talking_to(client, lambda: inspector.ledgers([ledger])[0])
+    name = clean(view.short)
+    present = {h.token: h for h in view.holders}
+    if args.all:
+        chosen = list(view.holders)
+    else:
+        wanted = list(dict.fromkeys(tokens))
+        for token in wanted:
+            if token not in present:
+                err(f"no hold {clean(token)} in {name}")
+        chosen = [present[t] for t in wanted if t in present]
+    if not chosen:
+        err(f"nothing to remove from {name}" + (" (it holds nothing)" if args.all else ""))
+        return EXIT_NOTHING_DONE
+
+    live = [h for h in chosen if h.process_alive]
+    if live and not args.force:
+        err(f"refusing to release {len(live)} hold(s) of live worker processes from {name}:")
+        for holder in live:
+            err(holder_line(holder))
+        err(LIVE_REFUSAL)
+        chosen = [h for h in chosen if not h.process_alive]
+        if not chosen:
+            return EXIT_NOTHING_DONE
+
+    print(f"{len(chosen)} hold(s) to remove from {name}:")
+    for holder in chosen:
+        print(holder_line(holder))
+    sys.stdout.flush()
+    if not args.yes:
+        if not sys.stdin.isatty():
+            err("nothing removed: stdin is not a terminal to confirm on; pass --yes to remove without asking")
+            return EXIT_NOTHING_DONE
+        if not confirm(f"Remove {len(chosen)} hold(s)?"):
+            err("nothing removed")
+            return EXIT_NOTHING_DONE
+
+    removed = set(talking_to(client, lambda: inspector.release(ledger, [h.token for h in chosen])))
+    for holder in chosen:
+        if holder.token in removed:
+            print(f"removed hold {clean(holder.token)} from {name}")
+            if holder.process_alive:
+                err(
+                    f"warning: the process of {clean(holder.token)} is alive: its heartbeat will re-assert "
+                    "the hold at its next beat unless the job has ended"
+                )
+        else:
+            err(f"hold {clean(holder.token)} was already gone from {name}")
+    return EXIT_OK if removed else EXIT_NOTHING_DONE
+
+
+def err(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+# -- arguments ----------------------------------------------------------------------------------
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """``--url`` and ``--prefix``, on the command and again on each subcommand.
+
+    On a subcommand their default is SUPPRESS, so one given before the
+    subcommand is not overwritten by the subcommand's own default.
+    """
+    default: Any = None if top else argparse.SUPPRESS
+    parser.add_argument(
+        "--url",
+        default=default,
+        metavar="URL",
+        help=f"the ledger's Redis (default: ${URL_ENV}, else $REDIS_URL, else {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=DEFAULT_KEY_PREFIX if top else argparse.SUPPRESS,
+        metavar="PREFIX",
+        help=f"the workers' key_prefix (default: {DEFAULT_KEY_PREFIX})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Show and free the holds of dramatiq-slots ledgers (queue capacities, runtime keys).",
+        epilog=MAIN_EPILOG,
+        formatter_class=formatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_connection_options(parser, top=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    status = commands.add_parser(
+        "status",
+        help="show every ledger under the prefix and who holds it",
+        description=(
+            "Show every ledger under the key prefix: its capacity, holds in use, claims waiting in line,\n"
+            "and each holder."
+        ),
+        epilog=STATUS_EPILOG,
+        formatter_class=formatter,
+        allow_abbrev=False,
+    )
+    add_connection_options(status, top=False)
+    status.set_defaults(command_parser=status)
+    status.add_argument(
+        "ledgers", nargs="*", metavar="LEDGER", help="show only these ledgers (queue:<name>, key:<digest>)"
+    )
+    status.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="show the ledger of this runtime key (what unique_at_runtime_key returns); repeatable",
+    )
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.add_argument(
+        "--watch",
+        nargs="?",
+        type=positive_seconds,
+        const=DEFAULT_WATCH_INTERVAL,
+        default=None,
+        metavar="SECONDS",
+        help=f"redraw every SECONDS (default {DEFAULT_WATCH_INTERVAL:g}) until Ctrl-C",
+    )
+
+    release = commands.add_parser(
+        "release",
+        help="free holds by hand (emergencies)",
+        description=(
+            "Remove holds from a ledger by hand, for emergencies: a hold of a dead worker is freed now\n"
+            "instead of when it expires."
+        ),
+        usage=(
+            "%(prog)s [-h] [--url URL] [--prefix PREFIX] [--yes] [--force]\n"
+            "       (LEDGER | --key TEXT) (TOKEN [TOKEN ...] | --all)"
+        ),
+        epilog=RELEASE_EPILOG,
+        formatter_class=formatter,
+        allow_abbrev=False,
+    )
+    add_connection_options(release, top=False)
+    release.set_defaults(command_parser=release)
+    release.add_argument(
+        "names",
+        nargs="*",
+        metavar="LEDGER TOKEN",
+        help="the ledger as status prints it (queue:<name>, key:<digest>) or a full key, "
+        "then the tokens of the holds to remove",
+    )
+    release.add_argument(
+        "--key", metavar="TEXT", help="the ledger of this runtime key (then every word is a TOKEN)"
+    )
+    release.add_argument("--all", action="store_true", help="remove every hold of the ledger")
+    release.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    release.add_argument(
+        "--force", action="store_true", help="remove holds of live worker processes too (see below)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns its exit code (see ``--help``)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    url, source = pick_url(args.url)
+    secrets = url_secrets(url)
+    args.secrets = secrets
+    try:
+        try:
+            KeySpace(args.prefix)
+        except ValueError as e:
+            raise Failure(f"bad --prefix: {e}") from e
+        client = connect(url, source)
+        try:
+            if args.command == "status":
+                return status_command(args, client)
+            return release_command(args, client, args.command_parser)
+        finally:
+            client.close()
+    except Failure as e:
+        sys.stdout.flush()
+        err(f"{PROG}: {scrub(str(e), secrets)}")
+        return e.code
+    except KeyboardInterrupt:
+        err("")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `dramatiq-slots status | head`: the reader left; say nothing more.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_NOTHING_DONE
+
+
+__all__ = ["build_parser", "main"]

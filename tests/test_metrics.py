@@ -1,0 +1,391 @@
+"""Prometheus metrics of the ledgers (``dramatiq_slots.metrics``), scraped for real.
+
+The end-to-end test runs the ``dramatiq`` command line (2 worker processes) on
+:mod:`tests.metrics_app`, whose broker has dramatiq's own ``Prometheus``
+middleware, and reads the metrics where Prometheus would: from the exposition
+server that ``dramatiq`` forks, over HTTP, parsed with prometheus_client's
+parser. The other tests are in process: without ``Prometheus`` nothing is
+created and prometheus_client is never imported; the counters no scenario
+here provokes for real are checked on :class:`PrometheusMetrics` directly.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import socket
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import redis
+from servers import RedisTarget
+
+from dramatiq_slots import Slots
+from dramatiq_slots.claims import Hold
+from dramatiq_slots.keys import KeySpace, key_digest
+from dramatiq_slots.ledger import Want
+from dramatiq_slots.metrics import Metrics, PrometheusMetrics, metrics_for
+from tests.multiprocess.harness import AppConfig, Cluster, WorkerGroup, key_scope, queue_scope, wait_until
+
+#: The app's queues and actors (tests/metrics_app.py; not imported here: it configures itself
+#: from the environment, and imports dramatiq's Prometheus, at import).
+CAPPED_QUEUE = "metrics_capped"
+CAPPED_ACTOR = "metered_job"
+CAPPED_SCOPE = queue_scope(CAPPED_QUEUE)
+KEYED_QUEUE = "metrics_keyed"
+KEYED_ACTOR = "keyed_metered_job"
+
+#: Deadlines (s): generous for a loaded 2-core machine, but bounded.
+BOOT_TIMEOUT = 30.0
+RUN_TIMEOUT = 30.0
+
+#: Capped messages sent while the gated one holds the queue's only slot, and keyed messages.
+CAPPED = 4
+KEYED = 3
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+class MetricsGroup(WorkerGroup):
+    """A ``dramatiq tests.metrics_app`` command line."""
+
+    app_module = "tests.metrics_app"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def scrape(url: str) -> str | None:
+    """The exposition server's page, or None while it does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            body: bytes = response.read()
+            return body.decode("utf-8")
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None
+
+
+def parse(text: str) -> Samples:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def sample(samples: Samples, name: str, kind: str, ledger_name: str) -> float | None:
+    return samples.get((name, (("kind", kind), ("name", ledger_name))))
+
+
+def slots_lines(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line.startswith("dramatiq_slots_"))
+
+
+@pytest.fixture
+def config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
+    """Every key the workers write (broker, ledger, probe) starts with this test's ``key_prefix``."""
+    return AppConfig(
+        redis_url=redis_server.url,
+        namespace=f"{key_prefix}-broker",
+        key_prefix=key_prefix,
+        probe_prefix=f"{key_prefix}-probe",
+        capacity=1,
+        hold_ttl=2_000,
+        beat_interval=200,
+        defer_min_backoff=50,
+        defer_max_backoff=300,
+        max_wait=0,  # a refused message is deferred at once
+        job_ms=300,
+    )
+
+
+@pytest.fixture
+def cluster(config: AppConfig, redis_client: redis.Redis, tmp_path: Path) -> Iterator[Cluster]:
+    with Cluster(config, redis_client, tmp_path) as cluster:
+        yield cluster
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_exposition_server_of_dramatiq_serves_the_ledger_metrics(
+    cluster: Cluster, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    prom_db = tmp_path / "prom"
+    prom_db.mkdir()
+    port = free_port()
+    group = MetricsGroup(
+        "metrics",
+        cluster.config,
+        tmp_path,
+        processes=2,
+        threads=2,
+        extra_env={
+            "dramatiq_prom_db": str(prom_db),
+            "dramatiq_prom_host": "127.0.0.1",
+            "dramatiq_prom_port": str(port),
+        },
+    )
+    cluster.groups.append(group)  # and the cluster's close SIGKILLs whatever is left of it
+    try:
+        _scenario(cluster, group, redis_client, f"http://127.0.0.1:{port}/")
+    finally:
+        group.terminate(timeout=10)  # SIGTERM, then SIGKILL after 10 s
+
+
+def _scenario(cluster: Cluster, group: WorkerGroup, redis_client: redis.Redis, url: str) -> None:
+    group.start()
+    cluster.wait_ready(group, timeout=BOOT_TIMEOUT)
+
+    last: dict[str, str] = {"text": ""}
+
+    def context() -> str:
+        return f"--- last scrape ---\n{slots_lines(last['text']) or '(none)'}\n{cluster.tails()}"
+
+    def scraped_when(condition: Any, what: str) -> Samples:
+        """Scrape until ``condition(samples)`` holds; return those samples."""
+
+        def poll() -> Samples | None:
+            text = scrape(url)
+            if text is None:
+                return None
+            last["text"] = text
+            samples = parse(text)
+            return samples if condition(samples) else None
+
+        result = wait_until(poll, timeout=RUN_TIMEOUT, what=what, interval=0.1, context=context)
+        assert result is not None
+        return result
+
+    def queue(samples: Samples, name: str) -> float | None:
+        return sample(samples, name, "queue", CAPPED_QUEUE)
+
+    # 1. One capped job runs and blocks until the test opens its gate: the queue's only slot is held.
+    gate = f"{cluster.config.probe_prefix}:gate"
+    gated = cluster.send(CAPPED_QUEUE, CAPPED_ACTOR, 0, gate)
+    wait_until(
+        lambda: cluster.probe.running(CAPPED_SCOPE) == 1,
+        timeout=RUN_TIMEOUT,
+        what="the gated job to start",
+        context=cluster.tails,
+    )
+    samples = scraped_when(
+        lambda s: queue(s, "dramatiq_slots_holds_in_use") == 1,
+        "the scrape to show the gated job's hold",
+    )
+    assert queue(samples, "dramatiq_slots_admissions_total") == 1
+    assert queue(samples, "dramatiq_slots_capacity") == 1
+
+    # 2. The ledger forgets the hold (its key deleted): the heartbeat re-asserts it, and counts it.
+    ledger_key = cluster.ledger.keys.queue(CAPPED_QUEUE)
+    assert redis_client.delete(ledger_key) == 1
+    samples = scraped_when(
+        lambda s: queue(s, "dramatiq_slots_reasserted_total") == 1,
+        "the scrape to count the re-asserted hold",
+    )
+    assert len(cluster.holders(CAPPED_QUEUE)) == 1, "the re-asserted hold is not back in the ledger"
+    assert queue(samples, "dramatiq_slots_holds_in_use") == 1
+
+    # 3. While the slot is held, every capped message is refused and deferred (max_wait=0);
+    #    keyed messages of one runtime key (capacity 1) compete for their own ledger meanwhile.
+    secret = f"tenant-{uuid.uuid4().hex}"
+    capped = [cluster.send(CAPPED_QUEUE, CAPPED_ACTOR, i) for i in range(1, CAPPED + 1)]
+    keyed = [cluster.send(KEYED_QUEUE, KEYED_ACTOR, secret, i) for i in range(KEYED)]
+    scraped_when(
+        lambda s: (queue(s, "dramatiq_slots_deferrals_total") or 0) >= CAPPED,
+        f"the scrape to count at least {CAPPED} deferrals (one per refused capped message)",
+    )
+    assert cluster.probe.running(CAPPED_SCOPE) == 1, "a capped message ran beside the gated one"
+
+    # 4. Open the gate: everything runs, one capped job at a time.
+    redis_client.set(gate, "1")
+    cluster.wait_all_ran([gated, *capped], timeout=RUN_TIMEOUT, scope=CAPPED_SCOPE)
+    cluster.wait_all_ran(keyed, timeout=RUN_TIMEOUT, scope=key_scope(secret))
+    ran = len(cluster.completed_ids(CAPPED_SCOPE))
+    assert ran == CAPPED + 1
+    assert cluster.probe.peak(CAPPED_SCOPE) == 1
+
+    def settled(s: Samples) -> bool:
+        return (
+            queue(s, "dramatiq_slots_admissions_total") == ran
+            and queue(s, "dramatiq_slots_holds_in_use") == 0
+            and sample(s, "dramatiq_slots_admissions_total", "key", KEYED_ACTOR) == KEYED
+            and sample(s, "dramatiq_slots_holds_in_use", "key", KEYED_ACTOR) == 0
+        )
+
+    samples = scraped_when(settled, "the scrape to count every run and show no hold left")
+    text = last["text"]
+    print(f"\nSCRAPE (dramatiq_slots_* lines):\n{slots_lines(text)}")
+
+    assert queue(samples, "dramatiq_slots_admissions_total") == ran
+    assert (queue(samples, "dramatiq_slots_deferrals_total") or 0) >= CAPPED
+    assert queue(samples, "dramatiq_slots_capacity") == 1
+    assert queue(samples, "dramatiq_slots_holds_in_use") == 0
+    assert queue(samples, "dramatiq_slots_reasserted_total") == 1
+    assert sample(samples, "dramatiq_slots_capacity", "key", KEYED_ACTOR) == 1
+    # Nothing failed, nothing was interrupted (on_lost_hold="reassert").
+    for name in ("dramatiq_slots_release_failures_total", "dramatiq_slots_interrupted_total"):
+        assert all(v == 0 for (n, _), v in samples.items() if n == name), slots_lines(text)
+    # Runtime-key ledgers are labelled by actor, never by key (nor by the key's digest).
+    ledgers = {
+        labels for (name, labels), _ in samples.items() if name.startswith("dramatiq_slots_") and labels
+    }
+    assert ledgers == {
+        (("kind", "queue"), ("name", CAPPED_QUEUE)),
+        (("kind", "key"), ("name", KEYED_ACTOR)),
+    }, slots_lines(text)
+    assert secret not in text
+    assert key_digest(secret) not in text
+
+
+# -- in process -------------------------------------------------------------------------------
+
+
+class _NoPrometheusClient(importlib.abc.MetaPathFinder):
+    """Refuses (and records) any import of prometheus_client."""
+
+    def __init__(self) -> None:
+        self.attempts: list[str] = []
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> None:
+        if fullname == "prometheus_client" or fullname.startswith("prometheus_client."):
+            self.attempts.append(fullname)
+            raise ImportError(f"test: {fullname} must not be imported")
+
+
+@pytest.fixture
+def no_prometheus_client(monkeypatch: pytest.MonkeyPatch) -> _NoPrometheusClient:
+    """prometheus_client made unimportable for one test (restored after it)."""
+    for name in list(sys.modules):
+        if name == "prometheus_client" or name.startswith("prometheus_client."):
+            monkeypatch.delitem(sys.modules, name)
+    finder = _NoPrometheusClient()
+    monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
+    return finder
+
+
+def test_without_dramatiqs_prometheus_nothing_is_created(
+    no_prometheus_client: _NoPrometheusClient, key_prefix: str
+) -> None:
+    from dramatiq.brokers.stub import StubBroker
+    from dramatiq.middleware import TimeLimit
+
+    broker = StubBroker()
+    slots = Slots(key_prefix=key_prefix, url="redis://127.0.0.1:1/0")  # never connected to
+    broker.add_middleware(slots, before=TimeLimit)
+    keys = KeySpace(key_prefix)
+
+    metrics = metrics_for(broker.middleware, keys)
+    assert type(metrics) is Metrics
+    assert type(metrics_for([], keys)) is Metrics
+    # The worker-boot path too: no capped actor, so the ledger is never touched.
+    slots.after_worker_boot(broker, _FakeWorker())  # type: ignore[arg-type]
+    assert type(slots.metrics) is Metrics
+    hold = Hold("h:1:1", (Want(keys.queue("q"), 1),), actor="a")
+    metrics.admitted(hold)
+    metrics.deferred(hold.wants, "a")
+    metrics.release_failed(hold)
+    metrics.finished(hold)
+    assert no_prometheus_client.attempts == []
+    assert not any(name.startswith("prometheus_client") for name in sys.modules)
+    broker.close()
+
+
+class _FakeWorker:
+    worker_threads = 2
+
+
+def _values(metric: Any) -> dict[tuple[str, ...], float]:
+    """``{(kind, name): value}`` of a counter's ``_total`` or a gauge's samples."""
+    return {
+        (s.labels["kind"], s.labels["name"]): s.value
+        for family in metric.collect()
+        for s in family.samples
+        if not s.name.endswith("_created")
+    }
+
+
+@pytest.fixture
+def prometheus_metrics(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, key_prefix: str) -> PrometheusMetrics:
+    """A PrometheusMetrics in this process, on ledgers of a prefix no other test uses.
+
+    prometheus_client picks its mode once, at import: imported here first, it keeps its
+    values in memory. Imported in multiprocess mode by an earlier test (dramatiq's
+    Prometheus sets PROMETHEUS_MULTIPROC_DIR), it writes them to files, and needs the
+    variable set: ``tmp_path`` then. The labels are this test's own either way (a file
+    of an earlier test may hold values under the same names).
+    """
+    for name in ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"):
+        monkeypatch.delenv(name, raising=False)
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import values
+
+    if getattr(values.ValueClass, "_multiprocess", False):
+        monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    return PrometheusMetrics(KeySpace(key_prefix))
+
+
+def _hold(metrics: PrometheusMetrics, *extra: Want) -> tuple[Hold, str, str]:
+    """A hold of a unique actor on a unique queue (capacity 2) and a runtime key (capacity 1)."""
+    keys = metrics.keys
+    queue_name, actor = f"q-{keys.prefix}", f"a-{keys.prefix}"
+    wants = (*extra, Want(keys.queue(queue_name), 2), Want(keys.runtime_key("account-42"), 1))
+    return Hold("h:1:1", wants, actor=actor), queue_name, actor
+
+
+def test_release_failures_and_interrupts_are_counted_per_ledger(
+    prometheus_metrics: PrometheusMetrics,
+) -> None:
+    m = prometheus_metrics
+    hold, queue_name, actor = _hold(m)
+    q, k = ("queue", queue_name), ("key", actor)
+
+    m.admitted(hold)
+    assert _values(m.holds_in_use) == {q: 1, k: 1}
+    assert _values(m.capacity) == {q: 2, k: 1}
+    m.release_failed(hold)
+    m.release_failed(hold)
+    m.interrupted(hold)
+    m.finished(hold)
+
+    assert _values(m.release_failures) == {q: 2, k: 2}
+    assert _values(m.interrupts) == {q: 1, k: 1}
+    assert _values(m.holds_in_use) == {q: 0, k: 0}
+    assert _values(m.admissions) == {q: 1, k: 1}
+    assert "account-42" not in repr(_values(m.admissions))
+
+
+def test_reassert_and_deferral_count_only_their_ledgers(prometheus_metrics: PrometheusMetrics) -> None:
+    m = prometheus_metrics
+    hold, queue_name, actor = _hold(m)
+    queue_want, key_want = hold.wants
+
+    m.reasserted(hold, key_want.ledger)
+    m.deferred([queue_want], actor)
+    assert _values(m.reasserts) == {("key", actor): 1}
+    assert _values(m.deferrals) == {("queue", queue_name): 1}
+    # A key that is not a ledger of this prefix is not labelled at all.
+    m.deferred([Want("{other}:queue:" + queue_name, 1)], actor)
+    assert _values(m.deferrals) == {("queue", queue_name): 1}
+
+
+def test_a_want_on_another_prefix_does_not_shift_the_capacities(
+    prometheus_metrics: PrometheusMetrics,
+) -> None:
+    m = prometheus_metrics
+    hold, queue_name, actor = _hold(m, Want("{other}:queue:elsewhere", 7))
+
+    m.admitted(hold)
+    assert _values(m.capacity) == {("queue", queue_name): 2, ("key", actor): 1}
+    assert _values(m.admissions) == {("queue", queue_name): 1, ("key", actor): 1}
