@@ -713,8 +713,9 @@ class Slots(Middleware):
             token = self._claims.pop(id(message), None)
         if token is None:
             return
-        self._bodies.unbind()
         hold = self.registry.hold(token)
+        if hold is None or hold.strict:  # a strict hold (or one given up as lost) was bound
+            self._bodies.unbind()
         if hold is not None:
             self.metrics.finished(hold)
         if hold is not None and self._lingering.park(hold):
@@ -762,9 +763,11 @@ class Slots(Middleware):
         self.metrics.finished(hold)
         self.metrics.interrupted(hold)
         logger.warning(
-            "Job %s %s: %s; it is retried.",
+            "Job %s %s: %s.",
             hold.label,
-            "interrupted (HoldLost)" if running else "will not start",
+            "interrupted (HoldLost); it is retried"
+            if running
+            else "not in its actor body now: it will not start (and is retried), or it has just ended",
             reason,
         )
 
