@@ -189,15 +189,15 @@ class Inspector:
         """
         reports = self.processes() if reports is None else reports
         keys = sorted(set(names)) if names is not None else self.ledger.ledgers()
-        views = [self._view(key, reports) for key in keys]
+        now = self._now() if keys else 0.0  # one clock reading for every age on the page
+        views = [self._view(key, reports, now) for key in keys]
         return sorted(views, key=lambda v: (v.kind != "queue", v.name))
 
-    def _view(self, ledger: str, reports: Mapping[str, ProcessReport]) -> LedgerView:
+    def _view(self, ledger: str, reports: Mapping[str, ProcessReport], now: float) -> LedgerView:
         parsed = self.keys.parse(ledger)
         if parsed is None:
             raise ValueError(f"not a ledger under prefix {self.keys.prefix!r}: {ledger!r}")
         kind, name = parsed
-        now = self._now()
         holds = {h.token: (r, h) for r in reports.values() for h in r.holds if ledger in h.ledgers}
         holders = []
         for holder in self.ledger.holders(ledger):

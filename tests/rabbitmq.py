@@ -23,7 +23,6 @@ epmd and removes the directory. Nodes still running at exit are killed.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import glob
 import os
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from servers import free_port
+from servers import free_port, running_servers
 
 #: Where the scripts of Debian's rabbitmq-server package live (``/usr/sbin`` holds wrappers).
 DEBIAN_SCRIPTS = Path("/usr/lib/rabbitmq/bin")
@@ -116,16 +115,6 @@ def _answers_amqp(port: int, timeout: float = 2.0) -> bool:
     except OSError:
         return False
     return reply[:3] == b"\x01\x00\x00"
-
-
-_running: set[RabbitServer] = set()  # started and not yet stopped: killed at exit if still there
-
-
-@atexit.register
-def _kill_leftovers() -> None:
-    for server in list(_running):
-        with contextlib.suppress(Exception):
-            server.kill()
 
 
 class RabbitServer:
@@ -249,7 +238,7 @@ class RabbitServer:
     def _spawn_and_wait(self) -> None:
         self.port, self.dist_port, self.epmd_port = _distinct_free_ports(3)
         self._dir = self._prepare()
-        _running.add(self)
+        running_servers.add(self)
         env = self.environ()
         with open(self._dir / "epmd.log", "wb") as log:
             self._epmd = subprocess.Popen(
@@ -315,7 +304,7 @@ class RabbitServer:
             if epmd.poll() is None:
                 epmd.kill()  # our own child (not a daemon): nothing else of it to find
             epmd.wait(timeout=self.stop_timeout)
-        _running.discard(self)
+        running_servers.discard(self)
         if self._dir is not None:
             self.last_log = self.log()
             shutil.rmtree(self._dir, ignore_errors=True)

@@ -171,12 +171,17 @@ def free_port() -> int:
             return port
 
 
-_running: set[Server] = set()  # started and not yet stopped: killed at exit if still there
+class Killable(Protocol):
+    def kill(self) -> None: ...
+
+
+#: Servers started and not yet stopped (these and tests/rabbitmq.py's): killed at exit if still there.
+running_servers: set[Killable] = set()
 
 
 @atexit.register
 def _kill_leftovers() -> None:
-    for server in list(_running):
+    for server in list(running_servers):
         with contextlib.suppress(Exception):
             server.kill()
 
@@ -370,7 +375,7 @@ class Server:
                 stderr=subprocess.STDOUT,
                 cwd=self._dir,
             )
-        _running.add(self)
+        running_servers.add(self)
         deadline = time.monotonic() + self.start_timeout
         probe = redis.Redis(
             host="127.0.0.1",
@@ -421,7 +426,7 @@ class Server:
                     proc.wait(timeout=self.stop_timeout)
             else:
                 proc.wait()
-        _running.discard(self)
+        running_servers.discard(self)
         if self._dir is not None:
             self.last_log = self.log()
             if self._dir != self.data_dir:
