@@ -33,7 +33,7 @@ if str(REPO_ROOT) not in sys.path:
 import redis  # noqa: E402
 
 from dramatiq_slots.claims import new_token  # noqa: E402
-from dramatiq_slots.ledger import Ledger, Want  # noqa: E402
+from dramatiq_slots.ledger import Ledger, Limit, Line, Member  # noqa: E402
 from tests.servers import Server  # noqa: E402
 
 REASK_S, MAX_WAIT_S, BEAT_S, TTL_MS = 2.0, 30.0, 10.0, 60_000  # middleware defaults
@@ -51,7 +51,11 @@ def reask_times() -> list[float]:
 
 
 GAP_P50_S, GAP_P90_S = 0.0011, 0.0017  # bench: one job's end to the next start (2,000 x 20 ms, cap 5)
-# Commands per script call, counting the EVALSHA and every command run inside it.
+# Commands per script call, counting the EVALSHA and every command run inside it (one ledger; Redis 7).
+# Every admission goes through enter.lua: a first call joins the line if refused (Line.JOIN, no replay
+# ZSCORE), so ADMIT = EVALSHA ZCARD TIME ZADD PEXPIREAT and REFUSE = EVALSHA ZCARD ZADD-NX; a re-ask
+# (Line.KEEP, still refused) = EVALSHA ZSCORE ZCARD ZADD-NX. leave.lua: EVALSHA ZSCORE ZPOPMIN ZREM with
+# nobody in line, + ZCARD ZADD PUBLISH for a handoff. withdraw.lua: EVALSHA ZREM ZSCORE.
 ADMIT, REFUSE, LEAVE_FREE, LEAVE_HAND, REASK, WITHDRAW = 5, 3, 4, 7, 4, 3
 BROKER_PER_JOB = 2  # dramatiq's own extra fetch per completion (bench: +12 per job, about 10 from scripts)
 
@@ -94,13 +98,13 @@ def _client_proc(url: str, prefix: str, mode: str, seconds: float, threads: int,
 
     def run(_: int) -> int:
         key = ledger.keys.queue("hot") if mode == "hot" else ledger.keys.runtime_key(new_token())
-        wants, held, n = [Want(key, 1 if hand else 1_000_000)], new_token(), 0
+        wants, held, n = [Limit(key, 1 if hand else 1_000_000)], new_token(), 0
         if hand:  # own ledger of cap 1: a refused enter joins the line, the leave hands over to it
-            assert ledger.enter(held, wants, ttl_ms=TTL_MS, line=Ledger.JOIN_LINE).admitted
+            assert ledger.enter(held, wants, ttl_ms=TTL_MS, line=Line.JOIN).admitted
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             token = new_token()
-            entry = ledger.enter(token, wants, ttl_ms=TTL_MS, line=Ledger.JOIN_LINE)
+            entry = ledger.enter(token, wants, ttl_ms=TTL_MS, line=Line.JOIN)
             if hand:
                 assert not entry.admitted and ledger.leave(held, wants, ttl_ms=TTL_MS, age_ms=0)[0] == 1
                 held = token
@@ -166,22 +170,22 @@ def calibrate(seconds: float) -> Costs:
         ledger = Ledger(client, key_prefix=f"scale-{uuid.uuid4().hex[:8]}")
         reasks: list[tuple[float, float]] = []
         for length in (100, 1_000, 3_200, 10_000):  # the last claim in a line of `length` re-asks
-            wants = [Want(ledger.keys.queue(f"line{length}"), 1)]
+            wants = [Limit(ledger.keys.queue(f"line{length}"), 1)]
             tokens = [new_token() for _ in range(length + 1)]
             t0 = time.perf_counter()
             for token in tokens:  # the first is admitted, the others join the line
-                ledger.enter(token, wants, ttl_ms=TTL_MS, line=Ledger.JOIN_LINE)
+                ledger.enter(token, wants, ttl_ms=TTL_MS, line=Line.JOIN)
             if length == 100:
                 c.rtt_us = (time.perf_counter() - t0) / len(tokens) * 1e6
-            reask = partial(ledger.enter, tokens[-1], wants, ttl_ms=TTL_MS, line=Ledger.IN_LINE)
+            reask = partial(ledger.enter, tokens[-1], wants, ttl_ms=TTL_MS, line=Line.KEEP)
             reasks.append((length, _cpu_per_call(client, reask)))
         c.reask_base, per_claim = _fit(reasks)
         c.scan_ns = max(0.0, per_claim * 1e3)  # a negative slope is noise
         beats: list[tuple[float, float]] = []
         for count in (1, 16):
-            holds = [(ledger.keys.runtime_key(new_token()), new_token()) for _ in range(count)]
+            holds = [Member(ledger.keys.runtime_key(new_token()), new_token()) for _ in range(count)]
             for key, token in holds:
-                ledger.enter(token, [Want(key, 1)], ttl_ms=TTL_MS, line=Ledger.NO_LINE)
+                ledger.enter(token, [Limit(key, 1)], ttl_ms=TTL_MS, line=Line.NONE)
             beats.append((count, _cpu_per_call(client, partial(ledger.beat, holds, ttl_ms=TTL_MS))))
         c.beat_base, c.beat_hold = _fit(beats)
         client.close()
@@ -246,6 +250,7 @@ def model(s: Scenario, c: Costs) -> dict[str, Any]:
             break
     commands = jobs * (handed * (REFUSE + LEAVE_HAND) + (1 - handed) * (ADMIT + LEAVE_FREE))
     commands += reasks * REASK + withdrawn * (WITHDRAW + REFUSE)
+    # beat.lua: EVALSHA TIME, a ZREMRANGEBYSCORE sweep per ledger, ZSCORE ZADD-XX ZRANGE PEXPIREAT per hold.
     commands += beats * (2 + 4 * holds + min(holds, s.ledgers))
     return {
         "scenario": s.name, "threads": n, "running": round(running), "waiting": round(waiting),

@@ -11,13 +11,15 @@
     def sync_account(account_id, full=False): ...
 """
 
+from .admission import AdmissionError
 from .deferral import DEFERRALS, MessageDeferred
 from .errors import LedgerArgumentError, LedgerError, LedgerUnavailable, SlotsError
 from .interrupts import HoldLost
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .ledger import Admission, Holder, Ledger, Want
-from .middleware import URL_ENV, AdmissionError, Slots
+from .ledger import Holder, Ledger, Limit
+from .middleware import Slots
 from .options import MAX_RUNTIME_KEY_BYTES, ConfigurationError, RuntimeKeyError
+from .settings import URL_ENV
 
 __version__ = "0.1.0.dev0"
 
@@ -26,7 +28,6 @@ __all__ = [
     "DEFERRALS",
     "MAX_RUNTIME_KEY_BYTES",
     "URL_ENV",
-    "Admission",
     "AdmissionError",
     "ConfigurationError",
     "HoldLost",
@@ -36,10 +37,10 @@ __all__ = [
     "LedgerArgumentError",
     "LedgerError",
     "LedgerUnavailable",
+    "Limit",
     "MessageDeferred",
     "RuntimeKeyError",
     "Slots",
     "SlotsError",
-    "Want",
     "__version__",
 ]

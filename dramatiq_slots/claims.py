@@ -11,10 +11,11 @@ one. It counts claims of the whole process rather than of one thread: the OS
 may reuse a dead thread's id, and a thread-local counter would then start
 again at 1 and repeat a token whose hold may still be listed.
 
-redis-py's own retries of one acquire call resend the same token, which is
-what makes a replayed acquire find its own member instead of counting twice.
-A new attempt after a failed call takes a fresh token; the failed one is owed
-a release, which the heartbeat sends.
+redis-py's own retries of one ``enter`` call resend the same token, which is
+what lets a replayed ``enter`` find its own members instead of counting the
+claim twice (``Ledger.enter`` says when it checks). A new attempt after a
+failed call takes a fresh token; the failed one is owed a release, which the
+heartbeat sends.
 
 The token lives only in process memory (never in ``message.options``: a
 retried copy of the message would inherit it).
@@ -37,7 +38,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .ledger import Want
+from .ledger import Limit, Member
 
 
 class _ThreadPrefix(threading.local):
@@ -81,10 +82,10 @@ def this_process() -> str:
 
 @dataclass(frozen=True)
 class Hold:
-    """One claim this process holds: its token and the ledgers it holds."""
+    """A claim this process holds: its token and its limits (one member on each of their ledgers)."""
 
     token: str
-    wants: tuple[Want, ...]
+    limits: tuple[Limit, ...]
     label: str = ""
     #: ``on_lost_hold="interrupt"``: never re-asserted over capacity; its job is stopped instead.
     strict: bool = False
@@ -93,18 +94,19 @@ class Hold:
 
     @property
     def ledgers(self) -> tuple[str, ...]:
-        return tuple(w.ledger for w in self.wants)
+        return tuple(w.ledger for w in self.limits)
 
-    def pairs(self) -> list[tuple[str, str]]:
-        return [(w.ledger, self.token) for w in self.wants]
+    def members(self) -> list[Member]:
+        return [Member(limit.ledger, self.token) for limit in self.limits]
 
 
 class HoldRegistry:
     """The holds this process has, and releases still owed to Redis.
 
     Thread-safe. ``held`` are refreshed on every beat; ``owed`` are claims
-    whose release has not been confirmed by Redis yet (it failed, or the
-    acquire's outcome is unknown) and are retried on every beat.
+    whose release has not been confirmed by Redis yet (it failed, the
+    ``enter``'s outcome is unknown, or a slot was handed to a claim that no
+    longer waits) and are retried on every beat.
 
     The lock also orders a release against a re-assert: :meth:`release_lock`
     is held by the heartbeat while it re-adds lost holds, and
@@ -136,7 +138,7 @@ class HoldRegistry:
             self._since = {}
 
     def add(self, hold: Hold, *, written_at: float | None = None) -> None:
-        """Record a hold taken (a retried acquire that succeeds no longer owes a release).
+        """Record a hold taken (a retried enter that succeeds no longer owes a release).
 
         ``written_at``: when its expiry was written (``time.monotonic()``), if
         known; an unknown one is never renewed implicitly (see :meth:`age_ms`).
@@ -193,8 +195,8 @@ class HoldRegistry:
             self._check_fork()
             self._owed[hold.token] = hold
 
-    def settle(self, tokens: Sequence[str]) -> None:
-        """Forget releases that Redis confirmed."""
+    def confirm(self, tokens: Sequence[str]) -> None:
+        """Forget owed releases that Redis has now confirmed."""
         with self._lock:
             self._check_fork()
             for token in tokens:

@@ -2,9 +2,11 @@
 
 This module imports nothing from dramatiq: the ledger can be used (and
 tested) on its own. The errors that dramatiq must see as middleware errors
-live beside the code that raises them (:mod:`dramatiq_slots.options` and
-:mod:`dramatiq_slots.middleware`) and derive from :class:`SlotsError` too, so
-``except SlotsError`` catches everything this package raises.
+live beside the code that raises them (``ConfigurationError`` and
+``RuntimeKeyError`` in :mod:`dramatiq_slots.options`, ``AdmissionError`` in
+:mod:`dramatiq_slots.admission`) and derive from :class:`SlotsError` too, so
+``except SlotsError`` catches every error this package raises. (``HoldLost``
+is no error but a dramatiq ``Interrupt``, raised in a strict job's thread.)
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ class SlotsError(Exception):
 class LedgerError(SlotsError):
     """A ledger operation failed; the hold state is unknown.
 
-    After an acquire fails this way the caller must treat the claim as
-    possibly taken and release it later (the middleware hands it to the
-    heartbeat), since the command may have run before the reply was lost.
+    After an ``enter`` fails this way the caller must treat the claim as
+    possibly admitted and release it later (admission owes the release to
+    the heartbeat), since the script may have run before the reply was lost.
     """
 
 

@@ -9,7 +9,7 @@ normal case), :func:`reach` is one string comparison.
 
 Steps, in the order a message meets them:
 
-``after-acquire``
+``after-admit``
     its holds are written, the actor has not started;
 ``after-defer-enqueue``
     a refused message's delayed copy is enqueued, the original not yet acked;
@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 ENV = "DRAMATIQ_SLOTS_FAILPOINT"
-POINTS = ("after-acquire", "after-defer-enqueue", "before-release", "after-release")
+POINTS = ("after-admit", "after-defer-enqueue", "before-release", "after-release")
 #: The exit code of a process stopped by a failpoint.
 EXIT_CODE = 86
 

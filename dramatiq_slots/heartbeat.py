@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from .claims import Hold, HoldRegistry
 from .errors import LedgerError
-from .ledger import Ledger
+from .ledger import Ledger, Member
 from .metrics import Metrics
 
 logger = logging.getLogger("dramatiq_slots.heartbeat")
@@ -50,8 +50,8 @@ class BeatReport:
 
     refreshed: int = 0
     released: int = 0
-    lost: list[tuple[str, str]] = field(default_factory=list)
-    reasserted: list[tuple[str, str]] = field(default_factory=list)
+    lost: list[Member] = field(default_factory=list)
+    reasserted: list[Member] = field(default_factory=list)
     #: Strict holds taken back within capacity, and strict holds given up (their tokens).
     reclaimed: list[str] = field(default_factory=list)
     given_up: list[str] = field(default_factory=list)
@@ -113,8 +113,8 @@ class Heartbeat:
         held, owed = self.registry.snapshot()
         if not held and not owed:
             return report
-        refresh = [pair for hold in held for pair in hold.pairs()]
-        release = [pair for hold in owed for pair in hold.pairs()]
+        refresh = [member for hold in held for member in hold.members()]
+        release = [member for hold in owed for member in hold.members()]
         written: tuple[str, str] | None = None
         if self.report is not None:
             try:
@@ -140,14 +140,14 @@ class Heartbeat:
         if self._failures:
             logger.info("Ledger reachable again after %d failed beat(s); holds refreshed.", self._failures)
             self._failures = 0
-        self.registry.settle([hold.token for hold in owed])
+        self.registry.confirm([hold.token for hold in owed])
         lost_tokens = {token for _, token in lost}
         self.registry.written([hold.token for hold in held if hold.token not in lost_tokens], sent)
         report.refreshed, report.released, report.lost = len(refresh) - len(lost), len(release), lost
         if lost:
             strict = {hold.token: hold for hold in held if hold.strict}
             try:
-                report.reasserted = self._reassert([pair for pair in lost if pair[1] not in strict])
+                report.reasserted = self._reassert([m for m in lost if m.token not in strict])
             except LedgerError as e:
                 self._failed(e)
                 report.error = e
@@ -165,7 +165,7 @@ class Heartbeat:
                     continue  # released meanwhile: nothing to take back
                 sent = time.monotonic()
                 try:
-                    full = self.ledger.reclaim(hold.token, hold.wants, ttl_ms=self.hold_ttl)
+                    full = self.ledger.reclaim(hold.token, hold.limits, ttl_ms=self.hold_ttl)
                 except LedgerError as e:
                     why = f"it could not be taken back ({e})"
                 else:
@@ -218,12 +218,12 @@ class Heartbeat:
         if self.on_lost is not None:
             self.on_lost(hold, reason)
 
-    def _reassert(self, lost: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    def _reassert(self, lost: list[Member]) -> list[Member]:
         # Under the registry's release lock: a hold released since the
         # snapshot is not re-created, and no release can slip in between the
         # check and the write.
         with self.registry.release_lock():
-            still = [(ledger, token) for ledger, token in lost if self.registry.is_held(token)]
+            still = [m for m in lost if self.registry.is_held(m.token)]
             sent = time.monotonic()
             counts = self.ledger.reassert(still, ttl_ms=self.hold_ttl)
             self.registry.written([token for _, token in still], sent)
@@ -231,7 +231,7 @@ class Heartbeat:
             hold = self.registry.hold(token)
             if hold is not None:
                 self.metrics.reasserted(hold, ledger)
-            capacity = next((w.capacity for w in hold.wants if w.ledger == ledger), 0) if hold else 0
+            capacity = next((w.capacity for w in hold.limits if w.ledger == ledger), 0) if hold else 0
             over = " (over capacity: new admissions wait until it drains)" if live > capacity else ""
             logger.warning(
                 "Hold %s on ledger %r was lost while its job %s still runs (Redis lost it, or this "

@@ -1,7 +1,7 @@
 """Inspection: what the ledgers hold now, and who holds it, for people.
 
 The ledger itself knows only claim tokens (``<host>:<pid>:<thread>:<n>``) and
-their expiries. Everything else an operator wants at 3 a.m. (the capacity of
+their expiries. Everything else an operator limits at 3 a.m. (the capacity of
 a ledger, which message holds a slot, since when) is known only to the worker
 process that holds it. So each worker process writes a **report** with every
 beat (one more command in the beat's round trip), under
@@ -31,7 +31,7 @@ from redis.cluster import RedisCluster
 
 from .claims import process_part
 from .keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
-from .ledger import Ledger, RedisClient, Want, _text
+from .ledger import Ledger, Limit, RedisClient, _text
 
 #: Version of the report format (a reader skips reports of another version).
 REPORT_VERSION = 1
@@ -237,7 +237,7 @@ class Inspector:
 
     def _waiting(self, ledger: str) -> int:
         with self.ledger._translated("status"):
-            return int(self.client.zcard(self.keys.waiting(ledger)))
+            return int(self.client.zcard(self.keys.line(ledger)))
 
     def _now(self) -> float:
         """The Redis server's clock (s): every age is measured against one clock."""
@@ -258,11 +258,10 @@ class Inspector:
         view = self.ledgers([ledger], reports=reports)[0]
         hold_ttl = max((r.hold_ttl for r in reports.values()), default=60_000)
         removed: list[str] = []
+        # Capacity 0: unknown, so the freed slot is handed to nobody (see Ledger.leave).
+        limit = Limit(ledger, view.capacity or 0)
         for token in tokens:
-            if view.capacity is not None:
-                count, _ = self.ledger.leave(token, [Want(ledger, view.capacity)], ttl_ms=hold_ttl)
-            else:
-                count = self.ledger.release(token, [ledger])
+            count, _ = self.ledger.leave(token, [limit], ttl_ms=hold_ttl)
             if count:
                 removed.append(token)
         return removed

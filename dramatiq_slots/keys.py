@@ -9,12 +9,12 @@ set::
 Members are claim tokens (see :mod:`dramatiq_slots.claims`), scores are the
 millisecond (Redis clock) at which each hold expires unless refreshed.
 
-Each ledger has a waiting list (claims in line for a slot, FIFO), and each
+Each ledger has a line (claims waiting for a slot, FIFO by place), and each
 worker process a wake channel (Pub/Sub) on which a release tells it that one
 of its waiting claims was handed a slot::
 
-    {<prefix>}:queue-waiting:<queue name>   line of a queue's ledger
-    {<prefix>}:key-waiting:<digest>         line of a runtime key's ledger
+    {<prefix>}:queue-line:<queue name>      line of a queue's ledger
+    {<prefix>}:key-line:<digest>            line of a runtime key's ledger
     {<prefix>}:wake:<host>:<pid>            wake channel of one worker process
 
 Each worker process holding slots also reports what it holds (JSON, written
@@ -22,7 +22,7 @@ with every beat, expiring with its holds), for ``dramatiq-slots status``::
 
     {<prefix>}:process:<host>:<pid>         report of one worker process
 
-The ``-waiting`` kinds and reports never parse as ledgers, whatever the name holds.
+The ``-line`` kinds and reports never parse as ledgers, whatever the name holds.
 
 **Runtime keys are hashed.** A runtime key comes from message arguments, that
 is from whoever sent the message (a tenant, an account id). Its ledger is
@@ -40,9 +40,8 @@ ledgers, lines and wake channels of one prefix share one slot, on one shard.
 That keeps every script legal and atomic on a cluster, and a queue name or a
 digest can never move a key elsewhere (the tag comes first; a prefix may not
 contain braces). The price: one prefix is served by one primary. Applications
-that need more spread use several prefixes (one per group of queues); the
-scale model in docs/design.md puts one ledger at 14-23k handoffs per second
-per core.
+that need more spread use several prefixes (one per group of queues); what
+one ledger serves per core is in docs/design.md, "What each operation costs".
 """
 
 from __future__ import annotations
@@ -92,13 +91,13 @@ class KeySpace:
         """The ledger of a runtime-unique key (named by its digest, see :func:`key_digest`)."""
         return f"{self.tag}:key:{key_digest(key)}"
 
-    def waiting(self, ledger: str) -> str:
-        """The waiting list of a ledger."""
+    def line(self, ledger: str) -> str:
+        """The line of a ledger (its claims waiting for a slot)."""
         parsed = self.parse(ledger)
         if parsed is None:
             raise ValueError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
         kind, name = parsed
-        return f"{self.tag}:{kind}-waiting:{name}"
+        return f"{self.tag}:{kind}-line:{name}"
 
     def wake_channel_prefix(self) -> str:
         """Wake channels are this prefix + a process part (``<host>:<pid>``)."""

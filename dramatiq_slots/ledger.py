@@ -27,8 +27,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import IntEnum
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from redis.cluster import RedisCluster
@@ -83,37 +84,46 @@ def eviction_risk(client: RedisClient) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Want:
-    """One ledger a claim needs, with that ledger's capacity."""
+class Limit(NamedTuple):
+    """A ledger a claim needs a slot of, with that ledger's capacity."""
 
     ledger: str
     capacity: int
 
 
+class Member(NamedTuple):
+    """One claim's member of one ledger: a hold on that ledger (the sorted set's member is the token)."""
+
+    ledger: str
+    token: str
+
+
+class Line(IntEnum):
+    """What :meth:`Ledger.enter` does with a refused claim (``enter.lua``'s ARGV[3])."""
+
+    #: Refuse it, nothing else.
+    NONE = 0
+    #: Put it in the line of the ledger that refused it.
+    JOIN = 1
+    #: It waits in line already (it asks again): it keeps its place, or takes it again.
+    KEEP = 2
+
+
 @dataclass(frozen=True)
-class Admission:
-    """The answer of :meth:`Ledger.acquire`.
+class Entered:
+    """The answer of :meth:`Ledger.enter`.
 
     ``admitted``: the token now holds every ledger it asked for.
-    ``replayed``: it already held them all (a retried acquire), nothing was counted twice.
-    ``full``: when refused, the first ledger found at capacity.
+    ``replayed``: it held them all already (a retried call, or a slot a release
+    handed over): nothing was counted twice. ``full``: when refused, the first
+    ledger found at capacity. ``waiting``: a refused claim is in that ledger's
+    line now. ``members``: when admitted, each ledger's member count after the
+    admission (its capacity where the token already held it).
     """
 
     admitted: bool
     replayed: bool = False
     full: str | None = None
-
-
-@dataclass(frozen=True)
-class Entry(Admission):
-    """The answer of :meth:`Ledger.enter`.
-
-    ``waiting``: a refused claim is in line now. ``members``: when admitted,
-    each ledger's member count after the admission (its capacity where the
-    token already held it). ``replicated``: see the field.
-    """
-
     waiting: bool = False
     members: tuple[int, ...] = ()
     #: How many replicas acknowledged the admission (``WAIT``); None when not asked.
@@ -177,12 +187,18 @@ def redacted_address(client: Any) -> str:
     return f"{host}:{port}/{kwargs.get('db', 0)}"
 
 
+#: Every script, by the name of the :class:`Ledger` method that calls it (``scripts/<name>.lua``).
+SCRIPTS = ("enter", "leave", "withdraw", "beat", "reassert", "reclaim", "holders", "in_use")
+
+
 class Ledger:
-    """Holds in Redis sorted sets, one script per operation.
+    """Holds in Redis sorted sets, one script per operation (see docs/design.md, "Glossary").
 
     Parameters:
-      client: a ``redis.Redis`` client (``decode_responses`` either way).
+      client: a ``redis.Redis`` (``decode_responses`` either way) or a ``RedisCluster``.
       key_prefix: the prefix of every ledger key (see :mod:`dramatiq_slots.keys`).
+      replicas: ``WAIT`` for this many replicas after every admission (0: never).
+      replicas_timeout_ms: the most one ``WAIT`` blocks.
     """
 
     def __init__(
@@ -200,47 +216,25 @@ class Ledger:
             )
         self.client = client
         self.keys = KeySpace(key_prefix)
-        #: WAIT for this many replicas after every admission (0: never), at most this long.
         self.replicas = replicas
         self.replicas_timeout_ms = replicas_timeout_ms
         #: Why the last process report was not written (None: it was, or none was sent).
         self.report_error: Exception | None = None
         # Registered per client, not in module globals: each Script caches
         # its SHA and reloads itself on this client after NOSCRIPT.
-        self._acquire = client.register_script(_load("acquire"))
-        self._release = client.register_script(_load("release"))
-        self._beat = client.register_script(_load("beat"))
-        self._reassert = client.register_script(_load("reassert"))
-        self._reclaim = client.register_script(_load("reclaim"))
-        self._holders = client.register_script(_load("holders"))
-        self._in_use = client.register_script(_load("in_use"))
-        self._enter = client.register_script(_load("enter"))
-        self._leave = client.register_script(_load("leave"))
-        self._withdraw = client.register_script(_load("withdraw"))
+        self._scripts = {name: client.register_script(_load(name)) for name in SCRIPTS}
 
     def preload(self) -> None:
         """Load every script into Redis now (worker boot), so no first call pays a NOSCRIPT round trip."""
-        scripts = (
-            self._acquire,
-            self._release,
-            self._beat,
-            self._reassert,
-            self._reclaim,
-            self._holders,
-            self._in_use,
-            self._enter,
-            self._leave,
-            self._withdraw,
-        )
         with self._translated("script load"):
             if isinstance(self.client, RedisCluster):
                 # One call each: the cluster client sends SCRIPT LOAD to every primary
                 # (and refuses it in a pipeline).
-                for script in scripts:
+                for script in self._scripts.values():
                     self.client.script_load(script.script)
                 return
             pipe = self.client.pipeline(transaction=False)
-            for script in scripts:
+            for script in self._scripts.values():
                 pipe.script_load(script.script)
             pipe.execute()
 
@@ -270,89 +264,77 @@ class Ledger:
                 ) from e
             raise LedgerError(f"ledger {operation} failed: {e}") from e
 
-    @staticmethod
-    def _check_codes(operation: str, reply: Any) -> None:
-        if isinstance(reply, list) and len(reply) == 2 and reply[0] == -1:
-            raise LedgerArgumentError(f"{operation}.lua refused ARGV[{reply[1]}]")
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
+        """Call script ``name``; its ``{-1, j}`` answer (ARGV[j] malformed) is a LedgerArgumentError."""
+        reply = self._scripts[name](keys=list(keys), args=list(args), client=client)
+        if client is None:
+            _check_codes(name, reply)
+        return reply
 
-    def acquire(self, token: str, wants: Sequence[Want], *, ttl_ms: int) -> Admission:
-        """Take a hold on every wanted ledger for ``token``, or on none.
+    def _with_lines(self, limits: Sequence[Limit]) -> list[str]:
+        ledgers = [limit.ledger for limit in limits]
+        return [*ledgers, *map(self.keys.line, ledgers)]
 
-        Replay-safe: calling again with the same token after a lost reply
-        answers "admitted, replayed" without counting the claim twice.
+    def enter(
+        self, token: str, limits: Sequence[Limit], *, ttl_ms: int, line: Line = Line.NONE, place: int = 0
+    ) -> Entered:
+        """Admit ``token`` to every ledger of ``limits``, or to none, and then do ``line`` with it.
+
+        Replay-safe: a call repeated with the same token after a lost reply
+        answers "admitted, replayed" without counting the claim twice (except
+        with :attr:`Line.JOIN`, which skips that check: see ``enter.lua``).
+        ``place``: the claim's place in line, an integer below 2**53, the
+        lowest first (the middleware passes when the message was first sent,
+        in µs: :mod:`dramatiq_slots.places`).
         """
-        if not wants:
-            raise ValueError("acquire needs at least one ledger")
-        args: list[Any] = [token, ttl_ms, *(w.capacity for w in wants)]
-        with self._translated("acquire"):
-            reply = self._acquire(keys=[w.ledger for w in wants], args=args)
-        self._check_codes("acquire", reply)
-        status, detail = int(reply[0]), int(reply[1])
-        if status == 1:
-            return Admission(admitted=True, replayed=detail == 1)
-        return Admission(admitted=False, full=wants[detail - 1].ledger)
-
-    #: ``line`` values of :meth:`enter`.
-    NO_LINE, JOIN_LINE, IN_LINE = 0, 1, 2
-
-    def _with_lines(self, wants: Sequence[Want]) -> list[str]:
-        ledgers = [w.ledger for w in wants]
-        return [*ledgers, *map(self.keys.waiting, ledgers)]
-
-    def enter(self, token: str, wants: Sequence[Want], *, ttl_ms: int, line: int, place: int = 0) -> Entry:
-        """Admit ``token`` to every wanted ledger, or refuse it and (``line`` > 0) put it in line.
-
-        ``line``: :attr:`NO_LINE` (just refuse), :attr:`JOIN_LINE` (join the
-        refusing ledger's line) or :attr:`IN_LINE` (a waiter asking again:
-        keeps its place). ``place``: the claim's place in line, an integer
-        below 2**53, the lowest first (the middleware passes when the message
-        was first sent, in µs: :mod:`dramatiq_slots.places`). See ``enter.lua``.
-        """
-        if not wants:
-            raise ValueError("enter needs at least one ledger")
-        args: list[Any] = [token, ttl_ms, line, place, *(w.capacity for w in wants)]
+        if not limits:
+            raise ValueError("enter needs at least one limit")
+        keys = self._with_lines(limits)
+        args: list[Any] = [token, ttl_ms, int(line), place, *(limit.capacity for limit in limits)]
         replicated: int | None = None
         with self._translated("enter"):
             if self.replicas:
                 # One connection for both, so WAIT counts the replicas that have this admission.
                 pipe = self.client.pipeline(transaction=False)
-                self._enter(keys=self._with_lines(wants), args=args, client=pipe)
+                self._run("enter", keys, args, client=pipe)
                 pipe.execute_command("WAIT", self.replicas, self.replicas_timeout_ms)
                 reply, acked = pipe.execute()
+                _check_codes("enter", reply)
                 replicated = int(acked)
             else:
-                reply = self._enter(keys=self._with_lines(wants), args=args)
-        self._check_codes("enter", reply)
+                reply = self._run("enter", keys, args)
         if int(reply[0]) == 1:
             members = tuple(int(m) for m in reply[2:])
-            return Entry(admitted=True, replayed=int(reply[1]) == 1, members=members, replicated=replicated)
-        return Entry(admitted=False, full=wants[int(reply[1]) - 1].ledger, waiting=int(reply[2]) == 1)
+            return Entered(admitted=True, replayed=int(reply[1]) == 1, members=members, replicated=replicated)
+        return Entered(admitted=False, full=limits[int(reply[1]) - 1].ledger, waiting=int(reply[2]) == 1)
 
     def leave(
         self,
         token: str,
-        wants: Sequence[Want],
+        limits: Sequence[Limit],
         *,
         ttl_ms: int,
         age_ms: int | None = None,
         own_process: str = "",
     ) -> tuple[int, tuple[Handoff, ...]]:
-        """Release ``token``'s holds, handing each freed slot to the first claim in line.
+        """Remove ``token``'s holds, handing each freed slot to the first claim in that ledger's line.
 
-        A handed-over hold keeps the leaving hold's expiry, whose age
-        ``age_ms`` (how long ago it was last written; None: unknown) is
-        passed on to its new holder. An unknown age, or one of more than
-        half of ``ttl_ms``, gets the handed hold a fresh expiry instead, so an
-        expiry handed on and on between short jobs never runs out unrefreshed.
+        A limit's capacity of 0 means "unknown": that ledger's slot is freed and
+        handed to nobody (its line finds it when it next asks). A handed-over
+        hold keeps the leaving hold's expiry, whose age ``age_ms`` (how long ago
+        it was last written; None: unknown) is passed on to its new holder. An
+        unknown age, or one of more than half of ``ttl_ms``, gets the handed
+        hold a fresh expiry instead, so an expiry handed on and on between
+        short jobs never runs out unrefreshed.
 
         ``own_process``: the caller's ``<host>:<pid>``; a claim of that process
         handed a slot is not told over Pub/Sub: the caller wakes it (and gives
         the slot back if it no longer waits).
 
-        Returns ``(removed, handoffs)``: how many members were removed, and a
-        :class:`Handoff` for each claim handed a slot.
+        Returns ``(removed, handoffs)``: how many of the token's members were
+        removed, and a :class:`Handoff` for each claim handed a slot.
         """
-        if not wants:
+        if not limits:
             return 0, ()
         age = -1 if age_ms is None or age_ms * 2 > ttl_ms else max(0, int(age_ms))
         args: list[Any] = [
@@ -361,67 +343,60 @@ class Ledger:
             ttl_ms,
             age,
             own_process,
-            *(w.capacity for w in wants),
+            *(limit.capacity for limit in limits),
         ]
         with self._translated("leave"):
-            reply = self._leave(keys=self._with_lines(wants), args=args)
-        self._check_codes("leave", reply)
+            reply = self._run("leave", self._with_lines(limits), args)
         rest = reply[1:]
         return int(reply[0]), tuple(
-            Handoff(_text(rest[k]), wants[int(rest[k + 1]) - 1].ledger, int(rest[k + 2]))
+            Handoff(_text(rest[k]), limits[int(rest[k + 1]) - 1].ledger, int(rest[k + 2]))
             for k in range(0, len(rest), 3)
         )
 
-    def withdraw(self, token: str, wants: Sequence[Want]) -> int:
-        """Leave every line; how many of the ledgers the claim holds now (all of them: admitted)."""
-        if not wants:
+    def withdraw(self, token: str, limits: Sequence[Limit]) -> int:
+        """Take ``token`` out of every line; how many of the ledgers it holds now (all: it is admitted)."""
+        if not limits:
             return 0
         with self._translated("withdraw"):
-            return int(self._withdraw(keys=self._with_lines(wants), args=[token]))
+            return int(self._run("withdraw", self._with_lines(limits), [token]))
 
-    def waiting(self, ledger: str) -> list[str]:
-        """The claims in line for ``ledger``, first in line first."""
-        with self._translated("waiting"):
-            return [_text(t) for t in self.client.zrange(self.keys.waiting(ledger), 0, -1)]
-
-    def release(self, token: str, ledgers: Sequence[str]) -> int:
-        """Remove ``token``'s own member from each ledger; how many were still there."""
-        if not ledgers:
-            return 0
-        with self._translated("release"):
-            return int(self._release(keys=list(ledgers), args=[token]))
+    def line(self, ledger: str) -> list[str]:
+        """The claims in ``ledger``'s line, first in line first."""
+        with self._translated("line"):
+            return [_text(t) for t in self.client.zrange(self.keys.line(ledger), 0, -1)]
 
     def beat(
         self,
-        refresh: Sequence[tuple[str, str]],
-        release: Sequence[tuple[str, str]] = (),
+        refresh: Sequence[Member],
+        release: Sequence[Member] = (),
         *,
         ttl_ms: int,
         report: tuple[str, str] | None = None,
-    ) -> list[tuple[str, str]]:
-        """Refresh holds and retry releases in one round trip.
+    ) -> list[Member]:
+        """Refresh holds and send owed releases in one round trip.
 
-        ``refresh`` and ``release`` are ``(ledger, token)`` pairs. Returns
-        the refresh pairs whose hold was lost (gone, or already expired);
-        they are not re-created here, see :meth:`reassert`. ``report``:
-        ``(key, text)`` written in the same round trip, expiring after ``ttl_ms``
-        (the process's report, see :mod:`dramatiq_slots.inspection`).
+        Returns the ``refresh`` members whose hold was lost (gone, or already
+        expired); they are not re-created here, see :meth:`reassert`.
+        ``report``: ``(key, text)`` written in the same round trip, expiring
+        after ``ttl_ms`` (the process's report, see :mod:`dramatiq_slots.inspection`).
         """
-        pairs = [*refresh, *release]
-        if not pairs:
+        refresh = [Member(*m) for m in refresh]
+        members = [*refresh, *(Member(*m) for m in release)]
+        if not members:
             return []
-        keys = [ledger for ledger, _ in pairs]
-        args: list[Any] = [ttl_ms, len(refresh), *(token for _, token in pairs)]
+        keys = [m.ledger for m in members]
+        args: list[Any] = [ttl_ms, len(refresh), *(m.token for m in members)]
         with self._translated("beat"):
             if report is None or isinstance(self.client, RedisCluster):
-                reply = self._beat(keys=keys, args=args)
+                reply = self._run("beat", keys, args)
             else:
                 pipe = self.client.pipeline(transaction=False)
-                self._beat(keys=keys, args=args, client=pipe)
+                self._run("beat", keys, args, client=pipe)
                 pipe.set(report[0], report[1], px=ttl_ms)
                 reply, written = pipe.execute(raise_on_error=False)
                 if isinstance(reply, Exception):
                     raise reply
+                _check_codes("beat", reply)
                 self.report_error = written if isinstance(written, Exception) else None
                 report = None
         if report is not None:  # a cluster client pipelines no scripts: a second round trip
@@ -430,45 +405,42 @@ class Ledger:
                 self.report_error = None
             except redis.RedisError as e:
                 self.report_error = e
-        self._check_codes("beat", reply)
         return [refresh[int(i) - 1] for i in reply]
 
-    def reassert(self, holds: Sequence[tuple[str, str]], *, ttl_ms: int) -> list[int]:
-        """Re-add lost ``(ledger, token)`` holds, capacity or not; live holds per ledger afterwards."""
-        if not holds:
+    def reassert(self, members: Sequence[Member], *, ttl_ms: int) -> list[int]:
+        """Put lost holds back, capacity or not; the live holds of each one's ledger afterwards."""
+        members = [Member(*m) for m in members]
+        if not members:
             return []
         with self._translated("reassert"):
-            reply = self._reassert(
-                keys=[ledger for ledger, _ in holds],
-                args=[ttl_ms, *(token for _, token in holds)],
-            )
-        self._check_codes("reassert", reply)
+            reply = self._run("reassert", [m.ledger for m in members], [ttl_ms, *(m.token for m in members)])
         return [int(n) for n in reply]
 
-    def reclaim(self, token: str, wants: Sequence[Want], *, ttl_ms: int) -> str | None:
+    def reclaim(self, token: str, limits: Sequence[Limit], *, ttl_ms: int) -> str | None:
         """Take a lost hold back on every ledger where it still fits, or on none.
 
         Returns None when ``token`` holds every ledger again, else the first
         ledger that is full without it (nothing written). See ``reclaim.lua``.
         """
-        if not wants:
-            raise ValueError("reclaim needs at least one ledger")
+        if not limits:
+            raise ValueError("reclaim needs at least one limit")
         with self._translated("reclaim"):
-            reply = self._reclaim(
-                keys=[w.ledger for w in wants], args=[token, ttl_ms, *(w.capacity for w in wants)]
+            reply = self._run(
+                "reclaim",
+                [limit.ledger for limit in limits],
+                [token, ttl_ms, *(lim.capacity for lim in limits)],
             )
-        self._check_codes("reclaim", reply)
-        return None if int(reply[0]) == 1 else wants[int(reply[1]) - 1].ledger
+        return None if int(reply[0]) == 1 else limits[int(reply[1]) - 1].ledger
 
     def in_use(self, ledger: str) -> int:
         """Live holds of one ledger, by the Redis clock."""
         with self._translated("in_use"):
-            return int(self._in_use(keys=[ledger], args=[]))
+            return int(self._run("in_use", [ledger], []))
 
     def holders(self, ledger: str) -> list[Holder]:
         """Live holds of one ledger, soonest to expire first."""
         with self._translated("holders"):
-            reply = self._holders(keys=[ledger], args=[])
+            reply = self._run("holders", [ledger], [])
         return [Holder(_text(reply[i]), int(reply[i + 1]) / 1000) for i in range(0, len(reply), 2)]
 
     def ledgers(self) -> list[str]:
@@ -478,4 +450,9 @@ class Ledger:
         return sorted(k for k in found if self.keys.parse(k) is not None)
 
 
-__all__ = ["Admission", "Entry", "Handoff", "Holder", "Ledger", "LedgerError", "Want"]
+def _check_codes(script: str, reply: Any) -> None:
+    if isinstance(reply, list) and len(reply) == 2 and reply[0] == -1:
+        raise LedgerArgumentError(f"{script}.lua refused ARGV[{reply[1]}]")
+
+
+__all__ = ["SCRIPTS", "Entered", "Handoff", "Holder", "Ledger", "LedgerError", "Limit", "Line", "Member"]

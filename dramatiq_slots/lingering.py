@@ -32,14 +32,14 @@ import time
 from collections.abc import Callable, Sequence
 
 from .claims import Hold
-from .ledger import Want
+from .ledger import Limit
 
 
-def roomy(wants: Sequence[Want], members: Sequence[int]) -> bool:
-    """Every ledger at most a quarter full (``members`` after the admission, one per want)."""
-    if len(members) != len(wants):
+def roomy(limits: Sequence[Limit], members: Sequence[int]) -> bool:
+    """Every ledger at most a quarter full (``members`` after the admission, one per limit)."""
+    if len(members) != len(limits):
         return False
-    return all(m * 4 <= w.capacity for w, m in zip(wants, members, strict=True))
+    return all(m * 4 <= w.capacity for w, m in zip(limits, members, strict=True))
 
 
 class LingeringHolds:
@@ -54,7 +54,7 @@ class LingeringHolds:
         self._pid = os.getpid()
         self._cond = threading.Condition()
         #: Lingering holds by their ledgers; each with the monotonic time its window ends.
-        self._idle: dict[tuple[Want, ...], list[tuple[float, Hold]]] = {}
+        self._idle: dict[tuple[Limit, ...], list[tuple[float, Hold]]] = {}
         #: Holds in use, by token: when their window ends.
         self._windows: dict[str, float] = {}
         self._thread: threading.Thread | None = None
@@ -76,16 +76,16 @@ class LingeringHolds:
             self._check_fork()
             self._windows[hold.token] = time.monotonic() + window_ms / 1000
 
-    def take(self, wants: tuple[Want, ...]) -> Hold | None:
+    def take(self, limits: tuple[Limit, ...]) -> Hold | None:
         """A lingering hold on exactly these ledgers, still in its window (it is in use again), or None."""
         with self._cond:
             self._check_fork()
-            idle = self._idle.get(wants)
+            idle = self._idle.get(limits)
             if not idle or idle[-1][0] <= time.monotonic():
                 return None  # none, or its window ended: this module's thread releases it
             ends, hold = idle.pop()
             if not idle:
-                del self._idle[wants]
+                del self._idle[limits]
             self._windows[hold.token] = ends
             return hold
 
@@ -96,7 +96,7 @@ class LingeringHolds:
             ends = self._windows.pop(hold.token, 0.0)
             if self._stop or ends <= time.monotonic():
                 return False
-            self._idle.setdefault(hold.wants, []).append((ends, hold))
+            self._idle.setdefault(hold.limits, []).append((ends, hold))
             self._ensure_thread()
             if ends < self._wakes_at:
                 self._cond.notify()  # only when the thread would wake too late: a wake-up is not free
@@ -150,18 +150,18 @@ class LingeringHolds:
         now = time.monotonic()
         due: list[Hold] = []
         nearest: float | None = None
-        for wants in list(self._idle):
+        for limits in list(self._idle):
             keep = []
-            for ends, hold in self._idle[wants]:
+            for ends, hold in self._idle[limits]:
                 if ends <= now:
                     due.append(hold)
                 else:
                     keep.append((ends, hold))
                     nearest = ends - now if nearest is None else min(nearest, ends - now)
             if keep:
-                self._idle[wants] = keep
+                self._idle[limits] = keep
             else:
-                del self._idle[wants]
+                del self._idle[limits]
         return due, nearest
 
     def _run(self) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 from .claims import Hold
 from .keys import KeySpace
-from .ledger import Want
+from .ledger import Limit
 
 
 class Metrics:
@@ -48,8 +48,8 @@ class Metrics:
     def finished(self, hold: Hold) -> None:
         """The job of ``hold`` ended (released, kept for reuse, or stopped)."""
 
-    def deferred(self, wants: Sequence[Want], actor: str) -> None:
-        """A message of ``actor`` needing ``wants`` was deferred."""
+    def deferred(self, limits: Sequence[Limit], actor: str) -> None:
+        """A message of ``actor`` needing ``limits`` was deferred."""
 
     def reasserted(self, hold: Hold, ledger: str) -> None:
         """A lost hold of a running job was put back on ``ledger``."""
@@ -96,44 +96,44 @@ class PrometheusMetrics(Metrics):
         self.interrupts = counter("interrupted", "Jobs stopped because their hold was lost, per ledger.")
         self.release_failures = counter("release_failures", "Releases Redis did not confirm, per ledger.")
 
-    def _labelled(self, wants: Iterable[Want], actor: str) -> list[tuple[tuple[str, str], Want]]:
-        """``((kind, name), want)`` of each want on a ledger of this prefix (others are left out)."""
-        out: list[tuple[tuple[str, str], Want]] = []
-        for want in wants:
-            parsed = self.keys.parse(want.ledger)
+    def _labelled(self, limits: Iterable[Limit], actor: str) -> list[tuple[tuple[str, str], Limit]]:
+        """``((kind, name), limit)`` of each limit on a ledger of this prefix (others are left out)."""
+        out: list[tuple[tuple[str, str], Limit]] = []
+        for limit in limits:
+            parsed = self.keys.parse(limit.ledger)
             if parsed is not None:
                 kind, name = parsed
-                out.append(((kind, name if kind == "queue" else actor), want))
+                out.append(((kind, name if kind == "queue" else actor), limit))
         return out
 
-    def _labels(self, wants: Iterable[Want], actor: str) -> list[tuple[str, str]]:
-        return [labels for labels, _ in self._labelled(wants, actor)]
+    def _labels(self, limits: Iterable[Limit], actor: str) -> list[tuple[str, str]]:
+        return [labels for labels, _ in self._labelled(limits, actor)]
 
     def admitted(self, hold: Hold) -> None:
-        # Each want with its own labels: a want left out must not shift the capacities of the others.
-        for labels, want in self._labelled(hold.wants, hold.actor):
+        # Each limit with its own labels: a limit left out must not shift the capacities of the others.
+        for labels, limit in self._labelled(hold.limits, hold.actor):
             self.admissions.labels(*labels).inc()
             self.holds_in_use.labels(*labels).inc()
-            self.capacity.labels(*labels).set(want.capacity)
+            self.capacity.labels(*labels).set(limit.capacity)
 
     def finished(self, hold: Hold) -> None:
-        for labels in self._labels(hold.wants, hold.actor):
+        for labels in self._labels(hold.limits, hold.actor):
             self.holds_in_use.labels(*labels).dec()
 
-    def deferred(self, wants: Sequence[Want], actor: str) -> None:
-        for labels in self._labels(wants, actor):
+    def deferred(self, limits: Sequence[Limit], actor: str) -> None:
+        for labels in self._labels(limits, actor):
             self.deferrals.labels(*labels).inc()
 
     def reasserted(self, hold: Hold, ledger: str) -> None:
-        for labels in self._labels([w for w in hold.wants if w.ledger == ledger], hold.actor):
+        for labels in self._labels([w for w in hold.limits if w.ledger == ledger], hold.actor):
             self.reasserts.labels(*labels).inc()
 
     def interrupted(self, hold: Hold) -> None:
-        for labels in self._labels(hold.wants, hold.actor):
+        for labels in self._labels(hold.limits, hold.actor):
             self.interrupts.labels(*labels).inc()
 
     def release_failed(self, hold: Hold) -> None:
-        for labels in self._labels(hold.wants, hold.actor):
+        for labels in self._labels(hold.limits, hold.actor):
             self.release_failures.labels(*labels).inc()
 
 

@@ -1,44 +1,19 @@
-"""Actor and message options of :class:`~dramatiq_slots.Slots`: validation and precedence.
+"""Actor and message options of :class:`~dramatiq_slots.Slots`: their checks and precedence.
 
-Options, all optional:
-
-``queue_capacity`` (actor option, positive int)
-    At most this many messages of the actor's QUEUE run at once across the
-    cluster. The cap belongs to the queue: every message taken from it
-    counts, whichever actor. Declarations must agree (two actors on one
-    queue declaring different capacities, or a capacity that differs from
-    ``Slots(queue_capacities=...)``, is a :class:`ConfigurationError` at
-    declaration). Not settable per message, for the same reason.
-``unique_at_runtime_key``
-    ``str``: a literal key (several actors may share it, for mutual exclusion
-    across actors); a callable ``(*args, **kwargs) -> str`` evaluated for each
-    message (actor option only: callables are not JSON); ``True``: one at a
-    time per actor (key ``actor:<actor name>``); ``False``/``None``: no key.
-    Per message: a str, ``True`` or ``False``.
-``runtime_key_capacity`` (positive int, default 1)
-    At most this many running messages per runtime key.
-``on_lost_hold`` (actor option, ``"reassert"`` or ``"interrupt"``)
-    What happens to a running job whose hold was lost (see
-    :mod:`dramatiq_slots.interrupts`); overrides ``Slots(on_lost_hold=...)``.
-    Not settable per message: the choice wraps the actor at declaration.
-``defer_min_backoff``, ``defer_max_backoff`` (milliseconds, positive ints)
-    Bounds of the exponential backoff, with jitter, of a message deferred
-    because a ledger was full. Named apart from Retries' ``min_backoff`` and
-    ``max_backoff``: waiting for a slot is not a retry.
-
-Precedence: message option > actor option > middleware setting, where
-"unset" is ``None`` only (0 and ``False`` are values, and are checked).
-
-Errors are :class:`ConfigurationError` / :class:`RuntimeKeyError`, both
-dramatiq ``MiddlewareError`` (so dramatiq neither swallows them nor runs
-the actor) and ``ValueError``, and name the actor and the option.
+What each option means is documented in docs/options.md (the one source);
+this module checks them. Precedence: message option > actor option >
+middleware setting, where "unset" is ``None`` only (0 and ``False`` are
+values, and are checked). Errors are :class:`ConfigurationError` /
+:class:`RuntimeKeyError`, both dramatiq ``MiddlewareError`` (so dramatiq
+neither swallows them nor runs the actor) and ``ValueError``, and name the
+actor and the option.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from dramatiq.middleware import MiddlewareError
 
@@ -63,7 +38,9 @@ ACTOR_OPTIONS = frozenset(
 )
 
 #: Values of ``on_lost_hold``: re-assert the hold even over capacity (default), or stop the job.
-REASSERT, INTERRUPT = "reassert", "interrupt"
+LostHoldMode: TypeAlias = Literal["reassert", "interrupt"]
+REASSERT: LostHoldMode = "reassert"
+INTERRUPT: LostHoldMode = "interrupt"
 
 #: Longest runtime key accepted, in UTF-8 bytes.
 MAX_RUNTIME_KEY_BYTES = 512
@@ -102,11 +79,11 @@ def at_most_third(value: int, hold_ttl: int, where: str) -> int:
     return value
 
 
-def lost_hold_mode(value: Any, where: str) -> str:
+def lost_hold_mode(value: Any, where: str) -> LostHoldMode:
     """``value`` if it is ``"reassert"`` or ``"interrupt"``, else ConfigurationError naming ``where``."""
     if value not in (REASSERT, INTERRUPT) or not isinstance(value, str):
         raise ConfigurationError(f"{where} must be {REASSERT!r} or {INTERRUPT!r}, got {value!r:.80}")
-    return value
+    return REASSERT if value == REASSERT else INTERRUPT
 
 
 def backoff_bounds(min_ms: int, max_ms: int, where: str) -> tuple[int, int]:
@@ -167,7 +144,7 @@ class ActorSlots:
     runtime_key_capacity: int | None = None
     defer_min_backoff: int | None = None
     defer_max_backoff: int | None = None
-    on_lost_hold: str | None = None
+    on_lost_hold: LostHoldMode | None = None
 
     @classmethod
     def from_options(cls, actor_name: str, queue_name: str, options: Mapping[str, Any]) -> ActorSlots:

@@ -1,7 +1,7 @@
 """Wake-ups: how a claim waiting in line learns that a release handed it a slot.
 
 Every worker process listens on one Redis Pub/Sub channel of its own,
-``<prefix>:wake:<host>:<pid>``, on one connection, in one thread. A release
+``{<prefix>}:wake:<host>:<pid>``, on one connection, in one thread. A release
 that hands a slot to a waiting claim (``leave.lua``) writes the claim's hold
 first and then publishes ``"<token> <age> <ledger>"`` on the channel of the
 claim's process (``<age>``: how old the handed hold's expiry is, in ms); this

@@ -95,10 +95,10 @@ SlotsFactory = Callable[..., Slots]
 
 def stop_threads(slots: Slots) -> None:
     """Stop the heartbeat and wake-up threads a Slots started in this process (a test's clean-up)."""
-    if slots._heartbeat is not None:
-        slots._heartbeat.stop()
-    if slots._wakeups is not None:
-        slots._wakeups.stop()
+    if slots.process._heartbeat is not None:
+        slots.process._heartbeat.stop()
+    if slots.process._wakeups is not None:
+        slots.process._wakeups.stop()
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from servers import Server, find_engine, free_port
 from dramatiq_slots import Slots
 from dramatiq_slots.errors import LedgerUnavailable
 from dramatiq_slots.failpoints import EXIT_CODE, POINTS
-from dramatiq_slots.ledger import Ledger, Want
+from dramatiq_slots.ledger import Ledger, Limit, Line
 from tests.multiprocess.chaos import ChaosCluster, LedgerWatch, Verdict, capped_ledger, verdict
 from tests.multiprocess.harness import CAPPED_SCOPE, AppConfig, Backlog, WorkerGroup, close_all, wait_until
 from tests.multiprocess.probe import Run, max_overlap, over_cap_us
@@ -891,7 +891,7 @@ def test_shutdown_timeout_expiry_leaves_holds_that_age_out_within_hold_ttl(
     result.check(recovery_bound_s=RECOVERY_BOUND_S)
 
 
-# -- 13. failpoints: a process dies between acquire, re-enqueue, ack and release ------------
+# -- 13. failpoints: a process dies between admission, re-enqueue, ack and release ----------
 
 
 @pytest.mark.timeout(240)
@@ -1077,12 +1077,12 @@ def test_an_oom_answer_is_not_an_admission_and_writes_nothing(
     try:
         _fill_to_oom(client)
         ledger = Ledger(client, key_prefix=key_prefix)
-        want = (Want(ledger.keys.queue("q"), 1),)
+        want = (Limit(ledger.keys.queue("q"), 1),)
         with pytest.raises(LedgerUnavailable, match="maxmemory"):
-            ledger.enter("t1", want, ttl_ms=5_000, line=Ledger.JOIN_LINE, place=1)
-        assert client.exists(ledger.keys.queue("q"), ledger.keys.waiting(ledger.keys.queue("q"))) == 0
+            ledger.enter("t1", want, ttl_ms=5_000, line=Line.JOIN, place=1)
+        assert client.exists(ledger.keys.queue("q"), ledger.keys.line(ledger.keys.queue("q"))) == 0
         client.config_set("maxmemory", 0)
-        assert ledger.enter("t1", want, ttl_ms=5_000, line=Ledger.NO_LINE).admitted
+        assert ledger.enter("t1", want, ttl_ms=5_000, line=Line.NONE).admitted
     finally:
         client.close()
 
@@ -1172,7 +1172,7 @@ def test_an_admission_answered_too_late_is_given_back_and_the_message_deferred(
             with probe.running("slow-net"):
                 pass
 
-        enter_sha = slots.ledger._enter.sha
+        enter_sha = slots.ledger._scripts["enter"].sha
         # The script runs at once; its answer arrives 1.3 s later, past hold_ttl - beat = 1.2 s.
         proxy.delay_reply(1.3, "EVALSHA", arg=enter_sha)
         with caplog.at_level("DEBUG", logger="dramatiq_slots"), running_worker(broker, threads=1):

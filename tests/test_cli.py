@@ -26,7 +26,7 @@ from servers import ENGINES, free_port
 from dramatiq_slots import __version__
 from dramatiq_slots.inspection import ProcessReport, ReportedHold
 from dramatiq_slots.keys import key_digest
-from dramatiq_slots.ledger import Ledger, Want, redacted_address
+from dramatiq_slots.ledger import Ledger, Limit, Line, redacted_address
 
 MODULE = [sys.executable, "-m", "dramatiq_slots"]
 SCRIPT = Path(sys.executable).parent / "dramatiq-slots"
@@ -69,7 +69,7 @@ def cli(redis_server: Any, key_prefix: str) -> Run:
 
 
 def hold(ledger: Ledger, key: str, token: str, capacity: int = 10) -> None:
-    assert ledger.acquire(token, [Want(key, capacity)], ttl_ms=60_000).admitted
+    assert ledger.enter(token, [Limit(key, capacity)], ttl_ms=60_000).admitted
 
 
 def report(
@@ -105,9 +105,7 @@ def busy_queue(ledger: Ledger) -> str:
     emails = ledger.keys.queue("emails")
     hold(ledger, emails, "web-1:4242:7:1", capacity=2)
     hold(ledger, emails, "gone-host:99:3:1", capacity=2)
-    assert ledger.enter(
-        "web-1:4242:8:2", [Want(emails, 2)], ttl_ms=60_000, line=Ledger.JOIN_LINE, place=1
-    ).waiting
+    assert ledger.enter("web-1:4242:8:2", [Limit(emails, 2)], ttl_ms=60_000, line=Line.JOIN, place=1).waiting
     taken = ReportedHold("web-1:4242:7:1", "send_email", "send_email(msg-1)", time.time() - 75, {emails: 2})
     report(ledger, "web-1:4242", taken, capacities={emails: 2})
     return emails

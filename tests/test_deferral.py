@@ -25,7 +25,7 @@ from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
 
 from dramatiq_slots import DEFERRALS, Slots
 from dramatiq_slots.deferral import backoff_ms
-from dramatiq_slots.ledger import Want
+from dramatiq_slots.ledger import Limit
 
 FOREIGN = "other-host:1:1:1"
 
@@ -58,14 +58,15 @@ def deferrals() -> Iterator[Deferrals]:
     logger.setLevel(old_level)
 
 
-def occupy(slots: Slots, queue_name: str, capacity: int = 1) -> Want:
-    want = Want(slots.keys.queue(queue_name), capacity)
-    assert slots.ledger.acquire(FOREIGN, [want], ttl_ms=60_000).admitted
+def occupy(slots: Slots, queue_name: str, capacity: int = 1) -> Limit:
+    want = Limit(slots.keys.queue(queue_name), capacity)
+    assert slots.ledger.enter(FOREIGN, [want], ttl_ms=60_000).admitted
     return want
 
 
-def free(slots: Slots, want: Want) -> None:
-    assert slots.ledger.release(FOREIGN, [want.ledger]) == 1
+def free(slots: Slots, want: Limit) -> None:
+    removed, _ = slots.ledger.leave(FOREIGN, [want], ttl_ms=60_000)  # another process's release
+    assert removed == 1
 
 
 def test_waiting_never_uses_retries_even_with_max_retries_zero(

@@ -22,20 +22,20 @@ from servers import free_port
 
 from dramatiq_slots.claims import Hold, HoldRegistry, new_token
 from dramatiq_slots.heartbeat import Heartbeat
-from dramatiq_slots.ledger import Ledger, Want
+from dramatiq_slots.ledger import Ledger, Limit, Member
 
 
 def _hold(ledger: Ledger, name: str = "q", capacity: int = 1) -> Hold:
-    return Hold(new_token(), (Want(ledger.keys.queue(name), capacity),), label="job(1)")
+    return Hold(new_token(), (Limit(ledger.keys.queue(name), capacity),), label="job(1)")
 
 
 def _take(ledger: Ledger, registry: HoldRegistry, hold: Hold, ttl_ms: int = 5_000) -> None:
-    assert ledger.acquire(hold.token, hold.wants, ttl_ms=ttl_ms).admitted
+    assert ledger.enter(hold.token, hold.limits, ttl_ms=ttl_ms).admitted
     registry.add(hold)
 
 
 def _seconds_left(ledger: Ledger, hold: Hold) -> float:
-    (holder,) = [h for h in ledger.holders(hold.wants[0].ledger) if h.token == hold.token]
+    (holder,) = [h for h in ledger.holders(hold.limits[0].ledger) if h.token == hold.token]
     return holder.seconds_left
 
 
@@ -55,7 +55,7 @@ def test_a_tick_records_when_each_expiry_was_written(ledger: Ledger) -> None:
     """The registry knows each expiry's age: leave.lua renews a handed one only when it is old."""
     registry = HoldRegistry()
     fresh, unknown = _hold(ledger, "a"), _hold(ledger, "b")
-    assert ledger.acquire(fresh.token, fresh.wants, ttl_ms=5_000).admitted
+    assert ledger.enter(fresh.token, fresh.limits, ttl_ms=5_000).admitted
     registry.add(fresh, written_at=time.monotonic() - 3.0)
     _take(ledger, registry, unknown)  # written_at unknown: a replayed or withdrawn admission
     assert 3_000 <= (registry.age_ms(fresh.token) or 0) < 4_000
@@ -64,7 +64,7 @@ def test_a_tick_records_when_each_expiry_was_written(ledger: Ledger) -> None:
     after = [registry.age_ms(fresh.token), registry.age_ms(unknown.token)]
     assert all(age is not None and age < 1_000 for age in after), "a beat writes every expiry"
     registry.begin_release(fresh.token)
-    registry.settle([fresh.token])
+    registry.confirm([fresh.token])
     assert registry.age_ms(fresh.token) is None, "forgotten with the hold"
 
 
@@ -84,7 +84,7 @@ def test_a_tick_retries_owed_releases(ledger: Ledger) -> None:
     heartbeat = Heartbeat(ledger, registry, hold_ttl=8_000, beat_interval=1_000)
     report = heartbeat.tick()
     assert report.released == 1
-    assert ledger.in_use(hold.wants[0].ledger) == 0
+    assert ledger.in_use(hold.limits[0].ledger) == 0
     assert len(registry) == 0
 
 
@@ -94,9 +94,9 @@ def test_a_lost_hold_is_reasserted_over_capacity_with_a_warning(
     registry = HoldRegistry()
     hold = _hold(ledger, "partner", capacity=1)
     _take(ledger, registry, hold)
-    queue = hold.wants[0].ledger
+    queue = hold.limits[0].ledger
     redis_client.zrem(queue, hold.token)  # Redis lost it (e.g. restarted without persistence)
-    assert ledger.acquire("newcomer:1:1:1", hold.wants, ttl_ms=5_000).admitted
+    assert ledger.enter("newcomer:1:1:1", hold.limits, ttl_ms=5_000).admitted
     heartbeat = Heartbeat(ledger, registry, hold_ttl=8_000, beat_interval=1_000)
     caplog.set_level(logging.WARNING)
     report = heartbeat.tick()
@@ -107,14 +107,14 @@ def test_a_lost_hold_is_reasserted_over_capacity_with_a_warning(
     assert repr(queue) in text and "holds 2 of capacity 1" in text and "over capacity" in text
     assert record.levelno == logging.WARNING
     # New admissions wait until it drains.
-    assert not ledger.acquire("third:1:1:1", hold.wants, ttl_ms=5_000).admitted
+    assert not ledger.enter("third:1:1:1", hold.limits, ttl_ms=5_000).admitted
 
 
 def test_an_expired_hold_of_a_running_job_is_reasserted(ledger: Ledger, redis_client: redis.Redis) -> None:
     registry = HoldRegistry()
     hold = _hold(ledger)
     _take(ledger, registry, hold)
-    queue = hold.wants[0].ledger
+    queue = hold.limits[0].ledger
     # The process was paused past the ttl: its score is in the past.
     redis_client.zadd(queue, {hold.token: 1})
     report = Heartbeat(ledger, registry, hold_ttl=8_000, beat_interval=1_000).tick()
@@ -129,12 +129,12 @@ class _ReleaseDuringBeat(Ledger):
 
     def beat(
         self,
-        refresh: Sequence[tuple[str, str]],
-        release: Sequence[tuple[str, str]] = (),
+        refresh: Sequence[Member],
+        release: Sequence[Member] = (),
         *,
         ttl_ms: int,
         report: tuple[str, str] | None = None,
-    ) -> list[tuple[str, str]]:
+    ) -> list[Member]:
         self.before_beat()
         return super().beat(refresh, release, ttl_ms=ttl_ms, report=report)
 
@@ -147,17 +147,17 @@ def test_a_beat_racing_a_release_never_resurrects_the_hold(
     hold = _hold(ledger)
     _take(ledger, registry, hold)
 
-    def job_releases() -> None:  # what Slots._release does, after the beat's snapshot
+    def job_releases() -> None:  # what SlotsProcess.release does, after the beat's snapshot
         registry.begin_release(hold.token)
-        assert ledger.release(hold.token, hold.ledgers) == 1
-        registry.settle([hold.token])
+        assert ledger.leave(hold.token, hold.limits, ttl_ms=8_000) == (1, ())
+        registry.confirm([hold.token])
 
     ledger.before_beat = job_releases
     caplog.set_level(logging.WARNING)
     report = Heartbeat(ledger, registry, hold_ttl=8_000, beat_interval=1_000).tick()
-    assert report.lost == [(hold.wants[0].ledger, hold.token)]  # the beat saw it gone...
+    assert report.lost == [(hold.limits[0].ledger, hold.token)]  # the beat saw it gone...
     assert report.reasserted == []  # ...and did not put it back
-    assert redis_client.zscore(hold.wants[0].ledger, hold.token) is None
+    assert redis_client.zscore(hold.limits[0].ledger, hold.token) is None
     assert not [r for r in caplog.records if "re-asserted" in r.getMessage()]
 
 
@@ -188,12 +188,12 @@ def test_the_thread_beats_drains_and_stops(ledger: Ledger) -> None:
     heartbeat.start()
     try:
         assert wait_until(lambda: heartbeat.beats >= 8, timeout=10)  # well past the first ttl
-        assert ledger.in_use(hold.wants[0].ledger) == 1
+        assert ledger.in_use(hold.limits[0].ledger) == 1
         heartbeat.drain()
         assert heartbeat.running  # a hold is still there: keeps beating
         registry.begin_release(hold.token)
         assert wait_until(lambda: not heartbeat.running, timeout=5)  # owed release sent, then exits
-        assert ledger.in_use(hold.wants[0].ledger) == 0
+        assert ledger.in_use(hold.limits[0].ledger) == 0
     finally:
         heartbeat.stop()
     assert not heartbeat.running
@@ -319,7 +319,7 @@ def test_the_heartbeat_starts_lazily_when_a_hold_exists_without_it(
     def lazy() -> None: ...
 
     message: Any = MessageProxy(lazy.message())
-    assert slots._heartbeat is None or not slots.heartbeat.running
+    assert slots.process._heartbeat is None or not slots.heartbeat.running
     slots.before_process_message(broker, message)  # no worker boot happened
     assert slots.heartbeat.running
     assert slots.in_use("lazy") == 1

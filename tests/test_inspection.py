@@ -15,7 +15,7 @@ from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
 from dramatiq_slots.claims import Hold, HoldRegistry, new_token, this_process
 from dramatiq_slots.heartbeat import Heartbeat
 from dramatiq_slots.inspection import Inspector, ProcessReport, ReportedHold, age_text
-from dramatiq_slots.ledger import Ledger, Want
+from dramatiq_slots.ledger import Ledger, Limit, Line
 
 
 def test_a_running_job_is_shown_with_its_message_capacity_and_age(
@@ -46,7 +46,7 @@ def test_a_running_job_is_shown_with_its_message_capacity_and_age(
         assert holder.label == f"shown({message.message_id})" and holder.actor == "shown"
         assert holder.process_alive and holder.pid is not None and holder.host
         assert holder.age is not None and 0 <= holder.age < 10
-        assert 0 < holder.seconds_left <= slots.hold_ttl / 1000
+        assert 0 < holder.seconds_left <= slots.settings.hold_ttl / 1000
         assert key.holders[0].token == holder.token
         assert inspector.key_ledger("account:42") == key.ledger
         finish.set()
@@ -55,7 +55,7 @@ def test_a_running_job_is_shown_with_its_message_capacity_and_age(
 
 def test_a_dead_holder_is_shown_without_a_report(ledger: Ledger, key_prefix: str) -> None:
     queue = ledger.keys.queue("orphans")
-    assert ledger.acquire("gone-host:4242:7:1", [Want(queue, 3)], ttl_ms=60_000).admitted
+    assert ledger.enter("gone-host:4242:7:1", [Limit(queue, 3)], ttl_ms=60_000).admitted
     (view,) = Inspector(ledger.client, key_prefix=key_prefix).ledgers()
     (holder,) = view.holders
     assert (holder.host, holder.pid, holder.thread) == ("gone-host", 4242, 7)
@@ -76,8 +76,8 @@ def test_names_resolve_to_ledger_keys(ledger: Ledger, key_prefix: str) -> None:
 
 def test_release_by_hand_hands_the_slot_to_the_first_in_line(ledger: Ledger, key_prefix: str) -> None:
     queue = ledger.keys.queue("stuck")
-    assert ledger.acquire("dead:1:1:1", [Want(queue, 1)], ttl_ms=60_000).admitted
-    entry = ledger.enter("waiter:2:2:2", [Want(queue, 1)], ttl_ms=60_000, line=Ledger.JOIN_LINE, place=1)
+    assert ledger.enter("dead:1:1:1", [Limit(queue, 1)], ttl_ms=60_000).admitted
+    entry = ledger.enter("waiter:2:2:2", [Limit(queue, 1)], ttl_ms=60_000, line=Line.JOIN, place=1)
     assert entry.waiting
     # A live process reports the capacity, so the release can hand the slot over at once.
     report = ProcessReport(
@@ -99,7 +99,7 @@ def test_release_by_hand_hands_the_slot_to_the_first_in_line(ledger: Ledger, key
     finally:
         listener.close()
     assert [h.token for h in ledger.holders(queue)] == ["waiter:2:2:2"]
-    assert ledger.waiting(queue) == []
+    assert ledger.line(queue) == []
 
 
 def test_reports_of_another_version_or_garbage_are_skipped() -> None:
@@ -146,8 +146,8 @@ def test_a_user_without_set_still_beats_and_warns_once(
     try:
         ledger = Ledger(client, key_prefix=key_prefix)
         registry = HoldRegistry()
-        hold = Hold(new_token(), (Want(ledger.keys.queue("q"), 1),), "job(1)", actor="job")
-        assert ledger.acquire(hold.token, hold.wants, ttl_ms=1_000).admitted
+        hold = Hold(new_token(), (Limit(ledger.keys.queue("q"), 1),), "job(1)", actor="job")
+        assert ledger.enter(hold.token, hold.limits, ttl_ms=1_000).admitted
         registry.add(hold)
         heartbeat = Heartbeat(
             ledger,
@@ -160,7 +160,7 @@ def test_a_user_without_set_still_beats_and_warns_once(
         for _ in range(3):
             assert heartbeat.tick().error is None
         as_admin = Ledger(admin, key_prefix=key_prefix)
-        assert as_admin.holders(hold.wants[0].ledger)[0].seconds_left > 7.0  # refreshed
+        assert as_admin.holders(hold.limits[0].ledger)[0].seconds_left > 7.0  # refreshed
         warned = [r for r in caplog.records if "Could not write this process's report" in r.getMessage()]
         assert len(warned) == 1
         assert admin.exists(ledger.keys.process("h:1")) == 0

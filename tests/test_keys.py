@@ -38,7 +38,7 @@ def _hash_tag(name: str) -> str:
 def test_every_name_hashes_to_its_prefix_whatever_the_queue_or_key(name: str) -> None:
     keys = KeySpace("team:app")
     ledgers = [keys.queue(name), keys.runtime_key(name)]
-    names = [*ledgers, *map(keys.waiting, ledgers), keys.wake_channel_prefix() + "host:1"]
+    names = [*ledgers, *map(keys.line, ledgers), keys.wake_channel_prefix() + "host:1"]
     assert {_hash_tag(n) for n in names} == {"team:app"}
 
 
@@ -64,7 +64,7 @@ def test_kinds_are_told_apart() -> None:
         "{app}",  # the tag alone
         "{app}:",  # no kind
         "{app}:other:x",  # unknown kind
-        "{app}:queue-waiting:x",  # a line, not a ledger
+        "{app}:queue-line:x",  # a line, not a ledger
         "{appx}:queue:x",  # a longer prefix that starts like ours
         "app:queue:x",  # no tag
         "{other}:queue:x",  # another prefix

@@ -16,7 +16,7 @@ from redis.retry import Retry
 from servers import Server, free_port
 
 from dramatiq_slots.errors import LedgerArgumentError, LedgerError, LedgerUnavailable
-from dramatiq_slots.ledger import Admission, Ledger, Want
+from dramatiq_slots.ledger import SCRIPTS, Entered, Ledger, Limit, Line, Member
 
 LONG = 60_000  # ms; never expires during a test
 SHORT = 300  # ms; expires during a test
@@ -48,37 +48,37 @@ def score(client: redis.Redis, key: str, member: str) -> float | None:
 def test_admits_up_to_capacity_then_refuses(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
     for n in range(3):
-        assert lg.acquire(token(n), [Want(key, 3)], ttl_ms=LONG) == Admission(admitted=True)
+        assert lg.enter(token(n), [Limit(key, 3)], ttl_ms=LONG) == Entered(admitted=True, members=(n + 1,))
         assert lg.in_use(key) == n + 1
-    refused = lg.acquire(token(3), [Want(key, 3)], ttl_ms=LONG)
-    assert refused == Admission(admitted=False, full=key)
+    refused = lg.enter(token(3), [Limit(key, 3)], ttl_ms=LONG)
+    assert refused == Entered(admitted=False, full=key)
     assert score(lg.client, key, token(3)) is None
     assert lg.in_use(key) == 3
     assert tokens_of(lg, key) == {token(0), token(1), token(2)}
-    # Capacity is whatever each acquire says: a larger one lets the newcomer in.
-    assert lg.acquire(token(3), [Want(key, 4)], ttl_ms=LONG).admitted
+    # Capacity is whatever each enter says: a larger one lets the newcomer in.
+    assert lg.enter(token(3), [Limit(key, 4)], ttl_ms=LONG).admitted
     assert lg.in_use(key) == 4
 
 
-def test_acquire_needs_a_ledger(engine_ledger: Ledger) -> None:
-    with pytest.raises(ValueError, match="at least one ledger"):
-        engine_ledger.acquire(token(1), [], ttl_ms=LONG)
+def test_enter_needs_a_limit(engine_ledger: Ledger) -> None:
+    with pytest.raises(ValueError, match="at least one limit"):
+        engine_ledger.enter(token(1), [], ttl_ms=LONG)
 
 
 def test_all_or_nothing_across_two_ledgers(engine_ledger: Ledger) -> None:
     lg, client = engine_ledger, engine_ledger.client
     a, b = lg.keys.queue("a"), lg.keys.runtime_key("user:1")
-    assert lg.acquire(token(0), [Want(b, 1)], ttl_ms=LONG).admitted
+    assert lg.enter(token(0), [Limit(b, 1)], ttl_ms=LONG).admitted
 
-    refused = lg.acquire(token(1), [Want(a, 2), Want(b, 1)], ttl_ms=LONG)
-    assert refused == Admission(admitted=False, full=b)
+    refused = lg.enter(token(1), [Limit(a, 2), Limit(b, 1)], ttl_ms=LONG)
+    assert refused == Entered(admitted=False, full=b)
     # Refused on the second ledger: nothing was written on the first.
     assert score(client, a, token(1)) is None
     assert client.exists(a) == 0
     assert lg.in_use(a) == 0
 
     # Both with room: held on both.
-    assert lg.acquire(token(2), [Want(a, 2), Want(lg.keys.runtime_key("user:2"), 1)], ttl_ms=LONG).admitted
+    assert lg.enter(token(2), [Limit(a, 2), Limit(lg.keys.runtime_key("user:2"), 1)], ttl_ms=LONG).admitted
     assert score(client, a, token(2)) is not None
     assert score(client, lg.keys.runtime_key("user:2"), token(2)) is not None
 
@@ -87,9 +87,9 @@ def test_refusal_names_the_first_full_ledger(engine_ledger: Ledger) -> None:
     lg = engine_ledger
     a, b, c = (lg.keys.queue(n) for n in "abc")
     for key in (a, b):
-        assert lg.acquire(token(0), [Want(key, 1)], ttl_ms=LONG).admitted
-    assert lg.acquire(token(1), [Want(c, 1), Want(b, 1), Want(a, 1)], ttl_ms=LONG).full == b
-    assert lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG).full == a
+        assert lg.enter(token(0), [Limit(key, 1)], ttl_ms=LONG).admitted
+    assert lg.enter(token(1), [Limit(c, 1), Limit(b, 1), Limit(a, 1)], ttl_ms=LONG).full == b
+    assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG).full == a
     assert lg.client.exists(c) == 0
 
 
@@ -98,19 +98,24 @@ def test_refusal_names_the_first_full_ledger(engine_ledger: Ledger) -> None:
 
 def test_replay_is_admitted_without_counting_twice(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    assert lg.acquire(token(1), [Want(key, 1)], ttl_ms=LONG) == Admission(admitted=True, replayed=False)
-    # Capacity 1 and already full, yet the same token is admitted again: it is its own hold.
-    assert lg.acquire(token(1), [Want(key, 1)], ttl_ms=LONG) == Admission(admitted=True, replayed=True)
+    assert lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG) == Entered(
+        admitted=True, replayed=False, members=(1,)
+    )
+    # Capacity 1 and already full, yet the same token is admitted again: it is its own hold
+    # (and no count was taken: its members read as the capacity).
+    assert lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG) == Entered(
+        admitted=True, replayed=True, members=(1,)
+    )
     assert lg.in_use(key) == 1
     assert lg.client.zcard(key) == 1
-    assert not lg.acquire(token(2), [Want(key, 1)], ttl_ms=LONG).admitted
+    assert not lg.enter(token(2), [Limit(key, 1)], ttl_ms=LONG).admitted
 
 
 def test_replay_refreshes_the_hold(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    lg.acquire(token(1), [Want(key, 1)], ttl_ms=1_000)
+    lg.enter(token(1), [Limit(key, 1)], ttl_ms=1_000)
     before = score(lg.client, key, token(1))
-    assert lg.acquire(token(1), [Want(key, 1)], ttl_ms=LONG).replayed
+    assert lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG).replayed
     after = score(lg.client, key, token(1))
     assert before is not None
     assert after is not None
@@ -120,111 +125,136 @@ def test_replay_refreshes_the_hold(engine_ledger: Ledger) -> None:
 def test_partial_replay_takes_the_missing_ledger(engine_ledger: Ledger) -> None:
     lg = engine_ledger
     a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
-    lg.acquire(token(1), [Want(a, 1)], ttl_ms=LONG)
+    lg.enter(token(1), [Limit(a, 1)], ttl_ms=LONG)
     # Holds a, not b: not a replay, and b is counted once.
-    assert lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG) == Admission(admitted=True)
+    assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG) == Entered(
+        admitted=True, members=(1, 1)
+    )
     assert (lg.in_use(a), lg.in_use(b)) == (1, 1)
-    assert lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG).replayed
+    assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG).replayed
 
 
-def test_partial_replay_refused_leaves_the_held_ledger_alone(engine_ledger: Ledger) -> None:
+def test_partial_replay_refused_gives_the_held_ledger_back(engine_ledger: Ledger) -> None:
     lg = engine_ledger
     a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
-    lg.acquire(token(1), [Want(a, 1)], ttl_ms=LONG)
-    lg.acquire(token(2), [Want(b, 1)], ttl_ms=LONG)
-    before = score(lg.client, a, token(1))
-    assert lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG) == Admission(admitted=False, full=b)
-    assert score(lg.client, a, token(1)) == before
+    assert lg.enter(token(1), [Limit(a, 1)], ttl_ms=LONG).admitted
+    assert lg.enter(token(2), [Limit(b, 1)], ttl_ms=LONG).admitted
+    assert score(lg.client, a, token(1)) is not None
+    assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG) == Entered(admitted=False, full=b)
+    # All or nothing: refused on b, the claim holds neither; the slot of a it held is free...
+    assert score(lg.client, a, token(1)) is None
     assert score(lg.client, b, token(1)) is None
+    assert lg.in_use(a) == 0
+    assert tokens_of(lg, b) == {token(2)}
+    # ...for whoever asks next (it was handed to nobody: nobody waited).
+    assert lg.enter(token(3), [Limit(a, 1)], ttl_ms=LONG) == Entered(admitted=True, members=(1,))
 
 
 # -- expiry --------------------------------------------------------------------------------
 
 
-def test_a_silent_hold_expires_and_its_slot_goes_to_a_newcomer(engine_ledger: Ledger) -> None:
+def test_a_silent_hold_expires_and_a_live_holders_beat_gives_its_slot_to_a_newcomer(
+    engine_ledger: Ledger,
+) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
     # Token 0's long hold keeps the key alive, so token 1's member outlives its hold.
-    assert lg.acquire(token(0), [Want(key, 2)], ttl_ms=LONG).admitted
-    assert lg.acquire(token(1), [Want(key, 2)], ttl_ms=SHORT).admitted
-    assert lg.acquire(token(2), [Want(key, 2)], ttl_ms=LONG) == Admission(admitted=False, full=key)
+    assert lg.enter(token(0), [Limit(key, 2)], ttl_ms=LONG).admitted
+    assert lg.enter(token(1), [Limit(key, 2)], ttl_ms=SHORT).admitted
+    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, full=key)
     wait_until(lambda: lg.in_use(key) == 1, "the short hold to expire")
     assert tokens_of(lg, key) == {token(0)}
     assert lg.client.zcard(key) == 2  # the expired member is still there...
-    assert lg.acquire(token(2), [Want(key, 2)], ttl_ms=LONG) == Admission(admitted=True)
-    assert score(lg.client, key, token(1)) is None  # ...until the newcomer's acquire swept it
+    # ...and enter counts members, not live holds (it never sweeps): still refused, nothing written.
+    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    assert score(lg.client, key, token(2)) is None
+    assert score(lg.client, key, token(1)) is not None
+    # The live holder's beat sweeps the dead member...
+    assert lg.beat([Member(key, token(0))], ttl_ms=LONG) == []
+    assert score(lg.client, key, token(1)) is None
+    assert lg.client.zcard(key) == 1
+    # ...and the newcomer gets its slot.
+    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=True, members=(2,))
     assert tokens_of(lg, key) == {token(0), token(2)}
 
 
-def test_a_lone_expired_hold_frees_its_slot(engine_ledger: Ledger) -> None:
+def test_a_lone_expired_hold_frees_its_slot_when_its_key_expires(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    assert lg.acquire(token(1), [Want(key, 1)], ttl_ms=SHORT).admitted
-    assert lg.acquire(token(2), [Want(key, 1)], ttl_ms=LONG) == Admission(admitted=False, full=key)
-    wait_until(lambda: lg.in_use(key) == 0, "the short hold to expire")
+    assert lg.enter(token(1), [Limit(key, 1)], ttl_ms=SHORT).admitted
+    assert lg.enter(token(2), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    # No live holder beats this ledger: the key expires whole, with its only hold.
+    wait_until(lambda: lg.client.exists(key) == 0, "the key of the lone short hold to expire")
     assert lg.holders(key) == []
-    assert lg.acquire(token(2), [Want(key, 1)], ttl_ms=LONG) == Admission(admitted=True)
+    assert lg.in_use(key) == 0
+    assert lg.enter(token(2), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=True, members=(1,))
     assert tokens_of(lg, key) == {token(2)}
 
 
 def test_abandoned_ledger_key_vanishes(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    lg.acquire(token(1), [Want(key, 5)], ttl_ms=SHORT)
+    lg.enter(token(1), [Limit(key, 5)], ttl_ms=SHORT)
     assert 0 < lg.client.pttl(key) <= SHORT
     wait_until(lambda: lg.client.exists(key) == 0, "the abandoned ledger key to expire")
 
 
 def test_key_ttl_follows_its_longest_hold(engine_ledger: Ledger) -> None:
     lg, client, key = engine_ledger, engine_ledger.client, engine_ledger.keys.queue("q")
-    lg.acquire(token(1), [Want(key, 5)], ttl_ms=LONG)
-    lg.acquire(token(2), [Want(key, 5)], ttl_ms=10_000)
+    lg.enter(token(1), [Limit(key, 5)], ttl_ms=LONG)
+    lg.enter(token(2), [Limit(key, 5)], ttl_ms=10_000)
     # The later, shorter hold did not shorten the key's life.
     assert LONG - 5_000 < client.pttl(key) <= LONG
     # The long hold, refreshed shorter by a beat: the key now lives as long as token 2's hold.
-    assert lg.beat([(key, token(1))], ttl_ms=2_000) == []
+    assert lg.beat([Member(key, token(1))], ttl_ms=2_000) == []
     assert 2_000 < client.pttl(key) <= 10_000
     # A re-asserted hold extends it again.
-    lg.reassert([(key, token(3))], ttl_ms=30_000)
+    lg.reassert([Member(key, token(3))], ttl_ms=30_000)
     assert 25_000 < client.pttl(key) <= 30_000
     # A replay too.
-    lg.acquire(token(2), [Want(key, 5)], ttl_ms=LONG)
+    lg.enter(token(2), [Limit(key, 5)], ttl_ms=LONG)
     assert LONG - 5_000 < client.pttl(key) <= LONG
 
 
 # -- release -------------------------------------------------------------------------------
 
 
-def test_release_removes_only_its_own_member(engine_ledger: Ledger) -> None:
+def test_leave_removes_only_its_own_member(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    lg.acquire(token(1), [Want(key, 2)], ttl_ms=LONG)
-    lg.acquire(token(2), [Want(key, 2)], ttl_ms=LONG)
-    assert lg.release(token(1), [key]) == 1
+    lg.enter(token(1), [Limit(key, 2)], ttl_ms=LONG)
+    lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG)
+    assert lg.leave(token(1), [Limit(key, 2)], ttl_ms=LONG) == (1, ())
     assert score(lg.client, key, token(1)) is None
     assert tokens_of(lg, key) == {token(2)}
-    assert lg.release(token(1), [key]) == 0
+    assert lg.leave(token(1), [Limit(key, 2)], ttl_ms=LONG) == (0, ())
     assert tokens_of(lg, key) == {token(2)}
-    assert lg.release(token(9), [key]) == 0
+    assert lg.leave(token(9), [Limit(key, 2)], ttl_ms=LONG) == (0, ())
     assert lg.in_use(key) == 1
 
 
-def test_release_counts_each_ledger(engine_ledger: Ledger) -> None:
+def test_leave_counts_each_ledger(engine_ledger: Ledger) -> None:
     lg = engine_ledger
     a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
-    lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG)
-    assert lg.release(token(1), [a, b]) == 2
+    lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG)
+    assert lg.leave(token(1), [Limit(a, 0), Limit(b, 0)], ttl_ms=LONG) == (2, ())
     assert (lg.in_use(a), lg.in_use(b)) == (0, 0)
-    assert lg.release(token(1), [a, b]) == 0
-    assert lg.release(token(1), []) == 0
+    assert lg.leave(token(1), [Limit(a, 0), Limit(b, 0)], ttl_ms=LONG) == (0, ())
+    assert lg.leave(token(1), [], ttl_ms=LONG) == (0, ())
 
 
-def test_release_after_expiry_frees_nobody(engine_ledger: Ledger) -> None:
+def test_leave_after_expiry_removes_its_own_member_only(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    lg.acquire(token(1), [Want(key, 2)], ttl_ms=SHORT)
-    lg.acquire(token(2), [Want(key, 2)], ttl_ms=LONG)
+    lg.enter(token(1), [Limit(key, 2)], ttl_ms=SHORT)
+    lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG)
     wait_until(lambda: lg.in_use(key) == 1, "token 1's hold to expire")
-    # Its member is still in the set (nothing swept it), but it held nothing any more.
+    # Its member is still in the set (nothing swept it), and enter still counts it:
     assert score(lg.client, key, token(1)) is not None
-    assert lg.release(token(1), [key]) == 0
+    assert lg.enter(token(3), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    # leave counts any member of the token as removed, expired or not; nobody else's is touched.
+    assert lg.leave(token(1), [Limit(key, 0)], ttl_ms=LONG) == (1, ())
+    assert score(lg.client, key, token(1)) is None
     assert tokens_of(lg, key) == {token(2)}
     assert lg.in_use(key) == 1
+    assert lg.client.zcard(key) == 1
+    assert lg.leave(token(1), [Limit(key, 0)], ttl_ms=LONG) == (0, ())
+    assert tokens_of(lg, key) == {token(2)}
 
 
 # -- beat ----------------------------------------------------------------------------------
@@ -232,56 +262,56 @@ def test_release_after_expiry_frees_nobody(engine_ledger: Ledger) -> None:
 
 def test_beat_refreshes_holds(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    lg.acquire(token(1), [Want(key, 1)], ttl_ms=1_000)
+    lg.enter(token(1), [Limit(key, 1)], ttl_ms=1_000)
     (held,) = lg.holders(key)
     assert held.seconds_left <= 1.0
-    assert lg.beat([(key, token(1))], ttl_ms=LONG) == []
+    assert lg.beat([Member(key, token(1))], ttl_ms=LONG) == []
     (held,) = lg.holders(key)
     assert held.seconds_left > (LONG - 5_000) / 1000
 
 
 def test_beat_reports_a_deleted_hold_and_does_not_recreate_it(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    lg.acquire(token(1), [Want(key, 2)], ttl_ms=LONG)
-    lg.acquire(token(2), [Want(key, 2)], ttl_ms=LONG)
+    lg.enter(token(1), [Limit(key, 2)], ttl_ms=LONG)
+    lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG)
     assert lg.client.zrem(key, token(1)) == 1  # Redis lost it (restart, failover)
-    assert lg.beat([(key, token(1)), (key, token(2))], ttl_ms=LONG) == [(key, token(1))]
+    assert lg.beat([Member(key, token(1)), Member(key, token(2))], ttl_ms=LONG) == [Member(key, token(1))]
     assert score(lg.client, key, token(1)) is None
     assert tokens_of(lg, key) == {token(2)}
 
 
 def test_beat_reports_an_expired_hold_and_does_not_refresh_it(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    lg.acquire(token(1), [Want(key, 2)], ttl_ms=SHORT)
-    lg.acquire(token(2), [Want(key, 2)], ttl_ms=LONG)  # keeps the key alive past token 1's expiry
+    lg.enter(token(1), [Limit(key, 2)], ttl_ms=SHORT)
+    lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG)  # keeps the key alive past token 1's expiry
     wait_until(lambda: lg.in_use(key) == 1, "token 1's hold to expire")
     assert score(lg.client, key, token(1)) is not None  # expired, not yet swept
-    assert lg.beat([(key, token(1)), (key, token(2))], ttl_ms=LONG) == [(key, token(1))]
+    assert lg.beat([Member(key, token(1)), Member(key, token(2))], ttl_ms=LONG) == [Member(key, token(1))]
     assert score(lg.client, key, token(1)) is None
     assert tokens_of(lg, key) == {token(2)}
 
 
 def test_beat_after_release_does_not_resurrect(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    lg.acquire(token(1), [Want(key, 1)], ttl_ms=LONG)
-    lg.release(token(1), [key])
-    assert lg.beat([(key, token(1))], ttl_ms=LONG) == [(key, token(1))]
+    lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG)
+    assert lg.leave(token(1), [Limit(key, 1)], ttl_ms=LONG) == (1, ())
+    assert lg.beat([Member(key, token(1))], ttl_ms=LONG) == [Member(key, token(1))]
     assert lg.client.exists(key) == 0
 
 
 def test_beat_performs_pending_releases_in_the_same_call(engine_ledger: Ledger) -> None:
     lg, client = engine_ledger, engine_ledger.client
     a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
-    lg.acquire(token(1), [Want(a, 9)], ttl_ms=1_000)
-    lg.acquire(token(2), [Want(a, 9)], ttl_ms=LONG)
-    lg.acquire(token(3), [Want(b, 9)], ttl_ms=LONG)
-    lg.acquire(token(4), [Want(b, 9)], ttl_ms=LONG)
+    lg.enter(token(1), [Limit(a, 9)], ttl_ms=1_000)
+    lg.enter(token(2), [Limit(a, 9)], ttl_ms=LONG)
+    lg.enter(token(3), [Limit(b, 9)], ttl_ms=LONG)
+    lg.enter(token(4), [Limit(b, 9)], ttl_ms=LONG)
     lost = lg.beat(
-        [(a, token(1)), (a, token(8)), (b, token(4))],
-        [(a, token(2)), (b, token(3)), (b, token(9))],
+        [Member(a, token(1)), Member(a, token(8)), Member(b, token(4))],
+        [Member(a, token(2)), Member(b, token(3)), Member(b, token(9))],
         ttl_ms=LONG,
     )
-    assert lost == [(a, token(8))]  # indexes map back to the refresh pairs, releases are never "lost"
+    assert lost == [Member(a, token(8))]  # indexes map back to the refresh pairs, releases are never "lost"
     assert score(client, a, token(2)) is None
     assert score(client, b, token(3)) is None
     assert tokens_of(lg, a) == {token(1)}
@@ -292,10 +322,23 @@ def test_beat_performs_pending_releases_in_the_same_call(engine_ledger: Ledger) 
 
 def test_beat_with_only_releases(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    lg.acquire(token(1), [Want(key, 1)], ttl_ms=LONG)
-    assert lg.beat([], [(key, token(1))], ttl_ms=LONG) == []
+    lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG)
+    assert lg.beat([], [Member(key, token(1))], ttl_ms=LONG) == []
     assert lg.in_use(key) == 0
     assert lg.beat([], ttl_ms=LONG) == []
+
+
+def test_beat_and_reassert_take_plain_pairs_and_answer_members(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    lg.enter(token(1), [Limit(key, 5)], ttl_ms=LONG)
+    lg.enter(token(2), [Limit(key, 5)], ttl_ms=LONG)
+    # (ledger, token) tuples are members too: refreshed, released, reported lost as Members.
+    lost = lg.beat([(key, token(1)), (key, token(8))], [(key, token(2))], ttl_ms=LONG)  # type: ignore[list-item]
+    assert lost == [Member(key, token(8))]
+    assert all(isinstance(m, Member) for m in lost)
+    assert tokens_of(lg, key) == {token(1)}
+    assert lg.reassert([(key, token(3))], ttl_ms=LONG) == [2]  # type: ignore[list-item]
+    assert tokens_of(lg, key) == {token(1), token(3)}
 
 
 # -- reassert --------------------------------------------------------------------------------
@@ -303,28 +346,28 @@ def test_beat_with_only_releases(engine_ledger: Ledger) -> None:
 
 def test_reassert_readds_over_capacity(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    lg.acquire(token(1), [Want(key, 1)], ttl_ms=LONG)
-    assert lg.reassert([(key, token(2))], ttl_ms=LONG) == [2]
+    lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG)
+    assert lg.reassert([Member(key, token(2))], ttl_ms=LONG) == [2]
     assert lg.in_use(key) == 2
     assert tokens_of(lg, key) == {token(1), token(2)}
     # Over capacity: newcomers wait until it drains.
-    assert lg.acquire(token(3), [Want(key, 1)], ttl_ms=LONG) == Admission(admitted=False, full=key)
-    lg.release(token(1), [key])
-    assert not lg.acquire(token(3), [Want(key, 1)], ttl_ms=LONG).admitted
-    lg.release(token(2), [key])
-    assert lg.acquire(token(3), [Want(key, 1)], ttl_ms=LONG).admitted
+    assert lg.enter(token(3), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    assert lg.leave(token(1), [Limit(key, 1)], ttl_ms=LONG) == (1, ())
+    assert not lg.enter(token(3), [Limit(key, 1)], ttl_ms=LONG).admitted
+    assert lg.leave(token(2), [Limit(key, 1)], ttl_ms=LONG) == (1, ())
+    assert lg.enter(token(3), [Limit(key, 1)], ttl_ms=LONG).admitted
 
 
 def test_reassert_returns_live_counts_per_ledger(engine_ledger: Ledger) -> None:
     lg, client = engine_ledger, engine_ledger.client
     a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
-    lg.acquire(token(1), [Want(a, 5)], ttl_ms=LONG)
-    lg.acquire(token(2), [Want(a, 5)], ttl_ms=LONG)
+    lg.enter(token(1), [Limit(a, 5)], ttl_ms=LONG)
+    lg.enter(token(2), [Limit(a, 5)], ttl_ms=LONG)
     client.zadd(b, {"ghost:1:1:1": 1})  # an expired member (score far in the past)
-    assert lg.reassert([(a, token(3)), (b, token(4))], ttl_ms=LONG) == [3, 1]
+    assert lg.reassert([Member(a, token(3)), Member(b, token(4))], ttl_ms=LONG) == [3, 1]
     assert score(client, b, "ghost:1:1:1") is None  # swept
     # A hold that is still live is refreshed, not counted twice.
-    assert lg.reassert([(a, token(1))], ttl_ms=LONG) == [3]
+    assert lg.reassert([Member(a, token(1))], ttl_ms=LONG) == [3]
     assert lg.reassert([], ttl_ms=LONG) == []
 
 
@@ -334,25 +377,25 @@ def test_reassert_returns_live_counts_per_ledger(engine_ledger: Ledger) -> None:
 def test_reclaim_takes_a_lost_hold_back_where_it_fits(engine_ledger: Ledger) -> None:
     lg, client = engine_ledger, engine_ledger.client
     a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
-    lg.acquire(token(1), [Want(a, 2)], ttl_ms=LONG)
+    lg.enter(token(1), [Limit(a, 2)], ttl_ms=LONG)
     client.zadd(b, {"ghost:1:1:1": 1})  # a dead holder's expired member: swept, not counted
-    assert lg.reclaim(token(2), [Want(a, 2), Want(b, 1)], ttl_ms=LONG) is None
+    assert lg.reclaim(token(2), [Limit(a, 2), Limit(b, 1)], ttl_ms=LONG) is None
     assert tokens_of(lg, a) == {token(1), token(2)}
     assert tokens_of(lg, b) == {token(2)}
     assert client.pttl(a) > LONG - 5_000 and client.pttl(b) > LONG - 5_000
     # Still listed: held again (fresh expiry), not counted twice, even at capacity.
-    assert lg.reclaim(token(2), [Want(a, 2), Want(b, 1)], ttl_ms=LONG) is None
+    assert lg.reclaim(token(2), [Limit(a, 2), Limit(b, 1)], ttl_ms=LONG) is None
     assert lg.in_use(a) == 2 and lg.in_use(b) == 1
 
 
 def test_reclaim_writes_nothing_when_any_ledger_is_full_without_it(engine_ledger: Ledger) -> None:
     lg, client = engine_ledger, engine_ledger.client
     a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
-    lg.acquire(token(1), [Want(b, 1)], ttl_ms=LONG)  # a newcomer took the key meanwhile
-    assert lg.reclaim(token(2), [Want(a, 5), Want(b, 1)], ttl_ms=LONG) == b
+    lg.enter(token(1), [Limit(b, 1)], ttl_ms=LONG)  # a newcomer took the key meanwhile
+    assert lg.reclaim(token(2), [Limit(a, 5), Limit(b, 1)], ttl_ms=LONG) == b
     assert score(client, a, token(2)) is None  # all or nothing: not on the roomy ledger either
     assert tokens_of(lg, b) == {token(1)}
-    with pytest.raises(ValueError, match="at least one ledger"):
+    with pytest.raises(ValueError, match="at least one limit"):
         lg.reclaim(token(2), [], ttl_ms=LONG)
 
 
@@ -362,11 +405,15 @@ def test_reclaim_writes_nothing_when_any_ledger_is_full_without_it(engine_ledger
 def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     lg, client = engine_ledger, engine_ledger.client
     key = lg.keys.queue("q")
-    scripts = [lg._acquire, lg._release, lg._beat, lg._reassert, lg._holders, lg._in_use]
-    lg.acquire(token(0), [Want(key, 9)], ttl_ms=LONG)  # every script loaded once...
-    lg.release(token(0), [key])
-    lg.beat([(key, token(0))], ttl_ms=LONG)
-    lg.reassert([(key, token(0))], ttl_ms=LONG)
+    assert set(lg._scripts) == set(SCRIPTS)
+    scripts = [lg._scripts[name] for name in SCRIPTS]
+    limit = Limit(key, 9)
+    lg.enter(token(0), [limit], ttl_ms=LONG)  # every script loaded once...
+    lg.leave(token(0), [limit], ttl_ms=LONG)
+    lg.withdraw(token(0), [limit])
+    lg.beat([Member(key, token(0))], ttl_ms=LONG)
+    lg.reassert([Member(key, token(0))], ttl_ms=LONG)
+    lg.reclaim(token(0), [limit], ttl_ms=LONG)
     lg.holders(key)
     lg.in_use(key)
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
@@ -374,45 +421,104 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     client.script_flush()  # ...then forgotten: every EVALSHA now answers NOSCRIPT
     assert client.script_exists(*(s.sha for s in scripts)) == [False] * len(scripts)
 
-    assert lg.acquire(token(1), [Want(key, 9)], ttl_ms=LONG).admitted
-    assert lg.release(token(0), [key]) == 1
-    assert lg.beat([(key, token(1)), (key, token(7))], ttl_ms=LONG) == [(key, token(7))]
-    assert lg.reassert([(key, token(2))], ttl_ms=LONG) == [2]
-    assert tokens_of(lg, key) == {token(1), token(2)}
-    assert lg.in_use(key) == 2
+    assert lg.enter(token(1), [limit], ttl_ms=LONG) == Entered(admitted=True, members=(2,))
+    assert lg.leave(token(0), [limit], ttl_ms=LONG) == (1, ())
+    assert lg.withdraw(token(1), [limit]) == 1  # not in line; holds its one ledger
+    assert lg.beat([Member(key, token(1)), Member(key, token(7))], ttl_ms=LONG) == [Member(key, token(7))]
+    assert lg.reassert([Member(key, token(2))], ttl_ms=LONG) == [2]
+    assert lg.reclaim(token(3), [limit], ttl_ms=LONG) is None
+    assert tokens_of(lg, key) == {token(1), token(2), token(3)}
+    assert lg.in_use(key) == 3
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
 
 BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int]] = [
-    ("acquire-capacity-0", lambda lg, a, b: lg.acquire(token(1), [Want(a, 0)], ttl_ms=LONG), "acquire", 3),
+    # enter.lua: ARGV = token, ttl, line, place, capacities...
+    ("enter-empty-token", lambda lg, a, b: lg.enter("", [Limit(a, 1)], ttl_ms=LONG), "enter", 1),
+    ("enter-ttl-0", lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=0), "enter", 2),
+    ("enter-ttl-negative", lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=-5), "enter", 2),
     (
-        "acquire-second-capacity-0",
-        lambda lg, a, b: lg.acquire(token(1), [Want(a, 1), Want(b, 0)], ttl_ms=LONG),
-        "acquire",
-        4,
-    ),
-    (
-        "acquire-capacity-fraction",
-        lambda lg, a, b: lg.acquire(token(1), [Want(a, 1.5)], ttl_ms=LONG),  # type: ignore[arg-type]
-        "acquire",
-        3,
-    ),
-    ("acquire-ttl-0", lambda lg, a, b: lg.acquire(token(1), [Want(a, 1)], ttl_ms=0), "acquire", 2),
-    ("acquire-ttl-negative", lambda lg, a, b: lg.acquire(token(1), [Want(a, 1)], ttl_ms=-5), "acquire", 2),
-    (
-        "acquire-ttl-fraction",
-        lambda lg, a, b: lg.acquire(token(1), [Want(a, 1)], ttl_ms=2.5),  # type: ignore[arg-type]
-        "acquire",
+        "enter-ttl-fraction",
+        lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=2.5),  # type: ignore[arg-type]
+        "enter",
         2,
     ),
-    ("acquire-empty-token", lambda lg, a, b: lg.acquire("", [Want(a, 1)], ttl_ms=LONG), "acquire", 1),
-    ("beat-ttl-0", lambda lg, a, b: lg.beat([(a, token(1))], [(b, token(2))], ttl_ms=0), "beat", 1),
-    ("reassert-ttl-0", lambda lg, a, b: lg.reassert([(a, token(1)), (b, token(2))], ttl_ms=0), "reassert", 1),
-    ("reclaim-empty-token", lambda lg, a, b: lg.reclaim("", [Want(a, 1)], ttl_ms=LONG), "reclaim", 1),
-    ("reclaim-ttl-0", lambda lg, a, b: lg.reclaim(token(1), [Want(a, 1)], ttl_ms=0), "reclaim", 2),
+    (
+        "enter-line-unknown",
+        lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=LONG, line=3),  # type: ignore[arg-type]
+        "enter",
+        3,
+    ),
+    (
+        "enter-place-not-a-number",
+        lambda lg, a, b: lg.enter(
+            token(1),
+            [Limit(a, 1)],
+            ttl_ms=LONG,
+            line=Line.JOIN,
+            place="soon",  # type: ignore[arg-type]
+        ),
+        "enter",
+        4,
+    ),
+    ("enter-capacity-0", lambda lg, a, b: lg.enter(token(1), [Limit(a, 0)], ttl_ms=LONG), "enter", 5),
+    (
+        "enter-second-capacity-0",
+        lambda lg, a, b: lg.enter(token(1), [Limit(a, 1), Limit(b, 0)], ttl_ms=LONG),
+        "enter",
+        6,
+    ),
+    (
+        "enter-capacity-fraction",
+        lambda lg, a, b: lg.enter(token(1), [Limit(a, 1.5)], ttl_ms=LONG),  # type: ignore[arg-type]
+        "enter",
+        5,
+    ),
+    (
+        "enter-join-capacity-0",
+        lambda lg, a, b: lg.enter(token(1), [Limit(a, 0)], ttl_ms=LONG, line=Line.JOIN, place=1),
+        "enter",
+        5,
+    ),
+    # leave.lua: ARGV = token, wake channel prefix, ttl, age, own process, capacities (0 allowed)...
+    ("leave-ttl-0", lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=0), "leave", 3),
+    ("leave-ttl-negative", lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=-5), "leave", 3),
+    (
+        "leave-ttl-fraction",
+        lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=2.5),  # type: ignore[arg-type]
+        "leave",
+        3,
+    ),
+    ("leave-capacity-negative", lambda lg, a, b: lg.leave(token(1), [Limit(a, -1)], ttl_ms=LONG), "leave", 6),
+    (
+        "leave-second-capacity-negative",
+        lambda lg, a, b: lg.leave(token(1), [Limit(a, 0), Limit(b, -1)], ttl_ms=LONG),
+        "leave",
+        7,
+    ),
+    (
+        "leave-capacity-fraction",
+        lambda lg, a, b: lg.leave(token(1), [Limit(a, 1.5)], ttl_ms=LONG),  # type: ignore[arg-type]
+        "leave",
+        6,
+    ),
+    (
+        "beat-ttl-0",
+        lambda lg, a, b: lg.beat([Member(a, token(1))], [Member(b, token(2))], ttl_ms=0),
+        "beat",
+        1,
+    ),
+    (
+        "reassert-ttl-0",
+        lambda lg, a, b: lg.reassert([Member(a, token(1)), Member(b, token(2))], ttl_ms=0),
+        "reassert",
+        1,
+    ),
+    ("reclaim-empty-token", lambda lg, a, b: lg.reclaim("", [Limit(a, 1)], ttl_ms=LONG), "reclaim", 1),
+    ("reclaim-ttl-0", lambda lg, a, b: lg.reclaim(token(1), [Limit(a, 1)], ttl_ms=0), "reclaim", 2),
     (
         "reclaim-second-capacity-0",
-        lambda lg, a, b: lg.reclaim(token(1), [Want(a, 1), Want(b, 0)], ttl_ms=LONG),
+        lambda lg, a, b: lg.reclaim(token(1), [Limit(a, 1), Limit(b, 0)], ttl_ms=LONG),
         "reclaim",
         4,
     ),
@@ -432,17 +538,20 @@ def test_bad_arguments_are_refused_naming_the_argv_index(
     assert str(caught.value) == f"{script}.lua refused ARGV[{index}]"
     assert isinstance(caught.value, ValueError)
     assert isinstance(caught.value, LedgerError)
-    assert lg.client.exists(a, b) == 0  # nothing written
+    assert lg.client.exists(a, b, lg.keys.line(a), lg.keys.line(b)) == 0  # nothing written, in no line
 
 
 # -- unavailable -------------------------------------------------------------------------------
 
 OPERATIONS: list[tuple[str, Callable[[Ledger, str], object]]] = [
-    ("acquire", lambda lg, k: lg.acquire(token(1), [Want(k, 1)], ttl_ms=LONG)),
-    ("release", lambda lg, k: lg.release(token(1), [k])),
-    ("beat", lambda lg, k: lg.beat([(k, token(1))], ttl_ms=LONG)),
-    ("reassert", lambda lg, k: lg.reassert([(k, token(1))], ttl_ms=LONG)),
-    ("reclaim", lambda lg, k: lg.reclaim(token(1), [Want(k, 1)], ttl_ms=LONG)),
+    ("enter", lambda lg, k: lg.enter(token(1), [Limit(k, 1)], ttl_ms=LONG)),
+    ("enter-join", lambda lg, k: lg.enter(token(1), [Limit(k, 1)], ttl_ms=LONG, line=Line.JOIN, place=1)),
+    ("leave", lambda lg, k: lg.leave(token(1), [Limit(k, 1)], ttl_ms=LONG)),
+    ("withdraw", lambda lg, k: lg.withdraw(token(1), [Limit(k, 1)])),
+    ("line", lambda lg, k: lg.line(k)),
+    ("beat", lambda lg, k: lg.beat([Member(k, token(1))], ttl_ms=LONG)),
+    ("reassert", lambda lg, k: lg.reassert([Member(k, token(1))], ttl_ms=LONG)),
+    ("reclaim", lambda lg, k: lg.reclaim(token(1), [Limit(k, 1)], ttl_ms=LONG)),
     ("in_use", lambda lg, k: lg.in_use(k)),
     ("holders", lambda lg, k: lg.holders(k)),
     ("ledgers", lambda lg, k: lg.ledgers()),
@@ -500,7 +609,7 @@ def test_unavailable_with_a_wrong_password(
     # The control: with the right password the same calls work.
     with server.client() as c:
         lg = Ledger(c, key_prefix=key_prefix)
-        assert lg.acquire(token(1), [Want(lg.keys.queue("q"), 1)], ttl_ms=LONG).admitted
+        assert lg.enter(token(1), [Limit(lg.keys.queue("q"), 1)], ttl_ms=LONG).admitted
         assert real not in repr(lg)
 
 
@@ -518,7 +627,7 @@ def test_unavailable_with_a_wrong_password(
 )
 def test_holders_parse_tokens(engine_ledger: Ledger, tok: str, host: str, pid: int | None) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    lg.acquire(tok, [Want(key, 1)], ttl_ms=LONG)
+    lg.enter(tok, [Limit(key, 1)], ttl_ms=LONG)
     (held,) = lg.holders(key)
     assert (held.token, held.host, held.pid) == (tok, host, pid)
     assert isinstance(held.token, str)
@@ -526,9 +635,9 @@ def test_holders_parse_tokens(engine_ledger: Ledger, tok: str, host: str, pid: i
 
 def test_holders_are_live_only_and_soonest_first(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
-    lg.acquire(token(1), [Want(key, 9)], ttl_ms=30_000)
-    lg.acquire(token(2), [Want(key, 9)], ttl_ms=10_000)
-    lg.acquire(token(3), [Want(key, 9)], ttl_ms=20_000)
+    lg.enter(token(1), [Limit(key, 9)], ttl_ms=30_000)
+    lg.enter(token(2), [Limit(key, 9)], ttl_ms=10_000)
+    lg.enter(token(3), [Limit(key, 9)], ttl_ms=20_000)
     lg.client.zadd(key, {token(4): 1})  # expired long ago, not yet swept
     holders = lg.holders(key)
     assert [h.token for h in holders] == [token(2), token(3), token(1)]
@@ -542,12 +651,12 @@ def test_ledgers_lists_only_this_prefix(engine_ledger: Ledger, key_prefix: str) 
     lg, client = engine_ledger, engine_ledger.client
     mine = [lg.keys.queue("q1"), lg.keys.runtime_key("user:1")]
     for n, key in enumerate(mine):
-        lg.acquire(token(n), [Want(key, 1)], ttl_ms=LONG)
+        lg.enter(token(n), [Limit(key, 1)], ttl_ms=LONG)
     # Neighbours (all start with key_prefix, so the fixture cleans them up):
     longer = Ledger(client, key_prefix=f"{key_prefix}x")  # a prefix that extends ours
-    longer.acquire(token(5), [Want(longer.keys.queue("q1"), 1)], ttl_ms=LONG)
+    longer.enter(token(5), [Limit(longer.keys.queue("q1"), 1)], ttl_ms=LONG)
     globbed = Ledger(client, key_prefix=f"{key_prefix}[x]")  # glob characters in a prefix
-    globbed.acquire(token(6), [Want(globbed.keys.queue("q9"), 1)], ttl_ms=LONG)
+    globbed.enter(token(6), [Limit(globbed.keys.queue("q9"), 1)], ttl_ms=LONG)
     client.set(f"{key_prefix}:unrelated", "1", ex=60)  # under our prefix, not a ledger
     client.set(f"{key_prefix}:queue", "1", ex=60)  # no name part separator
 
@@ -571,19 +680,21 @@ def test_works_with_decode_responses(engine_server: Server, engine_ledger: Ledge
     try:
         lg = Ledger(client, key_prefix=key_prefix)
         a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
-        assert lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG) == Admission(admitted=True)
-        assert lg.acquire(token(1), [Want(a, 1), Want(b, 1)], ttl_ms=LONG).replayed
-        assert lg.acquire(token(2), [Want(a, 1)], ttl_ms=LONG) == Admission(admitted=False, full=a)
+        assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG) == Entered(
+            admitted=True, members=(1, 1)
+        )
+        assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG).replayed
+        assert lg.enter(token(2), [Limit(a, 1)], ttl_ms=LONG) == Entered(admitted=False, full=a)
         (held,) = lg.holders(a)
         assert held.token == token(1)
         assert held.pid == 1001
         assert lg.in_use(a) == 1
         assert lg.ledgers() == sorted([a, b])
-        assert lg.beat([(a, token(1)), (a, token(3))], ttl_ms=LONG) == [(a, token(3))]
-        assert lg.reassert([(a, token(3))], ttl_ms=LONG) == [2]
-        assert lg.release(token(1), [a, b]) == 2
+        assert lg.beat([Member(a, token(1)), Member(a, token(3))], ttl_ms=LONG) == [Member(a, token(3))]
+        assert lg.reassert([Member(a, token(3))], ttl_ms=LONG) == [2]
+        assert lg.leave(token(1), [Limit(a, 0), Limit(b, 0)], ttl_ms=LONG) == (2, ())
         with pytest.raises(LedgerArgumentError, match=r"ARGV\[2\]"):
-            lg.acquire(token(4), [Want(a, 1)], ttl_ms=0)
+            lg.enter(token(4), [Limit(a, 1)], ttl_ms=0)
         # The bytes client behind engine_ledger sees the same state.
         assert engine_ledger.holders(a)[0].token == token(3)
     finally:

@@ -13,10 +13,9 @@ from dramatiq_support import wait_until
 
 from dramatiq_slots.claims import process_part
 from dramatiq_slots.errors import LedgerArgumentError
-from dramatiq_slots.ledger import Ledger, Want
+from dramatiq_slots.ledger import Ledger, Limit, Line, Member
 
 TTL = 30_000
-JOIN, IN_LINE, NO_LINE = Ledger.JOIN_LINE, Ledger.IN_LINE, Ledger.NO_LINE
 
 
 # Every test on every engine: the scripts branch on the server's version.
@@ -56,25 +55,25 @@ def listening(client: redis.Redis, ledger: Ledger, *processes: str) -> Iterator[
             listener.pubsub.close()
 
 
-def queue(ledger: Ledger, capacity: int = 1, name: str = "q") -> Want:
-    return Want(ledger.keys.queue(name), capacity)
+def queue(ledger: Ledger, capacity: int = 1, name: str = "q") -> Limit:
+    return Limit(ledger.keys.queue(name), capacity)
 
 
 _places = itertools.count(1)
 
 
-def enter(ledger: Ledger, token: str, *wants: Want, line: int = JOIN, place: int | None = None) -> Any:
+def enter(ledger: Ledger, token: str, *wants: Limit, line: Line = Line.JOIN, place: int | None = None) -> Any:
     """enter.lua; each call takes a later place than the one before unless ``place`` is given."""
     return ledger.enter(token, wants, ttl_ms=TTL, line=line, place=next(_places) if place is None else place)
 
 
-def leave(ledger: Ledger, token: str, *wants: Want, age_ms: int | None = 0) -> tuple[int, tuple[Any, ...]]:
+def leave(ledger: Ledger, token: str, *wants: Limit, age_ms: int | None = 0) -> tuple[int, tuple[Any, ...]]:
     """leave.lua, with the handoffs as ``(token, ledger)`` pairs (a fresh expiry unless ``age_ms`` says)."""
     removed, handoffs = ledger.leave(token, wants, ttl_ms=TTL, age_ms=age_ms)
     return removed, tuple((h.token, h.ledger) for h in handoffs)
 
 
-def holders(ledger: Ledger, want: Want) -> list[str]:
+def holders(ledger: Ledger, want: Limit) -> list[str]:
     return sorted(h.token for h in ledger.holders(want.ledger))
 
 
@@ -86,14 +85,14 @@ def test_a_release_hands_its_slot_to_the_first_in_line_not_to_a_newcomer(
     with listening(redis_client, ledger, "b:1") as heard:
         refused = enter(ledger, "b:1:1:1", q)
         assert not refused.admitted and refused.waiting and refused.full == q.ledger
-        assert ledger.waiting(q.ledger) == ["b:1:1:1"]
+        assert ledger.line(q.ledger) == ["b:1:1:1"]
         assert leave(ledger, "a:1:1:1", q) == (1, (("b:1:1:1", q.ledger),))
         assert holders(ledger, q) == ["b:1:1:1"]
         assert heard["b:1"].messages() == [f"b:1:1:1 0 {q.ledger}"]
-    assert ledger.waiting(q.ledger) == []
-    assert not enter(ledger, "c:1:1:1", q, line=NO_LINE).admitted
+    assert ledger.line(q.ledger) == []
+    assert not enter(ledger, "c:1:1:1", q, line=Line.NONE).admitted
     # The handed slot is the waiter's own: asking again is a replay, counted once.
-    again = enter(ledger, "b:1:1:1", q, line=IN_LINE)
+    again = enter(ledger, "b:1:1:1", q, line=Line.KEEP)
     assert again.admitted and again.replayed
     assert ledger.in_use(q.ledger) == 1
 
@@ -124,7 +123,7 @@ def test_a_waiter_nobody_listens_for_is_skipped(ledger: Ledger, redis_client: re
         assert leave(ledger, "a:1:1:1", q) == (1, (("b:1:1:1", q.ledger),))
         assert heard["b:1"].messages() == [f"b:1:1:1 0 {q.ledger}"]
     assert holders(ledger, q) == ["b:1:1:1"]
-    assert ledger.waiting(q.ledger) == []
+    assert ledger.line(q.ledger) == []
 
 
 def test_a_release_without_anyone_in_line_frees_the_slot(ledger: Ledger) -> None:
@@ -132,7 +131,25 @@ def test_a_release_without_anyone_in_line_frees_the_slot(ledger: Ledger) -> None
     assert enter(ledger, "a:1:1:1", q).admitted
     assert leave(ledger, "a:1:1:1", q) == (1, ())
     assert leave(ledger, "a:1:1:1", q) == (0, ())  # twice: nothing more
-    assert enter(ledger, "b:1:1:1", q, line=NO_LINE).admitted
+    assert enter(ledger, "b:1:1:1", q, line=Line.NONE).admitted
+
+
+def test_a_release_with_capacity_unknown_frees_the_slot_and_hands_it_to_nobody(
+    ledger: Ledger, redis_client: redis.Redis
+) -> None:
+    """An operator's release by hand (capacity 0 = unknown): the line finds the slot when it asks."""
+    q = queue(ledger)
+    assert enter(ledger, "a:1:1:1", q).admitted
+    with listening(redis_client, ledger, "b:1") as heard:
+        assert enter(ledger, "b:1:1:1", q).waiting
+        assert leave(ledger, "a:1:1:1", Limit(q.ledger, 0)) == (1, ())
+        assert heard["b:1"].messages() == []
+    assert holders(ledger, q) == []
+    assert ledger.line(q.ledger) == ["b:1:1:1"]
+    again = enter(ledger, "b:1:1:1", q, line=Line.KEEP)
+    assert again.admitted and not again.replayed
+    assert ledger.line(q.ledger) == []
+    assert holders(ledger, q) == ["b:1:1:1"]
 
 
 def test_no_slot_is_handed_over_while_the_ledger_is_over_capacity(
@@ -147,7 +164,7 @@ def test_no_slot_is_handed_over_while_the_ledger_is_over_capacity(
         assert enter(ledger, "w:1:1:1", new).waiting
         assert leave(ledger, "a:1:1:1", new) == (1, ())
         assert leave(ledger, "b:1:1:1", new) == (1, ())
-        assert ledger.waiting(new.ledger) == ["w:1:1:1"]  # kept its place
+        assert ledger.line(new.ledger) == ["w:1:1:1"]  # kept its place
         assert leave(ledger, "c:1:1:1", new) == (1, (("w:1:1:1", new.ledger),))
         assert heard["w:1"].messages() == [f"w:1:1:1 0 {new.ledger}"]
     assert holders(ledger, new) == ["w:1:1:1"]
@@ -160,7 +177,7 @@ def test_withdraw_leaves_the_line_or_reports_a_slot_handed_first(
     assert enter(ledger, "a:1:1:1", q).admitted
     assert enter(ledger, "b:1:1:1", q).waiting
     assert ledger.withdraw("b:1:1:1", [q]) == 0
-    assert ledger.waiting(q.ledger) == []
+    assert ledger.line(q.ledger) == []
     with listening(redis_client, ledger, "c:1"):
         assert enter(ledger, "c:1:1:1", q).waiting
         leave(ledger, "a:1:1:1", q)
@@ -174,15 +191,15 @@ def test_asking_again_keeps_the_place_in_line(ledger: Ledger) -> None:
     assert enter(ledger, "a:1:1:1", q).admitted
     assert enter(ledger, "b:1:1:1", q, place=100).waiting
     assert enter(ledger, "c:1:1:1", q, place=200).waiting
-    assert enter(ledger, "b:1:1:1", q, line=IN_LINE, place=100).waiting
-    assert ledger.waiting(q.ledger) == ["b:1:1:1", "c:1:1:1"]
+    assert enter(ledger, "b:1:1:1", q, line=Line.KEEP, place=100).waiting
+    assert ledger.line(q.ledger) == ["b:1:1:1", "c:1:1:1"]
     # Dropped from the line (its process did not answer a wake-up): it takes its place again.
     leave(ledger, "a:1:1:1", q)  # nobody listens: both are skipped
-    assert ledger.waiting(q.ledger) == []
-    assert enter(ledger, "x:1:1:1", q, line=NO_LINE).admitted  # the slot went to a newcomer
-    assert enter(ledger, "c:1:1:1", q, line=IN_LINE, place=200).waiting
-    assert enter(ledger, "b:1:1:1", q, line=IN_LINE, place=100).waiting
-    assert ledger.waiting(q.ledger) == ["b:1:1:1", "c:1:1:1"]
+    assert ledger.line(q.ledger) == []
+    assert enter(ledger, "x:1:1:1", q, line=Line.NONE).admitted  # the slot went to a newcomer
+    assert enter(ledger, "c:1:1:1", q, line=Line.KEEP, place=200).waiting
+    assert enter(ledger, "b:1:1:1", q, line=Line.KEEP, place=100).waiting
+    assert ledger.line(q.ledger) == ["b:1:1:1", "c:1:1:1"]
 
 
 def test_the_line_is_ordered_by_place_not_by_arrival(ledger: Ledger) -> None:
@@ -191,22 +208,24 @@ def test_the_line_is_ordered_by_place_not_by_arrival(ledger: Ledger) -> None:
     assert enter(ledger, "a:1:1:1", q).admitted
     assert enter(ledger, "late:1:1:1", q, place=2_000).waiting
     assert enter(ledger, "early:1:1:1", q, place=1_000).waiting
-    assert ledger.waiting(q.ledger) == ["early:1:1:1", "late:1:1:1"]
+    assert ledger.line(q.ledger) == ["early:1:1:1", "late:1:1:1"]
 
 
 def test_admitted_on_asking_again_leaves_the_line(ledger: Ledger) -> None:
     q = queue(ledger)
     assert enter(ledger, "a:1:1:1", q).admitted
     assert enter(ledger, "b:1:1:1", q).waiting
-    ledger.release("a:1:1:1", [q.ledger])  # a release that hands nothing over (the heartbeat's)
-    assert enter(ledger, "b:1:1:1", q, line=IN_LINE).admitted
-    assert ledger.waiting(q.ledger) == []
+    # A release that hands nothing over (the heartbeat's, sent by beat.lua):
+    assert ledger.beat([], [Member(q.ledger, "a:1:1:1")], ttl_ms=TTL) == []
+    assert ledger.line(q.ledger) == ["b:1:1:1"]
+    assert enter(ledger, "b:1:1:1", q, line=Line.KEEP).admitted
+    assert ledger.line(q.ledger) == []
 
 
 def test_a_claim_handed_one_slot_of_two_gives_it_back_when_the_other_is_full(
     ledger: Ledger, redis_client: redis.Redis
 ) -> None:
-    q, k = queue(ledger), Want(ledger.keys.runtime_key("k"), 1)
+    q, k = queue(ledger), Limit(ledger.keys.runtime_key("k"), 1)
     assert enter(ledger, "a:1:1:1", q).admitted
     assert enter(ledger, "x:1:1:1", k).admitted
     with listening(redis_client, ledger, "b:1"):
@@ -214,31 +233,31 @@ def test_a_claim_handed_one_slot_of_two_gives_it_back_when_the_other_is_full(
         assert refused.waiting and refused.full == q.ledger
         leave(ledger, "a:1:1:1", q)
         assert holders(ledger, q) == ["b:1:1:1"]
-        again = enter(ledger, "b:1:1:1", q, k, line=IN_LINE)
+        again = enter(ledger, "b:1:1:1", q, k, line=Line.KEEP)
     assert not again.admitted and again.full == k.ledger and again.waiting
     assert ledger.in_use(q.ledger) == 0  # given back: never one of two
-    assert ledger.waiting(k.ledger) == ["b:1:1:1"]
+    assert ledger.line(k.ledger) == ["b:1:1:1"]
 
 
 def test_a_dead_holders_member_counts_until_a_live_holders_beat_sweeps_it(ledger: Ledger) -> None:
     q = queue(ledger, capacity=2)
     assert enter(ledger, "live:1:1:1", q).admitted
-    assert ledger.enter("dead:1:1:1", [q], ttl_ms=50, line=NO_LINE).admitted
+    assert ledger.enter("dead:1:1:1", [q], ttl_ms=50, line=Line.NONE).admitted
     assert wait_until(lambda: ledger.in_use(q.ledger) == 1, timeout=5)
     # Expired, but still a member: enter.lua counts members (see its header).
-    assert not enter(ledger, "b:1:1:1", q, line=NO_LINE).admitted
-    assert ledger.beat([(q.ledger, "live:1:1:1")], ttl_ms=TTL) == []
-    assert enter(ledger, "b:1:1:1", q, line=NO_LINE).admitted
+    assert not enter(ledger, "b:1:1:1", q, line=Line.NONE).admitted
+    assert ledger.beat([Member(q.ledger, "live:1:1:1")], ttl_ms=TTL) == []
+    assert enter(ledger, "b:1:1:1", q, line=Line.NONE).admitted
 
 
 def test_a_ledger_whose_holders_all_died_expires_whole(ledger: Ledger, redis_client: redis.Redis) -> None:
     q = queue(ledger)
-    assert ledger.enter("dead:1:1:1", [q], ttl_ms=50, line=NO_LINE).admitted
+    assert ledger.enter("dead:1:1:1", [q], ttl_ms=50, line=Line.NONE).admitted
     assert wait_until(lambda: not redis_client.exists(q.ledger), timeout=5)
-    assert enter(ledger, "b:1:1:1", q, line=NO_LINE).admitted
+    assert enter(ledger, "b:1:1:1", q, line=Line.NONE).admitted
 
 
-@pytest.mark.parametrize(("argv", "index"), [((0, JOIN), 2), ((TTL, 7), 3)])
+@pytest.mark.parametrize(("argv", "index"), [((0, Line.JOIN), 2), ((TTL, 7), 3)])
 def test_malformed_arguments_are_refused(ledger: Ledger, argv: tuple[int, int], index: int) -> None:
     ttl, line = argv
     with pytest.raises(LedgerArgumentError, match=rf"ARGV\[{index}\]"):
@@ -251,7 +270,7 @@ def test_a_handed_hold_keeps_a_young_expiry_and_gets_a_fresh_one_when_old(
 ) -> None:
     """An expiry handed on between short jobs would never meet a heartbeat: an old one is renewed."""
     q = queue(ledger)
-    assert ledger.enter("a:1:1:1", [q], ttl_ms=10_000, line=NO_LINE).admitted  # expires in 10 s
+    assert ledger.enter("a:1:1:1", [q], ttl_ms=10_000, line=Line.NONE).admitted  # expires in 10 s
     with listening(redis_client, ledger, "b:1", "c:1") as heard:
         assert enter(ledger, "b:1:1:1", q).waiting
         assert leave(ledger, "a:1:1:1", q, age_ms=1_000) == (1, (("b:1:1:1", q.ledger),))

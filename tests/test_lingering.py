@@ -15,19 +15,19 @@ from servers import Server
 
 from dramatiq_slots import Slots
 from dramatiq_slots.claims import Hold
-from dramatiq_slots.ledger import Want
+from dramatiq_slots.ledger import Limit
 from dramatiq_slots.lingering import LingeringHolds, roomy
 
-Q = (Want("p:queue:q", 8),)
+Q = (Limit("p:queue:q", 8),)
 
 
 def test_roomy_means_every_ledger_at_most_a_quarter_full() -> None:
-    wants = (Want("p:queue:q", 8), Want("p:key:k", 4))
+    wants = (Limit("p:queue:q", 8), Limit("p:key:k", 4))
     assert roomy(wants, (2, 1))
     assert not roomy(wants, (3, 1))
     assert not roomy(wants, (2, 2))
     assert not roomy(wants, (1,)), "one count per ledger, or no reuse"
-    assert not roomy((Want("p:key:k", 1),), (1,)), "a runtime key of capacity 1 never lingers"
+    assert not roomy((Limit("p:key:k", 1),), (1,)), "a runtime key of capacity 1 never lingers"
 
 
 def test_a_parked_hold_is_taken_by_the_next_claim_on_the_same_ledgers_within_its_window() -> None:
@@ -36,7 +36,7 @@ def test_a_parked_hold_is_taken_by_the_next_claim_on_the_same_ledgers_within_its
     hold = Hold("h:1:1:1", Q)
     holds.reusable(hold, 10_000)
     assert holds.park(hold)
-    assert holds.take((Want("p:queue:other", 8),)) is None
+    assert holds.take((Limit("p:queue:other", 8),)) is None
     assert holds.take(Q) is hold
     assert holds.take(Q) is None, "taken once"
     assert holds.park(hold), "still in its window after a reuse"
@@ -118,7 +118,7 @@ def test_no_reuse_under_contention_so_the_line_keeps_its_order(
         assert wait_until(lambda: slots.in_use("tight") == 1)
         for i in range(1, 4):
             job.send(i)
-            assert wait_until(lambda i=i: len(slots.ledger.waiting(line)) == i)
+            assert wait_until(lambda i=i: len(slots.ledger.line(line)) == i)
         release.set()
         probe.wait_runs(4)
     assert [item for _, item in probe.runs] == [0, 1, 2, 3]

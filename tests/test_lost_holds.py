@@ -28,7 +28,7 @@ from dramatiq_slots.claims import Hold, HoldRegistry, new_token
 from dramatiq_slots.deferral import DEFERRALS
 from dramatiq_slots.heartbeat import Heartbeat
 from dramatiq_slots.interrupts import Bodies, wrapped_by
-from dramatiq_slots.ledger import Ledger, Want
+from dramatiq_slots.ledger import Ledger, Limit
 
 # -- Bodies: where the exception lands ----------------------------------------------------
 
@@ -146,7 +146,7 @@ def test_interrupts_racing_the_end_of_bodies_never_fire_outside_them() -> None:
 
 
 def _strict_hold(ledger: Ledger, capacity: int) -> Hold:
-    return Hold(new_token(), (Want(ledger.keys.queue("strict"), capacity),), "job(7)", strict=True)
+    return Hold(new_token(), (Limit(ledger.keys.queue("strict"), capacity),), "job(7)", strict=True)
 
 
 def _beat_for(ledger: Ledger, registry: HoldRegistry, given_up: list[tuple[Hold, str]]) -> Heartbeat:
@@ -162,14 +162,14 @@ def _beat_for(ledger: Ledger, registry: HoldRegistry, given_up: list[tuple[Hold,
 def test_a_strict_hold_lost_with_room_left_is_taken_back(ledger: Ledger, redis_client: redis.Redis) -> None:
     registry, given_up = HoldRegistry(), []
     hold = _strict_hold(ledger, capacity=2)
-    assert ledger.acquire(hold.token, hold.wants, ttl_ms=6_000).admitted
+    assert ledger.enter(hold.token, hold.limits, ttl_ms=6_000).admitted
     registry.add(hold)
-    redis_client.zrem(hold.wants[0].ledger, hold.token)  # Redis lost it
+    redis_client.zrem(hold.limits[0].ledger, hold.token)  # Redis lost it
     report = _beat_for(ledger, registry, given_up).tick()
-    assert report.lost == [(hold.wants[0].ledger, hold.token)]
+    assert report.lost == [(hold.limits[0].ledger, hold.token)]
     assert report.reclaimed == [hold.token] and report.given_up == [] and report.reasserted == []
     assert given_up == []
-    assert [h.token for h in ledger.holders(hold.wants[0].ledger)] == [hold.token]
+    assert [h.token for h in ledger.holders(hold.limits[0].ledger)] == [hold.token]
     assert registry.age_ms(hold.token) is not None
 
 
@@ -178,11 +178,15 @@ def test_a_strict_hold_lost_to_a_newcomer_is_given_up_not_put_over_capacity(
 ) -> None:
     registry, given_up = HoldRegistry(), []
     hold = _strict_hold(ledger, capacity=1)
-    queue = hold.wants[0].ledger
-    assert ledger.acquire(hold.token, hold.wants, ttl_ms=6_000).admitted
+    queue = hold.limits[0].ledger
+    assert ledger.enter(hold.token, hold.limits, ttl_ms=6_000).admitted
     registry.add(hold)
     redis_client.zadd(queue, {hold.token: 1})  # paused past its ttl: expired...
-    assert ledger.acquire("newcomer:1:1:1", hold.wants, ttl_ms=6_000).admitted  # ...and taken
+    # (a member still counts: enter.lua counts members, and no live holder's beat swept it)
+    assert not ledger.enter("newcomer:1:1:1", hold.limits, ttl_ms=6_000).admitted
+    redis_client.pexpireat(queue, 1)  # ...its key expired with it (its only hold)...
+    assert not redis_client.exists(queue)
+    assert ledger.enter("newcomer:1:1:1", hold.limits, ttl_ms=6_000).admitted  # ...and taken
     caplog.set_level(logging.WARNING, logger="dramatiq_slots")
     report = _beat_for(ledger, registry, given_up).tick()
     assert report.given_up == [hold.token] and report.reclaimed == [] and report.reasserted == []
@@ -196,7 +200,7 @@ def test_a_strict_hold_that_may_lapse_while_the_ledger_is_down_is_given_up() -> 
     ledger = Ledger(client, key_prefix="unreachable")
     registry, given_up = HoldRegistry(), []
     young, old = _strict_hold(ledger, 1), _strict_hold(ledger, 1)
-    lenient = Hold(new_token(), old.wants, "job(8)")  # on_lost_hold="reassert": never given up
+    lenient = Hold(new_token(), old.limits, "job(8)")  # on_lost_hold="reassert": never given up
     now = time.monotonic()
     registry.add(young, written_at=now - 1.0)  # 1 s of a 6 s ttl: the next beats may still save it
     registry.add(old, written_at=now - 5.5)  # past hold_ttl - beat_interval: may lapse first
@@ -219,7 +223,7 @@ def _steal_the_slot(slots: Slots, queue_name: str) -> str:
     queue = slots.keys.queue(queue_name)
     slots.ledger.client.delete(queue)
     thief = "other-host:1:1:1"
-    assert slots.ledger.acquire(thief, [Want(queue, 1)], ttl_ms=60_000).admitted
+    assert slots.ledger.enter(thief, [Limit(queue, 1)], ttl_ms=60_000).admitted
     return thief
 
 
@@ -257,7 +261,7 @@ def test_interrupt_mode_stops_a_job_whose_slot_was_taken_and_retries_it(
     slots = add_slots(on_lost_hold="interrupt")
     started, finish = threading.Event(), threading.Event()
     stubborn = _stubborn_actor(probe, started, finish, min_backoff=50, max_backoff=100)
-    assert wrapped_by(stubborn.fn) is slots._bodies
+    assert wrapped_by(stubborn.fn) is slots.process.bodies
     stubborn.send()
     with running_worker(broker, threads=2):
         assert started.wait(10)
@@ -270,7 +274,7 @@ def test_interrupt_mode_stops_a_job_whose_slot_was_taken_and_retries_it(
         assert probe.peak["stubborn"] == 1
         # Retried (by dramatiq's Retries): it waits for the slot, and runs when the thief leaves.
         assert not started.wait(0.5)
-        slots.ledger.release(thief, [slots.keys.queue("strict")])
+        slots.ledger.leave(thief, [Limit(slots.keys.queue("strict"), 1)], ttl_ms=60_000)
         assert started.wait(10)
         finish.set()
         assert probe.wait_for(lambda: len(probe.by_label["stubborn"]) == 2, timeout=10)
@@ -313,7 +317,7 @@ def test_without_retries_an_interrupted_job_is_requeued_by_slots(
         started.clear()
         thief = _steal_the_slot(slots, "strict")
         assert probe.wait_for(lambda: len(probe.by_label["interrupted"]) == 1, timeout=10)
-        slots.ledger.release(thief, [slots.keys.queue("strict")])
+        slots.ledger.leave(thief, [Limit(slots.keys.queue("strict"), 1)], ttl_ms=60_000)
         assert started.wait(10)
         finish.set()
         assert probe.wait_for(lambda: len(probe.by_label["stubborn"]) == 2, timeout=10)
@@ -338,7 +342,7 @@ def test_on_lost_hold_values_are_checked_naming_the_actor_and_the_option(
     @dramatiq.actor(queue_name="q3", queue_capacity=1)
     def lenient() -> None: ...
 
-    assert wrapped_by(strict.fn) is slots._bodies
+    assert wrapped_by(strict.fn) is slots.process.bodies
     assert wrapped_by(lenient.fn) is None  # the default, "reassert", leaves actors as they are
     assert strict() is None  # a direct call holds nothing and just runs
 

@@ -29,7 +29,7 @@ from servers import RedisTarget
 from dramatiq_slots import Slots
 from dramatiq_slots.claims import Hold
 from dramatiq_slots.keys import KeySpace, key_digest
-from dramatiq_slots.ledger import Want
+from dramatiq_slots.ledger import Limit
 from dramatiq_slots.metrics import Metrics, PrometheusMetrics, metrics_for
 from tests.multiprocess.harness import AppConfig, Cluster, WorkerGroup, key_scope, queue_scope, wait_until
 
@@ -292,9 +292,9 @@ def test_without_dramatiqs_prometheus_nothing_is_created(
     # The worker-boot path too: no capped actor, so the ledger is never touched.
     slots.after_worker_boot(broker, _FakeWorker())  # type: ignore[arg-type]
     assert type(slots.metrics) is Metrics
-    hold = Hold("h:1:1", (Want(keys.queue("q"), 1),), actor="a")
+    hold = Hold("h:1:1", (Limit(keys.queue("q"), 1),), actor="a")
     metrics.admitted(hold)
-    metrics.deferred(hold.wants, "a")
+    metrics.deferred(hold.limits, "a")
     metrics.release_failed(hold)
     metrics.finished(hold)
     assert no_prometheus_client.attempts == []
@@ -336,11 +336,11 @@ def prometheus_metrics(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, key_pref
     return PrometheusMetrics(KeySpace(key_prefix))
 
 
-def _hold(metrics: PrometheusMetrics, *extra: Want) -> tuple[Hold, str, str]:
+def _hold(metrics: PrometheusMetrics, *extra: Limit) -> tuple[Hold, str, str]:
     """A hold of a unique actor on a unique queue (capacity 2) and a runtime key (capacity 1)."""
     keys = metrics.keys
     queue_name, actor = f"q-{keys.prefix}", f"a-{keys.prefix}"
-    wants = (*extra, Want(keys.queue(queue_name), 2), Want(keys.runtime_key("account-42"), 1))
+    wants = (*extra, Limit(keys.queue(queue_name), 2), Limit(keys.runtime_key("account-42"), 1))
     return Hold("h:1:1", wants, actor=actor), queue_name, actor
 
 
@@ -369,14 +369,14 @@ def test_release_failures_and_interrupts_are_counted_per_ledger(
 def test_reassert_and_deferral_count_only_their_ledgers(prometheus_metrics: PrometheusMetrics) -> None:
     m = prometheus_metrics
     hold, queue_name, actor = _hold(m)
-    queue_want, key_want = hold.wants
+    queue_want, key_want = hold.limits
 
     m.reasserted(hold, key_want.ledger)
     m.deferred([queue_want], actor)
     assert _values(m.reasserts) == {("key", actor): 1}
     assert _values(m.deferrals) == {("queue", queue_name): 1}
     # A key that is not a ledger of this prefix is not labelled at all.
-    m.deferred([Want("{other}:queue:" + queue_name, 1)], actor)
+    m.deferred([Limit("{other}:queue:" + queue_name, 1)], actor)
     assert _values(m.deferrals) == {("queue", queue_name): 1}
 
 
@@ -384,7 +384,7 @@ def test_a_want_on_another_prefix_does_not_shift_the_capacities(
     prometheus_metrics: PrometheusMetrics,
 ) -> None:
     m = prometheus_metrics
-    hold, queue_name, actor = _hold(m, Want("{other}:queue:elsewhere", 7))
+    hold, queue_name, actor = _hold(m, Limit("{other}:queue:elsewhere", 7))
 
     m.admitted(hold)
     assert _values(m.capacity) == {("queue", queue_name): 2, ("key", actor): 1}

@@ -16,7 +16,7 @@ from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
 from servers import Server
 
 from dramatiq_slots import Slots
-from dramatiq_slots.ledger import Want
+from dramatiq_slots.ledger import Limit
 
 
 def test_queue_capacity_caps_concurrency_and_runs_everything(
@@ -85,7 +85,7 @@ def test_callable_runtime_key_serialises_per_key_only(
     @dramatiq.actor(unique_at_runtime_key=lambda account_id, **kw: f"sync:{account_id}")
     def sync_account(account_id: int, full: bool = False) -> None:
         with probe.running(f"account:{account_id}", "all", item=account_id):
-            assert slots.running(f"sync:{account_id}") == 1
+            assert slots.in_use(key=f"sync:{account_id}") == 1
             time.sleep(0.05)
 
     for _ in range(4):
@@ -95,7 +95,7 @@ def test_callable_runtime_key_serialises_per_key_only(
         probe.wait_runs(12)
     assert [probe.peak[f"account:{a}"] for a in (1, 2, 3)] == [1, 1, 1]
     assert probe.peak["all"] > 1, "different keys must run side by side"
-    assert slots.running("sync:1") == 0
+    assert slots.in_use(key="sync:1") == 0
 
 
 def test_literal_key_is_shared_across_actors(
@@ -129,7 +129,7 @@ def test_true_means_one_at_a_time_per_actor(
     @dramatiq.actor(unique_at_runtime_key=True)
     def exclusive(i: int) -> None:
         with probe.running("exclusive", item=i):
-            assert slots.running("actor:exclusive") == 1
+            assert slots.in_use(key="actor:exclusive") == 1
             time.sleep(0.03)
 
     @dramatiq.actor
@@ -189,7 +189,7 @@ def test_queue_slot_and_key_slot_are_taken_together_or_not_at_all(
     key_ledger = slots.keys.runtime_key("account:7")
     queue_ledger = slots.keys.queue("both")
     # Someone else holds the runtime key.
-    assert ledger.acquire("elsewhere:1:1:1", [Want(key_ledger, 1)], ttl_ms=30_000).admitted
+    assert ledger.enter("elsewhere:1:1:1", [Limit(key_ledger, 1)], ttl_ms=30_000).admitted
 
     @dramatiq.actor(queue_name="both", queue_capacity=1, unique_at_runtime_key=lambda a: f"account:{a}")
     def sync(account: int) -> None:
@@ -210,7 +210,8 @@ def test_queue_slot_and_key_slot_are_taken_together_or_not_at_all(
         # other's hold goes right after its body; then nothing holds the queue.
         assert wait_until(lambda: ledger.in_use(queue_ledger) == 0, timeout=5)
         assert probe.by_label["sync"] == []
-        ledger.release("elsewhere:1:1:1", [key_ledger])
+        # The other process's release: hands the key to a claim in its line, if any.
+        assert ledger.leave("elsewhere:1:1:1", [Limit(key_ledger, 1)], ttl_ms=30_000)[0] == 1
         assert probe.wait_for(lambda: len(probe.by_label["sync"]) == 1, timeout=15)
     assert message.message_id
 
@@ -225,7 +226,7 @@ def test_holds_are_visible_while_running_and_gone_after(
     def job() -> None:
         with probe.running("visible"):
             seen.append(
-                (slots.in_use("visible"), slots.running("visible-key"), slots.holders(queue="visible"))
+                (slots.in_use("visible"), slots.in_use(key="visible-key"), slots.holders(queue="visible"))
             )
 
     job.send()
@@ -236,8 +237,8 @@ def test_holds_are_visible_while_running_and_gone_after(
     assert len(holders) == 1
     host, pid, _thread, counter = holders[0].token.rsplit(":", 3)
     assert pid == str(os.getpid()) and counter.isdigit() and host
-    assert 0 < holders[0].seconds_left <= slots.hold_ttl / 1000
-    assert slots.in_use("visible") == 0 and slots.running("visible-key") == 0
+    assert 0 < holders[0].seconds_left <= slots.settings.hold_ttl / 1000
+    assert slots.in_use("visible") == 0 and slots.in_use(key="visible-key") == 0
     assert len(slots.registry) == 0
 
 

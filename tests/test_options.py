@@ -24,7 +24,7 @@ from dramatiq_slots import (
     Slots,
     SlotsError,
 )
-from dramatiq_slots.ledger import Want
+from dramatiq_slots.ledger import Limit
 from dramatiq_slots.middleware import AdmissionError
 
 
@@ -102,8 +102,8 @@ def test_bad_middleware_settings(settings: dict[str, Any], pattern: str) -> None
 
 
 def test_default_beat_is_a_sixth_of_the_ttl() -> None:
-    assert Slots(hold_ttl=60_000).beat_interval == 10_000
-    assert Slots().hold_ttl == 60_000
+    assert Slots(hold_ttl=60_000).settings.beat_ms == 10_000
+    assert Slots().settings.hold_ttl == 60_000
 
 
 def test_no_redis_for_a_non_redis_broker_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -253,7 +253,7 @@ def test_an_unexpected_admission_failure_never_runs_the_actor(
         probe.record("ran")
 
     # Corrupt the actor's recorded options so planning raises a plain exception.
-    slots._queue_capacities = Broken(slots._queue_capacities)  # type: ignore[assignment]
+    slots.declarations._capacities = Broken(slots.declarations._capacities)  # type: ignore[assignment]
     caplog.set_level(logging.ERROR)
     broken.send()
     with running_worker(broker, threads=1):
@@ -318,8 +318,8 @@ def test_a_deferral_the_broker_refuses_fails_the_message(
 ) -> None:
     broker.add_middleware(_RefuseDeferredCopies())
     slots = add_slots(max_wait=0)
-    want = Want(slots.keys.queue("refused"), 1)
-    assert slots.ledger.acquire("elsewhere:1:1:1", [want], ttl_ms=30_000).admitted
+    want = Limit(slots.keys.queue("refused"), 1)
+    assert slots.ledger.enter("elsewhere:1:1:1", [want], ttl_ms=30_000).admitted
 
     @dramatiq.actor(queue_name="refused", queue_capacity=1, max_retries=0)
     def refused() -> None:

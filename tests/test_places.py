@@ -9,7 +9,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq_support import SlotsFactory
 
-from dramatiq_slots.ledger import Ledger, Want
+from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.places import PLACE, PlaceClock, place_of
 
 
@@ -52,12 +52,12 @@ def test_places_a_microsecond_apart_keep_their_order_in_a_line(
     engine_ledger: Ledger, engine_client: redis.Redis
 ) -> None:
     ledger = engine_ledger
-    want = (Want(ledger.keys.queue("q"), 1),)
-    assert ledger.enter("holder", want, ttl_ms=10_000, line=Ledger.NO_LINE).admitted
+    want = (Limit(ledger.keys.queue("q"), 1),)
+    assert ledger.enter("holder", want, ttl_ms=10_000, line=Line.NONE).admitted
     base = 1_796_016_120_520_514  # µs since the epoch: past Lua's 14 printed digits
     for token, place in (("b", base + 1), ("c", base + 2), ("a", base)):
-        entry = ledger.enter(token, want, ttl_ms=10_000, line=Ledger.JOIN_LINE, place=place)
+        entry = ledger.enter(token, want, ttl_ms=10_000, line=Line.JOIN, place=place)
         assert not entry.admitted and entry.waiting
-    assert list(ledger.waiting(ledger.keys.queue("q"))) == ["a", "b", "c"]
-    scores = engine_client.zrange(ledger.keys.waiting(ledger.keys.queue("q")), 0, -1, withscores=True)
+    assert list(ledger.line(ledger.keys.queue("q"))) == ["a", "b", "c"]
+    scores = engine_client.zrange(ledger.keys.line(ledger.keys.queue("q")), 0, -1, withscores=True)
     assert [int(score) for _, score in scores] == [base, base + 1, base + 2]

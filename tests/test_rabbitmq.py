@@ -95,7 +95,7 @@ def _wait_ledger_empty(cluster: Cluster) -> None:
 
     def empty() -> bool:
         return not any(
-            cluster.ledger.holders(ledger) or cluster.ledger.waiting(ledger)
+            cluster.ledger.holders(ledger) or cluster.ledger.line(ledger)
             for ledger in cluster.ledger.ledgers()
         )
 

@@ -46,7 +46,7 @@ from servers import ENGINES, Server, find_engine, free_port
 
 from dramatiq_slots import AdmissionError, LedgerError, LedgerUnavailable, Slots
 from dramatiq_slots.claims import this_process
-from dramatiq_slots.ledger import Ledger, Want
+from dramatiq_slots.ledger import Ledger, Limit, Line, Member
 from dramatiq_slots.wakeups import Wakeups
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -125,9 +125,9 @@ def closed_after(slots: Slots) -> Iterator[Slots]:
         yield slots
     finally:
         stop_threads(slots)
-        if slots._ledger is not None:
-            slots._ledger.client.close()
-            slots._ledger.client.connection_pool.disconnect()
+        if slots.process._ledger is not None:
+            slots.process._ledger.client.close()
+            slots.process._ledger.client.connection_pool.disconnect()
 
 
 def quick_slots(url: str, **settings: Any) -> Slots:
@@ -202,7 +202,7 @@ def test_the_readme_acl_allows_every_ledger_operation_and_nothing_more(
             lg = Ledger(client)  # the README line's prefix: the default one
             lg.preload()
             queue, key = lg.keys.queue("q"), lg.keys.runtime_key("k")
-            both = [Want(queue, 1), Want(key, 1)]
+            both = [Limit(queue, 1), Limit(key, 1)]
             strays: list[tuple[str, str]] = []
             wakeups = Wakeups(
                 client, lg.keys.wake_channel_prefix(), on_stray=lambda t, w: strays.append((t, w))
@@ -212,11 +212,11 @@ def test_the_readme_acl_allows_every_ledger_operation_and_nothing_more(
                 assert wakeups.listening.wait(5), "SUBSCRIBE to the wake channel failed"
                 me = this_process()
                 first, second, lost = f"{me}:1:1", f"{me}:2:1", "gone-host:1:1:1"
-                assert lg.enter(first, both, ttl_ms=LONG, line=Ledger.JOIN_LINE, place=1).admitted
+                assert lg.enter(first, both, ttl_ms=LONG, line=Line.JOIN, place=1).admitted
                 waiter = wakeups.expect(second)
-                assert lg.enter(second, [Want(queue, 1)], ttl_ms=LONG, line=Ledger.JOIN_LINE, place=2).waiting
-                assert lg.enter(second, [Want(queue, 1)], ttl_ms=LONG, line=Ledger.IN_LINE, place=2).waiting
-                assert lg.waiting(queue) == [second]
+                assert lg.enter(second, [Limit(queue, 1)], ttl_ms=LONG, line=Line.JOIN, place=2).waiting
+                assert lg.enter(second, [Limit(queue, 1)], ttl_ms=LONG, line=Line.KEEP, place=2).waiting
+                assert lg.line(queue) == [second]
                 # Released as if by another process (no own_process): the handoff goes out by
                 # PUBLISH, with a fresh expiry (unknown age: TIME and PEXPIREAT in leave.lua).
                 removed, handoffs = lg.leave(first, both, ttl_ms=LONG, age_ms=None)
@@ -224,19 +224,19 @@ def test_the_readme_acl_allows_every_ledger_operation_and_nothing_more(
                 assert [h.token for h in handoffs] == [second], "PUBLISH found no subscriber"
                 assert waiter.event.wait(5), "the wake-up did not come over the subscription"
                 assert waiter.handed == queue
-                assert lg.beat([(queue, second)], ttl_ms=LONG) == []
-                assert lg.beat([(queue, lost)], ttl_ms=LONG) == [(queue, lost)]
-                assert lg.reassert([(queue, lost)], ttl_ms=LONG) == [2]
-                assert lg.reclaim(lost, [Want(queue, 1)], ttl_ms=LONG) is None  # listed: fits
-                assert lg.reclaim("gone:1:1:1", [Want(queue, 2)], ttl_ms=LONG) == queue  # full
+                assert lg.beat([Member(queue, second)], ttl_ms=LONG) == []
+                assert lg.beat([Member(queue, lost)], ttl_ms=LONG) == [(queue, lost)]
+                assert lg.reassert([Member(queue, lost)], ttl_ms=LONG) == [2]
+                assert lg.reclaim(lost, [Limit(queue, 1)], ttl_ms=LONG) is None  # listed: fits
+                assert lg.reclaim("gone:1:1:1", [Limit(queue, 2)], ttl_ms=LONG) == queue  # full
                 assert lg.in_use(queue) == 2
                 assert {h.token for h in lg.holders(queue)} == {second, lost}
-                assert lg.withdraw(second, [Want(queue, 1)]) == 1
-                assert lg.acquire(first, [Want(key, 1)], ttl_ms=LONG).admitted
-                assert lg.release(first, [key]) == 1
-                assert lg.release(lost, [queue]) == 1
+                assert lg.withdraw(second, [Limit(queue, 1)]) == 1
+                assert lg.enter(first, [Limit(key, 1)], ttl_ms=LONG, line=Line.NONE).admitted
+                assert lg.leave(first, [Limit(key, 0)], ttl_ms=LONG) == (1, ())  # by hand: no handoff
+                assert lg.leave(lost, [Limit(queue, 0)], ttl_ms=LONG) == (1, ())
                 admin.script_flush()  # NOSCRIPT next: redis-py loads the script again, as this user
-                assert lg.leave(second, [Want(queue, 1)], ttl_ms=LONG) == (1, ())
+                assert lg.leave(second, [Limit(queue, 1)], ttl_ms=LONG) == (1, ())
             finally:
                 wakeups.stop()
             assert strays == []
@@ -261,7 +261,7 @@ def test_the_readme_acl_allows_every_ledger_operation_and_nothing_more(
             # as an error that waiting cannot cure (the middleware fails the message with it).
             other = Ledger(client, key_prefix="elsewhere")
             with pytest.raises(LedgerError, match=r"(?i)noperm|no permissions|can't access") as caught:
-                other.enter(first, [Want(other.keys.queue("q"), 1)], ttl_ms=LONG, line=Ledger.NO_LINE)
+                other.enter(first, [Limit(other.keys.queue("q"), 1)], ttl_ms=LONG, line=Line.NONE)
             assert not isinstance(caught.value, LedgerUnavailable)
             assert admin.keys("elsewhere*") == []
         finally:
@@ -297,15 +297,13 @@ def test_the_readme_acl_runs_the_whole_middleware(
             # Another "process" (a foreign token, same restricted user) holds the only slot.
             outside = Ledger(own)
             foreign = "other-host:1:1:1"
-            assert outside.enter(foreign, [Want(line, 1)], ttl_ms=LONG, line=Ledger.NO_LINE).admitted
+            assert outside.enter(foreign, [Limit(line, 1)], ttl_ms=LONG, line=Line.NONE).admitted
             with running_worker(broker, threads=4):
                 for i in range(6):
                     job.send(i)
-                assert wait_until(lambda: len(slots.ledger.waiting(line)) == 4), (
-                    "waiters never joined the line"
-                )
+                assert wait_until(lambda: len(slots.ledger.line(line)) == 4), "waiters never joined the line"
                 # Its release hands the slot to the first in line, over the worker's wake channel.
-                _, handoffs = outside.leave(foreign, [Want(line, 1)], ttl_ms=HOLD_TTL, age_ms=None)
+                _, handoffs = outside.leave(foreign, [Limit(line, 1)], ttl_ms=HOLD_TTL, age_ms=None)
                 assert len(handoffs) == 1, "PUBLISH reached no subscriber"
                 assert wait_until(lambda: probe.current["acl"] == 1)  # no event marks a start
                 # The job outlives its hold's first expiry: the heartbeat's beats push it on.
@@ -324,7 +322,7 @@ def test_the_readme_acl_runs_the_whole_middleware(
                 for i in range(3):
                     keyed.send(i)
                 probe.wait_runs(9, timeout=20)
-                assert wait_until(lambda: slots.in_use("acl") == 0 and slots.running("shared") == 0)
+                assert wait_until(lambda: slots.in_use("acl") == 0 and slots.in_use(key="shared") == 0)
                 assert slots.holders(queue="acl") == []
             assert sorted(item for label, item in probe.runs if label == "acl") == list(range(6))
             assert sorted(item for label, item in probe.runs if label == "keyed") == list(range(3))
@@ -683,7 +681,7 @@ def test_the_workers_acl_plus_scan_and_mget_runs_status_and_release(
         password = next(word[1:] for word in words if word.startswith(">"))
         lg = Ledger(admin)  # the README line's prefix: the default one
         queue = lg.keys.queue("ops")
-        assert lg.acquire("gone-host:1:1:1", [Want(queue, 2)], ttl_ms=LONG).admitted
+        assert lg.enter("gone-host:1:1:1", [Limit(queue, 2)], ttl_ms=LONG).admitted
         admin.acl_log_reset()
         url = user_url(server, "dramatiq-slots-ops", password)
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DRAMATIQ_SLOTS_REDIS_URL")}

@@ -13,10 +13,10 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
 
-from dramatiq_slots import Slots, middleware
+from dramatiq_slots import Slots, admission
 from dramatiq_slots.claims import new_token, this_process
 from dramatiq_slots.deferral import DEFERRALS
-from dramatiq_slots.ledger import Ledger, Want
+from dramatiq_slots.ledger import Limit, Line
 from dramatiq_slots.places import PLACE
 from dramatiq_slots.wakeups import Wakeups
 
@@ -60,8 +60,8 @@ def test_waiters_start_in_the_order_they_joined_the_line(
         for i in range(5):
             job.send(i)
             # One at a time, so the order of the line is the order of sending.
-            assert wait_until(lambda i=i: len(slots.ledger.waiting(line)) == i + 1)
-        joined = list(slots.ledger.waiting(line))
+            assert wait_until(lambda i=i: len(slots.ledger.line(line)) == i + 1)
+        joined = list(slots.ledger.line(line))
         release.set()
         probe.wait_runs(6 + 5)  # each job also records its deferrals
     started = [item for label, item in probe.runs if label == "line" and item != "blocker"]
@@ -84,8 +84,8 @@ def test_a_burst_sent_within_one_millisecond_is_served_in_send_order(
         for i in range(5):
             # dramatiq's own timestamp (ms) is the same for all five: only their places tell them apart.
             places.append(broker.enqueue(job.message(i).copy(message_timestamp=sent_at)).options[PLACE])
-        assert wait_until(lambda: len(slots.ledger.waiting(line)) == 5)
-        in_line = redis_client.zrange(slots.keys.waiting(line), 0, -1, withscores=True)
+        assert wait_until(lambda: len(slots.ledger.line(line)) == 5)
+        in_line = redis_client.zrange(slots.keys.line(line), 0, -1, withscores=True)
         release.set()
         probe.wait_runs(6 + 5)
     assert [int(score) for _, score in in_line] == places == sorted(set(places))
@@ -97,7 +97,7 @@ def test_a_handed_hold_carries_the_age_of_its_expiry(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
 ) -> None:
     slots = add_slots()
-    want = Want(slots.keys.queue("aged"), 1)
+    want = Limit(slots.keys.queue("aged"), 1)
     ages: list[int | None] = []
 
     @dramatiq.actor(queue_name="aged", queue_capacity=1)
@@ -106,10 +106,10 @@ def test_a_handed_hold_carries_the_age_of_its_expiry(
         ages.append(slots.registry.age_ms(hold.token))
         probe.record("aged")
 
-    assert slots.ledger.enter("elsewhere:1:1:1", [want], ttl_ms=3_000, line=Ledger.NO_LINE).admitted
+    assert slots.ledger.enter("elsewhere:1:1:1", [want], ttl_ms=3_000, line=Line.NONE).admitted
     with running_worker(broker, threads=1):
         job.send()
-        assert wait_until(lambda: len(slots.ledger.waiting(want.ledger)) == 1)
+        assert wait_until(lambda: len(slots.ledger.line(want.ledger)) == 1)
         slots.ledger.leave("elsewhere:1:1:1", [want], ttl_ms=3_000, age_ms=1_400)
         probe.wait_runs(1)
     assert ages and ages[0] is not None and 1_400 <= ages[0] < 2_400
@@ -123,9 +123,9 @@ def test_a_message_waits_at_most_max_wait_then_is_deferred(
         blocker.send()
         assert wait_until(lambda: slots.in_use("line") == 1)
         job.send(1)
-        assert wait_until(lambda: len(slots.ledger.waiting(line)) == 1)
+        assert wait_until(lambda: len(slots.ledger.line(line)) == 1)
         # Out of line after its wait bound, and deferred (a copy in the broker's delay queue).
-        assert wait_until(lambda: not slots.ledger.waiting(line), timeout=5)
+        assert wait_until(lambda: not slots.ledger.line(line), timeout=5)
         release.set()
         probe.wait_runs(3)
     assert probe.by_label["deferrals"][0] >= 1
@@ -144,7 +144,7 @@ def test_waiting_share_bounds_the_threads_in_line(
             job.send(i)
         deadline = time.monotonic() + 2
         while time.monotonic() < deadline:
-            most = max(most, len(slots.ledger.waiting(line)))
+            most = max(most, len(slots.ledger.line(line)))
             time.sleep(0.01)
         release.set()
         probe.wait_runs(1 + 2 * 4, timeout=30)
@@ -164,11 +164,11 @@ def test_shutdown_takes_waiters_out_of_line_without_losing_them(
         blocker.send()
         assert wait_until(lambda: slots.in_use("line") == 1)
         job.send(7)
-        assert wait_until(lambda: len(slots.ledger.waiting(line)) == 1)
+        assert wait_until(lambda: len(slots.ledger.line(line)) == 1)
         stopping = threading.Thread(target=worker.stop, kwargs={"timeout": 20_000})
         began = time.monotonic()
         stopping.start()
-        assert wait_until(lambda: not slots.ledger.waiting(line), timeout=5)
+        assert wait_until(lambda: not slots.ledger.line(line), timeout=5)
         assert time.monotonic() - began < 5
         release.set()
         stopping.join(20)
@@ -185,14 +185,14 @@ def test_a_slot_handed_to_a_claim_nobody_waits_for_is_given_back(
     add_slots: SlotsFactory, redis_client: redis.Redis
 ) -> None:
     slots = add_slots()
-    want = Want(slots.keys.queue("stray"), 1)
+    want = Limit(slots.keys.queue("stray"), 1)
     ledger = slots.ledger
     slots.wakeups.start()
     assert slots.wakeups.listening.wait(5)
-    assert ledger.enter("elsewhere:1:1:1", [want], ttl_ms=30_000, line=Ledger.JOIN_LINE).admitted
+    assert ledger.enter("elsewhere:1:1:1", [want], ttl_ms=30_000, line=Line.JOIN).admitted
     # A claim of this process in line that gave up without leaving it (its outcome was unknown).
     stray = new_token()
-    assert ledger.enter(stray, [want], ttl_ms=30_000, line=Ledger.JOIN_LINE).waiting
+    assert ledger.enter(stray, [want], ttl_ms=30_000, line=Line.JOIN).waiting
     removed, handoffs = ledger.leave("elsewhere:1:1:1", [want], ttl_ms=30_000, age_ms=0)
     assert (removed, [(h.token, h.ledger) for h in handoffs]) == (1, [(stray, want.ledger)])
     # Handed over, heard by this process's wake channel, owed back, released by the heartbeat.
@@ -261,14 +261,14 @@ def test_a_waiter_asks_again_after_pauses_that_double_up_to_a_ceiling(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A backstop for lost wake-ups that stays cheap in long waits (see the scale model)."""
-    monkeypatch.setattr(middleware, "_REASK_S", 0.05)
-    monkeypatch.setattr(middleware, "_REASK_MAX_S", 0.2)
+    monkeypatch.setattr(admission, "REASK_S", 0.05)
+    monkeypatch.setattr(admission, "REASK_MAX_S", 0.2)
     slots, release, blocker, job, _ = line_setup(broker, add_slots, probe)
     asked: list[float] = []
     enter = slots.ledger.enter
 
     def recording_enter(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("line") == Ledger.IN_LINE:
+        if kwargs.get("line") == Line.KEEP:
             asked.append(time.monotonic())
         return enter(*args, **kwargs)
 

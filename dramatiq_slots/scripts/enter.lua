@@ -1,8 +1,10 @@
 -- enter.lua: admit one claim to every ledger it needs, or put it in line.
 --
 -- The waiting side of the FIFO handoff (leave.lua is the other side). A
--- claim refused by a full ledger may join that ledger's waiting list; a
--- release then hands its freed slot straight to the first claim in line.
+-- claim refused by a full ledger may join that ledger's line; a release
+-- then hands its freed slot straight to the first claim in line. The only
+-- script that admits (Ledger.enter; ARGV[3] is its Line: NONE, JOIN, KEEP).
+-- What each path costs: docs/design.md, "What each operation costs".
 --
 -- KEYS[1..n]      ledgers (sorted sets: member = claim token, score = expiry ms)
 -- KEYS[n+1..2n]   their lines (sorted sets: member = claim token, score =
@@ -32,9 +34,8 @@
 -- counts expired members of dead holders until someone sweeps them (every
 -- heartbeat of a process holding the ledger does, and a key whose holders
 -- all died expires as a whole), so a refusal may be late by one beat, never
--- an admission early. This keeps the refusal path free of TIME and of a
--- sweep: waiting is the busy path and costs 3 commands here (EVALSHA,
--- ZCARD, ZADD).
+-- an admission early. This keeps the refusal path, the busy one while
+-- claims wait, free of TIME and of a sweep.
 --
 -- All or nothing: a claim refused on any ledger holds none of them; a slot
 -- it was handed on another ledger is given back (to whoever asks next).

@@ -5,8 +5,8 @@
 --
 -- Returns a flat list {token1, ms_left1, token2, ms_left2, ...} of the holds
 -- whose expiry is still ahead, soonest to expire first; ms_left is an
--- integer number of milliseconds. Expired members are left for the next
--- acquire to sweep (this script only reads).
+-- integer number of milliseconds. Expired members are left for a beat
+-- (or a reassert, a reclaim) to sweep: this script only reads.
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)

@@ -13,7 +13,8 @@
 --                 old, and the handed hold is then written afresh
 -- ARGV[5]         the caller's own process part: a waiter of that same
 --                 process is woken by the caller itself, so no PUBLISH
--- ARGV[5+i]       capacity of KEYS[i]
+-- ARGV[5+i]       capacity of KEYS[i]; 0 = unknown (an operator's release by
+--                 hand): the slot is freed and handed to nobody
 --
 -- Per ledger where the token still has its member: while the ledger has room
 -- without that member (fewer members than capacity; this also drains a
@@ -37,9 +38,7 @@
 -- handed over the claim's token, the index i of KEYS[i] and the age passed on
 -- (at most one per ledger), so a releaser can wake a claim of its own process
 -- at once.
--- A busy handoff costs 7 commands: EVALSHA, ZSCORE, ZREM, ZPOPMIN, ZCARD, ZADD,
--- PUBLISH; 6 to a waiter of the caller's own process (no PUBLISH); 2 more
--- when the expiry is renewed (TIME, and PEXPIREAT or PTTL).
+-- Costs: docs/design.md, "What each operation costs".
 
 local n = #KEYS / 2
 if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 5 then
@@ -48,6 +47,11 @@ end
 local token, channel, ttl, age, own = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 3} end
 if not age or age ~= math.floor(age) or age < -1 then return {-1, 4} end
+local caps = {}
+for i = 1, n do
+  caps[i] = tonumber(ARGV[5 + i])
+  if not caps[i] or caps[i] < 0 or caps[i] ~= math.floor(caps[i]) then return {-1, 5 + i} end
+end
 
 -- A renewed expiry is the ledger's newest: the key's expiry is pushed to it,
 -- never earlier (lib/outlive.lua).
@@ -56,9 +60,9 @@ local renewed
 
 local removed, handed = 0, {}
 for i = 1, n do
-  local ledger, waits, cap = KEYS[i], KEYS[n + i], tonumber(ARGV[5 + i])
+  local ledger, waits, cap = KEYS[i], KEYS[n + i], caps[i]
   local expiry = redis.call('ZSCORE', ledger, token)
-  if expiry then
+  if expiry and cap > 0 then
     -- The waiter's hold is written before the leaving member is removed, so
     -- the key never empties on the way (an emptied key is deleted, and the
     -- new member would land in a key without an expiry).
@@ -91,6 +95,8 @@ for i = 1, n do
       end
       redis.call('ZREM', ledger, waiter)
     end
+  end
+  if expiry then
     redis.call('ZREM', ledger, token)
     removed = removed + 1
   end

@@ -170,7 +170,7 @@ SCENARIOS: dict[str, tuple[str, str, str]] = {
         "a TimeLimitExceeded lands inside the after-hooks, so dramatiq calls them twice (in process)",
         "no hold leaked, none released twice",
     ),
-    "failpoint-after-acquire": (
+    "failpoint-after-admit": (
         "13",
         "os._exit right after the holds are written, before the actor starts",
         "no message lost; capacity back within hold_ttl",

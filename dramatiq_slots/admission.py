@@ -1,0 +1,284 @@
+"""Admission: from a message's :class:`~dramatiq_slots.declarations.Request` to a hold, or a deferral.
+
+One attempt is one claim with a fresh token. It takes a lingering hold of the
+same limits when there is one (:mod:`dramatiq_slots.lingering`); otherwise it
+*enters* the ledgers (``enter.lua``). A refused claim that may wait joins the
+refusing ledger's line and waits, in its worker thread, until a release hands
+it the slot (a wake-up, :mod:`dramatiq_slots.wakeups`) or it asks again
+(after 2 s, doubling to 8 s), for at most ``max_wait``; then it withdraws. An
+admitted hold is *distrusted* when its expiry may lapse before the first beat
+(the late-reply guard) or too few replicas have it (``wait_replicas``): it is
+released again. What is not admitted is deferred by the caller's ``defer``.
+
+Every timing rule reads :class:`Clock`, which tests replace, so the rules run
+without threads or sleeps. docs/design.md explains the choices and their costs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import redis
+from dramatiq.errors import BrokerConnectionError
+from dramatiq.middleware import MiddlewareError
+
+from .claims import Hold, new_token
+from .declarations import Request
+from .deferral import backoff_ms
+from .errors import LedgerError, LedgerUnavailable, SlotsError
+from .failpoints import reach
+from .ledger import Entered, Limit, Line
+from .lingering import roomy
+from .process import SlotsProcess
+from .settings import Settings
+from .wakeups import Waiter
+
+logger = logging.getLogger("dramatiq_slots.admission")
+
+#: A waiting claim asks the ledger again after this long (s), in case its wake-up was lost
+#: (or a slot came free by expiry, which hands nothing over); the pause doubles after each
+#: ask, up to :data:`REASK_MAX_S`, so a long wait costs few asks.
+REASK_S = 2.0
+REASK_MAX_S = 8.0
+
+#: While neither the ledger nor the broker answers, admission is retried at most this far apart (ms).
+OUTAGE_RETRY_MAX_MS = 5_000
+
+#: Errors of a broker that cannot take a message now (dramatiq's own, or redis-py's from a RedisBroker).
+BROKER_DOWN = (BrokerConnectionError, redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+class AdmissionError(SlotsError, MiddlewareError):
+    """Admission failed in an unexpected way; the actor did not run (dramatiq fails the message)."""
+
+
+class Clock(Protocol):
+    """The time admission reads and waits on (:data:`SYSTEM_CLOCK`; tests pass their own)."""
+
+    def monotonic(self) -> float: ...
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """Block until ``event`` is set or ``timeout`` seconds passed; whether it was set."""
+        ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        return event.wait(timeout)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+SYSTEM_CLOCK: Clock = SystemClock()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The outcome of one attempt: the ledger's answer, and when the hold's expiry was written.
+
+    ``written_at``: monotonic time of the call that wrote the expiry; None
+    when unknown (a handed-over slot found by a replay).
+    """
+
+    entered: Entered
+    written_at: float | None
+
+
+#: ``defer(delay_ms, reason)``: re-enqueue the message; returns the exception to raise.
+Defer = Callable[[int, str], BaseException]
+
+
+class Admission:
+    """Admits the messages of one process (see the module docstring)."""
+
+    def __init__(self, process: SlotsProcess, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.process = process
+        self.settings = settings
+        self.clock = clock
+        self._outage_warned_at: float | None = None
+
+    def admit(self, request: Request, message_key: int, *, deferrals: int, defer: Defer) -> Hold:
+        """Admit the message (its hold is then on record as running), or raise what ``defer`` returns.
+
+        ``message_key``: ``id(message)``, under which the running hold is
+        recorded. ``deferrals``: how often the message was deferred before.
+        """
+        process = self.process
+        if self.settings.reuse_window:
+            lingering = process.lingering.take(request.limits)
+            if lingering is not None:
+                # Its expiry's age is still on record (parking does not forget it).
+                hold = Hold(lingering.token, lingering.limits, request.label, request.strict, request.actor)
+                process.running(message_key, hold, None)
+                return hold
+        outage_attempt = 0
+        while True:
+            # A fresh token per attempt: an attempt whose outcome is unknown is
+            # owed a release, and that release must never hit a later attempt.
+            hold = Hold(new_token(), request.limits, request.label, request.strict, request.actor)
+            refused: Sequence[Limit]
+            try:
+                answer = self.attempt(hold, request)
+            except LedgerUnavailable as e:
+                # The script may have run before the reply was lost (redis-py's
+                # own retries of this call replayed the same token; they are
+                # over): owe a release, so the heartbeat removes it if it landed.
+                process.registry.owe(hold)
+                process.heartbeat.ensure_started()
+                self._warn_outage(e)
+                reason, refused = f"ledger unavailable ({e})", request.limits
+            except LedgerError as e:
+                # Not an outage (a permission, a wrong key type, a bad argument):
+                # waiting will not help. Fail through dramatiq's own error path.
+                # Nothing to release: enter.lua checks every ledger before it
+                # writes any hold, and Redis answered, so no reply was lost.
+                raise AdmissionError(f"actor {request.actor!r}: {e}; the actor did not run") from e
+            else:
+                entered = answer.entered
+                distrust = self.distrust(entered, answer.written_at) if entered.admitted else None
+                if entered.admitted and distrust is None:
+                    if self.settings.reuse_window and roomy(request.limits, entered.members):
+                        process.lingering.reusable(hold, self.settings.reuse_window)
+                    process.running(message_key, hold, answer.written_at)
+                    return hold
+                if distrust is not None:
+                    # Admitted, but the hold cannot be trusted: give it back, come back later.
+                    process.release(process.registry.begin_release(hold.token) or hold)
+                    reason, refused = distrust, request.limits
+                else:
+                    reason = f"ledger {entered.full!r} is full"
+                    refused = tuple(limit for limit in request.limits if limit.ledger == entered.full)
+            delay = backoff_ms(deferrals + 1, request.min_backoff, request.max_backoff)
+            try:
+                deferred = defer(delay, reason)
+            except BROKER_DOWN as e:
+                # Neither admitted nor deferred: keep the message in this
+                # thread (unacked, so never lost) and try both again, as
+                # dramatiq itself does with an ack the broker did not take.
+                outage_attempt += 1
+                pause = backoff_ms(outage_attempt, request.min_backoff, OUTAGE_RETRY_MAX_MS)
+                logger.warning(
+                    "Could not defer message %s (%s: %s) after: %s; retrying in %d ms.",
+                    request.label,
+                    type(e).__name__,
+                    e,
+                    reason,
+                    pause,
+                )
+                self.clock.sleep(pause / 1000)
+                continue
+            except MiddlewareError:
+                raise
+            except Exception as e:
+                raise AdmissionError(
+                    f"actor {request.actor!r}: could not defer the message ({type(e).__name__}: {e}) "
+                    f"after: {reason}; the actor did not run"
+                ) from e
+            reach("after-defer-enqueue")
+            process.metrics.deferred(refused, request.actor)  # counted on the ledger(s) that refused
+            raise deferred
+
+    def attempt(self, hold: Hold, request: Request) -> Answer:
+        """Enter; when refused and a thread may wait, wait in line for a release to hand over a slot."""
+        process = self.process
+        gate = process.wait_gate
+        if gate is None or process.stopping.is_set() or not gate.acquire(blocking=False):
+            # May not wait: the same admission, without joining a line.
+            return self._enter(hold, request, Line.NONE)
+        wakeups = process.wakeups
+        try:
+            wakeups.start()  # no-op once listening in this process
+            # Registered before the claim joins a line, so no wake-up is missed.
+            waiter = wakeups.expect(hold.token)
+            answer = self.wait_in_line(hold, request, waiter)
+            if answer.entered.admitted:
+                # Held on record before the token stops being expected: a wake-up for
+                # it still on its way must find it held, not give its slot back.
+                process.registry.add(hold, written_at=answer.written_at)
+            return answer
+        finally:
+            wakeups.forget(hold.token)
+            gate.release()
+
+    def _enter(self, hold: Hold, request: Request, line: Line) -> Answer:
+        sent = self.clock.monotonic()
+        entered = self.process.ledger.enter(
+            hold.token, request.limits, ttl_ms=self.settings.hold_ttl, line=line, place=request.place
+        )
+        # When the expiry was written: by this call, or by its own earlier landing (a replay
+        # of a fresh token without a line). A replay in line found a handed slot: age unknown.
+        known = entered.admitted and (line is Line.NONE or not entered.replayed)
+        return Answer(entered, sent if known else None)
+
+    def wait_in_line(self, hold: Hold, request: Request, waiter: Waiter) -> Answer:
+        """Join the line and wait there until admitted, ``max_wait`` passed, or the worker stops."""
+        clock, ledger = self.clock, self.process.ledger
+        answer = self._enter(hold, request, Line.JOIN)
+        deadline = clock.monotonic() + self.settings.max_wait / 1000
+        pause = REASK_S
+        while not answer.entered.admitted and answer.entered.waiting:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0 or self.process.stopping.is_set():
+                held = ledger.withdraw(hold.token, request.limits)
+                if held == len(request.limits):
+                    return Answer(Entered(admitted=True, replayed=True), None)
+                if held == 0:
+                    return answer
+                # Handed one slot of several: take the rest now, or give it back.
+                return self._enter(hold, request, Line.NONE)
+            woken = clock.wait(waiter.event, min(remaining, pause))
+            waiter.event.clear()
+            if not woken:
+                pause = min(pause * 2, REASK_MAX_S)
+            if waiter.handed is not None and len(request.limits) == 1 and not self.settings.wait_replicas:
+                # leave.lua wrote the hold before it published: no need to ask. (With
+                # wait_replicas the claim asks anyway: its own write, then WAIT on its own
+                # connection, proves the replicas have the handed hold too; the replication
+                # stream is ordered.)
+                written_at = clock.monotonic() - waiter.age_ms / 1000
+                return Answer(Entered(admitted=True, replayed=True), written_at)
+            # Woken without a slot (reconnect, shutdown), or by a slot of one
+            # ledger out of several, or nothing came: ask again, keeping our place.
+            waiter.handed = None
+            answer = self._enter(hold, request, Line.KEEP)
+        return answer
+
+    def distrust(self, entered: Entered, written_at: float | None) -> str | None:
+        """Why an admitted hold cannot be trusted (None: it can).
+
+        The late-reply guard: its expiry was written more than ``hold_ttl -
+        beat_interval`` ago, so it may lapse before the heartbeat first
+        refreshes it. ``wait_replicas``: fewer replicas than asked
+        acknowledged it, so a failover could forget it.
+        """
+        settings = self.settings
+        if written_at is not None:
+            elapsed = self.clock.monotonic() - written_at
+            if elapsed * 1000 > settings.hold_ttl - settings.beat_ms:
+                return (
+                    f"the ledger answered {elapsed:.2f} s after it was asked, too late to trust the hold "
+                    f"(hold_ttl={settings.hold_ttl} ms, beat_interval={settings.beat_ms} ms)"
+                )
+        if entered.replicated is not None and entered.replicated < settings.wait_replicas:
+            return (
+                f"{entered.replicated} of wait_replicas={settings.wait_replicas} replicas acknowledged the "
+                f"hold within {settings.wait_replicas_timeout} ms"
+            )
+        return None
+
+    def _warn_outage(self, error: LedgerError) -> None:
+        now = self.clock.monotonic()
+        if self._outage_warned_at is None or now - self._outage_warned_at >= 30:
+            self._outage_warned_at = now
+            logger.warning("%s; deferring capped messages until it answers.", error)

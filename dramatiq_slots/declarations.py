@@ -1,0 +1,161 @@
+"""What this process's actors and settings declare, and the limits each message is under.
+
+Queue capacities come from ``Slots(queue_capacities=...)`` and from actors'
+``queue_capacity`` options, which must agree; an actor's other options are
+checked when it is declared (:class:`~dramatiq_slots.options.ActorSlots`).
+:meth:`Declarations.request` turns one message into a :class:`Request`: the
+limits it must hold while it runs, or None when it is under none (then
+admission costs no Redis command at all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import options as opt
+from .keys import KeySpace
+from .ledger import Limit
+from .places import place_of
+from .settings import Settings, queue_capacity_where
+
+
+@dataclass(frozen=True)
+class Request:
+    """One message's claim on its limits, as admission needs it."""
+
+    limits: tuple[Limit, ...]
+    #: ``actor(message id)``, for log lines and reports.
+    label: str
+    actor: str
+    #: Backoff bounds of a deferral (ms): message > actor > setting.
+    min_backoff: int
+    max_backoff: int
+    #: Place in a line (µs, see :mod:`dramatiq_slots.places`), so lines keep send order.
+    place: int = 0
+    #: ``on_lost_hold="interrupt"`` for this message's actor.
+    strict: bool = False
+
+
+class Declarations:
+    """Queue capacities and actor options known to this process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keys: KeySpace = settings.keys
+        #: Queue name -> (capacity, where it was declared).
+        self._capacities: dict[str, tuple[int, str]] = {
+            queue: (capacity, queue_capacity_where(queue))
+            for queue, capacity in settings.queue_capacities.items()
+        }
+        self._actors: dict[str, opt.ActorSlots] = {}
+
+    def check(self, actor_name: str, queue_name: str, options: Mapping[str, Any]) -> opt.ActorSlots:
+        """An actor's options, checked (ConfigurationError names the actor and the option)."""
+        config = opt.ActorSlots.from_options(actor_name, queue_name, options)
+        self.backoff(config, {})
+        return config
+
+    def record(self, config: opt.ActorSlots) -> None:
+        """Record an actor's checked options (its queue capacity must agree with the others)."""
+        if config.queue_capacity is not None:
+            self._declare_queue_capacity(config, config.queue_capacity)
+        self._actors[config.actor_name] = config
+
+    def declare(self, actor_name: str, queue_name: str, options: Mapping[str, Any]) -> opt.ActorSlots:
+        """:meth:`check`, then :meth:`record`."""
+        config = self.check(actor_name, queue_name, options)
+        self.record(config)
+        return config
+
+    def _declare_queue_capacity(self, config: opt.ActorSlots, capacity: int) -> None:
+        where = f"actor {config.actor_name!r}"
+        known = self._capacities.get(config.queue_name)
+        if known is not None and known[0] != capacity and known[1] != where:
+            raise opt.ConfigurationError(
+                f"actor {config.actor_name!r}: option 'queue_capacity'={capacity} for queue "
+                f"{config.queue_name!r} conflicts with {known[0]} from {known[1]}: the capacity belongs to "
+                "the queue, so every declaration must agree"
+            )
+        if known is None or known[1] == where:
+            self._capacities[config.queue_name] = (capacity, where)
+
+    def actor(self, actor_name: str) -> opt.ActorSlots | None:
+        return self._actors.get(actor_name)
+
+    @property
+    def limited(self) -> bool:
+        """Whether any queue or actor declared here is under a limit (then workers need the ledger)."""
+        return bool(self._capacities) or any(a.capped for a in self._actors.values())
+
+    def queue_capacity(self, queue_name: str) -> int | None:
+        """The capacity of a queue, as declared in this process (None: not capped)."""
+        entry = self._capacities.get(queue_name)
+        return entry[0] if entry else None
+
+    def capacities(self) -> dict[str, int]:
+        """Every capped queue's ledger and its capacity (for this process's report)."""
+        return {self.keys.queue(queue): capacity for queue, (capacity, _) in self._capacities.items()}
+
+    def strict(self, actor: opt.ActorSlots) -> bool:
+        return bool(opt.pick(None, actor.on_lost_hold, self.settings.on_lost_hold) == opt.INTERRUPT)
+
+    def backoff(self, actor: opt.ActorSlots, options: Mapping[str, Any]) -> tuple[int, int]:
+        """Deferral backoff bounds: message > actor > setting, checked together."""
+        settings = self.settings
+        return opt.backoff_bounds(
+            opt.pick(options.get(opt.DEFER_MIN_BACKOFF), actor.defer_min_backoff, settings.defer_min_backoff),
+            opt.pick(options.get(opt.DEFER_MAX_BACKOFF), actor.defer_max_backoff, settings.defer_max_backoff),
+            f"actor {actor.actor_name!r}",
+        )
+
+    def may_wait(self, actor_name: str, queue_name: str, options: Mapping[str, Any]) -> bool:
+        """Whether a message may need a slot (of an actor this process does not know: maybe)."""
+        config = self._actors.get(actor_name)
+        return (
+            config is None
+            or config.capped
+            or self.queue_capacity(queue_name) is not None
+            or not opt.ACTOR_OPTIONS.isdisjoint(options)
+        )
+
+    def request(
+        self,
+        actor: opt.ActorSlots,
+        *,
+        message_id: str,
+        queue_name: str,
+        options: Mapping[str, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        message_timestamp: int,
+    ) -> Request | None:
+        """The limits one message is under, or None (uncapped: no Redis command at all)."""
+        queue_capacity = self.queue_capacity(queue_name)
+        key_option = opt.pick(options.get(opt.UNIQUE_AT_RUNTIME_KEY), actor.runtime_key, None)
+        if queue_capacity is None and (key_option is None or key_option is False):
+            return None
+        if not opt.ACTOR_OPTIONS.isdisjoint(options):
+            opt.check_message_options(actor.actor_name, options)
+        limits: list[Limit] = []
+        if queue_capacity is not None:
+            limits.append(Limit(self.keys.queue(queue_name), queue_capacity))
+        key = opt.runtime_key(
+            actor, key_option, args, kwargs, from_message=options.get(opt.UNIQUE_AT_RUNTIME_KEY) is not None
+        )
+        if key is not None:
+            capacity = opt.pick(options.get(opt.RUNTIME_KEY_CAPACITY), actor.runtime_key_capacity, 1)
+            limits.append(Limit(self.keys.runtime_key(key), capacity))
+        min_backoff, max_backoff = self.backoff(actor, options)
+        if not limits:
+            return None
+        return Request(
+            limits=tuple(limits),
+            label=f"{actor.actor_name}({message_id})",
+            actor=actor.actor_name,
+            min_backoff=min_backoff,
+            max_backoff=max_backoff,
+            place=place_of(options, message_timestamp),
+            strict=self.strict(actor),
+        )

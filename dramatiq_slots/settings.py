@@ -1,0 +1,141 @@
+"""The settings of :class:`~dramatiq_slots.Slots`, validated once, and the ledger's client.
+
+Each setting is documented in docs/options.md (the one source); this module
+checks them. A bad value is a :class:`~dramatiq_slots.ConfigurationError`
+naming ``Slots(<setting>=...)``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from dramatiq import broker as dramatiq_broker
+from dramatiq.brokers.redis import RedisBroker
+
+from . import options as opt
+from .keys import DEFAULT_KEY_PREFIX, KeySpace
+from .ledger import RedisClient
+
+#: Environment variable naming the ledger's Redis when neither ``client=`` nor ``url=`` is given.
+URL_ENV = "DRAMATIQ_SLOTS_REDIS_URL"
+
+#: Seconds, for clients built from ``url=`` or the environment.
+SOCKET_TIMEOUT_S = 5.0
+
+
+def _setting(name: str) -> str:
+    return f"Slots({name}=...)"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of ``Slots``, checked (durations in milliseconds)."""
+
+    client: RedisClient | None = None
+    url: str | None = None
+    key_prefix: str = DEFAULT_KEY_PREFIX
+    hold_ttl: int = 60_000
+    #: None: ``hold_ttl // 6``.
+    beat_interval: int | None = None
+    defer_min_backoff: int = 100
+    defer_max_backoff: int = 5_000
+    queue_capacities: Mapping[str, int] = field(default_factory=dict)
+    max_wait: int = 30_000
+    waiting_share: float = 1.0
+    reuse_window: int = 100
+    wait_replicas: int = 0
+    wait_replicas_timeout: int = 100
+    on_lost_hold: opt.LostHoldMode = opt.REASSERT
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalised values are written once, here
+        if self.client is not None and self.url is not None:
+            raise opt.ConfigurationError("Slots: pass client= or url=, not both")
+        if self.url is not None and (not isinstance(self.url, str) or not self.url):
+            raise opt.ConfigurationError(f"{_setting('url')}: must be a non-empty str, got {self.url!r:.40}")
+        try:
+            set_(self, "keys", KeySpace(self.key_prefix))
+        except ValueError as e:
+            raise opt.ConfigurationError(
+                f"{_setting('key_prefix')}: {str(e).removeprefix('key_prefix ')}"
+            ) from None
+        hold_ttl = opt.positive_int(self.hold_ttl, _setting("hold_ttl"))
+        # A slot handed over keeps the leaving hold's expiry (renewed past half the ttl);
+        # its new holder's first beat must come well before it runs out (see leave.lua).
+        where = _setting("beat_interval")
+        opt.at_most_third(opt.positive_int(self.beat_ms, where), hold_ttl, where)
+        opt.backoff_bounds(self.defer_min_backoff, self.defer_max_backoff, "Slots")
+        opt.non_negative_int(self.max_wait, _setting("max_wait"))
+        share = self.waiting_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not (0 <= share <= 1):
+            raise opt.ConfigurationError(
+                f"{_setting('waiting_share')}: must be a number from 0 to 1, got {share!r}"
+            )
+        set_(self, "waiting_share", float(share))
+        where = _setting("reuse_window")
+        opt.at_most_third(opt.non_negative_int(self.reuse_window, where), hold_ttl, where)
+        opt.non_negative_int(self.wait_replicas, _setting("wait_replicas"))
+        opt.positive_int(self.wait_replicas_timeout, _setting("wait_replicas_timeout"))
+        opt.lost_hold_mode(self.on_lost_hold, _setting("on_lost_hold"))
+        capacities: dict[str, int] = {}
+        for queue_name, capacity in dict(self.queue_capacities or {}).items():
+            if not isinstance(queue_name, str) or not queue_name:
+                raise opt.ConfigurationError(f"{_setting('queue_capacities')}: bad queue name {queue_name!r}")
+            capacities[queue_name] = opt.positive_int(capacity, queue_capacity_where(queue_name))
+        set_(self, "queue_capacities", capacities)
+
+    #: The key names under ``key_prefix`` (set in ``__post_init__``).
+    keys: KeySpace = field(init=False, repr=False, compare=False)
+
+    @property
+    def beat_ms(self) -> int:
+        """The beat interval in force: ``beat_interval``, else ``hold_ttl // 6``."""
+        return self.beat_interval if self.beat_interval is not None else max(1, self.hold_ttl // 6)
+
+    @property
+    def strict(self) -> bool:
+        """Whether holds default to ``on_lost_hold="interrupt"``."""
+        return self.on_lost_hold == opt.INTERRUPT
+
+
+def queue_capacity_where(queue_name: str) -> str:
+    """How an error names one entry of ``Slots(queue_capacities=...)``."""
+    return f"Slots(queue_capacities={{{queue_name!r}: ...}})"
+
+
+def ledger_client(settings: Settings, broker: Any) -> RedisClient:
+    """The ledger's client: ``client=``, else ``url=``, else the environment, else the broker's own.
+
+    ``broker``: the broker Slots is bound to (None before any hook ran: then
+    dramatiq's global broker, if it has this middleware, is tried by the caller).
+    """
+    if settings.client is not None:
+        return settings.client
+    url = settings.url or os.environ.get(URL_ENV)
+    if url:
+        # Timeouts unless the URL sets its own (?socket_timeout=...): a
+        # stalled server must not hold a worker thread or the heartbeat forever.
+        client: redis.Redis = redis.Redis.from_url(
+            url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
+        )
+        return client
+    if isinstance(broker, RedisBroker):
+        broker_client: redis.Redis = broker.client
+        return broker_client
+    broker_kind = type(broker).__name__ if broker is not None else "no broker yet"
+    raise opt.ConfigurationError(
+        f"Slots needs a Redis for its ledger: pass Slots(client=...) or Slots(url=...), or set "
+        f"{URL_ENV}; only a RedisBroker's own connection is used by default (the broker is {broker_kind})"
+    )
+
+
+def global_broker_with(middleware: object) -> Any:
+    """dramatiq's global broker if ``middleware`` is installed on it, else None."""
+    candidate = dramatiq_broker.global_broker
+    if candidate is not None and middleware in candidate.middleware:
+        return candidate
+    return None

@@ -1,0 +1,160 @@
+"""Admission's timing rules, on a real ledger, with a replaced clock: no thread, no sleep.
+
+:class:`FakeClock` answers every wait at once and moves its own time on by
+the timeout (or by nothing, when the event it waits on is set), so the
+re-ask schedule, the ``max_wait`` bound, the late-reply guard and the outage
+pause are read off the clock instead of being waited for.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from dramatiq_slots.admission import Admission
+from dramatiq_slots.claims import Hold
+from dramatiq_slots.declarations import Request
+from dramatiq_slots.deferral import MessageDeferred
+from dramatiq_slots.ledger import Entered, Ledger, Limit, Line
+from dramatiq_slots.process import SlotsProcess
+from dramatiq_slots.settings import Settings
+from dramatiq_slots.wakeups import Waiter
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+        self.waits: list[float] = []
+        self.sleeps: list[float] = []
+        #: Called at the start of the n-th wait (0-based), to make something happen meanwhile.
+        self.during: dict[int, Callable[[], None]] = {}
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        action = self.during.get(len(self.waits))
+        self.waits.append(timeout)
+        if action is not None:
+            action()
+        if event.is_set():
+            return True
+        self.now += timeout
+        return False
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def make(ledger: Ledger, **settings: int) -> tuple[Admission, FakeClock]:
+    config = Settings(key_prefix=ledger.keys.prefix, **settings)  # type: ignore[arg-type]
+    clock = FakeClock()
+    return Admission(SlotsProcess(config, lambda: ledger), config, clock=clock), clock
+
+
+def request_for(*limits: Limit, place: int = 1) -> Request:
+    return Request(
+        limits=limits, label="job(1)", actor="job", min_backoff=100, max_backoff=5_000, place=place
+    )
+
+
+def test_a_waiter_asks_again_after_2_4_8_8_s_and_withdraws_at_max_wait(ledger: Ledger) -> None:
+    admission, clock = make(ledger, max_wait=30_000)
+    queue = Limit(ledger.keys.queue("q"), 1)
+    assert ledger.enter("other:1:1:1", [queue], ttl_ms=60_000).admitted
+    asks: list[int] = []
+    original = ledger.enter
+
+    def counting_enter(*args: object, **kwargs: object) -> Entered:
+        asks.append(int(kwargs["line"]))  # type: ignore[call-overload]
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    ledger.enter = counting_enter  # type: ignore[method-assign]
+    answer = admission.wait_in_line(Hold("me:1:1:1", (queue,)), request_for(queue), Waiter())
+    assert not answer.entered.admitted
+    assert clock.waits == [2.0, 4.0, 8.0, 8.0, 8.0]  # 30 s in all, then the deadline
+    assert asks == [Line.JOIN, Line.KEEP, Line.KEEP, Line.KEEP, Line.KEEP, Line.KEEP]
+    assert ledger.line(queue.ledger) == []  # withdrawn at the deadline
+
+
+def test_a_wake_up_with_a_handed_slot_admits_without_asking_and_keeps_the_expirys_age(ledger: Ledger) -> None:
+    admission, clock = make(ledger, max_wait=30_000)
+    queue = Limit(ledger.keys.queue("q"), 1)
+    assert ledger.enter("other:1:1:1", [queue], ttl_ms=60_000).admitted
+    waiter = Waiter()
+
+    def release_and_wake() -> None:
+        _, handoffs = ledger.leave("other:1:1:1", [queue], ttl_ms=60_000, age_ms=1_500, own_process="me:1")
+        (handoff,) = handoffs
+        # What Wakeups.hand_over does for a claim of the releaser's own process.
+        waiter.handed, waiter.age_ms = handoff.ledger, handoff.age_ms
+        waiter.event.set()
+
+    clock.during[1] = release_and_wake  # during the second wait
+    answer = admission.wait_in_line(Hold("me:1:1:1", (queue,)), request_for(queue), waiter)
+    assert answer.entered == Entered(admitted=True, replayed=True)
+    assert answer.written_at == pytest.approx(clock.now - 1.5)
+    assert clock.waits == [2.0, 4.0]
+    assert {h.token for h in ledger.holders(queue.ledger)} == {"me:1:1:1"}
+    assert ledger.line(queue.ledger) == []
+
+
+def test_a_claim_handed_one_slot_of_two_gives_it_back_while_the_other_is_busy(ledger: Ledger) -> None:
+    admission, clock = make(ledger, max_wait=4_000)
+    queue, key = Limit(ledger.keys.queue("q"), 1), Limit(ledger.keys.runtime_key("k"), 1)
+    assert ledger.enter("other:1:1:1", [queue], ttl_ms=60_000).admitted
+    assert ledger.enter("busy:1:1:1", [key], ttl_ms=60_000).admitted
+    # The queue's slot is handed over while the key stays busy: asking again, the claim
+    # is refused by the key and holds none of the two (all or nothing), in the key's line.
+    clock.during[0] = lambda: ledger.leave("other:1:1:1", [queue], ttl_ms=60_000, own_process="me:1") and None
+    answer = admission.wait_in_line(Hold("me:1:1:1", (queue, key)), request_for(queue, key), Waiter())
+    assert answer.entered.admitted is False and answer.entered.full == key.ledger
+    assert ledger.in_use(queue.ledger) == 0  # the handed slot was given back
+    assert ledger.line(queue.ledger) == [] and ledger.line(key.ledger) == []
+
+
+@pytest.mark.parametrize(("late_ms", "trusted"), [(50_000, True), (50_001, False)])
+def test_the_late_reply_guard_distrusts_a_hold_written_too_long_ago(
+    ledger: Ledger, late_ms: int, trusted: bool
+) -> None:
+    # hold_ttl 60 s, beat 10 s: a hold written more than 50 s ago may lapse before its first beat.
+    admission, clock = make(ledger, hold_ttl=60_000)
+    written_at = clock.now
+    clock.now += late_ms / 1000
+    reason = admission.distrust(Entered(admitted=True), written_at)
+    assert (reason is None) is trusted
+    if not trusted:
+        assert "too late to trust the hold" in (reason or "")
+
+
+def test_too_few_replicas_distrust_a_hold(ledger: Ledger) -> None:
+    admission, clock = make(ledger, wait_replicas=1)
+    assert admission.distrust(Entered(admitted=True, replicated=1), clock.now) is None
+    reason = admission.distrust(Entered(admitted=True, replicated=0), clock.now)
+    assert reason is not None and "0 of wait_replicas=1" in reason
+
+
+def test_a_broker_that_cannot_take_the_deferral_is_retried_after_a_pause(
+    ledger: Ledger, redis_client: redis.Redis
+) -> None:
+    admission, clock = make(ledger, max_wait=0)
+    queue = Limit(ledger.keys.queue("q"), 1)
+    assert ledger.enter("other:1:1:1", [queue], ttl_ms=60_000).admitted
+    calls: list[tuple[int, str]] = []
+
+    def defer(delay_ms: int, reason: str) -> BaseException:
+        calls.append((delay_ms, reason))
+        if len(calls) == 1:
+            raise redis.ConnectionError("broker down")
+        return MessageDeferred("deferred")
+
+    with pytest.raises(MessageDeferred):
+        admission.admit(request_for(queue), 1, deferrals=0, defer=defer)
+    assert len(calls) == 2 and all("is full" in reason for _, reason in calls)
+    (pause,) = clock.sleeps
+    assert 0.05 <= pause < 0.1  # the first outage pause: defer_min_backoff 100 ms, with jitter
+    assert ledger.line(queue.ledger) == []  # max_wait=0: it never joined a line
