@@ -74,5 +74,5 @@ bench: $(STAMP)
 reliability: $(STAMP)
 	rm -f .chaos-results.jsonl
 	SLOTS_CHAOS_RESULTS=$(CURDIR)/.chaos-results.jsonl $(BIN)/python -m pytest -m chaos -q
-	$(BIN)/python -m tests.chaos_report .chaos-results.jsonl docs/reliability.md
+	$(BIN)/python -m tests.support.chaos_report .chaos-results.jsonl docs/reliability.md
 	rm -f .chaos-results.jsonl

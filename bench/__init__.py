@@ -3,7 +3,7 @@
 Run with ``make bench`` (``python bench/run.py --help`` for the options).
 
 - :mod:`bench.config`: the worker app's configuration (an extension of the
-  multi-process tests' :class:`~tests.multiprocess.harness.AppConfig`) and
+  multi-process tests' :class:`~tests.support.worker_groups.AppConfig`) and
   the names shared by the app and the runner.
 - :mod:`bench.app`: the dramatiq app the worker command lines load.
 - :mod:`bench.metrics`: the figures, computed from the probe's records.

@@ -27,11 +27,11 @@ from uuid import uuid4
 
 import pytest
 import redis
-from servers import ENGINES, ExternalServer, RedisTarget, Server, ServerError, find_engine
 
 from dramatiq_slots.ledger import Ledger
+from tests.support.servers import ENGINES, ExternalServer, RedisTarget, Server, ServerError, find_engine
 
-pytest_plugins = ["dramatiq_support"]
+pytest_plugins = ["tests.support.in_process"]
 
 #: Engine preferred for the default server, first found wins.
 DEFAULT_ENGINE_ORDER = ("redis7", "valkey", "redis6")
@@ -199,7 +199,7 @@ def rabbit_server() -> Iterator[Any]:
     """
     import importlib.util
 
-    from rabbitmq import RabbitServer, find_rabbitmq
+    from tests.support.rabbitmq import RabbitServer, find_rabbitmq
 
     if importlib.util.find_spec("pika") is None:
         _missing("pika not installed, dramatiq's RabbitmqBroker needs it: pip install 'dramatiq[rabbitmq]'")

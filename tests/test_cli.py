@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import ENGINES, free_port
 
 from dramatiq_slots import __version__
 from dramatiq_slots.inspection import ProcessReport, ReportedHold
 from dramatiq_slots.keys import key_digest
 from dramatiq_slots.ledger import Ledger, Want, redacted_address
+from tests.support.ports import free_port
+from tests.support.servers import ENGINES
 
 MODULE = [sys.executable, "-m", "dramatiq_slots"]
 SCRIPT = Path(sys.executable).parent / "dramatiq-slots"

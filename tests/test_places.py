@@ -7,10 +7,10 @@ from collections.abc import Iterator
 import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq_support import SlotsFactory
 
 from dramatiq_slots.ledger import Ledger, Want
 from dramatiq_slots.places import PLACE, PlaceClock, place_of
+from tests.support.in_process import SlotsFactory
 
 
 def test_places_follow_the_clock_in_microseconds_and_never_repeat_or_go_back() -> None:
