@@ -88,7 +88,7 @@ def _limited(limiter_key: str, limit: int) -> Any:
     """The CRL ways' limited section (raises ``RateLimitExceeded`` when full); else nothing."""
     if not crl:
         return nullcontext()
-    limiter = ConcurrentRateLimiter(  # type: ignore[no-untyped-call]
+    limiter = ConcurrentRateLimiter(
         _PerProcess.get().backend, f"{config.namespace}:crl:{limiter_key}", limit=limit
     )
     return limiter.acquire(raise_on_failure=True)

@@ -87,7 +87,7 @@ def _client_proc(url: str, prefix: str, mode: str, seconds: float, threads: int,
     """One client process: ``threads`` threads do enter/leave pairs for ``seconds``; puts the count."""
     client = redis.Redis.from_url(url)
     ledger = Ledger(client, key_prefix=prefix)
-    listener = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    listener = client.pubsub(ignore_subscribe_messages=True)
     # A handoff's PUBLISH reaches a subscriber, as in a worker process (channel <prefix>:wake:<host>:<pid>).
     listener.subscribe(**{ledger.keys.wake_channel_prefix() + new_token().rsplit(":", 2)[0]: lambda _: None})
     hand = mode == "hand"

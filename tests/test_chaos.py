@@ -102,7 +102,7 @@ def make_cluster(
     clusters: list[ChaosFleet] = []
 
     def client(server: Any) -> redis.Redis:
-        c = server.client(socket_timeout=5, socket_connect_timeout=2)
+        c: redis.Redis = server.client(socket_timeout=5, socket_connect_timeout=2)
         clients.append(c)
         return c
 
@@ -478,16 +478,20 @@ def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_le
         watch = watch_of(cluster)
         _start(cluster, "A", "B")
         sent = cluster.send_capped(40)
-        scripts = {
-            getattr(script, "sha", None): name.strip("_")
+        scripts: dict[str, str] = {
+            script.sha: name.strip("_")
             for name, script in vars(cluster.ledger).items()
             if hasattr(script, "sha")
         }
         by_name = {name: sha for sha, name in scripts.items()}
         targets = ["enter", "leave", "beat"] * 2
         for k, target in enumerate(targets):
+
+            def progressed(k: int = k) -> bool:
+                return len(cluster.completed_ids(CAPPED_SCOPE)) >= 4 * (k + 1)
+
             wait_until(
-                lambda k=k: len(cluster.completed_ids(CAPPED_SCOPE)) >= 4 * (k + 1),
+                progressed,
                 timeout=RUN_TIMEOUT,
                 interval=0.05,
                 what="jobs to progress",
@@ -495,8 +499,12 @@ def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_le
             )
             before = len(proxy.dropped)
             proxy.lose_reply("EVALSHA", arg=by_name[target])
+
+            def dropped(before: int = before) -> bool:
+                return len(proxy.dropped) > before
+
             wait_until(
-                lambda before=before: len(proxy.dropped) > before,
+                dropped,
                 timeout=RUN_TIMEOUT,
                 interval=0.05,
                 what="a script reply to be lost",

@@ -278,7 +278,7 @@ class Watched:
         for line in self.process.stdout:
             self.lines.put(line)
 
-    def until(self, predicate: Callable[[str], bool], timeout: float = 15.0) -> str:
+    def until(self, predicate: Callable[[str], object], timeout: float = 15.0) -> str:
         """The first line (not seen before) that satisfies ``predicate``."""
         deadline = time.monotonic() + timeout
         while True:

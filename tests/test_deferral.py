@@ -217,7 +217,8 @@ def test_callbacks_pipelines_and_groups_fire_once(
         probe.record("group_done")
 
     single = step.send_with_options(args=(1,), on_success=succeeded)
-    dramatiq.pipeline([step.message(10), after.message()]).run()
+    # after's argument is the result of the step before it, which the pipeline passes on.
+    dramatiq.pipeline([step.message(10), after.message()]).run()  # type: ignore[call-arg]
     group = dramatiq.group([step.message(100), step.message(200)])
     group.add_completion_callback(group_done.message())
     group.run()
@@ -277,7 +278,7 @@ def test_prometheus_gauges_do_not_drift(
         probe.record("ran", i)
 
     def gauge(metric: Any) -> float:
-        return sum(s.value for family in metric.collect() for s in family.samples)
+        return float(sum(s.value for family in metric.collect() for s in family.samples))
 
     messages = [metered.send(i) for i in range(3)]
     with running_worker(broker, threads=2):

@@ -10,6 +10,7 @@ import dramatiq
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
+from redis.cluster import RedisCluster
 
 from dramatiq_slots import Slots
 from dramatiq_slots.claims import Hold
@@ -71,7 +72,7 @@ def test_a_lingering_hold_is_released_by_the_thread_when_its_window_ends() -> No
     assert len(holds) == 0
 
 
-def commands(client: redis.Redis) -> int:
+def commands(client: redis.Redis | RedisCluster) -> int:
     return int(client.info("stats")["total_commands_processed"])
 
 
@@ -119,11 +120,11 @@ def test_no_reuse_under_contention_so_the_line_keeps_its_order(
         wait_until(lambda: slots.in_use("tight") == 1, timeout=10.0, what='slots.in_use("tight") == 1')
         for i in range(1, 4):
             job.send(i)
-            wait_until(
-                lambda i=i: len(slots.ledger.waiting(line)) == i,
-                timeout=10.0,
-                what="len(slots.ledger.waiting(line)) == i",
-            )
+
+            def in_line(i: int = i) -> bool:
+                return len(slots.ledger.waiting(line)) == i
+
+            wait_until(in_line, timeout=10.0, what=f"{i} waiting in line")
         release.set()
         probe.wait_runs(4)
     assert [item for _, item in probe.runs] == [0, 1, 2, 3]

@@ -161,7 +161,7 @@ def _beat_for(ledger: Ledger, registry: HoldRegistry, given_up: list[tuple[Hold,
 
 
 def test_a_strict_hold_lost_with_room_left_is_taken_back(ledger: Ledger, redis_client: redis.Redis) -> None:
-    registry, given_up = HoldRegistry(), []
+    registry, given_up = HoldRegistry(), list[tuple[Hold, str]]()
     hold = _strict_hold(ledger, capacity=2)
     assert ledger.acquire(hold.token, hold.wants, ttl_ms=6_000).admitted
     registry.add(hold)
@@ -177,7 +177,7 @@ def test_a_strict_hold_lost_with_room_left_is_taken_back(ledger: Ledger, redis_c
 def test_a_strict_hold_lost_to_a_newcomer_is_given_up_not_put_over_capacity(
     ledger: Ledger, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    registry, given_up = HoldRegistry(), []
+    registry, given_up = HoldRegistry(), list[tuple[Hold, str]]()
     hold = _strict_hold(ledger, capacity=1)
     queue = hold.wants[0].ledger
     assert ledger.acquire(hold.token, hold.wants, ttl_ms=6_000).admitted
@@ -195,7 +195,7 @@ def test_a_strict_hold_lost_to_a_newcomer_is_given_up_not_put_over_capacity(
 def test_a_strict_hold_that_may_lapse_while_the_ledger_is_down_is_given_up() -> None:
     client = redis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     ledger = Ledger(client, key_prefix="unreachable")
-    registry, given_up = HoldRegistry(), []
+    registry, given_up = HoldRegistry(), list[tuple[Hold, str]]()
     young, old = _strict_hold(ledger, 1), _strict_hold(ledger, 1)
     lenient = Hold(new_token(), old.wants, "job(8)")  # on_lost_hold="reassert": never given up
     now = time.monotonic()

@@ -24,6 +24,7 @@ import redis
 
 from tests.support.probe import max_overlap
 from tests.support.servers import RedisTarget
+from tests.support.waiting import wait_until
 from tests.support.worker_groups import (
     CAPPED_SCOPE,
     AppConfig,
@@ -32,7 +33,6 @@ from tests.support.worker_groups import (
     WorkerGroup,
     close_all,
     key_scope,
-    wait_until,
 )
 
 pytestmark = pytest.mark.slow

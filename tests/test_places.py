@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import dramatiq
 import redis
@@ -59,5 +60,6 @@ def test_places_a_microsecond_apart_keep_their_order_in_a_line(
         entry = ledger.enter(token, want, ttl_ms=10_000, line=Ledger.JOIN_LINE, place=place)
         assert not entry.admitted and entry.waiting
     assert list(ledger.waiting(ledger.keys.queue("q"))) == ["a", "b", "c"]
-    scores = engine_client.zrange(ledger.keys.waiting(ledger.keys.queue("q")), 0, -1, withscores=True)
+    waiting = ledger.keys.waiting(ledger.keys.queue("q"))
+    scores = cast("list[tuple[bytes, float]]", engine_client.zrange(waiting, 0, -1, withscores=True))
     assert [int(score) for _, score in scores] == [base, base + 1, base + 2]

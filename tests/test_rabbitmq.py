@@ -25,6 +25,7 @@ import redis
 from tests.support.probe import max_overlap
 from tests.support.rabbitmq import RabbitServer
 from tests.support.servers import RedisTarget
+from tests.support.waiting import wait_until
 from tests.support.worker_groups import (
     CAPPED_QUEUE,
     CAPPED_SCOPE,
@@ -34,7 +35,6 @@ from tests.support.worker_groups import (
     close_all,
     key_scope,
     runtime_key,
-    wait_until,
 )
 
 pytestmark = pytest.mark.slow

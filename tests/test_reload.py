@@ -277,7 +277,7 @@ def _wait_booted(
 
 def _send(client: redis.Redis, app: WatchedApp, count: int) -> list[str]:
     """Enqueue ``count`` messages for the app's actor, from a producer with the middleware."""
-    broker = RedisBroker(client=client, namespace=app.namespace, middleware=[])  # type: ignore[no-untyped-call]
+    broker = RedisBroker(client=client, namespace=app.namespace, middleware=[])
     broker.add_middleware(Slots(client=client, key_prefix=app.key_prefix))
     ids = []
     for i in range(count):

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 import dramatiq
@@ -128,8 +128,10 @@ def closed_after(slots: Slots) -> Iterator[Slots]:
     finally:
         stop_threads(slots)
         if slots._ledger is not None:
-            slots._ledger.client.close()
-            slots._ledger.client.connection_pool.disconnect()
+            ledger_client = slots._ledger.client
+            assert isinstance(ledger_client, redis.Redis)  # a plain client here, never a cluster's
+            ledger_client.close()
+            ledger_client.connection_pool.disconnect()
 
 
 def quick_slots(url: str, **settings: Any) -> Slots:
@@ -303,8 +305,10 @@ def test_the_readme_acl_runs_the_whole_middleware(
             with running_worker(broker, threads=4):
                 for i in range(6):
                     job.send(i)
-                assert wait_until(lambda: len(slots.ledger.waiting(line)) == 4), (
-                    "waiters never joined the line"
+                wait_until(
+                    lambda: len(slots.ledger.waiting(line)) == 4,
+                    timeout=10.0,
+                    what="waiters to join the line",
                 )
                 # Its release hands the slot to the first in line, over the worker's wake channel.
                 _, handoffs = outside.leave(foreign, [Want(line, 1)], ttl_ms=HOLD_TTL, age_ms=None)
@@ -342,7 +346,12 @@ def test_the_readme_acl_runs_the_whole_middleware(
             assert sorted(item for label, item in probe.runs if label == "keyed") == list(range(3))
             assert probe.peak["acl"] == 1
             assert probe.peak["keyed"] == 1
-            assert wait_until(lambda: admin.keys("dramatiq-slots:*") == []), admin.keys("dramatiq-slots:*")
+            wait_until(
+                lambda: admin.keys("dramatiq-slots:*") == [],
+                timeout=10.0,
+                what="no dramatiq-slots key left",
+                context=lambda: f"left: {admin.keys('dramatiq-slots:*')}",
+            )
             # Every command the middleware sent was allowed.
             assert refusals(admin) == []
             # And the ACL was in force all along: the same user cannot read the broker's keys.
@@ -457,7 +466,7 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
-def _missing(reason: str) -> None:
+def _missing(reason: str) -> NoReturn:
     """Skip for want of a tool, except on CI (``CI=true``), where every tool must be there."""
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason} (CI=true: every tool must be present)", pytrace=False)
@@ -502,8 +511,14 @@ def tls_server(certs: Certs) -> Iterator[int]:
             try:
                 with tls_client(port, certs.ca) as probe:
                     with contextlib.suppress(WaitTimeout):  # the checks below tell what happened
+
+                        def exited_or_answers(
+                            p: redis.Redis = probe, pr: subprocess.Popen[bytes] = proc
+                        ) -> bool:
+                            return pr.poll() is not None or _answers(p)
+
                         wait_until(
-                            lambda p=probe, pr=proc: pr.poll() is not None or _answers(p),
+                            exited_or_answers,
                             timeout=15,
                             what="the TLS server to exit or answer",
                         )

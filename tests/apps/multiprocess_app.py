@@ -48,8 +48,8 @@ if config.clock_offset_s:
     # dramatiq's and the middleware's included; monotonic time is not. (libfaketime would do it
     # below Python, but with it CPython's time.sleep fails with EINVAL on this Debian.)
     _time, _time_ns = time.time, time.time_ns
-    time.time = lambda: _time() + config.clock_offset_s  # type: ignore[assignment]
-    time.time_ns = lambda: _time_ns() + config.clock_offset_s * 1_000_000_000  # type: ignore[assignment]
+    time.time = lambda: _time() + config.clock_offset_s
+    time.time_ns = lambda: _time_ns() + config.clock_offset_s * 1_000_000_000
 
 broker = config.broker()
 slots: Slots | None = None

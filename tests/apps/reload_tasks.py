@@ -45,7 +45,7 @@ JOB_S = 1.5
 REDIS_URL = os.environ["RELOAD_REDIS_URL"]
 PROBE_PREFIX = os.environ["RELOAD_PROBE_PREFIX"]
 
-broker = RedisBroker(url=REDIS_URL, namespace=os.environ["RELOAD_NAMESPACE"])  # type: ignore[no-untyped-call]
+broker = RedisBroker(url=REDIS_URL, namespace=os.environ["RELOAD_NAMESPACE"])
 broker.add_middleware(CurrentMessage())
 broker.add_middleware(
     Slots(

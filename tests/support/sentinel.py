@@ -100,6 +100,7 @@ class LocalSentinel:
                 client = redis.Redis(port=sentinel.port, socket_timeout=1)
                 try:
                     master = client.sentinel_master(MASTER_NAME)
+                    assert isinstance(master, dict), f"SENTINEL MASTER replied {master!r}"
                     if int(master.get("num-slaves", 0)) < 1 or int(master.get("num-other-sentinels", 0)) < 2:
                         return False
                 finally:
@@ -108,7 +109,7 @@ class LocalSentinel:
         return False
 
     def sentinel(self, **kwargs: object) -> Sentinel:
-        return Sentinel([("127.0.0.1", s.port) for s in self.sentinels], **kwargs)  # type: ignore[arg-type]
+        return Sentinel([("127.0.0.1", s.port) for s in self.sentinels], **kwargs)
 
     def master_port(self) -> int:
         """The primary's port as the sentinels see it now."""

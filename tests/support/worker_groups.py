@@ -210,7 +210,7 @@ class AppConfig:
             rabbit = self.rabbitmq_broker()
             rabbit.add_middleware(CurrentMessage())
             return rabbit
-        broker = RedisBroker(  # type: ignore[no-untyped-call]
+        broker = RedisBroker(
             url=self.redis_url,
             namespace=self.namespace,
             heartbeat_timeout=self.broker_heartbeat_timeout,
@@ -477,7 +477,7 @@ class WorkerFleet:
             self._broker = self.config.rabbitmq_broker(middleware=[])
             self._purge_app_queues()
         else:
-            self._broker = RedisBroker(  # type: ignore[no-untyped-call]
+            self._broker = RedisBroker(
                 client=self.client,
                 namespace=self.config.namespace,
                 middleware=[],
