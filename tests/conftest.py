@@ -1,6 +1,6 @@
 """Shared fixtures: real Redis-protocol servers, unique key prefixes, ledgers.
 
-Servers (see ``servers.py``):
+Servers (see :mod:`tests.support.servers`):
 
 ``redis_server`` (session)
     The default server. ``REDIS_URL`` when set (used as is: nothing is
@@ -192,7 +192,7 @@ def engine_ledger(engine_client: redis.Redis, key_prefix: str) -> Ledger:
 
 @pytest.fixture(scope="session")
 def rabbit_server() -> Iterator[Any]:
-    """A RabbitMQ node started for this session (``rabbitmq.py``), stopped at its end.
+    """A RabbitMQ node started for this session (:mod:`tests.support.rabbitmq`), stopped at its end.
 
     Missing ``rabbitmq-server`` (or pika, for dramatiq's RabbitmqBroker) skips
     the tests that use it, with the reason, except when ``CI=true``: then it fails.
