@@ -15,7 +15,7 @@ Pieces, each usable on its own:
     The groups of one test, the probe, a sender for messages and a view of
     the ledger; :meth:`WorkerFleet.kill_group` SIGKILLs a host and
     :meth:`WorkerFleet.wait_holds_gone` times how long its holds outlive it.
-    Closing the cluster kills every group it started (use it as a context
+    Closing the fleet kills every group it started (use it as a context
     manager or in a fixture finalizer, so no worker outlives its test).
 Waits are :func:`~.waiting.wait_until` (a bounded deadline; no fixed sleep stands in for
 synchronisation).
@@ -266,7 +266,7 @@ def log_tail(name: str, paths: Iterable[Path], lines: int = 40) -> str:
 
 
 class WorkerGroup:
-    """One ``dramatiq`` command line in its own session: a host of the cluster.
+    """One ``dramatiq`` command line in its own session: a host of the fleet.
 
     Parameters:
       name: the group's label (also the probe's ``group`` of its runs).
@@ -461,7 +461,7 @@ class WorkerFleet:
     """The worker groups of one test, with the probe and a message sender.
 
     ``client`` is the test's Redis client (of the server in ``config.redis_url``);
-    the cluster does not close it. :meth:`close` kills every group.
+    the fleet does not close it. :meth:`close` kills every group.
     """
 
     config: AppConfig
@@ -508,7 +508,7 @@ class WorkerFleet:
     ) -> WorkerGroup:
         """Start ``dramatiq`` as a new process group named ``name`` (config ``overrides`` apply to it)."""
         if any(g.name == name for g in self.groups):
-            raise ValueError(f"group name {name!r} already used in this cluster")
+            raise ValueError(f"group name {name!r} already used in this fleet")
         group = WorkerGroup(
             name, self.config.replace(**overrides), self.log_dir, processes=processes, threads=threads
         )
@@ -658,12 +658,12 @@ class WorkerFleet:
         wait_until(done, timeout=timeout, interval=0.05, what="every message to run", context=context)
 
 
-def close_all(clusters: Iterable[WorkerFleet]) -> None:
-    """Close every cluster (kill its groups), then raise the first error any close raised."""
+def close_all(fleets: Iterable[WorkerFleet]) -> None:
+    """Close every fleet (kill its groups), then raise the first error any close raised."""
     errors: list[BaseException] = []
-    for cluster in clusters:
+    for fleet in fleets:
         try:
-            cluster.close()
+            fleet.close()
         except BaseException as e:  # keep closing the others
             errors.append(e)
     if errors:
