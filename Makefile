@@ -1,6 +1,6 @@
 # dramatiq-slots developer tasks. Tool settings live in pyproject.toml.
 #
-#   make test    lint + format check + mypy + the whole pytest suite (the default)
+#   make test    lint + format check + mypy (package, tests, bench, example) + the whole pytest suite (the default)
 #   make lint    ruff check and ruff format --check
 #   make quick   pytest without the slow multi-process suites
 #   make demo    the example project on real worker groups, one SIGKILLed mid-run (own venv: .venv-demo)
@@ -8,7 +8,8 @@
 #   make bench   the side-by-side benchmark (BENCH_ARGS=--quick for a smoke run; not part of test)
 #   make reliability  run the chaos suite and regenerate docs/reliability.md from its verdicts
 #
-# The venv (.venv) is built with the python3 on PATH (3.10+), and rebuilt
+# The venv (.venv: the package with its dev extra, i.e. the test extra plus ruff, mypy and
+# pre-commit) is built with the python3 on PATH (3.10+), and rebuilt
 # only when pyproject.toml changes (the stamp file inside it is older).
 
 PYTHON ?= python3
@@ -23,7 +24,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dramatiq-slots needs Python >= 3.10; $(PYTHON) is " + sys.version.split()[0])'
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -e '.[test]'
+	$(BIN)/python -m pip install -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -74,5 +75,5 @@ bench: $(STAMP)
 reliability: $(STAMP)
 	rm -f .chaos-results.jsonl
 	SLOTS_CHAOS_RESULTS=$(CURDIR)/.chaos-results.jsonl $(BIN)/python -m pytest -m chaos -q
-	$(BIN)/python -m tests.chaos_report .chaos-results.jsonl docs/reliability.md
+	$(BIN)/python -m tests.support.chaos_report .chaos-results.jsonl docs/reliability.md
 	rm -f .chaos-results.jsonl

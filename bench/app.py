@@ -19,7 +19,7 @@ Actors:
 ``bench_capped_job(i)`` on queue ``bench_capped``: capped at ``capacity``.
 ``bench_keyed_job(key, i)`` on queue ``bench_keyed``: one at a time per ``key``.
 
-The probe (:mod:`tests.multiprocess.probe`, on its own Redis server) records
+The probe (:mod:`tests.support.probe`, on its own Redis server) records
 each run *inside* the limited section, with the message's deferral count
 (Slots' ``slots_deferrals``, or Retries' ``retries``) in the run's ``arg``.
 """
@@ -39,8 +39,8 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.rate_limits import ConcurrentRateLimiter
 from dramatiq.rate_limits.backends import RedisBackend
 
-from tests.multiprocess.harness import BootProbe
-from tests.multiprocess.probe import Probe
+from tests.support.probe import Probe
+from tests.support.worker_groups import BootProbe
 
 from .config import (
     CAPPED_ACTOR,
@@ -88,7 +88,7 @@ def _limited(limiter_key: str, limit: int) -> Any:
     """The CRL ways' limited section (raises ``RateLimitExceeded`` when full); else nothing."""
     if not crl:
         return nullcontext()
-    limiter = ConcurrentRateLimiter(  # type: ignore[no-untyped-call]
+    limiter = ConcurrentRateLimiter(
         _PerProcess.get().backend, f"{config.namespace}:crl:{limiter_key}", limit=limit
     )
     return limiter.acquire(raise_on_failure=True)

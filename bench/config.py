@@ -1,7 +1,7 @@
 """What the bench's worker app is configured with, and the names it shares with the runner.
 
 :class:`BenchConfig` extends the multi-process tests'
-:class:`~tests.multiprocess.harness.AppConfig` (same environment channel,
+:class:`~tests.support.worker_groups.AppConfig` (same environment channel,
 same ``SLOTS_MP_*`` variables) with what only the bench needs: the way
 the cap is enforced, and the retry settings of the ``ConcurrentRateLimiter``
 ways.
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tests.multiprocess.harness import AppConfig, queue_scope
-from tests.multiprocess.harness import key_scope as key_scope  # re-exported for the bench
+from tests.support.worker_groups import AppConfig, queue_scope
+from tests.support.worker_groups import key_scope as key_scope  # re-exported for the bench
 
 #: The dramatiq app module the bench's worker command lines load.
 APP_MODULE = "bench.app"

@@ -16,7 +16,7 @@ efficiency, a note the spread and, for W3, every repeat's start order):
 
 1. a fresh broker namespace, ledger prefix and probe prefix;
 2. the workload's worker groups, real ``dramatiq bench.app`` command lines,
-   each in its own session (:class:`tests.multiprocess.harness.WorkerGroup`),
+   each in its own session (:class:`tests.support.worker_groups.WorkerGroup`),
    waited for until every worker process has booted;
 3. the groups are frozen (SIGSTOP), the jobs enqueued, the broker server's
    command counters read, and the groups resumed (SIGCONT) all at once: the
@@ -34,7 +34,7 @@ run is skipped) and gives its efficiency relative to ``dedicated`` and
 repeats and the targets. The exit code is 0 unless a run errored: the bench
 reports, it does not gate.
 
-Two throwaway ``redis-server`` processes (:class:`tests.servers.Server`,
+Two throwaway ``redis-server`` processes (:class:`tests.support.servers.Server`,
 free ports, no persistence) serve the whole bench: one for the broker, the
 Slots ledger and the CRL limiter (its commands are counted), one for the
 probe only (never counted). Both are stopped at exit, and every worker
@@ -84,9 +84,9 @@ from bench.config import (  # noqa: E402
     key_scope,
 )
 from bench.metrics import Figures, Job, figures, jobs_in_lines  # noqa: E402
-from tests.multiprocess.harness import Cluster, WorkerGroup  # noqa: E402
-from tests.multiprocess.probe import Probe  # noqa: E402
-from tests.servers import Server  # noqa: E402
+from tests.support.probe import Probe  # noqa: E402
+from tests.support.servers import Server  # noqa: E402
+from tests.support.worker_groups import WorkerFleet, WorkerGroup  # noqa: E402
 
 # -- settings shared by every way -------------------------------------------------
 
@@ -266,8 +266,8 @@ class BenchGroup(WorkerGroup):
 
 
 @dataclass
-class BenchCluster(Cluster):
-    """A :class:`Cluster` whose probe lives on its own Redis (``probe_client``), never counted."""
+class BenchFleet(WorkerFleet):
+    """A :class:`WorkerFleet` whose probe lives on its own Redis (``probe_client``), never counted."""
 
     probe_client: redis.Redis | None = None
 
@@ -292,7 +292,7 @@ class BenchCluster(Cluster):
 
 
 #: Clusters whose groups may still run (a list: dataclasses with ``eq`` are unhashable).
-_open_clusters: list[BenchCluster] = []
+_open_clusters: list[BenchFleet] = []
 
 
 @atexit.register
@@ -378,7 +378,7 @@ def run_once(
     run_dir.mkdir(parents=True, exist_ok=True)
     broker_client = broker_server.client()
     probe_client = probe_server.client()
-    cluster = BenchCluster(config, broker_client, run_dir, probe_client=probe_client)
+    cluster = BenchFleet(config, broker_client, run_dir, probe_client=probe_client)
     _open_clusters.append(cluster)
     result = Result(workload.name, way, None, repeat=repeat)
     hosts, processes, threads = workload.hosts_procs_threads(way)
@@ -447,7 +447,7 @@ def _scopes(workload: Workload) -> set[str]:
     return {CAPPED_SCOPE}
 
 
-def _wait_done(cluster: BenchCluster, wanted: set[str], *, deadline: float) -> bool:
+def _wait_done(cluster: BenchFleet, wanted: set[str], *, deadline: float) -> bool:
     """Poll the probe until every message in ``wanted`` completed and nothing is open; False at the deadline.
 
     A cheap check (two HLENs) gates the full read, so polling costs the workers nothing

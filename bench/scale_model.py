@@ -2,7 +2,7 @@
 
 Run: ``cd /work/main && PYTHONPATH=. .venv/bin/python bench/scale_model.py [--no-calibrate]``.
 Calibration (default on, about 30 s) runs the package's own scripts on a private redis-server 7
-(``tests.servers.Server``) and divides the server's CPU time by the calls; ``--no-calibrate`` uses
+(``tests.support.servers.Server``) and divides the server's CPU time by the calls; ``--no-calibrate`` uses
 the ``Costs`` defaults (one calibration run on the 2-core dev machine). Then: a closed-form steady
 state per scenario (``model``) and a seeded discrete-event simulation of one ledger (``simulate``).
 """
@@ -34,7 +34,7 @@ import redis  # noqa: E402
 
 from dramatiq_slots.claims import new_token  # noqa: E402
 from dramatiq_slots.ledger import Ledger, Limit, Line, Member  # noqa: E402
-from tests.servers import Server  # noqa: E402
+from tests.support.servers import Server  # noqa: E402
 
 REASK_S, MAX_WAIT_S, BEAT_S, TTL_MS = 2.0, 30.0, 10.0, 60_000  # middleware defaults
 REASK_MAX_S = 8.0  # the re-ask pause doubles from REASK_S up to this
@@ -91,7 +91,7 @@ def _client_proc(url: str, prefix: str, mode: str, seconds: float, threads: int,
     """One client process: ``threads`` threads do enter/leave pairs for ``seconds``; puts the count."""
     client = redis.Redis.from_url(url)
     ledger = Ledger(client, key_prefix=prefix)
-    listener = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    listener = client.pubsub(ignore_subscribe_messages=True)
     # A handoff's PUBLISH reaches a subscriber, as in a worker process (channel <prefix>:wake:<host>:<pid>).
     listener.subscribe(**{ledger.keys.wake_channel_prefix() + new_token().rsplit(":", 2)[0]: lambda _: None})
     hand = mode == "hand"

@@ -1,6 +1,6 @@
 """Shared fixtures: real Redis-protocol servers, unique key prefixes, ledgers.
 
-Servers (see ``servers.py``):
+Servers (see :mod:`tests.support.servers`):
 
 ``redis_server`` (session)
     The default server. ``REDIS_URL`` when set (used as is: nothing is
@@ -27,11 +27,11 @@ from uuid import uuid4
 
 import pytest
 import redis
-from servers import ENGINES, ExternalServer, RedisTarget, Server, ServerError, find_engine
 
 from dramatiq_slots.ledger import Ledger
+from tests.support.servers import ENGINES, ExternalServer, RedisTarget, Server, ServerError, find_engine
 
-pytest_plugins = ["dramatiq_support"]
+pytest_plugins = ["tests.support.in_process"]
 
 #: Engine preferred for the default server, first found wins.
 DEFAULT_ENGINE_ORDER = ("redis7", "valkey", "redis6")
@@ -192,14 +192,14 @@ def engine_ledger(engine_client: redis.Redis, key_prefix: str) -> Ledger:
 
 @pytest.fixture(scope="session")
 def rabbit_server() -> Iterator[Any]:
-    """A RabbitMQ node started for this session (``rabbitmq.py``), stopped at its end.
+    """A RabbitMQ node started for this session (:mod:`tests.support.rabbitmq`), stopped at its end.
 
     Missing ``rabbitmq-server`` (or pika, for dramatiq's RabbitmqBroker) skips
     the tests that use it, with the reason, except when ``CI=true``: then it fails.
     """
     import importlib.util
 
-    from rabbitmq import RabbitServer, find_rabbitmq
+    from tests.support.rabbitmq import RabbitServer, find_rabbitmq
 
     if importlib.util.find_spec("pika") is None:
         _missing("pika not installed, dramatiq's RabbitmqBroker needs it: pip install 'dramatiq[rabbitmq]'")

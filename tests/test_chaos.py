@@ -1,6 +1,6 @@
 """Chaos: break workers and the ledger's Redis for real, and check what really ran.
 
-Built on :mod:`tests.multiprocess.chaos` (read its docstring for the three
+Built on :mod:`tests.support.chaos` (read its docstring for the three
 servers, the oracle and the invariants I1, I2, L, R). Every scenario here
 starts real ``dramatiq`` command lines as process groups, induces one fault
 with a real signal or a real server operation, and asserts the invariants on
@@ -25,18 +25,19 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import Middleware, TimeLimit, TimeLimitExceeded
-from dramatiq_support import Probe, SlotsFactory, running_worker, stop_threads
-from dramatiq_support import wait_until as wait_for
-from servers import Server, find_engine, free_port
 
 from dramatiq_slots import Slots
 from dramatiq_slots.errors import LedgerUnavailable
 from dramatiq_slots.failpoints import EXIT_CODE, POINTS
 from dramatiq_slots.ledger import Ledger, Limit, Line
-from tests.multiprocess.chaos import ChaosCluster, LedgerWatch, Verdict, capped_ledger, verdict
-from tests.multiprocess.harness import CAPPED_SCOPE, AppConfig, Backlog, WorkerGroup, close_all, wait_until
-from tests.multiprocess.probe import Run, max_overlap, over_cap_us
-from tests.multiprocess.proxy import FaultProxy
+from tests.support.chaos import ChaosFleet, LedgerWatch, Verdict, capped_ledger, verdict
+from tests.support.in_process import RunRecorder, SlotsFactory, running_worker, stop_threads
+from tests.support.ports import free_port
+from tests.support.probe import Run, max_overlap, over_cap_us
+from tests.support.proxy import FaultProxy
+from tests.support.servers import Server, find_engine
+from tests.support.waiting import wait_until
+from tests.support.worker_groups import CAPPED_SCOPE, AppConfig, Backlog, WorkerGroup, close_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 
@@ -95,17 +96,17 @@ def make_cluster(
     ledger_server: Server,
     key_prefix: str,
     tmp_path: Path,
-) -> Iterator[Callable[..., ChaosCluster]]:
+) -> Iterator[Callable[..., ChaosFleet]]:
     """``make_cluster(**AppConfig overrides)``: broker on the session server, ledger and oracle apart."""
     clients: list[redis.Redis] = []
-    clusters: list[ChaosCluster] = []
+    clusters: list[ChaosFleet] = []
 
     def client(server: Any) -> redis.Redis:
-        c = server.client(socket_timeout=5, socket_connect_timeout=2)
+        c: redis.Redis = server.client(socket_timeout=5, socket_connect_timeout=2)
         clients.append(c)
         return c
 
-    def make(**overrides: Any) -> ChaosCluster:
+    def make(**overrides: Any) -> ChaosFleet:
         config = AppConfig(
             redis_url=redis_server.url,
             namespace=f"{key_prefix}-broker",
@@ -119,7 +120,7 @@ def make_cluster(
             defer_min_backoff=50,
             defer_max_backoff=MAX_BACKOFF,
         ).replace(**overrides)
-        cluster = ChaosCluster(
+        cluster = ChaosFleet(
             config,
             client(redis_server),
             tmp_path,
@@ -138,12 +139,12 @@ def make_cluster(
 
 
 @pytest.fixture
-def watch_of(ledger_server: Server) -> Iterator[Callable[[ChaosCluster], LedgerWatch]]:
+def watch_of(ledger_server: Server) -> Iterator[Callable[[ChaosFleet], LedgerWatch]]:
     """``watch_of(cluster)``: a running :class:`LedgerWatch` on the cluster's capped ledger."""
     watches: list[LedgerWatch] = []
     clients: list[redis.Redis] = []
 
-    def make(cluster: ChaosCluster) -> LedgerWatch:
+    def make(cluster: ChaosFleet) -> LedgerWatch:
         c = ledger_server.client(socket_timeout=0.3, socket_connect_timeout=0.3)
         clients.append(c)
         watch = LedgerWatch(c, capped_ledger(cluster)).__enter__()
@@ -157,13 +158,13 @@ def watch_of(ledger_server: Server) -> Iterator[Callable[[ChaosCluster], LedgerW
         c.close()
 
 
-def _start(cluster: ChaosCluster, *names: str, processes: int = 1, threads: int = 4) -> list[WorkerGroup]:
+def _start(cluster: ChaosFleet, *names: str, processes: int = 1, threads: int = 4) -> list[WorkerGroup]:
     groups = [cluster.start_group(name, processes=processes, threads=threads) for name in names]
     cluster.wait_ready(*groups, timeout=BOOT_TIMEOUT)
     return groups
 
 
-def _at_cap_with(cluster: ChaosCluster, group: WorkerGroup, what: str) -> set[str]:
+def _at_cap_with(cluster: ChaosFleet, group: WorkerGroup, what: str) -> set[str]:
     """Wait until the cap is in use and ``group`` holds at least one slot; its held tokens."""
     pids = cluster.pids_of(group)
 
@@ -174,19 +175,20 @@ def _at_cap_with(cluster: ChaosCluster, group: WorkerGroup, what: str) -> set[st
     return wait_until(ready, timeout=RUN_TIMEOUT, what=what, interval=0.02, context=cluster.tails)
 
 
-def _start_one(cluster: ChaosCluster, name: str, *, threads: int, **overrides: Any) -> list[WorkerGroup]:
+def _start_one(cluster: ChaosFleet, name: str, *, threads: int, **overrides: Any) -> list[WorkerGroup]:
     group = cluster.start_group(name, threads=threads, **overrides)
     cluster.wait_ready(group, timeout=BOOT_TIMEOUT)
     return [group]
 
 
-def _busy(cluster: ChaosCluster, jobs: int) -> tuple[list[WorkerGroup], list[str]]:
+def _busy(cluster: ChaosFleet, jobs: int) -> tuple[list[WorkerGroup], list[str]]:
     """Hosts A and B, ``jobs`` capped messages sent, and the cap in use: where most faults strike."""
     groups = _start(cluster, "A", "B")
     sent = cluster.send_capped(jobs)
     wait_until(
         lambda: cluster.probe.running(CAPPED_SCOPE) == CAP,
         timeout=RUN_TIMEOUT,
+        interval=0.05,
         what="the cap in use",
         context=cluster.tails,
     )
@@ -211,11 +213,12 @@ def _pause(
     return stopped, time.monotonic()
 
 
-def _finish(cluster: ChaosCluster, sent: list[str]) -> None:
+def _finish(cluster: ChaosFleet, sent: list[str]) -> None:
     cluster.wait_all_ran(sent, timeout=RUN_TIMEOUT, scope=CAPPED_SCOPE)
     wait_until(
         lambda: not cluster.holders(),
         timeout=RECOVERY_BOUND_S + 5,
+        interval=0.05,
         what="the ledger to drain once every job ended",
         context=cluster.tails,
     )
@@ -226,7 +229,7 @@ def _finish(cluster: ChaosCluster, sent: list[str]) -> None:
 
 @pytest.mark.timeout(240)
 def test_contention_from_a_cold_start_keeps_the_cap_and_one_winner_per_key(
-    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
 ) -> None:
     cluster = make_cluster(job_ms=150)
     watch = watch_of(cluster)
@@ -257,7 +260,7 @@ def test_contention_from_a_cold_start_keeps_the_cap_and_one_winner_per_key(
 
 @pytest.mark.timeout(300)
 def test_a_killed_host_leaks_no_capacity_and_loses_no_message(
-    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
 ) -> None:
     cluster = make_cluster(job_ms=600, broker_heartbeat_timeout=3_000)
     watch = watch_of(cluster)
@@ -292,7 +295,7 @@ def test_a_killed_host_leaks_no_capacity_and_loses_no_message(
 # -- 3. SIGSTOP a holder longer than hold_ttl ------------------------------------------
 
 
-def _two_long_jobs_on_p_then_b_at_the_cap(cluster: ChaosCluster) -> tuple[WorkerGroup, set[str], list[str]]:
+def _two_long_jobs_on_p_then_b_at_the_cap(cluster: ChaosFleet) -> tuple[WorkerGroup, set[str], list[str]]:
     """Host P runs two 16 s jobs and takes nothing else (prefetch = its threads); host B takes
     the last slot and has a backlog. Returns P, P's held tokens and the messages sent."""
     (paused,) = _start_one(cluster, "P", threads=2, job_ms=16_000, queue_prefetch=2)
@@ -300,6 +303,7 @@ def _two_long_jobs_on_p_then_b_at_the_cap(cluster: ChaosCluster) -> tuple[Worker
     wait_until(
         lambda: cluster.probe.running(CAPPED_SCOPE) == 2,
         timeout=RUN_TIMEOUT,
+        interval=0.05,
         what="P to run two jobs",
         context=cluster.tails,
     )
@@ -310,6 +314,7 @@ def _two_long_jobs_on_p_then_b_at_the_cap(cluster: ChaosCluster) -> tuple[Worker
     wait_until(
         lambda: cluster.probe.running(CAPPED_SCOPE) == CAP,
         timeout=RUN_TIMEOUT,
+        interval=0.05,
         what="B to fill the last slot",
         context=cluster.tails,
     )
@@ -318,7 +323,7 @@ def _two_long_jobs_on_p_then_b_at_the_cap(cluster: ChaosCluster) -> tuple[Worker
 
 @pytest.mark.timeout(300)
 def test_a_holder_paused_past_hold_ttl_is_detected_and_its_overlap_is_bounded_by_its_jobs(
-    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
 ) -> None:
     # The broker must not redeliver P's messages while it is stopped (its own heartbeat timeout):
     # this scenario is about the ledger's lease, not about dramatiq's at-least-once redelivery.
@@ -332,6 +337,7 @@ def test_a_holder_paused_past_hold_ttl_is_detected_and_its_overlap_is_bounded_by
     wait_until(
         lambda: paused.tail(400).count(lost_line) >= 2,
         timeout=10,
+        interval=0.05,
         what="P to log that its two holds were lost and re-asserted",
         context=cluster.tails,
     )
@@ -339,6 +345,7 @@ def test_a_holder_paused_past_hold_ttl_is_detected_and_its_overlap_is_bounded_by
     wait_until(
         lambda: len([r for r in cluster.probe.runs(CAPPED_SCOPE) if r.group == "P" and r.completed]) == 2,
         timeout=RUN_TIMEOUT,
+        interval=0.05,
         what="P's jobs to end",
         context=cluster.tails,
     )
@@ -367,7 +374,7 @@ def test_a_holder_paused_past_hold_ttl_is_detected_and_its_overlap_is_bounded_by
 
 @pytest.mark.timeout(300)
 def test_in_interrupt_mode_a_holder_paused_past_hold_ttl_is_stopped_at_its_next_beat(
-    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
 ) -> None:
     """Scenario 3 again, strict: P's jobs lost their slots to B while P was stopped, so they stop."""
     cluster = make_cluster(
@@ -386,6 +393,7 @@ def test_in_interrupt_mode_a_holder_paused_past_hold_ttl_is_stopped_at_its_next_
     wait_until(
         lambda: len(stopped_runs()) == 2,
         timeout=10,
+        interval=0.05,
         what="P to stop its two jobs (HoldLost)",
         context=cluster.tails,
     )
@@ -424,7 +432,7 @@ def test_in_interrupt_mode_a_holder_paused_past_hold_ttl_is_stopped_at_its_next_
 
 @pytest.mark.timeout(240)
 def test_a_holder_paused_for_a_beat_and_a_half_keeps_its_holds(
-    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
 ) -> None:
     cluster = make_cluster(job_ms=1_500)
     watch = watch_of(cluster)
@@ -460,8 +468,8 @@ def test_a_holder_paused_for_a_beat_and_a_half_keeps_its_holds(
 
 @pytest.mark.timeout(240)
 def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_leak(
-    make_cluster: Callable[..., ChaosCluster],
-    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    make_cluster: Callable[..., ChaosFleet],
+    watch_of: Callable[[ChaosFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
     with FaultProxy(ledger_server.port) as proxy:
@@ -470,25 +478,35 @@ def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_le
         watch = watch_of(cluster)
         _start(cluster, "A", "B")
         sent = cluster.send_capped(40)
-        scripts = {
-            getattr(script, "sha", None): name.strip("_")
+        scripts: dict[str, str] = {
+            script.sha: name.strip("_")
             for name, script in vars(cluster.ledger).items()
             if hasattr(script, "sha")
         }
         by_name = {name: sha for sha, name in scripts.items()}
         targets = ["enter", "leave", "beat"] * 2
         for k, target in enumerate(targets):
+
+            def progressed(k: int = k) -> bool:
+                return len(cluster.completed_ids(CAPPED_SCOPE)) >= 4 * (k + 1)
+
             wait_until(
-                lambda k=k: len(cluster.completed_ids(CAPPED_SCOPE)) >= 4 * (k + 1),
+                progressed,
                 timeout=RUN_TIMEOUT,
+                interval=0.05,
                 what="jobs to progress",
                 context=cluster.tails,
             )
             before = len(proxy.dropped)
             proxy.lose_reply("EVALSHA", arg=by_name[target])
+
+            def dropped(before: int = before) -> bool:
+                return len(proxy.dropped) > before
+
             wait_until(
-                lambda before=before: len(proxy.dropped) > before,
+                dropped,
                 timeout=RUN_TIMEOUT,
+                interval=0.05,
                 what="a script reply to be lost",
                 context=cluster.tails,
             )
@@ -508,8 +526,8 @@ def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_le
 
 @pytest.mark.timeout(240)
 def test_workers_booted_while_the_ledger_is_down_run_nothing_unheld_and_recover(
-    make_cluster: Callable[..., ChaosCluster],
-    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    make_cluster: Callable[..., ChaosFleet],
+    watch_of: Callable[[ChaosFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
     cluster = make_cluster(job_ms=300)
@@ -520,6 +538,7 @@ def test_workers_booted_while_the_ledger_is_down_run_nothing_unheld_and_recover(
     wait_until(
         lambda: any("deferring capped messages until it answers" in g.tail(400) for g in groups),
         timeout=30,
+        interval=0.05,
         what="a worker to defer because the ledger is down",
         context=lambda: "\n".join(g.tail(40) for g in groups),
     )
@@ -531,6 +550,7 @@ def test_workers_booted_while_the_ledger_is_down_run_nothing_unheld_and_recover(
     wait_until(
         lambda: cluster.probe.runs(CAPPED_SCOPE),
         timeout=30,
+        interval=0.05,
         what="a first job to run once the ledger is back",
         context=cluster.tails,
     )
@@ -554,8 +574,8 @@ def test_workers_booted_while_the_ledger_is_down_run_nothing_unheld_and_recover(
 
 @pytest.mark.timeout(240)
 def test_a_ledger_hung_for_several_beats_loses_nothing_and_the_heartbeat_survives(
-    make_cluster: Callable[..., ChaosCluster],
-    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    make_cluster: Callable[..., ChaosFleet],
+    watch_of: Callable[[ChaosFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
     cluster = make_cluster(job_ms=1_500)
@@ -586,7 +606,7 @@ def test_a_ledger_hung_for_several_beats_loses_nothing_and_the_heartbeat_survive
 
 
 def _restart_busy_ledger(
-    cluster: ChaosCluster, ledger_server: Server
+    cluster: ChaosFleet, ledger_server: Server
 ) -> tuple[list[WorkerGroup], list[str], int, int, float]:
     """Restart the ledger's Redis empty while the cap is in use; wait until every running job has
     logged its hold lost (re-asserted, taken back or given up). Returns the groups, the messages
@@ -614,8 +634,8 @@ def _restart_busy_ledger(
 
 @pytest.mark.timeout(240)
 def test_a_ledger_restarted_empty_gets_its_live_holds_back_within_a_beat(
-    make_cluster: Callable[..., ChaosCluster],
-    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    make_cluster: Callable[..., ChaosFleet],
+    watch_of: Callable[[ChaosFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
     cluster = make_cluster(job_ms=2_000)
@@ -645,8 +665,8 @@ def test_a_ledger_restarted_empty_gets_its_live_holds_back_within_a_beat(
 
 @pytest.mark.timeout(240)
 def test_in_interrupt_mode_a_ledger_restarted_empty_never_goes_over_the_cap(
-    make_cluster: Callable[..., ChaosCluster],
-    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    make_cluster: Callable[..., ChaosFleet],
+    watch_of: Callable[[ChaosFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
     """Scenario 7, strict: a lost hold comes back only if it fits; a job whose slot was taken stops."""
@@ -684,8 +704,8 @@ def test_in_interrupt_mode_a_ledger_restarted_empty_never_goes_over_the_cap(
 @pytest.mark.timeout(240)
 @pytest.mark.durable_ledger
 def test_a_ledger_with_appendfsync_always_survives_a_crash_as_is(
-    make_cluster: Callable[..., ChaosCluster],
-    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    make_cluster: Callable[..., ChaosFleet],
+    watch_of: Callable[[ChaosFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
     cluster = make_cluster(job_ms=2_000)
@@ -717,8 +737,8 @@ def test_a_ledger_with_appendfsync_always_survives_a_crash_as_is(
 
 @pytest.mark.timeout(240)
 def test_script_flush_mid_run_reloads_the_scripts_and_nothing_runs_twice(
-    make_cluster: Callable[..., ChaosCluster],
-    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    make_cluster: Callable[..., ChaosFleet],
+    watch_of: Callable[[ChaosFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
     cluster = make_cluster(job_ms=300)
@@ -728,6 +748,7 @@ def test_script_flush_mid_run_reloads_the_scripts_and_nothing_runs_twice(
     wait_until(
         lambda: len(cluster.completed_ids(CAPPED_SCOPE)) >= 5,
         timeout=RUN_TIMEOUT,
+        interval=0.05,
         what="a few jobs done",
         context=cluster.tails,
     )
@@ -758,8 +779,8 @@ def test_script_flush_mid_run_reloads_the_scripts_and_nothing_runs_twice(
 
 @pytest.mark.timeout(240)
 def test_client_pause_longer_than_a_beat_loses_no_hold(
-    make_cluster: Callable[..., ChaosCluster],
-    watch_of: Callable[[ChaosCluster], LedgerWatch],
+    make_cluster: Callable[..., ChaosFleet],
+    watch_of: Callable[[ChaosFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
     cluster = make_cluster(job_ms=1_500)
@@ -788,7 +809,7 @@ def test_client_pause_longer_than_a_beat_loses_no_hold(
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("offset", ["+5m", "-5m"])
 def test_a_worker_whose_clock_is_off_by_five_minutes_expires_no_one_elses_hold(
-    offset: str, make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+    offset: str, make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
 ) -> None:
     cluster = make_cluster(job_ms=1_000)
     watch = watch_of(cluster)
@@ -823,7 +844,7 @@ def test_a_worker_whose_clock_is_off_by_five_minutes_expires_no_one_elses_hold(
 
 @pytest.mark.timeout(240)
 def test_sigterm_releases_each_hold_when_its_job_ends_not_before(
-    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
 ) -> None:
     cluster = make_cluster(job_ms=2_000)
     watch = watch_of(cluster)
@@ -855,7 +876,7 @@ def test_sigterm_releases_each_hold_when_its_job_ends_not_before(
 
 @pytest.mark.timeout(240)
 def test_shutdown_timeout_expiry_leaves_holds_that_age_out_within_hold_ttl(
-    make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
 ) -> None:
     cluster = make_cluster(job_ms=1_000)
     watch = watch_of(cluster)
@@ -880,7 +901,13 @@ def test_shutdown_timeout_expiry_leaves_holds_that_age_out_within_hold_ttl(
         return 0.0 if cluster.holders_of(pids) else time.monotonic()
 
     gone_s = (
-        wait_until(aged_out, timeout=RECOVERY_BOUND_S + 5, what="S's holds to age out", context=cluster.tails)
+        wait_until(
+            aged_out,
+            timeout=RECOVERY_BOUND_S + 5,
+            interval=0.05,
+            what="S's holds to age out",
+            context=cluster.tails,
+        )
         - exited
     )
     _finish(cluster, sent)
@@ -897,7 +924,7 @@ def test_shutdown_timeout_expiry_leaves_holds_that_age_out_within_hold_ttl(
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("point", POINTS)
 def test_a_process_dying_at_a_failpoint_loses_no_message_and_leaks_no_capacity(
-    point: str, make_cluster: Callable[..., ChaosCluster], watch_of: Callable[[ChaosCluster], LedgerWatch]
+    point: str, make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
 ) -> None:
     cluster = make_cluster(job_ms=400, broker_heartbeat_timeout=3_000)
     watch = watch_of(cluster)
@@ -907,7 +934,10 @@ def test_a_process_dying_at_a_failpoint_loses_no_message_and_leaks_no_capacity(
         # F must be refused and defer (it may not wait): B fills the cap with long jobs first.
         sent += cluster.send_capped(4)
         wait_until(
-            lambda: cluster.probe.running(CAPPED_SCOPE) == CAP, timeout=RUN_TIMEOUT, what="B at the cap"
+            lambda: cluster.probe.running(CAPPED_SCOPE) == CAP,
+            timeout=RUN_TIMEOUT,
+            interval=0.05,
+            what="B at the cap",
         )
     (dying,) = _start_one(cluster, "F", threads=2, failpoint=point, max_wait=0)
     pids = cluster.pids_of(dying)
@@ -915,6 +945,7 @@ def test_a_process_dying_at_a_failpoint_loses_no_message_and_leaks_no_capacity(
     wait_until(
         lambda: not dying.members(),
         timeout=RUN_TIMEOUT,
+        interval=0.05,
         what=f"F to die at failpoint {point}",
         context=cluster.tails,
     )
@@ -924,7 +955,9 @@ def test_a_process_dying_at_a_failpoint_loses_no_message_and_leaks_no_capacity(
     def no_holds_of_f() -> float:
         return 0.0 if cluster.holders_of(pids) else time.monotonic()
 
-    gone_s = wait_until(no_holds_of_f, timeout=RECOVERY_BOUND_S + 5, what="F's holds gone") - died
+    gone_s = (
+        wait_until(no_holds_of_f, timeout=RECOVERY_BOUND_S + 5, interval=0.05, what="F's holds gone") - died
+    )
     _finish(cluster, sent)
     result = verdict(
         f"failpoint-{point}", cluster, watch, sent=sent, scope=CAPPED_SCOPE, capacity=CAP, recovery_s=gone_s
@@ -939,7 +972,7 @@ def test_a_process_dying_at_a_failpoint_loses_no_message_and_leaks_no_capacity(
 
 
 def _in_process_verdict(
-    scenario: str, probe: Probe, label: str, *, capacity: int, sent: int, **extra: Any
+    scenario: str, probe: RunRecorder, label: str, *, capacity: int, sent: int, **extra: Any
 ) -> Verdict:
     """The verdict of an in-process scenario (a real Worker in this process; no ledger watch)."""
     ran = [item for run_label, item in probe.runs if run_label == label]
@@ -960,7 +993,7 @@ def _in_process_verdict(
     return result
 
 
-def _time_limited_setup(broker: RedisBroker, slots: Slots, probe: Probe) -> tuple[Any, Any, list[str]]:
+def _time_limited_setup(broker: RedisBroker, slots: Slots, probe: RunRecorder) -> tuple[Any, Any, list[str]]:
     """A cap-1 queue with a job that outlives its 300 ms time limit, and short jobs; leave() calls."""
     left: list[str] = []
     leave = slots.ledger.leave
@@ -988,18 +1021,26 @@ def _time_limited_setup(broker: RedisBroker, slots: Slots, probe: Probe) -> tupl
 
 @pytest.mark.timeout(60)
 def test_time_limit_interrupting_a_job_releases_its_hold_once(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+    broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder
 ) -> None:
     slots = add_slots()
     overrun, short, left = _time_limited_setup(broker, slots, probe)
     with running_worker(broker, threads=3):
         overrun.send()
         assert slots.ledger.leave is not None
-        assert wait_for(lambda: probe.by_label.get("limited") is not None)
+        wait_until(
+            lambda: probe.by_label.get("limited") is not None,
+            timeout=10.0,
+            what='probe.by_label.get("limited") is not None',
+        )
         for i in range(3):
             short.send(i)
         probe.wait_runs(4)
-        assert wait_for(lambda: slots.in_use("limited") == 0 and not len(slots.registry))
+        wait_until(
+            lambda: slots.in_use("limited") == 0 and not len(slots.registry),
+            timeout=10.0,
+            what='slots.in_use("limited") == 0 and not len(slots.registry)',
+        )
     _in_process_verdict("time-limit", probe, "limited", capacity=1, sent=4, releases=len(left)).check()
     assert sorted(item for _, item in probe.runs if item != "overrun") == [0, 1, 2]
     assert len(left) == len(set(left)) == 4, f"a hold was released twice or never: {left}"
@@ -1030,7 +1071,7 @@ class _LingerAfter(Middleware):
 
 @pytest.mark.timeout(60)
 def test_a_time_limit_landing_in_the_after_hooks_leaks_no_hold_and_releases_none_twice(
-    broker: RedisBroker, key_prefix: str, probe: Probe
+    broker: RedisBroker, key_prefix: str, probe: RunRecorder
 ) -> None:
     # The order that lets it happen: Slots after TimeLimit, a slow after-hook between them, so
     # Slots releases, then the slow hook is interrupted before TimeLimit disarms, and dramatiq
@@ -1051,7 +1092,11 @@ def test_a_time_limit_landing_in_the_after_hooks_leaks_no_hold_and_releases_none
                 quick.send(i)
             probe.wait_runs(3)
             assert linger.interrupted.wait(10), "the time limit never landed in the after-hooks"
-            assert wait_for(lambda: slots.in_use("limited") == 0 and not len(slots.registry))
+            wait_until(
+                lambda: slots.in_use("limited") == 0 and not len(slots.registry),
+                timeout=10.0,
+                what='slots.in_use("limited") == 0 and not len(slots.registry)',
+            )
         _in_process_verdict("time-limit-in-after-hooks", probe, "limited", capacity=1, sent=3).check()
         assert sorted(item for _, item in probe.runs) == [0, 1, 2]
     finally:
@@ -1091,7 +1136,7 @@ def test_an_oom_answer_is_not_an_admission_and_writes_nothing(
 def test_a_full_ledger_server_defers_capped_messages_until_it_has_room(
     broker: RedisBroker,
     add_slots: SlotsFactory,
-    probe: Probe,
+    probe: RunRecorder,
     server_factory: Callable[..., Server],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -1109,15 +1154,17 @@ def test_a_full_ledger_server_defers_capped_messages_until_it_has_room(
         with caplog.at_level("WARNING", logger="dramatiq_slots"), running_worker(broker, threads=2):
             for i in range(3):
                 job.send(i)
-            assert wait_for(
-                lambda: any("deferring capped messages" in r.getMessage() for r in caplog.records)
+            wait_until(
+                lambda: any("deferring capped messages" in r.getMessage() for r in caplog.records),
+                timeout=10.0,
+                what='any("deferring capped messages" in r.getMessage() for r in caplog.records)',
             )
             assert not probe.runs, "a capped job ran while the ledger refused every write"
             client.config_set("maxmemory", 0)
             probe.wait_runs(3)
         _in_process_verdict("maxmemory-oom", probe, "full", capacity=2, sent=3).check()
         assert sorted(item for _, item in probe.runs) == [0, 1, 2]
-        assert wait_for(lambda: slots.in_use("full") == 0)
+        wait_until(lambda: slots.in_use("full") == 0, timeout=10.0, what='slots.in_use("full") == 0')
     finally:
         client.close()
 
@@ -1159,7 +1206,7 @@ def test_worker_boot_warns_when_the_ledger_server_may_evict_keys(
 def test_an_admission_answered_too_late_is_given_back_and_the_message_deferred(
     broker: RedisBroker,
     add_slots: SlotsFactory,
-    probe: Probe,
+    probe: RunRecorder,
     server_factory: Callable[..., Server],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -1178,7 +1225,11 @@ def test_an_admission_answered_too_late_is_given_back_and_the_message_deferred(
         with caplog.at_level("DEBUG", logger="dramatiq_slots"), running_worker(broker, threads=1):
             job.send()
             probe.wait_runs(1)
-            assert wait_for(lambda: slots.in_use("slow-net") == 0 and not len(slots.registry))
+            wait_until(
+                lambda: slots.in_use("slow-net") == 0 and not len(slots.registry),
+                timeout=10.0,
+                what='slots.in_use("slow-net") == 0 and not len(slots.registry)',
+            )
     assert proxy.delayed == [("EVALSHA", enter_sha)]
     deferred = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Deferred message")]
     assert len(deferred) == 1 and "too late to trust the hold" in deferred[0], deferred

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import ENGINES, free_port
 
 from dramatiq_slots import __version__
 from dramatiq_slots.inspection import ProcessReport, ReportedHold
 from dramatiq_slots.keys import key_digest
 from dramatiq_slots.ledger import Ledger, Limit, Line, redacted_address
+from tests.support.ports import free_port
+from tests.support.servers import ENGINES
 
 MODULE = [sys.executable, "-m", "dramatiq_slots"]
 SCRIPT = Path(sys.executable).parent / "dramatiq-slots"
@@ -275,7 +276,7 @@ class Watched:
         for line in self.process.stdout:
             self.lines.put(line)
 
-    def until(self, predicate: Callable[[str], bool], timeout: float = 15.0) -> str:
+    def until(self, predicate: Callable[[str], object], timeout: float = 15.0) -> str:
         """The first line (not seen before) that satisfies ``predicate``."""
         deadline = time.monotonic() + timeout
         while True:

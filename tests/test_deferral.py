@@ -21,11 +21,12 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import CurrentMessage, Middleware, SkipMessage
 from dramatiq.results import ResultMissing, Results
 from dramatiq.results.backends import RedisBackend
-from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
 
 from dramatiq_slots import DEFERRALS, Slots
 from dramatiq_slots.deferral import backoff_ms
 from dramatiq_slots.ledger import Limit
+from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
+from tests.support.waiting import wait_until
 
 FOREIGN = "other-host:1:1:1"
 
@@ -70,7 +71,7 @@ def free(slots: Slots, want: Limit) -> None:
 
 
 def test_waiting_never_uses_retries_even_with_max_retries_zero(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, deferrals: Deferrals
+    broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder, deferrals: Deferrals
 ) -> None:
     slots = add_slots(max_wait=0)
     broker.add_middleware(CurrentMessage())
@@ -89,7 +90,11 @@ def test_waiting_never_uses_retries_even_with_max_retries_zero(
 
     message = patient.send_with_options(on_failure=on_failure)
     with running_worker(broker, threads=2):
-        assert wait_until(lambda: deferrals.of(message.message_id) >= 3, timeout=15)
+        wait_until(
+            lambda: deferrals.of(message.message_id) >= 3,
+            timeout=15,
+            what="deferrals.of(message.message_id) >= 3",
+        )
         assert probe.runs == []
         free(slots, want)
         probe.wait_runs(1)
@@ -104,7 +109,7 @@ def test_waiting_never_uses_retries_even_with_max_retries_zero(
 def test_deferrals_log_nothing_at_warning(
     broker: RedisBroker,
     add_slots: SlotsFactory,
-    probe: Probe,
+    probe: RunRecorder,
     deferrals: Deferrals,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -118,7 +123,11 @@ def test_deferrals_log_nothing_at_warning(
     caplog.set_level(logging.WARNING)
     message = quiet.send()
     with running_worker(broker, threads=2):
-        assert wait_until(lambda: deferrals.of(message.message_id) >= 3, timeout=15)
+        wait_until(
+            lambda: deferrals.of(message.message_id) >= 3,
+            timeout=15,
+            what="deferrals.of(message.message_id) >= 3",
+        )
         free(slots, want)
         probe.wait_runs(1)
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
@@ -148,7 +157,9 @@ def test_other_skips_are_still_logged(
     caplog.set_level(logging.WARNING)
     message = never.send()
     with running_worker(broker, threads=1):
-        assert wait_until(lambda: skipped == [message.message_id])
+        wait_until(
+            lambda: skipped == [message.message_id], timeout=10.0, what="skipped == [message.message_id]"
+        )
     assert any("was skipped" in r.getMessage() for r in caplog.records)
 
 
@@ -166,7 +177,11 @@ def test_results_wait_for_the_real_result(
 
     message = answer.send(21)
     with running_worker(broker, threads=2):
-        assert wait_until(lambda: deferrals.of(message.message_id) >= 2, timeout=15)
+        wait_until(
+            lambda: deferrals.of(message.message_id) >= 2,
+            timeout=15,
+            what="deferrals.of(message.message_id) >= 2",
+        )
         with pytest.raises(ResultMissing):
             message.get_result(backend=backend)  # no premature None stored by the skips
         free(slots, want)
@@ -174,7 +189,7 @@ def test_results_wait_for_the_real_result(
 
 
 def test_callbacks_pipelines_and_groups_fire_once(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, deferrals: Deferrals, key_prefix: str
+    broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder, deferrals: Deferrals, key_prefix: str
 ) -> None:
     from dramatiq.middleware import GroupCallbacks
     from dramatiq.rate_limits.backends import RedisBackend as RateLimiterBackend
@@ -203,12 +218,17 @@ def test_callbacks_pipelines_and_groups_fire_once(
         probe.record("group_done")
 
     single = step.send_with_options(args=(1,), on_success=succeeded)
-    dramatiq.pipeline([step.message(10), after.message()]).run()
+    # after's argument is the result of the step before it, which the pipeline passes on.
+    dramatiq.pipeline([step.message(10), after.message()]).run()  # type: ignore[call-arg]
     group = dramatiq.group([step.message(100), step.message(200)])
     group.add_completion_callback(group_done.message())
     group.run()
     with running_worker(broker, threads=3):
-        assert wait_until(lambda: deferrals.of(single.message_id) >= 2, timeout=15)
+        wait_until(
+            lambda: deferrals.of(single.message_id) >= 2,
+            timeout=15,
+            what="deferrals.of(single.message_id) >= 2",
+        )
         assert probe.runs == []
         free(slots, want)
         assert probe.wait_for(
@@ -233,7 +253,7 @@ def test_callbacks_pipelines_and_groups_fire_once(
 def test_prometheus_gauges_do_not_drift(
     broker: RedisBroker,
     add_slots: SlotsFactory,
-    probe: Probe,
+    probe: RunRecorder,
     deferrals: Deferrals,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Any,
@@ -259,20 +279,28 @@ def test_prometheus_gauges_do_not_drift(
         probe.record("ran", i)
 
     def gauge(metric: Any) -> float:
-        return sum(s.value for family in metric.collect() for s in family.samples)
+        return float(sum(s.value for family in metric.collect() for s in family.samples))
 
     messages = [metered.send(i) for i in range(3)]
     with running_worker(broker, threads=2):
-        assert wait_until(lambda: all(deferrals.of(m.message_id) >= 2 for m in messages), timeout=15)
+        wait_until(
+            lambda: all(deferrals.of(m.message_id) >= 2 for m in messages),
+            timeout=15,
+            what="all(deferrals.of(m.message_id) >= 2 for m in messages)",
+        )
         free(slots, want)
         probe.wait_runs(3)
-        assert wait_until(lambda: gauge(prometheus.inprogress_messages) == 0)
+        wait_until(
+            lambda: gauge(prometheus.inprogress_messages) == 0,
+            timeout=10.0,
+            what="gauge(prometheus.inprogress_messages) == 0",
+        )
     assert gauge(prometheus.inprogress_messages) == 0
     assert gauge(prometheus.inprogress_delayed_messages) == 0
 
 
 def test_age_limit_still_counts_from_the_first_enqueue(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, deferrals: Deferrals
+    broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder, deferrals: Deferrals
 ) -> None:
     slots = add_slots(max_wait=0)
     occupy(slots, "aging")
@@ -288,7 +316,7 @@ def test_age_limit_still_counts_from_the_first_enqueue(
             payloads = broker.client.hvals(f"{broker.namespace}:aging.XQ.msgs")
             return any(json.loads(p)["message_id"] == message.message_id for p in payloads)
 
-        assert wait_until(dead_lettered, timeout=20)
+        wait_until(dead_lettered, timeout=20, what="dead_lettered")
     assert deferrals.of(message.message_id) >= 2
     assert probe.runs == []
 
@@ -309,7 +337,7 @@ def test_backoff_grows_exponentially_within_bounds() -> None:
 
 
 def test_deferral_keeps_identity_and_timestamp(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, deferrals: Deferrals
+    broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder, deferrals: Deferrals
 ) -> None:
     slots = add_slots(max_wait=0)
     broker.add_middleware(CurrentMessage())
@@ -323,7 +351,11 @@ def test_deferral_keeps_identity_and_timestamp(
 
     message = same.send()
     with running_worker(broker, threads=2):
-        assert wait_until(lambda: deferrals.of(message.message_id) >= 2, timeout=15)
+        wait_until(
+            lambda: deferrals.of(message.message_id) >= 2,
+            timeout=15,
+            what="deferrals.of(message.message_id) >= 2",
+        )
         free(slots, want)
         probe.wait_runs(1)
     assert probe.by_label["ran"] == [(message.message_id, message.message_timestamp)]

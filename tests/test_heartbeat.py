@@ -15,14 +15,16 @@ import pytest
 import redis
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from servers import free_port
 
 from dramatiq_slots.claims import Hold, HoldRegistry, new_token
 from dramatiq_slots.heartbeat import Heartbeat
 from dramatiq_slots.ledger import Ledger, Limit, Member
+from tests.support.in_process import RunRecorder as Probe
+from tests.support.in_process import SlotsFactory, running_worker
+from tests.support.ports import free_port
+from tests.support.waiting import became_true as wait_until
 
 
 def _hold(ledger: Ledger, name: str = "q", capacity: int = 1) -> Hold:

@@ -10,16 +10,17 @@ import dramatiq
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
 
 from dramatiq_slots.claims import Hold, HoldRegistry, new_token, this_process
 from dramatiq_slots.heartbeat import Heartbeat
 from dramatiq_slots.inspection import Inspector, ProcessReport, ReportedHold, age_text
 from dramatiq_slots.ledger import Ledger, Limit, Line
+from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
+from tests.support.waiting import wait_until
 
 
 def test_a_running_job_is_shown_with_its_message_capacity_and_age(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, key_prefix: str
+    broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder, key_prefix: str
 ) -> None:
     slots = add_slots()
     started, finish = threading.Event(), threading.Event()
@@ -34,7 +35,11 @@ def test_a_running_job_is_shown_with_its_message_capacity_and_age(
     with running_worker(broker, threads=1):
         assert started.wait(10)
         # The report is written with the next beat.
-        assert wait_until(lambda: this_process() in inspector.processes(), timeout=5)
+        wait_until(
+            lambda: this_process() in inspector.processes(),
+            timeout=5,
+            what="this_process() in inspector.processes()",
+        )
         views = {v.short: v for v in inspector.ledgers()}
         queue, key = (
             views["queue:shown"],
@@ -50,7 +55,7 @@ def test_a_running_job_is_shown_with_its_message_capacity_and_age(
         assert key.holders[0].token == holder.token
         assert inspector.key_ledger("account:42") == key.ledger
         finish.set()
-        assert wait_until(lambda: inspector.ledgers() == [])
+        wait_until(lambda: inspector.ledgers() == [], timeout=10.0, what="inspector.ledgers() == []")
 
 
 def test_a_dead_holder_is_shown_without_a_report(ledger: Ledger, key_prefix: str) -> None:

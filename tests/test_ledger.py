@@ -13,10 +13,11 @@ import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from servers import Server, free_port
 
 from dramatiq_slots.errors import LedgerArgumentError, LedgerError, LedgerUnavailable
 from dramatiq_slots.ledger import SCRIPTS, Entered, Ledger, Limit, Line, Member
+from tests.support.ports import free_port
+from tests.support.servers import Server
 
 LONG = 60_000  # ms; never expires during a test
 SHORT = 300  # ms; expires during a test

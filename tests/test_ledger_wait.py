@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 import redis
-from dramatiq_support import wait_until
 
 from dramatiq_slots.claims import process_part
 from dramatiq_slots.errors import LedgerArgumentError
 from dramatiq_slots.ledger import Ledger, Limit, Line, Member
+from tests.support.waiting import became_true as wait_until
 
 TTL = 30_000
 

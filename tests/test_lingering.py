@@ -10,13 +10,15 @@ import dramatiq
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
-from servers import Server
+from redis.cluster import RedisCluster
 
 from dramatiq_slots import Slots
 from dramatiq_slots.claims import Hold
 from dramatiq_slots.ledger import Limit
 from dramatiq_slots.lingering import LingeringHolds, roomy
+from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
+from tests.support.servers import Server
+from tests.support.waiting import wait_until
 
 Q = (Limit("p:queue:q", 8),)
 
@@ -70,12 +72,12 @@ def test_a_lingering_hold_is_released_by_the_thread_when_its_window_ends() -> No
     assert len(holds) == 0
 
 
-def commands(client: redis.Redis) -> int:
+def commands(client: redis.Redis | RedisCluster) -> int:
     return int(client.info("stats")["total_commands_processed"])
 
 
 def test_consecutive_jobs_reuse_a_slot_while_the_ledger_has_room(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, server_factory: Callable[..., Server]
+    broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder, server_factory: Callable[..., Server]
 ) -> None:
     # The ledger on a server of its own: every command counted is the ledger's.
     slots = add_slots(client=server_factory("redis7").client(), reuse_window=1_000)
@@ -94,14 +96,14 @@ def test_consecutive_jobs_reuse_a_slot_while_the_ledger_has_room(
         probe.wait_runs(21)
         used = commands(slots.ledger.client) - before
         # Then, idle: the lingering hold goes back within its window.
-        assert wait_until(lambda: slots.in_use("roomy") == 0, timeout=5)
+        wait_until(lambda: slots.in_use("roomy") == 0, timeout=5, what='slots.in_use("roomy") == 0')
     # Without reuse: 9 commands a job (enter 5, leave 4). With it: one admission per window.
     assert used <= 2 * 9 + 1, used
     assert probe.peak["roomy"] == 1
 
 
 def test_no_reuse_under_contention_so_the_line_keeps_its_order(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+    broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder
 ) -> None:
     slots = add_slots(reuse_window=1_000)
     release = threading.Event()
@@ -115,10 +117,14 @@ def test_no_reuse_under_contention_so_the_line_keeps_its_order(
     line = slots.keys.queue("tight")
     with running_worker(broker, threads=4):
         job.send(0)
-        assert wait_until(lambda: slots.in_use("tight") == 1)
+        wait_until(lambda: slots.in_use("tight") == 1, timeout=10.0, what='slots.in_use("tight") == 1')
         for i in range(1, 4):
             job.send(i)
-            assert wait_until(lambda i=i: len(slots.ledger.line(line)) == i)
+
+            def in_line(i: int = i) -> bool:
+                return len(slots.ledger.line(line)) == i
+
+            wait_until(in_line, timeout=10.0, what=f"{i} waiting in line")
         release.set()
         probe.wait_runs(4)
     assert [item for _, item in probe.runs] == [0, 1, 2, 3]

@@ -18,10 +18,8 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import Retries
-from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from servers import free_port
 
 from dramatiq_slots import ConfigurationError, HoldLost, Slots
 from dramatiq_slots.claims import Hold, HoldRegistry, new_token
@@ -29,6 +27,9 @@ from dramatiq_slots.deferral import DEFERRALS
 from dramatiq_slots.heartbeat import Heartbeat
 from dramatiq_slots.interrupts import Bodies, wrapped_by
 from dramatiq_slots.ledger import Ledger, Limit
+from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
+from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 # -- Bodies: where the exception lands ----------------------------------------------------
 
@@ -160,7 +161,7 @@ def _beat_for(ledger: Ledger, registry: HoldRegistry, given_up: list[tuple[Hold,
 
 
 def test_a_strict_hold_lost_with_room_left_is_taken_back(ledger: Ledger, redis_client: redis.Redis) -> None:
-    registry, given_up = HoldRegistry(), []
+    registry, given_up = HoldRegistry(), list[tuple[Hold, str]]()
     hold = _strict_hold(ledger, capacity=2)
     assert ledger.enter(hold.token, hold.limits, ttl_ms=6_000).admitted
     registry.add(hold)
@@ -176,7 +177,7 @@ def test_a_strict_hold_lost_with_room_left_is_taken_back(ledger: Ledger, redis_c
 def test_a_strict_hold_lost_to_a_newcomer_is_given_up_not_put_over_capacity(
     ledger: Ledger, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    registry, given_up = HoldRegistry(), []
+    registry, given_up = HoldRegistry(), list[tuple[Hold, str]]()
     hold = _strict_hold(ledger, capacity=1)
     queue = hold.limits[0].ledger
     assert ledger.enter(hold.token, hold.limits, ttl_ms=6_000).admitted
@@ -198,7 +199,7 @@ def test_a_strict_hold_lost_to_a_newcomer_is_given_up_not_put_over_capacity(
 def test_a_strict_hold_that_may_lapse_while_the_ledger_is_down_is_given_up() -> None:
     client = redis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     ledger = Ledger(client, key_prefix="unreachable")
-    registry, given_up = HoldRegistry(), []
+    registry, given_up = HoldRegistry(), list[tuple[Hold, str]]()
     young, old = _strict_hold(ledger, 1), _strict_hold(ledger, 1)
     lenient = Hold(new_token(), old.limits, "job(8)")  # on_lost_hold="reassert": never given up
     now = time.monotonic()
@@ -228,7 +229,7 @@ def _steal_the_slot(slots: Slots, queue_name: str) -> str:
 
 
 def _stubborn_actor(
-    probe: Probe,
+    probe: RunRecorder,
     started: threading.Event,
     finish: threading.Event,
     seen: list[dict[str, Any]] | None = None,
@@ -256,7 +257,7 @@ def _stubborn_actor(
 
 
 def test_interrupt_mode_stops_a_job_whose_slot_was_taken_and_retries_it(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+    broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder
 ) -> None:
     slots = add_slots(on_lost_hold="interrupt")
     started, finish = threading.Event(), threading.Event()
@@ -278,12 +279,12 @@ def test_interrupt_mode_stops_a_job_whose_slot_was_taken_and_retries_it(
         assert started.wait(10)
         finish.set()
         assert probe.wait_for(lambda: len(probe.by_label["stubborn"]) == 2, timeout=10)
-        assert wait_until(lambda: slots.in_use("strict") == 0)
+        wait_until(lambda: slots.in_use("strict") == 0, timeout=10.0, what='slots.in_use("strict") == 0')
     assert len(slots.registry) == 0
 
 
 def test_interrupt_mode_keeps_a_job_whose_lost_hold_still_fits(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+    broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder
 ) -> None:
     slots = add_slots(on_lost_hold="interrupt")
     started, finish = threading.Event(), threading.Event()
@@ -293,17 +294,17 @@ def test_interrupt_mode_keeps_a_job_whose_lost_hold_still_fits(
         assert started.wait(10)
         (holder,) = slots.holders(queue="strict")
         slots.ledger.client.delete(slots.keys.queue("strict"))  # lost, but nobody took it
-        assert wait_until(lambda: slots.in_use("strict") == 1, timeout=5)
+        wait_until(lambda: slots.in_use("strict") == 1, timeout=5, what='slots.in_use("strict") == 1')
         assert slots.holders(queue="strict")[0].token == holder.token
         finish.set()
         probe.wait_runs(1)
-        assert wait_until(lambda: slots.in_use("strict") == 0)
+        wait_until(lambda: slots.in_use("strict") == 0, timeout=10.0, what='slots.in_use("strict") == 0')
     assert probe.by_label["interrupted"] == [] and slots.interrupted == 0
     assert len(probe.by_label["stubborn"]) == 1
 
 
 def test_without_retries_an_interrupted_job_is_requeued_by_slots(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+    broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder
 ) -> None:
     broker.middleware[:] = [m for m in broker.middleware if not isinstance(m, Retries)]
     slots = add_slots(on_lost_hold="interrupt")
@@ -328,7 +329,7 @@ def test_on_lost_hold_values_are_checked_naming_the_actor_and_the_option(
     broker: RedisBroker, add_slots: SlotsFactory
 ) -> None:
     with pytest.raises(ConfigurationError, match=r"Slots\(on_lost_hold=\.\.\.\) must be 'reassert' or"):
-        Slots(on_lost_hold="kill")
+        Slots(on_lost_hold="kill")  # type: ignore[arg-type]
     slots = add_slots()
 
     with pytest.raises(ConfigurationError, match=r"actor 'loose': option 'on_lost_hold' must be"):

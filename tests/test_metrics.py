@@ -1,7 +1,7 @@
 """Prometheus metrics of the ledgers (``dramatiq_slots.metrics``), scraped for real.
 
 The end-to-end test runs the ``dramatiq`` command line (2 worker processes) on
-:mod:`tests.metrics_app`, whose broker has dramatiq's own ``Prometheus``
+:mod:`tests.apps.metrics_app`, whose broker has dramatiq's own ``Prometheus``
 middleware, and reads the metrics where Prometheus would: from the exposition
 server that ``dramatiq`` forks, over HTTP, parsed with prometheus_client's
 parser. The other tests are in process: without ``Prometheus`` nothing is
@@ -12,7 +12,6 @@ here provokes for real are checked on :class:`PrometheusMetrics` directly.
 from __future__ import annotations
 
 import importlib.abc
-import socket
 import sys
 import urllib.error
 import urllib.request
@@ -24,16 +23,18 @@ from typing import Any
 
 import pytest
 import redis
-from servers import RedisTarget
 
 from dramatiq_slots import Slots
 from dramatiq_slots.claims import Hold
 from dramatiq_slots.keys import KeySpace, key_digest
 from dramatiq_slots.ledger import Limit
 from dramatiq_slots.metrics import Metrics, PrometheusMetrics, metrics_for
-from tests.multiprocess.harness import AppConfig, Cluster, WorkerGroup, key_scope, queue_scope, wait_until
+from tests.support.ports import free_port
+from tests.support.servers import RedisTarget
+from tests.support.waiting import wait_until
+from tests.support.worker_groups import AppConfig, WorkerFleet, WorkerGroup, key_scope, queue_scope
 
-#: The app's queues and actors (tests/metrics_app.py; not imported here: it configures itself
+#: The app's queues and actors (tests/apps/metrics_app.py; not imported here: it configures itself
 #: from the environment, and imports dramatiq's Prometheus, at import).
 CAPPED_QUEUE = "metrics_capped"
 CAPPED_ACTOR = "metered_job"
@@ -53,16 +54,9 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 class MetricsGroup(WorkerGroup):
-    """A ``dramatiq tests.metrics_app`` command line."""
+    """A ``dramatiq tests.apps.metrics_app`` command line."""
 
-    app_module = "tests.metrics_app"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    app_module = "tests.apps.metrics_app"
 
 
 def scrape(url: str) -> str | None:
@@ -112,15 +106,15 @@ def config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
 
 
 @pytest.fixture
-def cluster(config: AppConfig, redis_client: redis.Redis, tmp_path: Path) -> Iterator[Cluster]:
-    with Cluster(config, redis_client, tmp_path) as cluster:
+def cluster(config: AppConfig, redis_client: redis.Redis, tmp_path: Path) -> Iterator[WorkerFleet]:
+    with WorkerFleet(config, redis_client, tmp_path) as cluster:
         yield cluster
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_exposition_server_of_dramatiq_serves_the_ledger_metrics(
-    cluster: Cluster, redis_client: redis.Redis, tmp_path: Path
+    cluster: WorkerFleet, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     prom_db = tmp_path / "prom"
     prom_db.mkdir()
@@ -144,7 +138,7 @@ def test_the_exposition_server_of_dramatiq_serves_the_ledger_metrics(
         group.terminate(timeout=10)  # SIGTERM, then SIGKILL after 10 s
 
 
-def _scenario(cluster: Cluster, group: WorkerGroup, redis_client: redis.Redis, url: str) -> None:
+def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redis, url: str) -> None:
     group.start()
     cluster.wait_ready(group, timeout=BOOT_TIMEOUT)
 
@@ -177,6 +171,7 @@ def _scenario(cluster: Cluster, group: WorkerGroup, redis_client: redis.Redis, u
     wait_until(
         lambda: cluster.probe.running(CAPPED_SCOPE) == 1,
         timeout=RUN_TIMEOUT,
+        interval=0.05,
         what="the gated job to start",
         context=cluster.tails,
     )

@@ -12,11 +12,13 @@ import pytest
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import TimeLimit
-from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
-from servers import Server
 
 from dramatiq_slots import Slots
 from dramatiq_slots.ledger import Limit
+from tests.support.in_process import RunRecorder as Probe
+from tests.support.in_process import SlotsFactory, running_worker
+from tests.support.servers import Server
+from tests.support.waiting import became_true as wait_until
 
 
 def test_queue_capacity_caps_concurrency_and_runs_everything(

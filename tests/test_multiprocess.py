@@ -1,9 +1,9 @@
 """Cluster-wide caps across real, independent ``dramatiq`` process groups.
 
-Every test runs ``dramatiq tests.multiprocess.app`` command lines, each in
+Every test runs ``dramatiq tests.apps.multiprocess_app`` command lines, each in
 its own session (a "host" that ``os.killpg`` takes down whole), configured by
 environment only, against the session's throwaway Redis. What really ran is
-measured by the probe (:mod:`tests.multiprocess.probe`): the jobs record
+measured by the probe (:mod:`tests.support.probe`): the jobs record
 themselves, atomically, in keys the ledger never sees, and the assertions
 are on those records, not on the ledger. The ledger is read only to time how
 long a killed group's holds outlive it.
@@ -21,19 +21,19 @@ from typing import Any
 
 import pytest
 import redis
-from servers import RedisTarget
 
-from tests.multiprocess.harness import (
+from tests.support.probe import max_overlap
+from tests.support.servers import RedisTarget
+from tests.support.waiting import wait_until
+from tests.support.worker_groups import (
     CAPPED_SCOPE,
     AppConfig,
     Backlog,
-    Cluster,
+    WorkerFleet,
     WorkerGroup,
     close_all,
     key_scope,
-    wait_until,
 )
-from tests.multiprocess.probe import max_overlap
 
 pytestmark = pytest.mark.slow
 
@@ -72,12 +72,12 @@ def mp_config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
 @pytest.fixture
 def make_cluster(
     mp_config: AppConfig, redis_client: redis.Redis, tmp_path: Path
-) -> Iterator[Callable[..., Cluster]]:
+) -> Iterator[Callable[..., WorkerFleet]]:
     """``make_cluster(**config overrides)``; every group of every cluster is killed after the test."""
-    clusters: list[Cluster] = []
+    clusters: list[WorkerFleet] = []
 
-    def make(**overrides: Any) -> Cluster:
-        cluster = Cluster(mp_config.replace(**overrides), redis_client, tmp_path)
+    def make(**overrides: Any) -> WorkerFleet:
+        cluster = WorkerFleet(mp_config.replace(**overrides), redis_client, tmp_path)
         clusters.append(cluster)
         return cluster
 
@@ -85,7 +85,7 @@ def make_cluster(
     close_all(clusters)
 
 
-def _start(cluster: Cluster, *names: str, processes: int = 1, threads: int = 4) -> list[WorkerGroup]:
+def _start(cluster: WorkerFleet, *names: str, processes: int = 1, threads: int = 4) -> list[WorkerGroup]:
     groups = [cluster.start_group(name, processes=processes, threads=threads) for name in names]
     cluster.wait_ready(*groups, timeout=BOOT_TIMEOUT)
     return groups
@@ -95,7 +95,7 @@ def _start(cluster: Cluster, *names: str, processes: int = 1, threads: int = 4) 
 
 
 @pytest.mark.timeout(150)
-def test_control_without_slots_the_probe_sees_overlap(make_cluster: Callable[..., Cluster]) -> None:
+def test_control_without_slots_the_probe_sees_overlap(make_cluster: Callable[..., WorkerFleet]) -> None:
     # Same topology and load as the tests below, Slots left out: the probe
     # must see more than CAP capped jobs at once, and same-key jobs overlap.
     cluster = make_cluster(slots=False, broker_heartbeat_timeout=30_000)
@@ -117,7 +117,9 @@ def test_control_without_slots_the_probe_sees_overlap(make_cluster: Callable[...
 
 
 @pytest.mark.timeout(150)
-def test_queue_capacity_is_cluster_wide_across_process_groups(make_cluster: Callable[..., Cluster]) -> None:
+def test_queue_capacity_is_cluster_wide_across_process_groups(
+    make_cluster: Callable[..., WorkerFleet],
+) -> None:
     # Fault-free: a long broker heartbeat timeout, so no live worker is ever taken for dead.
     cluster = make_cluster(broker_heartbeat_timeout=30_000)
     _start(cluster, "g1", "g2")  # 2 hosts x 1 process x 4 threads = 8 threads for 3 slots
@@ -140,7 +142,7 @@ def test_queue_capacity_is_cluster_wide_across_process_groups(make_cluster: Call
 
 
 @pytest.mark.timeout(150)
-def test_runtime_key_is_unique_across_process_groups(make_cluster: Callable[..., Cluster]) -> None:
+def test_runtime_key_is_unique_across_process_groups(make_cluster: Callable[..., WorkerFleet]) -> None:
     cluster = make_cluster(broker_heartbeat_timeout=30_000)
     _start(cluster, "g1", "g2")
 
@@ -162,7 +164,7 @@ def test_runtime_key_is_unique_across_process_groups(make_cluster: Callable[...,
 # -- c. a SIGKILLed group's holds age out, and its capacity comes back ---------------------------
 
 
-def _kill_round(cluster: Cluster, victim: WorkerGroup, job_ms: int, backlog: Backlog) -> dict[str, float]:
+def _kill_round(cluster: WorkerFleet, victim: WorkerGroup, job_ms: int, backlog: Backlog) -> dict[str, float]:
     """SIGKILL ``victim`` while it holds capped slots; time how long its holds outlive it."""
     pids = cluster.pids_of(victim)
     fresh_us = (job_ms - 500) * 1000
@@ -217,7 +219,7 @@ def _kill_round(cluster: Cluster, victim: WorkerGroup, job_ms: int, backlog: Bac
 
 
 @pytest.mark.timeout(240)
-def test_killed_group_releases_its_slots_within_hold_ttl(make_cluster: Callable[..., Cluster]) -> None:
+def test_killed_group_releases_its_slots_within_hold_ttl(make_cluster: Callable[..., WorkerFleet]) -> None:
     job_ms = 1_000
     cluster = make_cluster(job_ms=job_ms, broker_heartbeat_timeout=3_000)
     backlog = Backlog(cluster, depth=12)

@@ -12,8 +12,6 @@ import pytest
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import Middleware, MiddlewareError
-from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
-from servers import free_port
 
 from dramatiq_slots import (
     DEFERRALS,
@@ -26,6 +24,10 @@ from dramatiq_slots import (
 )
 from dramatiq_slots.ledger import Limit
 from dramatiq_slots.middleware import AdmissionError
+from tests.support.in_process import RunRecorder as Probe
+from tests.support.in_process import SlotsFactory, running_worker
+from tests.support.ports import free_port
+from tests.support.waiting import became_true as wait_until
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq_support import SlotsFactory
 
 from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.places import PLACE, PlaceClock, place_of
+from tests.support.in_process import SlotsFactory
 
 
 def test_places_follow_the_clock_in_microseconds_and_never_repeat_or_go_back() -> None:
@@ -59,5 +60,6 @@ def test_places_a_microsecond_apart_keep_their_order_in_a_line(
         entry = ledger.enter(token, want, ttl_ms=10_000, line=Line.JOIN, place=place)
         assert not entry.admitted and entry.waiting
     assert list(ledger.line(ledger.keys.queue("q"))) == ["a", "b", "c"]
-    scores = engine_client.zrange(ledger.keys.line(ledger.keys.queue("q")), 0, -1, withscores=True)
+    waiting = ledger.keys.line(ledger.keys.queue("q"))
+    scores = cast("list[tuple[bytes, float]]", engine_client.zrange(waiting, 0, -1, withscores=True))
     assert [int(score) for _, score in scores] == [base, base + 1, base + 2]

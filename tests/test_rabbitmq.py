@@ -1,6 +1,6 @@
 """RabbitMQ as the broker, the ledger in Redis, end to end.
 
-Real ``dramatiq tests.multiprocess.app`` command lines, two process groups
+Real ``dramatiq tests.apps.multiprocess_app`` command lines, two process groups
 like two hosts, with dramatiq's ``RabbitmqBroker`` on a RabbitMQ node the
 session started (``rabbit_server``, see ``rabbitmq.py``), and the Slots ledger
 and the probe in the session's throwaway Redis. The sender is a
@@ -21,21 +21,21 @@ from typing import Any
 
 import pytest
 import redis
-from rabbitmq import RabbitServer
-from servers import RedisTarget
 
-from tests.multiprocess.harness import (
+from tests.support.probe import max_overlap
+from tests.support.rabbitmq import RabbitServer
+from tests.support.servers import RedisTarget
+from tests.support.waiting import wait_until
+from tests.support.worker_groups import (
     CAPPED_QUEUE,
     CAPPED_SCOPE,
     AppConfig,
-    Cluster,
+    WorkerFleet,
     WorkerGroup,
     close_all,
     key_scope,
     runtime_key,
-    wait_until,
 )
-from tests.multiprocess.probe import max_overlap
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def make_cluster(
     redis_client: redis.Redis,
     key_prefix: str,
     tmp_path: Path,
-) -> Iterator[Callable[..., Cluster]]:
+) -> Iterator[Callable[..., WorkerFleet]]:
     """``make_cluster(**overrides)``: the broker on RabbitMQ; ledger and probe in Redis (``key_prefix``)."""
     config = AppConfig(
         redis_url=redis_server.url,  # the ledger's and the probe's
@@ -73,10 +73,10 @@ def make_cluster(
         defer_max_backoff=500,
         job_ms=JOB_MS,
     )
-    clusters: list[Cluster] = []
+    clusters: list[WorkerFleet] = []
 
-    def make(**overrides: Any) -> Cluster:
-        cluster = Cluster(config.replace(**overrides), redis_client, tmp_path)
+    def make(**overrides: Any) -> WorkerFleet:
+        cluster = WorkerFleet(config.replace(**overrides), redis_client, tmp_path)
         clusters.append(cluster)
         return cluster
 
@@ -84,13 +84,13 @@ def make_cluster(
     close_all(clusters)
 
 
-def _start(cluster: Cluster, *names: str) -> list[WorkerGroup]:
+def _start(cluster: WorkerFleet, *names: str) -> list[WorkerGroup]:
     groups = [cluster.start_group(name, processes=1, threads=4) for name in names]
     cluster.wait_ready(*groups, timeout=BOOT_TIMEOUT)
     return groups
 
 
-def _wait_ledger_empty(cluster: Cluster) -> None:
+def _wait_ledger_empty(cluster: WorkerFleet) -> None:
     """Every ledger under the test's prefix ends with no live hold and nobody in line."""
 
     def empty() -> bool:
@@ -99,10 +99,16 @@ def _wait_ledger_empty(cluster: Cluster) -> None:
             for ledger in cluster.ledger.ledgers()
         )
 
-    wait_until(empty, timeout=LEDGER_EMPTY_TIMEOUT, what="the ledger to be empty", context=cluster.tails)
+    wait_until(
+        empty,
+        timeout=LEDGER_EMPTY_TIMEOUT,
+        interval=0.05,
+        what="the ledger to be empty",
+        context=cluster.tails,
+    )
 
 
-def _assert_each_ran_once(cluster: Cluster, sent: list[str], scope: str | None = None) -> None:
+def _assert_each_ran_once(cluster: WorkerFleet, sent: list[str], scope: str | None = None) -> None:
     runs = cluster.probe.runs(scope)
     assert {r.message_id for r in runs} == set(sent), f"some message never ran\n{cluster.tails()}"
     assert len(runs) == len(sent), f"a message ran twice in a fault-free run\n{cluster.tails()}"
@@ -110,7 +116,7 @@ def _assert_each_ran_once(cluster: Cluster, sent: list[str], scope: str | None =
 
 
 @pytest.mark.timeout(150)
-def test_control_without_slots_the_probe_sees_overlap(make_cluster: Callable[..., Cluster]) -> None:
+def test_control_without_slots_the_probe_sees_overlap(make_cluster: Callable[..., WorkerFleet]) -> None:
     # The same topology and load with Slots left out of the workers: through RabbitMQ the
     # probe must see more than CAP capped jobs at once, or the tests below prove nothing.
     cluster = make_cluster(slots=False)
@@ -125,7 +131,7 @@ def test_control_without_slots_the_probe_sees_overlap(make_cluster: Callable[...
 
 
 @pytest.mark.timeout(150)
-def test_queue_capacity_across_hosts_with_rabbitmq(make_cluster: Callable[..., Cluster]) -> None:
+def test_queue_capacity_across_hosts_with_rabbitmq(make_cluster: Callable[..., WorkerFleet]) -> None:
     cluster = make_cluster()
     _start(cluster, "r1", "r2")  # 2 hosts x 4 threads = 8 threads for 3 slots
 
@@ -144,7 +150,7 @@ def test_queue_capacity_across_hosts_with_rabbitmq(make_cluster: Callable[..., C
 
 
 @pytest.mark.timeout(150)
-def test_deferral_goes_through_the_rabbitmq_delay_queue(make_cluster: Callable[..., Cluster]) -> None:
+def test_deferral_goes_through_the_rabbitmq_delay_queue(make_cluster: Callable[..., WorkerFleet]) -> None:
     # max_wait=0: nobody waits in line, every refused message is deferred at once, through
     # the broker: a copy enqueued with a delay (on RabbitMQ: into mp_capped.DQ).
     cluster = make_cluster(max_wait=0)
@@ -174,7 +180,7 @@ def test_deferral_goes_through_the_rabbitmq_delay_queue(make_cluster: Callable[.
 
 
 @pytest.mark.timeout(150)
-def test_runtime_key_across_hosts_with_rabbitmq(make_cluster: Callable[..., Cluster]) -> None:
+def test_runtime_key_across_hosts_with_rabbitmq(make_cluster: Callable[..., WorkerFleet]) -> None:
     cluster = make_cluster()
     _start(cluster, "r1", "r2")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.multiprocess.chaos import SCENARIOS
+from tests.support.chaos import SCENARIOS
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
 

@@ -1,10 +1,10 @@
 """Reloads with ``dramatiq --watch``: they happen, and the cap holds across them.
 
-The app (``tests/reload_app/reload_tasks.py``) is copied into a temporary
+The app (``tests/apps/reload_tasks.py``) is copied into a temporary
 directory and run as ``dramatiq --watch <dir> --watch-include '**/*.py'
 reload_tasks --processes 2 --threads 2``, from that directory. The test edits
 the copy's ``GENERATION`` line; every worker boot and every run is recorded
-in the probe (:mod:`tests.multiprocess.probe`) with the generation of the
+in the probe (:mod:`tests.support.probe`) with the generation of the
 code that ran it, so the two generations can be told apart.
 
 What dramatiq 2.2 does on a reload (``cli.py``, ``main``): the watchdog
@@ -52,17 +52,19 @@ import pytest
 import redis
 from dramatiq import Message
 from dramatiq.brokers.redis import RedisBroker
-from servers import RedisTarget
 
 from dramatiq_slots import URL_ENV, Ledger, Slots
 from dramatiq_slots.failpoints import ENV as FAILPOINT_ENV
-from tests.multiprocess.harness import DRAMATIQ, REPO_ROOT, group_members, log_tail, wait_until
-from tests.multiprocess.probe import Probe, max_overlap
+from tests.support.probe import Probe, max_overlap
+from tests.support.processes import group_members
+from tests.support.servers import RedisTarget
+from tests.support.waiting import wait_until
+from tests.support.worker_groups import DRAMATIQ, REPO_ROOT, log_tail
 
 pytestmark = pytest.mark.slow
 
 #: The app the command lines run, copied into a temporary directory per test.
-APP_SOURCE = Path(__file__).resolve().parent / "reload_app" / "reload_tasks.py"
+APP_SOURCE = Path(__file__).resolve().parent / "apps" / "reload_tasks.py"
 APP_MODULE = "reload_tasks"
 #: As in the app (which reads its config from the environment, so it is not imported here).
 QUEUE = "reload_q"
@@ -154,7 +156,7 @@ class WatchedApp:
             RELOAD_NAMESPACE=self.namespace,
             RELOAD_KEY_PREFIX=self.key_prefix,
             RELOAD_PROBE_PREFIX=self.probe_prefix,
-            # dramatiq_slots and tests.multiprocess.probe, for the copy outside the repository.
+            # dramatiq_slots and tests.support.probe, for the copy outside the repository.
             PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
             PYTHONUNBUFFERED="1",
         )
@@ -275,7 +277,7 @@ def _wait_booted(
 
 def _send(client: redis.Redis, app: WatchedApp, count: int) -> list[str]:
     """Enqueue ``count`` messages for the app's actor, from a producer with the middleware."""
-    broker = RedisBroker(client=client, namespace=app.namespace, middleware=[])  # type: ignore[no-untyped-call]
+    broker = RedisBroker(client=client, namespace=app.namespace, middleware=[])
     broker.add_middleware(Slots(client=client, key_prefix=app.key_prefix))
     ids = []
     for i in range(count):
@@ -322,12 +324,19 @@ def test_watch_reload_keeps_the_cap_and_releases_the_old_generations_holds(
         what = "the first generation's 2 workers to boot"
         old = _wait_booted(probe, 1, 2, timeout=BOOT_TIMEOUT, what=what, context=context)
         assert old == app.worker_pids(), f"booted {old}, but the group has {app.worker_pids()}\n{context()}"
-        wait_until(app.watching, timeout=BOOT_TIMEOUT, what="dramatiq to watch the app", context=context)
+        wait_until(
+            app.watching,
+            timeout=BOOT_TIMEOUT,
+            interval=0.05,
+            what="dramatiq to watch the app",
+            context=context,
+        )
 
         sent = _send(redis_client, app, MESSAGES)
         wait_until(
             lambda: probe.running(SCOPE) >= CAP,
             timeout=RUN_TIMEOUT,
+            interval=0.05,
             what=f"{CAP} jobs of the first generation to run",
             context=context,
         )
@@ -367,6 +376,7 @@ def test_watch_reload_keeps_the_cap_and_releases_the_old_generations_holds(
         wait_until(
             settled,
             timeout=RUN_TIMEOUT,
+            interval=0.05,
             what="every message to complete and the first generation's processes to exit",
             context=context,
         )
@@ -487,7 +497,13 @@ def test_the_default_watch_pattern_does_not_reload_with_watchdog_7(
         for app, probe in ((subject, subject_probe), (control, control_probe)):
             _wait_booted(probe, 1, 1, timeout=BOOT_TIMEOUT, what=f"{app.name} to boot", context=context)
             # Both watchers must be up before the edit, or the subject's silence would prove nothing.
-            wait_until(app.watching, timeout=BOOT_TIMEOUT, what=f"{app.name} to watch", context=context)
+            wait_until(
+                app.watching,
+                timeout=BOOT_TIMEOUT,
+                interval=0.05,
+                what=f"{app.name} to watch",
+                context=context,
+            )
         subject_workers = subject.worker_pids()
         assert subject_workers == _booted(subject_probe, 1), context()
 

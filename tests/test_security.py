@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 import dramatiq
@@ -38,16 +38,18 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import Middleware, TimeLimit
-from dramatiq_support import Probe, running_worker, stop_threads, wait_until
 from redis.backoff import NoBackoff
 from redis.exceptions import NoPermissionError
 from redis.retry import Retry
-from servers import ENGINES, Server, find_engine, free_port
 
 from dramatiq_slots import AdmissionError, LedgerError, LedgerUnavailable, Slots
 from dramatiq_slots.claims import this_process
 from dramatiq_slots.ledger import Ledger, Limit, Line, Member
 from dramatiq_slots.wakeups import Wakeups
+from tests.support.in_process import RunRecorder, running_worker, stop_threads
+from tests.support.ports import free_port
+from tests.support.servers import ENGINES, Server, find_engine
+from tests.support.waiting import WaitTimeout, wait_until
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -126,8 +128,10 @@ def closed_after(slots: Slots) -> Iterator[Slots]:
     finally:
         stop_threads(slots)
         if slots.process._ledger is not None:
-            slots.process._ledger.client.close()
-            slots.process._ledger.client.connection_pool.disconnect()
+            ledger_client = slots.process._ledger.client
+            assert isinstance(ledger_client, redis.Redis)  # a plain client here, never a cluster's
+            ledger_client.close()
+            ledger_client.connection_pool.disconnect()
 
 
 def quick_slots(url: str, **settings: Any) -> Slots:
@@ -269,7 +273,7 @@ def test_the_readme_acl_allows_every_ledger_operation_and_nothing_more(
 
 
 def test_the_readme_acl_runs_the_whole_middleware(
-    server_factory: Callable[..., Server], probe: Probe
+    server_factory: Callable[..., Server], probe: RunRecorder
 ) -> None:
     server = server_factory("redis7")
     with server.client() as admin, broker_on(server, "acl-q") as broker:
@@ -301,11 +305,17 @@ def test_the_readme_acl_runs_the_whole_middleware(
             with running_worker(broker, threads=4):
                 for i in range(6):
                     job.send(i)
-                assert wait_until(lambda: len(slots.ledger.line(line)) == 4), "waiters never joined the line"
+                wait_until(
+                    lambda: len(slots.ledger.line(line)) == 4,
+                    timeout=10.0,
+                    what="waiters to join the line",
+                )
                 # Its release hands the slot to the first in line, over the worker's wake channel.
                 _, handoffs = outside.leave(foreign, [Limit(line, 1)], ttl_ms=HOLD_TTL, age_ms=None)
                 assert len(handoffs) == 1, "PUBLISH reached no subscriber"
-                assert wait_until(lambda: probe.current["acl"] == 1)  # no event marks a start
+                wait_until(
+                    lambda: probe.current["acl"] == 1, timeout=10.0, what='probe.current["acl"] == 1'
+                )  # no event marks a start
                 # The job outlives its hold's first expiry: the heartbeat's beats push it on.
                 (holder,) = slots.holders(queue="acl")
                 assert holder.token.startswith(this_process() + ":")
@@ -315,20 +325,33 @@ def test_the_readme_acl_runs_the_whole_middleware(
                     (holder,) = slots.holders(queue="acl")
                     return time.monotonic() + holder.seconds_left
 
-                assert wait_until(lambda: expiry() > first_expiry + HOLD_TTL / 1000, timeout=10)
+                wait_until(
+                    lambda: expiry() > first_expiry + HOLD_TTL / 1000,
+                    timeout=10,
+                    what="expiry() > first_expiry + HOLD_TTL / 1000",
+                )
                 assert slots.in_use("acl") == 1
                 release.set()
                 probe.wait_runs(6, timeout=20)
                 for i in range(3):
                     keyed.send(i)
                 probe.wait_runs(9, timeout=20)
-                assert wait_until(lambda: slots.in_use("acl") == 0 and slots.in_use(key="shared") == 0)
+                wait_until(
+                    lambda: slots.in_use("acl") == 0 and slots.in_use(key="shared") == 0,
+                    timeout=10.0,
+                    what='slots.in_use("acl") == 0 and slots.in_use(key="shared") == 0',
+                )
                 assert slots.holders(queue="acl") == []
             assert sorted(item for label, item in probe.runs if label == "acl") == list(range(6))
             assert sorted(item for label, item in probe.runs if label == "keyed") == list(range(3))
             assert probe.peak["acl"] == 1
             assert probe.peak["keyed"] == 1
-            assert wait_until(lambda: admin.keys("dramatiq-slots:*") == []), admin.keys("dramatiq-slots:*")
+            wait_until(
+                lambda: admin.keys("dramatiq-slots:*") == [],
+                timeout=10.0,
+                what="no dramatiq-slots key left",
+                context=lambda: f"left: {admin.keys('dramatiq-slots:*')}",
+            )
             # Every command the middleware sent was allowed.
             assert refusals(admin) == []
             # And the ACL was in force all along: the same user cannot read the broker's keys.
@@ -339,7 +362,7 @@ def test_the_readme_acl_runs_the_whole_middleware(
 
 
 def test_a_user_without_time_fails_the_message_naming_the_actor(
-    server_factory: Callable[..., Server], probe: Probe
+    server_factory: Callable[..., Server], probe: RunRecorder
 ) -> None:
     server = server_factory("redis7")
     with server.client() as admin, broker_on(server, "acl-q") as broker:
@@ -443,7 +466,7 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
-def _missing(reason: str) -> None:
+def _missing(reason: str) -> NoReturn:
     """Skip for want of a tool, except on CI (``CI=true``), where every tool must be there."""
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason} (CI=true: every tool must be present)", pytrace=False)
@@ -487,7 +510,18 @@ def tls_server(certs: Certs) -> Iterator[int]:
                 )
             try:
                 with tls_client(port, certs.ca) as probe:
-                    wait_until(lambda p=probe, pr=proc: pr.poll() is not None or _answers(p), timeout=15)
+                    with contextlib.suppress(WaitTimeout):  # the checks below tell what happened
+
+                        def exited_or_answers(
+                            p: redis.Redis = probe, pr: subprocess.Popen[bytes] = proc
+                        ) -> bool:
+                            return pr.poll() is not None or _answers(p)
+
+                        wait_until(
+                            exited_or_answers,
+                            timeout=15,
+                            what="the TLS server to exit or answer",
+                        )
                     up = proc.poll() is None and _answers(probe)
                 if up:
                     yield port
@@ -507,7 +541,7 @@ def rediss_url(port: int, ca: Path) -> str:
 
 
 def test_a_rediss_url_with_the_servers_ca_admits_and_releases(
-    broker: RedisBroker, probe: Probe, certs: Certs, key_prefix: str
+    broker: RedisBroker, probe: RunRecorder, certs: Certs, key_prefix: str
 ) -> None:
     with tls_server(certs) as port:
         slots = quick_slots(rediss_url(port, certs.ca), key_prefix=key_prefix)
@@ -523,7 +557,7 @@ def test_a_rediss_url_with_the_servers_ca_admits_and_releases(
             for i in range(4):
                 job.send(i)
             probe.wait_runs(4, timeout=20)
-            assert wait_until(lambda: slots.in_use("tls") == 0)
+            wait_until(lambda: slots.in_use("tls") == 0, timeout=10.0, what='slots.in_use("tls") == 0')
         assert sorted(item for _, item in probe.runs) == [0, 1, 2, 3]
         assert seen == [1, 1, 1, 1]  # each job read its own hold over TLS
         assert probe.peak["tls"] == 1
@@ -532,7 +566,7 @@ def test_a_rediss_url_with_the_servers_ca_admits_and_releases(
 
 
 def test_a_rediss_url_with_another_ca_fails_verification_and_defers(
-    broker: RedisBroker, probe: Probe, certs: Certs, key_prefix: str, caplog: pytest.LogCaptureFixture
+    broker: RedisBroker, probe: RunRecorder, certs: Certs, key_prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="dramatiq_slots")
     outcomes = Outcomes()
@@ -584,7 +618,7 @@ def test_no_password_in_any_log_record_or_error(
     case: str,
     broker: RedisBroker,
     server_factory: Callable[..., Server],
-    probe: Probe,
+    probe: RunRecorder,
     key_prefix: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -634,20 +668,30 @@ def test_no_password_in_any_log_record_or_error(
         if case == "server-lost":
             assert server is not None
             job.send(0)
-            assert wait_until(lambda: probe.current["pw"] == 1)  # no event marks a start
+            wait_until(
+                lambda: probe.current["pw"] == 1, timeout=10.0, what='probe.current["pw"] == 1'
+            )  # no event marks a start
             server.kill()
             second = job.send(1)
             assert outcomes.wait_for(lambda: outcomes.skipped[second.message_id] >= 1)
             release.set()  # its release fails: owed to the heartbeat
-            assert wait_until(lambda: logged("Release of") and logged("Heartbeat failed"))
-            assert wait_until(lambda: logged("Wake channel lost"))
+            wait_until(
+                lambda: logged("Release of") and logged("Heartbeat failed"),
+                timeout=10.0,
+                what='logged("Release of") and logged("Heartbeat failed")',
+            )
+            wait_until(lambda: logged("Wake channel lost"), timeout=10.0, what='logged("Wake channel lost")')
             with pytest.raises(LedgerUnavailable) as caught:
                 slots.in_use("pw")
             errors.append(chain_text(caught.value))
             server.restart()
             probe.wait_runs(2, timeout=20)
-            assert wait_until(lambda: logged("Ledger reachable again"))
-            assert wait_until(lambda: slots.in_use("pw") == 0)
+            wait_until(
+                lambda: logged("Ledger reachable again"),
+                timeout=10.0,
+                what='logged("Ledger reachable again")',
+            )
+            wait_until(lambda: slots.in_use("pw") == 0, timeout=10.0, what='slots.in_use("pw") == 0')
         else:
             messages = [job.send(i) for i in range(3)]
             assert outcomes.wait_for(

@@ -14,13 +14,13 @@ import dramatiq
 import pytest
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import TimeLimit
-from dramatiq_support import Probe, running_worker, stop_threads
-from dramatiq_support import wait_until as wait_for
-from failover_scenario import caps_through_failover
-from sentinel import MASTER_NAME, LocalSentinel
-from servers import Server, find_engine
 
 from dramatiq_slots import Slots
+from tests.support.failover import caps_through_failover
+from tests.support.in_process import RunRecorder, running_worker, stop_threads
+from tests.support.sentinel import MASTER_NAME, LocalSentinel
+from tests.support.servers import Server, find_engine
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def local_sentinel() -> Iterator[LocalSentinel]:
 
 @pytest.mark.timeout(120)
 def test_caps_hold_on_a_sentinel_managed_primary_through_a_failover(
-    broker: RedisBroker, local_sentinel: LocalSentinel, probe: Probe, key_prefix: str
+    broker: RedisBroker, local_sentinel: LocalSentinel, probe: RunRecorder, key_prefix: str
 ) -> None:
     client = local_sentinel.sentinel(socket_timeout=1).master_for(
         MASTER_NAME, socket_timeout=2, socket_connect_timeout=1
@@ -70,7 +70,11 @@ def replicated(server_factory: Callable[..., Server]) -> tuple[Server, Server]:
     replica = server_factory(kind, extra_args=("--replicaof", "127.0.0.1", str(primary.port)))
     client = replica.client()
     try:
-        assert wait_for(lambda: client.info("replication").get("master_link_status") == "up", timeout=30)
+        wait_until(
+            lambda: client.info("replication").get("master_link_status") == "up",
+            timeout=30,
+            what='client.info("replication").get("master_link_status") == "up"',
+        )
     finally:
         client.close()
     return primary, replica
@@ -83,7 +87,7 @@ def test_wait_replicas_admits_only_what_enough_replicas_have(
     runs: bool,
     broker: RedisBroker,
     replicated: tuple[Server, Server],
-    probe: Probe,
+    probe: RunRecorder,
     key_prefix: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -117,9 +121,13 @@ def test_wait_replicas_admits_only_what_enough_replicas_have(
                 probe.wait_runs(4)
             else:
                 # One replica cannot make two: every admission is given back and deferred.
-                assert wait_for(lambda: len(deferrals()) >= 4, timeout=30)
+                wait_until(lambda: len(deferrals()) >= 4, timeout=30, what="len(deferrals()) >= 4")
                 assert not probe.runs, "a message ran on a hold too few replicas had"
-            assert wait_for(lambda: slots.in_use("replicated") == 0 and not len(slots.registry))
+            wait_until(
+                lambda: slots.in_use("replicated") == 0 and not len(slots.registry),
+                timeout=10.0,
+                what='slots.in_use("replicated") == 0 and not len(slots.registry)',
+            )
         waits = int(client.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
         assert waits >= 4, "no WAIT was sent"
         if runs:

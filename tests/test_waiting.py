@@ -11,7 +11,6 @@ import dramatiq
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq_support import Probe, SlotsFactory, running_worker, wait_until
 
 from dramatiq_slots import Slots, admission
 from dramatiq_slots.claims import new_token, this_process
@@ -19,6 +18,9 @@ from dramatiq_slots.deferral import DEFERRALS
 from dramatiq_slots.ledger import Limit, Line
 from dramatiq_slots.places import PLACE
 from dramatiq_slots.wakeups import Wakeups
+from tests.support.in_process import RunRecorder as Probe
+from tests.support.in_process import SlotsFactory, running_worker
+from tests.support.waiting import became_true as wait_until
 
 
 def capped_pair(probe: Probe, release: threading.Event, capacity: int = 1) -> tuple[Any, Any]:

@@ -25,6 +25,8 @@ runs of dead pids (once each: a run is ended only by whoever removes it from
 
 A ledger is named ``queue:<queue name>`` or ``key:<runtime key>``, in clear
 (the ledger itself stores keys by digest).
+
+A standalone cousin of ``tests.support.probe``: the example must not import tests.
 """
 
 from __future__ import annotations

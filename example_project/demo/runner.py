@@ -129,7 +129,10 @@ def dramatiq_script() -> Path:
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is still alive (zombies do not count)."""
+    """Whether any process of group ``pgid`` is still alive (zombies do not count).
+
+    The example's own ``/proc`` scan (as ``tests.support.processes``): the example must not import tests.
+    """
     proc = Path("/proc")
     if proc.is_dir():
         for entry in proc.iterdir():
@@ -153,6 +156,8 @@ def group_alive(pgid: int) -> bool:
 
 
 def wait_for(condition: Callable[[], bool], *, timeout: float, interval: float = 0.05) -> bool:
+    """Poll ``condition`` until true or ``timeout`` s; whether it came true (the example's own
+    loop, as ``tests.support.waiting``: the example must not import tests)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() >= deadline:

@@ -9,6 +9,9 @@ It listens on 127.0.0.1 on a free port, keeps nothing on disk (``--save ''
 --appendonly no``, a temporary ``--dir``), runs in its own session (so a
 Ctrl-C in the terminal reaches the demo, which then stops the workers
 before the server), and is stopped with SIGTERM (SIGKILL if it lingers).
+
+A standalone copy of what ``tests.support.servers`` does (free_port included): the example must
+not import tests, it is what a user copies.
 """
 
 from __future__ import annotations
@@ -50,7 +53,10 @@ def find_binary() -> str:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (never 6379: that one may be yours)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago (never 6379: that one may be yours).
+
+    The example's own copy of ``tests.support.ports.free_port`` (the example must not import tests).
+    """
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))

@@ -1,7 +1,7 @@
 """A throwaway Sentinel setup for the tests: 1 primary, 1 replica, 3 sentinels, on free ports.
 
-The primary and the replica are :class:`servers.Server` processes (the replica
-started with ``--replicaof``); each sentinel is ``redis-server <conf>
+The primary and the replica are :class:`~.servers.Server` processes (the replica
+started with ``--replicaof``); each sentinel is the engine's own server binary run as ``<binary> <conf>
 --sentinel`` in its own temporary directory (a sentinel rewrites its own
 configuration file), monitoring the primary as ``MASTER_NAME`` with a quorum of
 2 and a short ``down-after-milliseconds``, so a failover takes seconds. Nothing
@@ -20,7 +20,9 @@ from pathlib import Path
 
 import redis
 from redis.sentinel import Sentinel
-from servers import Engine, Server, free_port
+
+from .ports import free_port
+from .servers import Engine, Server
 
 MASTER_NAME = "slots-test"
 #: Milliseconds without an answer before the sentinels call the primary down.
@@ -98,6 +100,7 @@ class LocalSentinel:
                 client = redis.Redis(port=sentinel.port, socket_timeout=1)
                 try:
                     master = client.sentinel_master(MASTER_NAME)
+                    assert isinstance(master, dict), f"SENTINEL MASTER replied {master!r}"
                     if int(master.get("num-slaves", 0)) < 1 or int(master.get("num-other-sentinels", 0)) < 2:
                         return False
                 finally:
@@ -106,7 +109,7 @@ class LocalSentinel:
         return False
 
     def sentinel(self, **kwargs: object) -> Sentinel:
-        return Sentinel([("127.0.0.1", s.port) for s in self.sentinels], **kwargs)  # type: ignore[arg-type]
+        return Sentinel([("127.0.0.1", s.port) for s in self.sentinels], **kwargs)
 
     def master_port(self) -> int:
         """The primary's port as the sentinels see it now."""

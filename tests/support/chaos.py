@@ -1,7 +1,7 @@
 """The chaos harness: real worker groups, breakable servers, and an oracle that is never broken.
 
-Every chaos scenario runs ``dramatiq tests.multiprocess.app`` command lines
-(process groups, like hosts; see :mod:`tests.multiprocess.harness`) against
+Every chaos scenario runs ``dramatiq tests.apps.multiprocess_app`` command lines
+(process groups, like hosts; see :mod:`tests.support.worker_groups`) against
 servers the test started itself, in three roles:
 
 the ledger
@@ -11,7 +11,7 @@ the broker
     dramatiq's Redis broker, on another server that stays up, so a ledger
     fault never loses messages by itself.
 the oracle
-    the probe (:mod:`tests.multiprocess.probe`) on a server that is never
+    the probe (:mod:`tests.support.probe`) on a server that is never
     faulted either: each job counts itself there, from inside the actor
     body, with atomic INCR/DECR, and records its interval. What really ran
     is read there, never from the ledger.
@@ -51,8 +51,8 @@ from typing import Any
 
 import redis
 
-from .harness import CAPPED_QUEUE, Cluster
 from .probe import Probe, max_overlap
+from .worker_groups import CAPPED_QUEUE, WorkerFleet
 
 #: Live holds of one ledger, by the Redis clock of the ledger's own server.
 _LIVE_HOLDS = """
@@ -199,8 +199,8 @@ SCENARIOS: dict[str, tuple[str, str, str]] = {
 
 
 @dataclass
-class ChaosCluster(Cluster):
-    """A :class:`Cluster` whose ledger and oracle live on their own servers.
+class ChaosFleet(WorkerFleet):
+    """A :class:`WorkerFleet` whose ledger and oracle live on their own servers.
 
     ``client`` (the base class's) is the broker's server; ``ledger_client``
     the ledger's (faulted); ``oracle_client`` the probe's (never faulted).
@@ -333,7 +333,7 @@ class Verdict:
 
 def verdict(
     scenario: str,
-    cluster: Cluster,
+    cluster: WorkerFleet,
     watch: LedgerWatch,
     *,
     sent: list[str],
@@ -361,6 +361,6 @@ def verdict(
     )
 
 
-def capped_ledger(cluster: Cluster) -> str:
+def capped_ledger(cluster: WorkerFleet) -> str:
     """The ledger key of the app's capped queue."""
     return cluster.ledger.keys.queue(CAPPED_QUEUE)

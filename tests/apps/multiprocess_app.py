@@ -1,6 +1,6 @@
-"""The dramatiq app the multi-process tests run: ``dramatiq tests.multiprocess.app``.
+"""The dramatiq app the multi-process tests run: ``dramatiq tests.apps.multiprocess_app``.
 
-Configured only by environment variables (see :class:`harness.AppConfig`):
+Configured only by environment variables (see :class:`tests.support.worker_groups.AppConfig`):
 the broker (a RedisBroker with a short heartbeat timeout and queue
 maintenance on every command, so the unacked messages of a killed group are
 requeued within seconds), the Slots middleware and its settings, the job
@@ -28,8 +28,8 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 
 from dramatiq_slots import Slots
 from dramatiq_slots.deferral import DEFERRALS
-
-from .harness import (
+from tests.support.probe import ProcessProbe
+from tests.support.worker_groups import (
     CAPPED_ACTOR,
     CAPPED_QUEUE,
     CAPPED_SCOPE,
@@ -40,7 +40,6 @@ from .harness import (
     key_scope,
     runtime_key,
 )
-from .probe import ProcessProbe
 
 config = AppConfig.from_env(os.environ)
 
@@ -49,8 +48,8 @@ if config.clock_offset_s:
     # dramatiq's and the middleware's included; monotonic time is not. (libfaketime would do it
     # below Python, but with it CPython's time.sleep fails with EINVAL on this Debian.)
     _time, _time_ns = time.time, time.time_ns
-    time.time = lambda: _time() + config.clock_offset_s  # type: ignore[assignment]
-    time.time_ns = lambda: _time_ns() + config.clock_offset_s * 1_000_000_000  # type: ignore[assignment]
+    time.time = lambda: _time() + config.clock_offset_s
+    time.time_ns = lambda: _time_ns() + config.clock_offset_s * 1_000_000_000
 
 broker = config.broker()
 slots: Slots | None = None

@@ -1,10 +1,11 @@
 """A throwaway Redis Cluster for the tests: 3 primaries and 3 replicas on free ports of 127.0.0.1.
 
-Each node is a :class:`servers.Server` (Redis 7 or Valkey: ``--cluster-port``)
+Each node is a :class:`~.servers.Server` (Redis 7 or Valkey: ``--cluster-port``)
 started with ``--cluster-enabled yes``
 in its own data directory (kept across restarts, so a node comes back with
 its ``nodes.conf``), and the cluster is formed by ``redis-cli --cluster
-create``, as an operator would. A short ``cluster-node-timeout`` makes a
+create`` (``valkey-cli`` for Valkey: the engine's own client, :attr:`~.servers.Engine.cli`),
+as an operator would. A short ``cluster-node-timeout`` makes a
 failover take a second or two. Nothing here touches a server it did not start.
 """
 
@@ -19,7 +20,9 @@ from pathlib import Path
 
 import redis
 from redis.cluster import RedisCluster
-from servers import Engine, Server, ServerError, free_port
+
+from .ports import free_port
+from .servers import Engine, Server, ServerError
 
 #: Milliseconds a primary may be unreachable before its replica is promoted.
 NODE_TIMEOUT_MS = 1_000
@@ -59,15 +62,18 @@ class LocalCluster:
         ]
 
     def start(self) -> LocalCluster:
-        cli = shutil.which("redis-cli") or shutil.which("valkey-cli")
+        cli = self.engine.cli
         if cli is None:
-            raise ClusterError("no redis-cli (or valkey-cli) on PATH to form the cluster")
+            raise ClusterError(
+                f"engine {self.engine.kind} ({self.engine.binary}) has no redis-cli or valkey-cli beside it "
+                "to form the cluster"
+            )
         for node in self.nodes:
             self._start_node(node)
         command = [cli, "--cluster", "create", *self.addresses(), "--cluster-replicas", "1", "--cluster-yes"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
-            raise ClusterError(f"redis-cli --cluster create failed:\n{done.stdout}\n{done.stderr}")
+            raise ClusterError(f"{cli} --cluster create failed:\n{done.stdout}\n{done.stderr}")
         self.wait_ok()
         self.wait_replicas_synced()
         return self

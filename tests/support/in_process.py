@@ -1,12 +1,13 @@
-"""Fixtures and helpers for tests that run a real dramatiq Worker on a RedisBroker.
+"""Fixtures and helpers for tests that run a real dramatiq Worker on a RedisBroker, in process.
 
-Loaded as a pytest plugin by conftest.py.
+Loaded as a pytest plugin by ``tests/conftest.py``. What ran is recorded in memory by a
+:class:`RunRecorder` (fixture ``probe``), unlike the worker processes' :class:`~.probe.Probe`,
+which records in Redis.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,8 +25,8 @@ TEST_HOLD_TTL = 3_000
 TEST_BEAT = 300
 
 
-class Probe:
-    """Records what really ran, in process: concurrency per label and every run."""
+class RunRecorder:
+    """Records what really ran in this process's Worker: concurrency per label and every run."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -63,16 +64,6 @@ class Probe:
     def wait_runs(self, count: int, timeout: float = 30.0) -> None:
         if not self.wait_for(lambda: len(self.runs) >= count, timeout):
             raise AssertionError(f"only {len(self.runs)} of {count} runs finished within {timeout} s")
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
-    """Poll a condition that no event announces (state in Redis, the passing of time)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 @pytest.fixture
@@ -123,8 +114,8 @@ def add_slots(broker: RedisBroker, key_prefix: str) -> Iterator[SlotsFactory]:
 
 
 @pytest.fixture
-def probe() -> Probe:
-    return Probe()
+def probe() -> RunRecorder:
+    return RunRecorder()
 
 
 @contextmanager

@@ -1,7 +1,7 @@
-"""The dramatiq app of the metrics test: ``dramatiq tests.metrics_app``.
+"""The dramatiq app of the metrics test: ``dramatiq tests.apps.metrics_app``.
 
-Configured by environment variables only, as :mod:`tests.multiprocess.app`
-(an :class:`~tests.multiprocess.harness.AppConfig`), plus dramatiq's own
+Configured by environment variables only, as :mod:`tests.apps.multiprocess_app`
+(an :class:`~tests.support.worker_groups.AppConfig`), plus dramatiq's own
 ``dramatiq_prom_db`` / ``dramatiq_prom_host`` / ``dramatiq_prom_port`` for
 its ``Prometheus`` middleware, which this app adds to a RedisBroker together
 with ``Slots`` (before ``TimeLimit``).
@@ -26,8 +26,8 @@ import dramatiq
 from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.middleware.prometheus import Prometheus
 
-from tests.multiprocess.harness import AppConfig, BootProbe, key_scope, queue_scope
-from tests.multiprocess.probe import ProcessProbe
+from tests.support.probe import ProcessProbe
+from tests.support.worker_groups import AppConfig, BootProbe, key_scope, queue_scope
 
 CAPPED_QUEUE = "metrics_capped"  # names repeated in tests/test_metrics.py
 CAPPED_ACTOR = "metered_job"

@@ -3,26 +3,25 @@
 Pieces, each usable on its own:
 
 :class:`AppConfig`
-    Everything the worker app (:mod:`tests.multiprocess.app`) reads, turned
+    Everything the worker app (:mod:`tests.apps.multiprocess_app`) reads, turned
     into environment variables by :meth:`AppConfig.env` and back by
     :meth:`AppConfig.from_env`. The only channel from a test to its workers.
 :class:`WorkerGroup`
-    One ``dramatiq tests.multiprocess.app --processes P --threads T`` started
+    One ``dramatiq tests.apps.multiprocess_app --processes P --threads T`` started
     in a new session (its own process group: ``os.killpg`` takes down the
     whole "host"), with stdout/stderr in files whose tails go into assertion
-    messages. Its processes are found by scanning ``/proc`` for its pgid.
-:class:`Cluster`
+    messages. Its processes are found by scanning ``/proc`` for its pgid (:mod:`.processes`).
+:class:`WorkerFleet`
     The groups of one test, the probe, a sender for messages and a view of
-    the ledger; :meth:`Cluster.kill_group` SIGKILLs a host and
-    :meth:`Cluster.wait_holds_gone` times how long its holds outlive it.
-    Closing the cluster kills every group it started (use it as a context
+    the ledger; :meth:`WorkerFleet.kill_group` SIGKILLs a host and
+    :meth:`WorkerFleet.wait_holds_gone` times how long its holds outlive it.
+    Closing the fleet kills every group it started (use it as a context
     manager or in a fixture finalizer, so no worker outlives its test).
-:func:`wait_until`
-    Poll a condition with a bounded deadline. Every wait in these tests is
-    one of these: no fixed sleep stands in for synchronisation.
+Waits are :func:`~.waiting.wait_until` (a bounded deadline; no fixed sleep stands in for
+synchronisation).
 
 Nothing here imports pytest; a failed wait raises ``AssertionError`` with the
-log tails of the cluster attached.
+log tails of the fleet attached.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ import time
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import dramatiq
 import redis
@@ -48,14 +47,17 @@ from dramatiq.middleware import CurrentMessage, Middleware
 from dramatiq_slots import URL_ENV, Holder, Ledger, Slots
 from dramatiq_slots.errors import LedgerError
 from dramatiq_slots.failpoints import ENV as FAILPOINT_ENV
+from dramatiq_slots.options import LostHoldMode
 
 from .probe import Probe
+from .processes import group_members
+from .waiting import wait_until
 
 #: The repository root: the worker command lines run there, with it on PYTHONPATH.
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: The module the worker command lines load.
-APP_MODULE = "tests.multiprocess.app"
+APP_MODULE = "tests.apps.multiprocess_app"
 
 #: The ``dramatiq`` console script of the running interpreter's environment.
 DRAMATIQ = Path(sys.executable).parent / "dramatiq"
@@ -90,7 +92,6 @@ def runtime_key(key: str) -> str:
 _ENV = "SLOTS_MP_"
 #: Fields of :class:`AppConfig` whose empty value means None.
 _OPTIONAL = frozenset({"capacity", "ledger_url", "probe_url", "broker_url"})
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class AppConfig:
     #: Seconds the workers' wall clock is off (``time.time``/``time.time_ns`` shifted in the app).
     clock_offset_s: int = 0
     #: ``Slots(on_lost_hold=...)``.
-    on_lost_hold: str = "reassert"
+    on_lost_hold: LostHoldMode = "reassert"
     #: The test actors' ``max_retries`` (0: a failed run is not retried; Retries' backoff is 0.2-1 s).
     max_retries: int = 0
 
@@ -210,7 +211,7 @@ class AppConfig:
             rabbit = self.rabbitmq_broker()
             rabbit.add_middleware(CurrentMessage())
             return rabbit
-        broker = RedisBroker(  # type: ignore[no-untyped-call]
+        broker = RedisBroker(
             url=self.redis_url,
             namespace=self.namespace,
             heartbeat_timeout=self.broker_heartbeat_timeout,
@@ -262,57 +263,11 @@ def log_tail(name: str, paths: Iterable[Path], lines: int = 40) -> str:
     return "\n".join(parts)
 
 
-def wait_until(
-    condition: Callable[[], T],
-    *,
-    timeout: float,
-    what: str,
-    interval: float = 0.05,
-    context: Callable[[], str] | None = None,
-) -> T:
-    """Poll ``condition`` every ``interval`` s until it returns something truthy; return that.
-
-    Raises AssertionError naming ``what`` (and ``context()``, e.g. log tails)
-    when ``timeout`` seconds pass first.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            extra = f"\n{context()}" if context is not None else ""
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}{extra}")
-        time.sleep(interval)
-
-
 # -- processes ----------------------------------------------------------------
 
 
-def _stat(pid: int) -> tuple[str, int, int] | None:
-    """``(state, ppid, pgrp)`` of a process from /proc, or None when it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return fields[0], int(fields[1]), int(fields[2])
-
-
-def group_members(pgid: int) -> set[int]:
-    """Live (not zombie) processes of process group ``pgid``, by scanning /proc."""
-    members = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        stat = _stat(int(entry.name))
-        if stat is not None and stat[2] == pgid and stat[0] not in ("Z", "X"):
-            members.add(int(entry.name))
-    return members
-
-
 class WorkerGroup:
-    """One ``dramatiq`` command line in its own session: a host of the cluster.
+    """One ``dramatiq`` command line in its own session: a host of the fleet.
 
     Parameters:
       name: the group's label (also the probe's ``group`` of its runs).
@@ -466,13 +421,13 @@ class WorkerGroup:
         return f"WorkerGroup({self.name}, pid={self._proc.pid if self._proc else None}, {state})"
 
 
-# -- the cluster ----------------------------------------------------------------
+# -- the fleet ----------------------------------------------------------------
 
 
 class Backlog:
     """Keeps capped work queued: every id sent through it, and a top-up to ``depth`` unfinished."""
 
-    def __init__(self, cluster: Cluster, depth: int) -> None:
+    def __init__(self, cluster: WorkerFleet, depth: int) -> None:
         self.cluster = cluster
         self.depth = depth
         self.sent: list[str] = []
@@ -490,7 +445,7 @@ class Backlog:
 
 @dataclass(frozen=True)
 class Kill:
-    """A worker group SIGKILLed by :meth:`Cluster.kill_group`."""
+    """A worker group SIGKILLed by :meth:`WorkerFleet.kill_group`."""
 
     group: WorkerGroup
     #: Its worker pids.
@@ -503,11 +458,11 @@ class Kill:
 
 
 @dataclass
-class Cluster:
+class WorkerFleet:
     """The worker groups of one test, with the probe and a message sender.
 
     ``client`` is the test's Redis client (of the server in ``config.redis_url``);
-    the cluster does not close it. :meth:`close` kills every group.
+    the fleet does not close it. :meth:`close` kills every group.
     """
 
     config: AppConfig
@@ -523,7 +478,7 @@ class Cluster:
             self._broker = self.config.rabbitmq_broker(middleware=[])
             self._purge_app_queues()
         else:
-            self._broker = RedisBroker(  # type: ignore[no-untyped-call]
+            self._broker = RedisBroker(
                 client=self.client,
                 namespace=self.config.namespace,
                 middleware=[],
@@ -554,7 +509,7 @@ class Cluster:
     ) -> WorkerGroup:
         """Start ``dramatiq`` as a new process group named ``name`` (config ``overrides`` apply to it)."""
         if any(g.name == name for g in self.groups):
-            raise ValueError(f"group name {name!r} already used in this cluster")
+            raise ValueError(f"group name {name!r} already used in this fleet")
         group = WorkerGroup(
             name, self.config.replace(**overrides), self.log_dir, processes=processes, threads=threads
         )
@@ -572,7 +527,7 @@ class Cluster:
             return all(sum(1 for label in booted.values() if label == g.name) >= g.processes for g in groups)
 
         names = ", ".join(g.name for g in groups)
-        wait_until(ready, timeout=timeout, what=f"groups {names} to boot", context=self.tails)
+        wait_until(ready, timeout=timeout, interval=0.05, what=f"groups {names} to boot", context=self.tails)
         for group in groups:
             group.worker_pids()
 
@@ -614,7 +569,7 @@ class Cluster:
         if errors:
             raise errors[0]
 
-    def __enter__(self) -> Cluster:
+    def __enter__(self) -> WorkerFleet:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -701,15 +656,15 @@ class Cluster:
             missing = wanted - self.completed_ids(scope)
             return f"{len(missing)} of {len(wanted)} messages never completed\n{self.tails()}"
 
-        wait_until(done, timeout=timeout, what="every message to run", context=context)
+        wait_until(done, timeout=timeout, interval=0.05, what="every message to run", context=context)
 
 
-def close_all(clusters: Iterable[Cluster]) -> None:
-    """Close every cluster (kill its groups), then raise the first error any close raised."""
+def close_all(fleets: Iterable[WorkerFleet]) -> None:
+    """Close every fleet (kill its groups), then raise the first error any close raised."""
     errors: list[BaseException] = []
-    for cluster in clusters:
+    for fleet in fleets:
         try:
-            cluster.close()
+            fleet.close()
         except BaseException as e:  # keep closing the others
             errors.append(e)
     if errors:

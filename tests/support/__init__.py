@@ -1,0 +1,23 @@
+"""Test support: what the tests (and ``bench/``) build on. Nothing here is a test.
+
+Servers, all started by the tests on free ports of 127.0.0.1, never a server they did not start:
+
+- :mod:`.servers`: Redis-protocol servers (engines ``redis6``, ``redis7``, ``valkey``).
+- :mod:`.redis_cluster`: a Redis Cluster of six such servers (:class:`~.redis_cluster.LocalCluster`).
+- :mod:`.sentinel`: a primary, a replica and three sentinels (:class:`~.sentinel.LocalSentinel`).
+- :mod:`.rabbitmq`: a RabbitMQ node with its own epmd (:class:`~.rabbitmq.RabbitServer`).
+- :mod:`.proxy`: a TCP proxy in front of a server that can lose or delay a reply.
+
+Dramatiq, in this process and as real command lines:
+
+- :mod:`.in_process`: a real ``Worker`` in the test's process, its fixtures (a pytest plugin, loaded
+  by ``tests/conftest.py``) and :class:`~.in_process.RunRecorder`, what ran there.
+- :mod:`.worker_groups`: ``dramatiq`` command lines as process groups, like hosts
+  (:class:`~.worker_groups.WorkerGroup`, a test's groups: :class:`~.worker_groups.WorkerFleet`).
+- :mod:`.probe`: what really ran in those processes, recorded in Redis by the jobs.
+- :mod:`.chaos`: the chaos harness; :mod:`.chaos_report` writes docs/reliability.md from its verdicts.
+- :mod:`.failover`: one failover scenario for every replicated ledger setup.
+
+Plumbing: :mod:`.waiting` (``wait_until``, the one polling loop), :mod:`.ports` (``free_port``),
+:mod:`.processes` (the ``/proc`` scanner).
+"""
