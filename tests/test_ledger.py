@@ -6,7 +6,6 @@ clock to pass them: the thing awaited is time itself.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -15,9 +14,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from dramatiq_slots.errors import LedgerArgumentError, LedgerError, LedgerUnavailable
-from dramatiq_slots.ledger import SCRIPTS, Entered, Ledger, Limit, Line, Member
+from dramatiq_slots.ledger import SCRIPTS, Entered, Ledger, Limit, Line, Member, RedisClient
 from tests.support.ports import free_port
 from tests.support.servers import Server
+from tests.support.waiting import wait_until
 
 LONG = 60_000  # ms; never expires during a test
 SHORT = 300  # ms; expires during a test
@@ -27,19 +27,11 @@ def token(n: int, host: str = "host-a") -> str:
     return f"{host}:{1000 + n}:1:{n}"
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
 def tokens_of(ledger: Ledger, key: str) -> set[str]:
     return {h.token for h in ledger.holders(key)}
 
 
-def score(client: redis.Redis, key: str, member: str) -> float | None:
+def score(client: RedisClient, key: str, member: str) -> float | None:
     return client.zscore(key, member)
 
 
@@ -162,7 +154,7 @@ def test_a_silent_hold_expires_and_a_live_holders_beat_gives_its_slot_to_a_newco
     assert lg.enter(token(0), [Limit(key, 2)], ttl_ms=LONG).admitted
     assert lg.enter(token(1), [Limit(key, 2)], ttl_ms=SHORT).admitted
     assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, full=key)
-    wait_until(lambda: lg.in_use(key) == 1, "the short hold to expire")
+    wait_until(lambda: lg.in_use(key) == 1, timeout=5.0, what="the short hold to expire")
     assert tokens_of(lg, key) == {token(0)}
     assert lg.client.zcard(key) == 2  # the expired member is still there...
     # ...and enter counts members, not live holds (it never sweeps): still refused, nothing written.
@@ -183,7 +175,9 @@ def test_a_lone_expired_hold_frees_its_slot_when_its_key_expires(engine_ledger: 
     assert lg.enter(token(1), [Limit(key, 1)], ttl_ms=SHORT).admitted
     assert lg.enter(token(2), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=False, full=key)
     # No live holder beats this ledger: the key expires whole, with its only hold.
-    wait_until(lambda: lg.client.exists(key) == 0, "the key of the lone short hold to expire")
+    wait_until(
+        lambda: lg.client.exists(key) == 0, timeout=5.0, what="the key of the lone short hold to expire"
+    )
     assert lg.holders(key) == []
     assert lg.in_use(key) == 0
     assert lg.enter(token(2), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=True, members=(1,))
@@ -194,7 +188,7 @@ def test_abandoned_ledger_key_vanishes(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
     lg.enter(token(1), [Limit(key, 5)], ttl_ms=SHORT)
     assert 0 < lg.client.pttl(key) <= SHORT
-    wait_until(lambda: lg.client.exists(key) == 0, "the abandoned ledger key to expire")
+    wait_until(lambda: lg.client.exists(key) == 0, timeout=5.0, what="the abandoned ledger key to expire")
 
 
 def test_key_ttl_follows_its_longest_hold(engine_ledger: Ledger) -> None:
@@ -244,7 +238,7 @@ def test_leave_after_expiry_removes_its_own_member_only(engine_ledger: Ledger) -
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
     lg.enter(token(1), [Limit(key, 2)], ttl_ms=SHORT)
     lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG)
-    wait_until(lambda: lg.in_use(key) == 1, "token 1's hold to expire")
+    wait_until(lambda: lg.in_use(key) == 1, timeout=5.0, what="token 1's hold to expire")
     # Its member is still in the set (nothing swept it), and enter still counts it:
     assert score(lg.client, key, token(1)) is not None
     assert lg.enter(token(3), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, full=key)
@@ -285,7 +279,7 @@ def test_beat_reports_an_expired_hold_and_does_not_refresh_it(engine_ledger: Led
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
     lg.enter(token(1), [Limit(key, 2)], ttl_ms=SHORT)
     lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG)  # keeps the key alive past token 1's expiry
-    wait_until(lambda: lg.in_use(key) == 1, "token 1's hold to expire")
+    wait_until(lambda: lg.in_use(key) == 1, timeout=5.0, what="token 1's hold to expire")
     assert score(lg.client, key, token(1)) is not None  # expired, not yet swept
     assert lg.beat([Member(key, token(1)), Member(key, token(2))], ttl_ms=LONG) == [Member(key, token(1))]
     assert score(lg.client, key, token(1)) is None

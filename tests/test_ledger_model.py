@@ -259,8 +259,8 @@ class LedgerModel(RuleBasedStateMachine):
             if process_of(handoff.token) == LISTENING and own != LISTENING:
                 message = self.pubsub.get_message(timeout=5)
                 assert message is not None and message["type"] == "message"
-                data = message["data"]
-                text = data.decode() if isinstance(data, bytes) else data
+                payload = message["data"]
+                text = payload.decode() if isinstance(payload, bytes) else payload
                 assert text == f"{handoff.token} {handoff.age_ms} {handoff.ledger}"
         assert self.pubsub.get_message(timeout=0.01) is None  # nothing published to anyone else here
         self.check_drained()
@@ -314,7 +314,7 @@ class LedgerModel(RuleBasedStateMachine):
         # reasserting a live hold must not count it twice).
         candidates = self.running_members()
         lost = self.lost()
-        if lost and data.draw(st.booleans(), label="only lost holds"):
+        if bool(lost) and data.draw(st.booleans(), label="only lost holds"):
             candidates = lost
         self.do_reassert(
             data.draw(st.lists(st.sampled_from(candidates), unique=True, min_size=1, max_size=3))
@@ -366,7 +366,9 @@ class LedgerModel(RuleBasedStateMachine):
             assert self.ledger.in_use(key) == len(s.live()), key
             assert {h.token for h in self.ledger.holders(key)} == s.live(), key
             assert self.client.zcard(key) == len(s.members), key
-            assert self.ledger.line(key) == sorted(s.line, key=lambda t, s=s: (s.line[t], t)), key
+            assert self.ledger.line(key) == [
+                t for t, _ in sorted(s.line.items(), key=lambda tp: (tp[1], tp[0]))
+            ], key
 
     @invariant()
     def within_capacity_unless_reasserted(self) -> None:

@@ -13,7 +13,7 @@ import redis
 from dramatiq_slots.claims import process_part
 from dramatiq_slots.errors import LedgerArgumentError
 from dramatiq_slots.ledger import Ledger, Limit, Line, Member
-from tests.support.waiting import became_true as wait_until
+from tests.support.waiting import wait_until
 
 TTL = 30_000
 
@@ -33,7 +33,7 @@ class Listener:
     """A process's wake channel, subscribed for real: what leave.lua published to it."""
 
     def __init__(self, client: redis.Redis, ledger: Ledger, process: str) -> None:
-        self.pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+        self.pubsub = client.pubsub()
         self.pubsub.subscribe(ledger.keys.wake_channel_prefix() + process)
         assert self.pubsub.get_message(timeout=5)["type"] == "subscribe"
 
@@ -243,7 +243,7 @@ def test_a_dead_holders_member_counts_until_a_live_holders_beat_sweeps_it(ledger
     q = queue(ledger, capacity=2)
     assert enter(ledger, "live:1:1:1", q).admitted
     assert ledger.enter("dead:1:1:1", [q], ttl_ms=50, line=Line.NONE).admitted
-    assert wait_until(lambda: ledger.in_use(q.ledger) == 1, timeout=5)
+    wait_until(lambda: ledger.in_use(q.ledger) == 1, timeout=5, what="the dead holder's hold to expire")
     # Expired, but still a member: enter.lua counts members (see its header).
     assert not enter(ledger, "b:1:1:1", q, line=Line.NONE).admitted
     assert ledger.beat([Member(q.ledger, "live:1:1:1")], ttl_ms=TTL) == []
@@ -253,7 +253,9 @@ def test_a_dead_holders_member_counts_until_a_live_holders_beat_sweeps_it(ledger
 def test_a_ledger_whose_holders_all_died_expires_whole(ledger: Ledger, redis_client: redis.Redis) -> None:
     q = queue(ledger)
     assert ledger.enter("dead:1:1:1", [q], ttl_ms=50, line=Line.NONE).admitted
-    assert wait_until(lambda: not redis_client.exists(q.ledger), timeout=5)
+    wait_until(
+        lambda: not redis_client.exists(q.ledger), timeout=5, what="the dead holder's ledger key to expire"
+    )
     assert enter(ledger, "b:1:1:1", q, line=Line.NONE).admitted
 
 
@@ -261,7 +263,7 @@ def test_a_ledger_whose_holders_all_died_expires_whole(ledger: Ledger, redis_cli
 def test_malformed_arguments_are_refused(ledger: Ledger, argv: tuple[int, int], index: int) -> None:
     ttl, line = argv
     with pytest.raises(LedgerArgumentError, match=rf"ARGV\[{index}\]"):
-        ledger.enter("a:1:1:1", [queue(ledger)], ttl_ms=ttl, line=line)
+        ledger.enter("a:1:1:1", [queue(ledger)], ttl_ms=ttl, line=line)  # type: ignore[arg-type]
     assert ledger.in_use(queue(ledger).ledger) == 0
 
 

@@ -27,7 +27,7 @@ from dramatiq_slots.middleware import AdmissionError
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.ports import free_port
-from tests.support.waiting import became_true as wait_until
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
@@ -37,7 +37,7 @@ def test_bad_numbers_are_refused_at_declaration(
 ) -> None:
     add_slots()
     with pytest.raises(ConfigurationError) as raised:
-        dramatiq.actor(lambda: None, actor_name="bad_actor", **{option: bad})
+        dramatiq.actor(actor_name="bad_actor", **{option: bad})(lambda: None)
     text = str(raised.value)
     assert "'bad_actor'" in text and f"'{option}'" in text and repr(bad) in text
     assert isinstance(raised.value, ValueError) and isinstance(raised.value, SlotsError)
@@ -47,7 +47,7 @@ def test_bad_numbers_are_refused_at_declaration(
 def test_backoff_bounds_must_be_ordered(broker: RedisBroker, add_slots: SlotsFactory) -> None:
     add_slots()
     with pytest.raises(ConfigurationError, match=r"actor 'slow'.*defer_max_backoff \(50 ms\) must be >= "):
-        dramatiq.actor(lambda: None, actor_name="slow", defer_min_backoff=100, defer_max_backoff=50)
+        dramatiq.actor(actor_name="slow", defer_min_backoff=100, defer_max_backoff=50)(lambda: None)
 
 
 @pytest.mark.parametrize("bad", ["", 3, b"key", ["k"]])
@@ -56,17 +56,17 @@ def test_bad_key_options_are_refused_at_declaration(
 ) -> None:
     add_slots()
     with pytest.raises(ConfigurationError, match=r"actor 'keyed': option 'unique_at_runtime_key'"):
-        dramatiq.actor(lambda: None, actor_name="keyed", unique_at_runtime_key=bad)
+        dramatiq.actor(actor_name="keyed", unique_at_runtime_key=bad)(lambda: None)
 
 
 def test_two_actors_of_one_queue_must_agree_on_its_capacity(
     broker: RedisBroker, add_slots: SlotsFactory
 ) -> None:
     add_slots()
-    dramatiq.actor(lambda: None, actor_name="first", queue_name="partner", queue_capacity=5)
-    dramatiq.actor(lambda: None, actor_name="same", queue_name="partner", queue_capacity=5)
+    dramatiq.actor(actor_name="first", queue_name="partner", queue_capacity=5)(lambda: None)
+    dramatiq.actor(actor_name="same", queue_name="partner", queue_capacity=5)(lambda: None)
     with pytest.raises(ConfigurationError) as raised:
-        dramatiq.actor(lambda: None, actor_name="second", queue_name="partner", queue_capacity=3)
+        dramatiq.actor(actor_name="second", queue_name="partner", queue_capacity=3)(lambda: None)
     text = str(raised.value)
     assert "actor 'second'" in text and "'queue_capacity'=3" in text and "5 from actor 'first'" in text
 
@@ -76,7 +76,7 @@ def test_actor_capacity_must_agree_with_queue_capacities(
 ) -> None:
     add_slots(queue_capacities={"partner": 2})
     with pytest.raises(ConfigurationError, match=r"conflicts with 2 from Slots\(queue_capacities="):
-        dramatiq.actor(lambda: None, actor_name="x", queue_name="partner", queue_capacity=4)
+        dramatiq.actor(actor_name="x", queue_name="partner", queue_capacity=4)(lambda: None)
 
 
 @pytest.mark.parametrize(
@@ -113,9 +113,9 @@ def test_no_redis_for_a_non_redis_broker_is_a_clear_error(monkeypatch: pytest.Mo
     stub = StubBroker()
     stub.add_middleware(Slots())
     with pytest.raises(ConfigurationError, match=r"Slots needs a Redis for its ledger.*StubBroker"):
-        dramatiq.actor(lambda: None, actor_name="capped", queue_capacity=1, broker=stub)
+        dramatiq.actor(actor_name="capped", queue_capacity=1, broker=stub)(lambda: None)
     # Uncapped actors need no ledger at all.
-    dramatiq.actor(lambda: None, actor_name="plain", broker=stub)
+    dramatiq.actor(actor_name="plain", broker=stub)(lambda: None)
 
 
 def test_ledger_url_from_the_environment(
@@ -125,7 +125,7 @@ def test_ledger_url_from_the_environment(
     stub = StubBroker()
     slots = Slots(key_prefix=key_prefix)
     stub.add_middleware(slots)
-    dramatiq.actor(lambda: None, actor_name="capped", queue_capacity=1, broker=stub)
+    dramatiq.actor(actor_name="capped", queue_capacity=1, broker=stub)(lambda: None)
     assert slots.ledger.client.ping()
     assert slots.in_use("default") == 0
     slots.ledger.client.close()
@@ -193,7 +193,11 @@ def test_a_bad_key_callable_fails_the_message_and_never_runs_it(
     caplog.set_level(logging.ERROR)
     sync.send(7)
     with running_worker(broker, threads=1):
-        assert wait_until(lambda: broker.client.hlen(f"{broker.namespace}:default.XQ.msgs") == 1, timeout=10)
+        wait_until(
+            lambda: broker.client.hlen(f"{broker.namespace}:default.XQ.msgs") == 1,
+            timeout=10,
+            what="the message to be dead-lettered",
+        )
     assert probe.runs == []
     errors = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeKeyError)]
     assert errors, [r.getMessage() for r in caplog.records]
@@ -230,7 +234,7 @@ def test_an_unreachable_ledger_defers_and_never_runs_unheld(
             def deferred_twice() -> bool:
                 return sum("Deferred message" in r.getMessage() for r in caplog.records) >= 2
 
-            assert wait_until(deferred_twice, timeout=15)
+            wait_until(deferred_twice, timeout=15, what="two deferrals to be logged")
     finally:
         slots.heartbeat.stop()
     assert probe.runs == []
@@ -255,11 +259,15 @@ def test_an_unexpected_admission_failure_never_runs_the_actor(
         probe.record("ran")
 
     # Corrupt the actor's recorded options so planning raises a plain exception.
-    slots.declarations._capacities = Broken(slots.declarations._capacities)  # type: ignore[assignment]
+    slots.declarations._capacities = Broken(slots.declarations._capacities)
     caplog.set_level(logging.ERROR)
     broken.send()
     with running_worker(broker, threads=1):
-        assert wait_until(lambda: broker.client.hlen(f"{broker.namespace}:broken.XQ.msgs") == 1, timeout=10)
+        wait_until(
+            lambda: broker.client.hlen(f"{broker.namespace}:broken.XQ.msgs") == 1,
+            timeout=10,
+            what="the message to be dead-lettered",
+        )
     assert probe.runs == []
     assert any(
         r.exc_info and isinstance(r.exc_info[1], AdmissionError) and "actor 'broken'" in str(r.exc_info[1])
@@ -294,8 +302,10 @@ def test_a_permanent_ledger_error_fails_the_message_instead_of_waiting(
     caplog.set_level(logging.ERROR)
     wrongtype.send()
     with running_worker(broker, threads=1):
-        assert wait_until(
-            lambda: broker.client.hlen(f"{broker.namespace}:wrongtype.XQ.msgs") == 1, timeout=10
+        wait_until(
+            lambda: broker.client.hlen(f"{broker.namespace}:wrongtype.XQ.msgs") == 1,
+            timeout=10,
+            what="the message to be dead-lettered",
         )
     assert probe.runs == []
     failures = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], AdmissionError)]
@@ -330,6 +340,10 @@ def test_a_deferral_the_broker_refuses_fails_the_message(
     caplog.set_level(logging.ERROR)
     refused.send()
     with running_worker(broker, threads=1):
-        assert wait_until(lambda: broker.client.hlen(f"{broker.namespace}:refused.XQ.msgs") == 1, timeout=10)
+        wait_until(
+            lambda: broker.client.hlen(f"{broker.namespace}:refused.XQ.msgs") == 1,
+            timeout=10,
+            what="the message to be dead-lettered",
+        )
     assert probe.runs == []
     assert any(r.exc_info and isinstance(r.exc_info[1], _NoCopies) for r in caplog.records)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import dramatiq
 import pytest
@@ -20,7 +20,7 @@ from dramatiq_slots.places import PLACE
 from dramatiq_slots.wakeups import Wakeups
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
-from tests.support.waiting import became_true as wait_until
+from tests.support.waiting import wait_until
 
 
 def capped_pair(probe: Probe, release: threading.Event, capacity: int = 1) -> tuple[Any, Any]:
@@ -58,11 +58,17 @@ def test_waiters_start_in_the_order_they_joined_the_line(
     slots, release, blocker, job, line = line_setup(broker, add_slots, probe)
     with running_worker(broker, threads=6):
         blocker.send()
-        assert wait_until(lambda: slots.in_use("line") == 1)
+        wait_until(
+            lambda: slots.in_use("line") == 1, timeout=10.0, what="the blocker to hold the line's slot"
+        )
         for i in range(5):
             job.send(i)
+
             # One at a time, so the order of the line is the order of sending.
-            assert wait_until(lambda i=i: len(slots.ledger.line(line)) == i + 1)
+            def joined_line(n: int = i + 1) -> bool:
+                return len(slots.ledger.line(line)) == n
+
+            wait_until(joined_line, timeout=10.0, what=f"job {i} to join the line")
         joined = list(slots.ledger.line(line))
         release.set()
         probe.wait_runs(6 + 5)  # each job also records its deferrals
@@ -71,7 +77,7 @@ def test_waiters_start_in_the_order_they_joined_the_line(
     assert len(set(joined)) == 5
     assert probe.by_label["deferrals"] == [0, 0, 0, 0, 0], "waiting is not a deferral"
     assert probe.peak["line"] == 1
-    assert wait_until(lambda: slots.in_use("line") == 0)
+    wait_until(lambda: slots.in_use("line") == 0, timeout=10.0, what="the line's slot to be released")
 
 
 def test_a_burst_sent_within_one_millisecond_is_served_in_send_order(
@@ -80,14 +86,20 @@ def test_a_burst_sent_within_one_millisecond_is_served_in_send_order(
     slots, release, blocker, job, line = line_setup(broker, add_slots, probe)
     with running_worker(broker, threads=6):
         blocker.send()
-        assert wait_until(lambda: slots.in_use("line") == 1)
+        wait_until(
+            lambda: slots.in_use("line") == 1, timeout=10.0, what="the blocker to hold the line's slot"
+        )
         sent_at = int(time.time() * 1000)
         places = []
         for i in range(5):
             # dramatiq's own timestamp (ms) is the same for all five: only their places tell them apart.
             places.append(broker.enqueue(job.message(i).copy(message_timestamp=sent_at)).options[PLACE])
-        assert wait_until(lambda: len(slots.ledger.line(line)) == 5)
-        in_line = redis_client.zrange(slots.keys.line(line), 0, -1, withscores=True)
+        wait_until(
+            lambda: len(slots.ledger.line(line)) == 5, timeout=10.0, what="all five jobs to join the line"
+        )
+        in_line = cast(
+            "list[tuple[bytes, float]]", redis_client.zrange(slots.keys.line(line), 0, -1, withscores=True)
+        )
         release.set()
         probe.wait_runs(6 + 5)
     assert [int(score) for _, score in in_line] == places == sorted(set(places))
@@ -111,7 +123,9 @@ def test_a_handed_hold_carries_the_age_of_its_expiry(
     assert slots.ledger.enter("elsewhere:1:1:1", [want], ttl_ms=3_000, line=Line.NONE).admitted
     with running_worker(broker, threads=1):
         job.send()
-        assert wait_until(lambda: len(slots.ledger.line(want.ledger)) == 1)
+        wait_until(
+            lambda: len(slots.ledger.line(want.ledger)) == 1, timeout=10.0, what="the job to join the line"
+        )
         slots.ledger.leave("elsewhere:1:1:1", [want], ttl_ms=3_000, age_ms=1_400)
         probe.wait_runs(1)
     assert ages and ages[0] is not None and 1_400 <= ages[0] < 2_400
@@ -123,11 +137,15 @@ def test_a_message_waits_at_most_max_wait_then_is_deferred(
     slots, release, blocker, job, line = line_setup(broker, add_slots, probe, max_wait=300)
     with running_worker(broker, threads=3):
         blocker.send()
-        assert wait_until(lambda: slots.in_use("line") == 1)
+        wait_until(
+            lambda: slots.in_use("line") == 1, timeout=10.0, what="the blocker to hold the line's slot"
+        )
         job.send(1)
-        assert wait_until(lambda: len(slots.ledger.line(line)) == 1)
+        wait_until(lambda: len(slots.ledger.line(line)) == 1, timeout=10.0, what="the job to join the line")
         # Out of line after its wait bound, and deferred (a copy in the broker's delay queue).
-        assert wait_until(lambda: not slots.ledger.line(line), timeout=5)
+        wait_until(
+            lambda: not slots.ledger.line(line), timeout=5, what="the waiter to leave the line after max_wait"
+        )
         release.set()
         probe.wait_runs(3)
     assert probe.by_label["deferrals"][0] >= 1
@@ -141,7 +159,9 @@ def test_waiting_share_bounds_the_threads_in_line(
     most = 0
     with running_worker(broker, threads=4):
         blocker.send()
-        assert wait_until(lambda: slots.in_use("line") == 1)
+        wait_until(
+            lambda: slots.in_use("line") == 1, timeout=10.0, what="the blocker to hold the line's slot"
+        )
         for i in range(4):
             job.send(i)
         deadline = time.monotonic() + 2
@@ -164,13 +184,17 @@ def test_shutdown_takes_waiters_out_of_line_without_losing_them(
     worker.start()
     try:
         blocker.send()
-        assert wait_until(lambda: slots.in_use("line") == 1)
+        wait_until(
+            lambda: slots.in_use("line") == 1, timeout=10.0, what="the blocker to hold the line's slot"
+        )
         job.send(7)
-        assert wait_until(lambda: len(slots.ledger.line(line)) == 1)
+        wait_until(lambda: len(slots.ledger.line(line)) == 1, timeout=10.0, what="the job to join the line")
         stopping = threading.Thread(target=worker.stop, kwargs={"timeout": 20_000})
         began = time.monotonic()
         stopping.start()
-        assert wait_until(lambda: not slots.ledger.line(line), timeout=5)
+        wait_until(
+            lambda: not slots.ledger.line(line), timeout=5, what="shutdown to take the waiter out of the line"
+        )
         assert time.monotonic() - began < 5
         release.set()
         stopping.join(20)
@@ -198,7 +222,7 @@ def test_a_slot_handed_to_a_claim_nobody_waits_for_is_given_back(
     removed, handoffs = ledger.leave("elsewhere:1:1:1", [want], ttl_ms=30_000, age_ms=0)
     assert (removed, [(h.token, h.ledger) for h in handoffs]) == (1, [(stray, want.ledger)])
     # Handed over, heard by this process's wake channel, owed back, released by the heartbeat.
-    assert wait_until(lambda: ledger.in_use(want.ledger) == 0, timeout=5)
+    wait_until(lambda: ledger.in_use(want.ledger) == 0, timeout=5, what="the handed slot to be given back")
     assert len(slots.registry) == 0
 
 
@@ -277,9 +301,11 @@ def test_a_waiter_asks_again_after_pauses_that_double_up_to_a_ceiling(
     monkeypatch.setattr(slots.ledger, "enter", recording_enter)
     with running_worker(broker, threads=2):
         blocker.send()
-        assert wait_until(lambda: slots.in_use("line") == 1)
+        wait_until(
+            lambda: slots.in_use("line") == 1, timeout=10.0, what="the blocker to hold the line's slot"
+        )
         job.send(1)
-        assert wait_until(lambda: len(asked) >= 5, timeout=10)
+        wait_until(lambda: len(asked) >= 5, timeout=10, what="the waiter to ask again five times")
         release.set()
         probe.wait_runs(3)
     pauses = [b - a for a, b in itertools.pairwise(asked[:5])]
