@@ -478,12 +478,8 @@ def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_le
         watch = watch_of(cluster)
         _start(cluster, "A", "B")
         sent = cluster.send_capped(40)
-        scripts: dict[str, str] = {
-            script.sha: name.strip("_")
-            for name, script in vars(cluster.ledger).items()
-            if hasattr(script, "sha")
-        }
-        by_name = {name: sha for sha, name in scripts.items()}
+        by_name = {name: script.sha for name, script in cluster.ledger._scripts.items()}
+        scripts = {sha: name for name, sha in by_name.items()}
         targets = ["enter", "leave", "beat"] * 2
         for k, target in enumerate(targets):
 
