@@ -98,18 +98,18 @@ def _client_proc(url: str, prefix: str, mode: str, seconds: float, threads: int,
 
     def run(_: int) -> int:
         key = ledger.keys.queue("hot") if mode == "hot" else ledger.keys.runtime_key(new_token())
-        wants, held, n = [Limit(key, 1 if hand else 1_000_000)], new_token(), 0
+        limits, held, n = [Limit(key, 1 if hand else 1_000_000)], new_token(), 0
         if hand:  # own ledger of cap 1: a refused enter joins the line, the leave hands over to it
-            assert ledger.enter(held, wants, ttl_ms=TTL_MS, line=Line.JOIN).admitted
+            assert ledger.enter(held, limits, ttl_ms=TTL_MS, line=Line.JOIN).admitted
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             token = new_token()
-            entry = ledger.enter(token, wants, ttl_ms=TTL_MS, line=Line.JOIN)
+            entry = ledger.enter(token, limits, ttl_ms=TTL_MS, line=Line.JOIN)
             if hand:
-                assert not entry.admitted and ledger.leave(held, wants, ttl_ms=TTL_MS, age_ms=0)[0] == 1
+                assert not entry.admitted and ledger.leave(held, limits, ttl_ms=TTL_MS, age_ms=0)[0] == 1
                 held = token
             else:
-                assert entry.admitted and ledger.leave(token, wants, ttl_ms=TTL_MS, age_ms=0)[0] == 1
+                assert entry.admitted and ledger.leave(token, limits, ttl_ms=TTL_MS, age_ms=0)[0] == 1
             n += 1
         return n
 
@@ -170,14 +170,14 @@ def calibrate(seconds: float) -> Costs:
         ledger = Ledger(client, key_prefix=f"scale-{uuid.uuid4().hex[:8]}")
         reasks: list[tuple[float, float]] = []
         for length in (100, 1_000, 3_200, 10_000):  # the last claim in a line of `length` re-asks
-            wants = [Limit(ledger.keys.queue(f"line{length}"), 1)]
+            limits = [Limit(ledger.keys.queue(f"line{length}"), 1)]
             tokens = [new_token() for _ in range(length + 1)]
             t0 = time.perf_counter()
             for token in tokens:  # the first is admitted, the others join the line
-                ledger.enter(token, wants, ttl_ms=TTL_MS, line=Line.JOIN)
+                ledger.enter(token, limits, ttl_ms=TTL_MS, line=Line.JOIN)
             if length == 100:
                 c.rtt_us = (time.perf_counter() - t0) / len(tokens) * 1e6
-            reask = partial(ledger.enter, tokens[-1], wants, ttl_ms=TTL_MS, line=Line.KEEP)
+            reask = partial(ledger.enter, tokens[-1], limits, ttl_ms=TTL_MS, line=Line.KEEP)
             reasks.append((length, _cpu_per_call(client, reask)))
         c.reask_base, per_claim = _fit(reasks)
         c.scan_ns = max(0.0, per_claim * 1e3)  # a negative slope is noise

@@ -1118,12 +1118,12 @@ def test_an_oom_answer_is_not_an_admission_and_writes_nothing(
     try:
         _fill_to_oom(client)
         ledger = Ledger(client, key_prefix=key_prefix)
-        want = (Limit(ledger.keys.queue("q"), 1),)
+        limit = (Limit(ledger.keys.queue("q"), 1),)
         with pytest.raises(LedgerUnavailable, match="maxmemory"):
-            ledger.enter("t1", want, ttl_ms=5_000, line=Line.JOIN, place=1)
+            ledger.enter("t1", limit, ttl_ms=5_000, line=Line.JOIN, place=1)
         assert client.exists(ledger.keys.queue("q"), ledger.keys.line(ledger.keys.queue("q"))) == 0
         client.config_set("maxmemory", 0)
-        assert ledger.enter("t1", want, ttl_ms=5_000, line=Line.NONE).admitted
+        assert ledger.enter("t1", limit, ttl_ms=5_000, line=Line.NONE).admitted
     finally:
         client.close()
 

@@ -134,7 +134,7 @@ def test_a_slot_left_split_by_a_migration_is_unavailable_not_an_error(
     client = local_cluster.client()
     ledger = Ledger(client, key_prefix=key_prefix)
     queue = ledger.keys.queue("split")
-    wants = [Limit(queue, 1)]
+    limits = [Limit(queue, 1)]
     slot = key_slot(queue.encode())
     source = local_cluster.primary_of(queue)
     target = next(node for node in local_cluster.primaries() if node is not source)
@@ -143,19 +143,19 @@ def test_a_slot_left_split_by_a_migration_is_unavailable_not_an_error(
     def midway() -> None:
         # One of the two keys moved: enter.lua needs both (the ledger and its line).
         try:
-            ledger.enter("b:2:2:2", wants, ttl_ms=60_000, line=Line.JOIN, place=2)
+            ledger.enter("b:2:2:2", limits, ttl_ms=60_000, line=Line.JOIN, place=2)
         except Exception as e:
             refused.append(e)
 
     try:
-        assert ledger.enter("a:1:1:1", wants, ttl_ms=60_000, line=Line.NONE).admitted
+        assert ledger.enter("a:1:1:1", limits, ttl_ms=60_000, line=Line.NONE).admitted
         client.zadd(ledger.keys.line(queue), {"c:3:3:3": 1})  # a second key in the slot
         local_cluster.migrate_slot(slot, target, batch=1, midway=midway)
         assert len(refused) == 1 and isinstance(refused[0], LedgerUnavailable), refused
         assert "cannot serve the ledger's slot" in str(refused[0])
         # Moved: the same call now goes through (after MOVED), and finds the ledger as it was.
         assert local_cluster.wait_served(queue) is target
-        entry = ledger.enter("b:2:2:2", wants, ttl_ms=60_000, line=Line.JOIN, place=2)
+        entry = ledger.enter("b:2:2:2", limits, ttl_ms=60_000, line=Line.JOIN, place=2)
         assert not entry.admitted and entry.waiting
         assert [h.token for h in ledger.holders(queue)] == ["a:1:1:1"]
     finally:

@@ -60,13 +60,13 @@ def deferrals() -> Iterator[Deferrals]:
 
 
 def occupy(slots: Slots, queue_name: str, capacity: int = 1) -> Limit:
-    want = Limit(slots.keys.queue(queue_name), capacity)
-    assert slots.ledger.enter(FOREIGN, [want], ttl_ms=60_000).admitted
-    return want
+    limit = Limit(slots.keys.queue(queue_name), capacity)
+    assert slots.ledger.enter(FOREIGN, [limit], ttl_ms=60_000).admitted
+    return limit
 
 
-def free(slots: Slots, want: Limit) -> None:
-    removed, _ = slots.ledger.leave(FOREIGN, [want], ttl_ms=60_000)  # another process's release
+def free(slots: Slots, limit: Limit) -> None:
+    removed, _ = slots.ledger.leave(FOREIGN, [limit], ttl_ms=60_000)  # another process's release
     assert removed == 1
 
 
@@ -75,7 +75,7 @@ def test_waiting_never_uses_retries_even_with_max_retries_zero(
 ) -> None:
     slots = add_slots(max_wait=0)
     broker.add_middleware(CurrentMessage())
-    want = occupy(slots, "patient")
+    limit = occupy(slots, "patient")
     failures: list[Any] = []
 
     @dramatiq.actor
@@ -96,7 +96,7 @@ def test_waiting_never_uses_retries_even_with_max_retries_zero(
             what="deferrals.of(message.message_id) >= 3",
         )
         assert probe.runs == []
-        free(slots, want)
+        free(slots, limit)
         probe.wait_runs(1)
     options = probe.by_label["ran"][0]
     assert options.get("retries", 0) == 0
@@ -114,7 +114,7 @@ def test_deferrals_log_nothing_at_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     slots = add_slots(max_wait=0)
-    want = occupy(slots, "quiet")
+    limit = occupy(slots, "quiet")
 
     @dramatiq.actor(queue_name="quiet", queue_capacity=1)
     def quiet() -> None:
@@ -128,7 +128,7 @@ def test_deferrals_log_nothing_at_warning(
             timeout=15,
             what="deferrals.of(message.message_id) >= 3",
         )
-        free(slots, want)
+        free(slots, limit)
         probe.wait_runs(1)
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert loud == [], [r.getMessage() for r in loud]
@@ -169,7 +169,7 @@ def test_results_wait_for_the_real_result(
     backend = RedisBackend(client=broker.client, namespace=f"{key_prefix}-results")
     broker.add_middleware(Results(backend=backend))
     slots = add_slots(max_wait=0)
-    want = occupy(slots, "answers")
+    limit = occupy(slots, "answers")
 
     @dramatiq.actor(queue_name="answers", queue_capacity=1, store_results=True)
     def answer(x: int) -> int:
@@ -184,7 +184,7 @@ def test_results_wait_for_the_real_result(
         )
         with pytest.raises(ResultMissing):
             message.get_result(backend=backend)  # no premature None stored by the skips
-        free(slots, want)
+        free(slots, limit)
         assert message.get_result(backend=backend, block=True, timeout=15_000) == 42
 
 
@@ -198,7 +198,7 @@ def test_callbacks_pipelines_and_groups_fire_once(
     broker.add_middleware(Results(backend=backend))
     broker.add_middleware(GroupCallbacks(RateLimiterBackend(client=broker.client)))
     slots = add_slots(max_wait=0)
-    want = occupy(slots, "chained")
+    limit = occupy(slots, "chained")
 
     @dramatiq.actor(queue_name="chained", queue_capacity=1, store_results=True)
     def step(x: int) -> int:
@@ -230,7 +230,7 @@ def test_callbacks_pipelines_and_groups_fire_once(
             what="deferrals.of(single.message_id) >= 2",
         )
         assert probe.runs == []
-        free(slots, want)
+        free(slots, limit)
         assert probe.wait_for(
             lambda: (
                 len(probe.by_label["step"]) == 4
@@ -272,7 +272,7 @@ def test_prometheus_gauges_do_not_drift(
         slots = add_slots(max_wait=0)
         broker.add_middleware(prometheus)  # appended last: after Slots
     prometheus.after_process_boot(broker)
-    want = occupy(slots, "metered")
+    limit = occupy(slots, "metered")
 
     @dramatiq.actor(queue_name="metered", queue_capacity=1)
     def metered(i: int) -> None:
@@ -288,7 +288,7 @@ def test_prometheus_gauges_do_not_drift(
             timeout=15,
             what="all(deferrals.of(m.message_id) >= 2 for m in messages)",
         )
-        free(slots, want)
+        free(slots, limit)
         probe.wait_runs(3)
         wait_until(
             lambda: gauge(prometheus.inprogress_messages) == 0,
@@ -341,7 +341,7 @@ def test_deferral_keeps_identity_and_timestamp(
 ) -> None:
     slots = add_slots(max_wait=0)
     broker.add_middleware(CurrentMessage())
-    want = occupy(slots, "same")
+    limit = occupy(slots, "same")
 
     @dramatiq.actor(queue_name="same", queue_capacity=1)
     def same() -> None:
@@ -356,6 +356,6 @@ def test_deferral_keeps_identity_and_timestamp(
             timeout=15,
             what="deferrals.of(message.message_id) >= 2",
         )
-        free(slots, want)
+        free(slots, limit)
         probe.wait_runs(1)
     assert probe.by_label["ran"] == [(message.message_id, message.message_timestamp)]

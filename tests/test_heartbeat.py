@@ -24,7 +24,7 @@ from dramatiq_slots.ledger import Ledger, Limit, Member
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.ports import free_port
-from tests.support.waiting import became_true as wait_until
+from tests.support.waiting import wait_until
 
 
 def _hold(ledger: Ledger, name: str = "q", capacity: int = 1) -> Hold:
@@ -172,7 +172,7 @@ def test_a_failing_beat_keeps_the_thread_alive_and_warns_once(caplog: pytest.Log
     caplog.set_level(logging.WARNING, logger="dramatiq_slots")
     heartbeat.start()
     try:
-        assert wait_until(lambda: heartbeat.failed_beats >= 3, timeout=20)
+        wait_until(lambda: heartbeat.failed_beats >= 3, timeout=20, what="heartbeat.failed_beats >= 3")
         assert heartbeat.running
     finally:
         heartbeat.stop()
@@ -189,12 +189,16 @@ def test_the_thread_beats_drains_and_stops(ledger: Ledger) -> None:
     heartbeat = Heartbeat(ledger, registry, hold_ttl=600, beat_interval=100)
     heartbeat.start()
     try:
-        assert wait_until(lambda: heartbeat.beats >= 8, timeout=10)  # well past the first ttl
+        wait_until(
+            lambda: heartbeat.beats >= 8, timeout=10, what="heartbeat.beats >= 8"
+        )  # well past the first ttl
         assert ledger.in_use(hold.limits[0].ledger) == 1
         heartbeat.drain()
         assert heartbeat.running  # a hold is still there: keeps beating
         registry.begin_release(hold.token)
-        assert wait_until(lambda: not heartbeat.running, timeout=5)  # owed release sent, then exits
+        wait_until(
+            lambda: not heartbeat.running, timeout=5, what="not heartbeat.running"
+        )  # owed release sent, then exits
         assert ledger.in_use(hold.limits[0].ledger) == 0
     finally:
         heartbeat.stop()
@@ -273,11 +277,11 @@ def test_a_running_jobs_lost_hold_comes_back_at_the_next_beat(
         queue = slots.keys.queue("long")
         (holder,) = slots.holders(queue="long")
         slots.ledger.client.delete(queue)  # Redis lost the ledger
-        assert wait_until(lambda: slots.in_use("long") == 1, timeout=5)
+        wait_until(lambda: slots.in_use("long") == 1, timeout=5, what="slots.in_use('long') == 1")
         assert slots.holders(queue="long")[0].token == holder.token
         release.set()
         probe.wait_runs(1)
-        assert wait_until(lambda: slots.in_use("long") == 0)
+        wait_until(lambda: slots.in_use("long") == 0, timeout=10, what="slots.in_use('long') == 0")
     assert any("re-asserted" in r.getMessage() and repr(queue) in r.getMessage() for r in caplog.records)
 
 
@@ -301,8 +305,12 @@ def test_graceful_shutdown_keeps_holds_alive_until_each_job_ends(
     stopper = threading.Thread(target=worker.stop, kwargs={"timeout": 20_000})
     stopper.start()
     shutdown_began = time.monotonic()
-    # Two full ttls into the shutdown, the job's hold is still alive and refreshed.
-    assert wait_until(lambda: time.monotonic() - shutdown_began > 1.6, timeout=5)
+    beats_before = slots.heartbeat.beats
+    # Two full ttls (16 beats) into the shutdown, the job's hold is still alive and refreshed.
+    wait_until(
+        lambda: slots.heartbeat.beats >= beats_before + 16, timeout=10, what="16 beats into the shutdown"
+    )
+    assert time.monotonic() - shutdown_began >= 1.5
     assert slots.in_use("draining") == 1
     assert slots.holders(queue="draining")[0].seconds_left > 0.5
     finish.set()

@@ -62,19 +62,21 @@ def queue(ledger: Ledger, capacity: int = 1, name: str = "q") -> Limit:
 _places = itertools.count(1)
 
 
-def enter(ledger: Ledger, token: str, *wants: Limit, line: Line = Line.JOIN, place: int | None = None) -> Any:
+def enter(
+    ledger: Ledger, token: str, *limits: Limit, line: Line = Line.JOIN, place: int | None = None
+) -> Any:
     """enter.lua; each call takes a later place than the one before unless ``place`` is given."""
-    return ledger.enter(token, wants, ttl_ms=TTL, line=line, place=next(_places) if place is None else place)
+    return ledger.enter(token, limits, ttl_ms=TTL, line=line, place=next(_places) if place is None else place)
 
 
-def leave(ledger: Ledger, token: str, *wants: Limit, age_ms: int | None = 0) -> tuple[int, tuple[Any, ...]]:
+def leave(ledger: Ledger, token: str, *limits: Limit, age_ms: int | None = 0) -> tuple[int, tuple[Any, ...]]:
     """leave.lua, with the handoffs as ``(token, ledger)`` pairs (a fresh expiry unless ``age_ms`` says)."""
-    removed, handoffs = ledger.leave(token, wants, ttl_ms=TTL, age_ms=age_ms)
+    removed, handoffs = ledger.leave(token, limits, ttl_ms=TTL, age_ms=age_ms)
     return removed, tuple((h.token, h.ledger) for h in handoffs)
 
 
-def holders(ledger: Ledger, want: Limit) -> list[str]:
-    return sorted(h.token for h in ledger.holders(want.ledger))
+def holders(ledger: Ledger, limit: Limit) -> list[str]:
+    return sorted(h.token for h in ledger.holders(limit.ledger))
 
 
 def test_a_release_hands_its_slot_to_the_first_in_line_not_to_a_newcomer(

@@ -24,11 +24,11 @@ Q = (Limit("p:queue:q", 8),)
 
 
 def test_roomy_means_every_ledger_at_most_a_quarter_full() -> None:
-    wants = (Limit("p:queue:q", 8), Limit("p:key:k", 4))
-    assert roomy(wants, (2, 1))
-    assert not roomy(wants, (3, 1))
-    assert not roomy(wants, (2, 2))
-    assert not roomy(wants, (1,)), "one count per ledger, or no reuse"
+    limits = (Limit("p:queue:q", 8), Limit("p:key:k", 4))
+    assert roomy(limits, (2, 1))
+    assert not roomy(limits, (3, 1))
+    assert not roomy(limits, (2, 2))
+    assert not roomy(limits, (1,)), "one count per ledger, or no reuse"
     assert not roomy((Limit("p:key:k", 1),), (1,)), "a runtime key of capacity 1 never lingers"
 
 

@@ -335,8 +335,8 @@ def _hold(metrics: PrometheusMetrics, *extra: Limit) -> tuple[Hold, str, str]:
     """A hold of a unique actor on a unique queue (capacity 2) and a runtime key (capacity 1)."""
     keys = metrics.keys
     queue_name, actor = f"q-{keys.prefix}", f"a-{keys.prefix}"
-    wants = (*extra, Limit(keys.queue(queue_name), 2), Limit(keys.runtime_key("account-42"), 1))
-    return Hold("h:1:1", wants, actor=actor), queue_name, actor
+    limits = (*extra, Limit(keys.queue(queue_name), 2), Limit(keys.runtime_key("account-42"), 1))
+    return Hold("h:1:1", limits, actor=actor), queue_name, actor
 
 
 def test_release_failures_and_interrupts_are_counted_per_ledger(
@@ -364,10 +364,10 @@ def test_release_failures_and_interrupts_are_counted_per_ledger(
 def test_reassert_and_deferral_count_only_their_ledgers(prometheus_metrics: PrometheusMetrics) -> None:
     m = prometheus_metrics
     hold, queue_name, actor = _hold(m)
-    queue_want, key_want = hold.limits
+    queue_limit, key_limit = hold.limits
 
-    m.reasserted(hold, key_want.ledger)
-    m.deferred([queue_want], actor)
+    m.reasserted(hold, key_limit.ledger)
+    m.deferred([queue_limit], actor)
     assert _values(m.reasserts) == {("key", actor): 1}
     assert _values(m.deferrals) == {("queue", queue_name): 1}
     # A key that is not a ledger of this prefix is not labelled at all.
@@ -375,7 +375,7 @@ def test_reassert_and_deferral_count_only_their_ledgers(prometheus_metrics: Prom
     assert _values(m.deferrals) == {("queue", queue_name): 1}
 
 
-def test_a_want_on_another_prefix_does_not_shift_the_capacities(
+def test_a_limit_on_another_prefix_does_not_shift_the_capacities(
     prometheus_metrics: PrometheusMetrics,
 ) -> None:
     m = prometheus_metrics

@@ -18,7 +18,7 @@ from dramatiq_slots.ledger import Limit
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.servers import Server
-from tests.support.waiting import became_true as wait_until
+from tests.support.waiting import wait_until
 
 
 def test_queue_capacity_caps_concurrency_and_runs_everything(
@@ -37,7 +37,7 @@ def test_queue_capacity_caps_concurrency_and_runs_everything(
         probe.wait_runs(16)
     assert probe.peak["capped"] == 2
     assert sorted(item for _, item in probe.runs) == list(range(16))
-    assert wait_until(lambda: slots.in_use("capped") == 0)
+    wait_until(lambda: slots.in_use("capped") == 0, timeout=10, what="slots.in_use('capped') == 0")
 
 
 def test_probe_sees_overlap_without_a_cap(broker: RedisBroker, add_slots: SlotsFactory, probe: Probe) -> None:
@@ -210,7 +210,9 @@ def test_queue_slot_and_key_slot_are_taken_together_or_not_at_all(
         assert probe.wait_for(lambda: len(probe.by_label["other"]) == 1, timeout=15)
         assert probe.by_label["sync"] == []
         # other's hold goes right after its body; then nothing holds the queue.
-        assert wait_until(lambda: ledger.in_use(queue_ledger) == 0, timeout=5)
+        wait_until(
+            lambda: ledger.in_use(queue_ledger) == 0, timeout=5, what="ledger.in_use(queue_ledger) == 0"
+        )
         assert probe.by_label["sync"] == []
         # The other process's release: hands the key to a claim in its line, if any.
         assert ledger.leave("elsewhere:1:1:1", [Limit(key_ledger, 1)], ttl_ms=30_000)[0] == 1
@@ -275,7 +277,7 @@ def test_uncapped_actors_cost_no_ledger_commands(
         with running_worker(broker, threads=2):
             capped.send()
             probe.wait_runs(1)
-            assert wait_until(lambda: len(slots.registry) == 0)
+            wait_until(lambda: len(slots.registry) == 0, timeout=10, what="len(slots.registry) == 0")
             before = commands()
             for i in range(20):
                 plain.send(i)

@@ -330,8 +330,8 @@ def test_a_deferral_the_broker_refuses_fails_the_message(
 ) -> None:
     broker.add_middleware(_RefuseDeferredCopies())
     slots = add_slots(max_wait=0)
-    want = Limit(slots.keys.queue("refused"), 1)
-    assert slots.ledger.enter("elsewhere:1:1:1", [want], ttl_ms=30_000).admitted
+    limit = Limit(slots.keys.queue("refused"), 1)
+    assert slots.ledger.enter("elsewhere:1:1:1", [limit], ttl_ms=30_000).admitted
 
     @dramatiq.actor(queue_name="refused", queue_capacity=1, max_retries=0)
     def refused() -> None:

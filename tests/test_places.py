@@ -53,11 +53,11 @@ def test_places_a_microsecond_apart_keep_their_order_in_a_line(
     engine_ledger: Ledger, engine_client: redis.Redis
 ) -> None:
     ledger = engine_ledger
-    want = (Limit(ledger.keys.queue("q"), 1),)
-    assert ledger.enter("holder", want, ttl_ms=10_000, line=Line.NONE).admitted
+    limit = (Limit(ledger.keys.queue("q"), 1),)
+    assert ledger.enter("holder", limit, ttl_ms=10_000, line=Line.NONE).admitted
     base = 1_796_016_120_520_514  # µs since the epoch: past Lua's 14 printed digits
     for token, place in (("b", base + 1), ("c", base + 2), ("a", base)):
-        entry = ledger.enter(token, want, ttl_ms=10_000, line=Line.JOIN, place=place)
+        entry = ledger.enter(token, limit, ttl_ms=10_000, line=Line.JOIN, place=place)
         assert not entry.admitted and entry.waiting
     assert list(ledger.line(ledger.keys.queue("q"))) == ["a", "b", "c"]
     waiting = ledger.keys.line(ledger.keys.queue("q"))

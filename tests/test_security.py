@@ -5,8 +5,8 @@
   operation, and on Redis 7 with the whole middleware under a real Worker; ``ACL LOG`` must stay
   empty, the user must be confined to the prefix, and a user without ``TIME`` must fail the
   message with an error naming the actor, not run it.
-- TLS: a ``redis-server`` started here with ``--port 0 --tls-port``, a CA and a server
-  certificate made here with the ``openssl`` command line.
+- TLS: a real TLS handshake with :class:`~tests.support.tls.TlsFront` in front of a test server
+  (no packaged engine is built with TLS), a CA and a server certificate made here.
 - Passwords: every log record (all loggers, DEBUG) and every exception seen while capped messages
   go through connection failures, without the password anywhere.
 
@@ -18,20 +18,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shlex
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
-from urllib.parse import quote
+from typing import Any
+from urllib.parse import quote, urlparse
 
 import dramatiq
 import pytest
@@ -48,8 +45,9 @@ from dramatiq_slots.ledger import Ledger, Limit, Line, Member
 from dramatiq_slots.wakeups import Wakeups
 from tests.support.in_process import RunRecorder, running_worker, stop_threads
 from tests.support.ports import free_port
-from tests.support.servers import ENGINES, Server, find_engine
-from tests.support.waiting import WaitTimeout, wait_until
+from tests.support.servers import ENGINES, RedisTarget, Server
+from tests.support.tls import Certs, TlsFront, make_certs
+from tests.support.waiting import wait_until
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -386,7 +384,8 @@ def test_a_user_without_time_fails_the_message_naming_the_actor(
         assert "did not run" in str(error)
         assert isinstance(error.__cause__, LedgerError)
         assert not isinstance(error.__cause__, LedgerUnavailable)
-        assert "can't run this command" in str(error)  # Redis's own words (7.0), which name no command
+        # Redis's own words: 7.0 names no command ("can't run this command"), 7.4+ does.
+        assert re.search(r"can't run this command|no permissions to run the 'time' command", str(error))
         assert refusals(admin) == ["command:time"]  # ACL LOG does
         assert probe.runs == []
         assert outcomes.skipped == Counter(), "a missing permission is not an outage: no deferral"
@@ -395,82 +394,11 @@ def test_a_user_without_time_fails_the_message_naming_the_actor(
 
 # -- TLS -------------------------------------------------------------------------------------------
 
-_OPENSSL_CONFIG = """\
-[req]
-distinguished_name = dn
-prompt = no
-[dn]
-CN = dramatiq-slots test
-[ca_ext]
-basicConstraints = critical, CA:TRUE
-keyUsage = critical, keyCertSign, cRLSign
-subjectKeyIdentifier = hash
-[server_ext]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
-subjectAltName = DNS:localhost, IP:127.0.0.1
-subjectKeyIdentifier = hash
-authorityKeyIdentifier = keyid, issuer
-"""
-
-
-@dataclass(frozen=True)
-class Certs:
-    ca: Path
-    other_ca: Path
-    cert: Path
-    key: Path
-
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     """A CA, a server certificate it signed (localhost, 127.0.0.1), and an unrelated CA."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        _missing("the openssl command line is not on PATH (.ci/run installs it)")
-    d = tmp_path_factory.mktemp("tls")
-    (d / "openssl.cnf").write_text(_OPENSSL_CONFIG)
-    ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -config openssl.cnf"
-
-    def run(command: str) -> None:
-        subprocess.run([openssl, *shlex.split(command)], cwd=d, check=True, capture_output=True, timeout=60)
-
-    for name in ("ca", "other-ca"):
-        run(
-            f"req -x509 {ec} -extensions ca_ext -days 2 -subj '/CN=slots test {name}' "
-            f"-keyout {name}.key -out {name}.pem"
-        )
-    run(f"req -new {ec} -subj /CN=localhost -keyout server.key -out server.csr")
-    run(
-        "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-        "-extfile openssl.cnf -extensions server_ext -out server.pem"
-    )
-    return Certs(d / "ca.pem", d / "other-ca.pem", d / "server.pem", d / "server.key")
-
-
-def _answers(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-def _missing(reason: str) -> NoReturn:
-    """Skip for want of a tool, except on CI (``CI=true``), where every tool must be there."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason} (CI=true: every tool must be present)", pytrace=False)
-    pytest.skip(reason)
+    return make_certs(tmp_path_factory.mktemp("tls"))
 
 
 def tls_client(port: int, ca: Path) -> redis.Redis:
@@ -485,55 +413,12 @@ def tls_client(port: int, ca: Path) -> redis.Redis:
     )
 
 
-@contextlib.contextmanager
-def tls_server(certs: Certs) -> Iterator[int]:
-    """A redis-server (7) that speaks TLS only (``--port 0``); yields its TLS port."""
-    engine = find_engine("redis7")
-    if isinstance(engine, str):
-        _missing(engine)
-        raise AssertionError("unreachable")  # pragma: no cover
-    directory = Path(tempfile.mkdtemp(prefix="slots-tls-"))
-    try:
-        for _ in range(5):
-            port = free_port()
-            log_path = directory / "server.log"
-            command = [
-                engine.binary,
-                *f"--port 0 --tls-port {port} --bind 127.0.0.1 --tls-auth-clients no".split(),
-                *("--tls-cert-file", str(certs.cert), "--tls-key-file", str(certs.key)),
-                *("--tls-ca-cert-file", str(certs.ca), "--dir", str(directory)),
-                *("--save", "", "--appendonly", "no", "--daemonize", "no"),
-            ]
-            with open(log_path, "wb") as log:
-                proc = subprocess.Popen(
-                    command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-                )
-            try:
-                with tls_client(port, certs.ca) as probe:
-                    with contextlib.suppress(WaitTimeout):  # the checks below tell what happened
-
-                        def exited_or_answers(
-                            p: redis.Redis = probe, pr: subprocess.Popen[bytes] = proc
-                        ) -> bool:
-                            return pr.poll() is not None or _answers(p)
-
-                        wait_until(
-                            exited_or_answers,
-                            timeout=15,
-                            what="the TLS server to exit or answer",
-                        )
-                    up = proc.poll() is None and _answers(probe)
-                if up:
-                    yield port
-                    return
-            finally:
-                _end(proc)
-            output = log_path.read_text("utf-8", errors="replace")
-            if "in use" not in output:
-                raise RuntimeError(f"redis-server with TLS did not start on port {port}:\n{output}")
-        raise RuntimeError("redis-server with TLS found no free port in 5 tries")
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+@pytest.fixture
+def tls_port(redis_server: RedisTarget, certs: Certs) -> Iterator[int]:
+    """The port of a TLS front (certificate: ``certs.cert``) to the session's default server."""
+    target = urlparse(redis_server.url)
+    with TlsFront(target.hostname or "127.0.0.1", target.port or 6379, certs) as front:
+        yield front.port
 
 
 def rediss_url(port: int, ca: Path) -> str:
@@ -541,56 +426,61 @@ def rediss_url(port: int, ca: Path) -> str:
 
 
 def test_a_rediss_url_with_the_servers_ca_admits_and_releases(
-    broker: RedisBroker, probe: RunRecorder, certs: Certs, key_prefix: str
+    broker: RedisBroker, probe: RunRecorder, certs: Certs, tls_port: int, key_prefix: str
 ) -> None:
-    with tls_server(certs) as port:
-        slots = quick_slots(rediss_url(port, certs.ca), key_prefix=key_prefix)
-        broker.add_middleware(slots, before=TimeLimit)
-        seen: list[int] = []
+    port = tls_port
+    slots = quick_slots(rediss_url(port, certs.ca), key_prefix=key_prefix)
+    broker.add_middleware(slots, before=TimeLimit)
+    seen: list[int] = []
 
-        @dramatiq.actor(queue_name="tls", queue_capacity=1, max_retries=0)
-        def job(i: int) -> None:
-            with probe.running("tls", item=i):
-                seen.append(slots.in_use("tls"))
+    @dramatiq.actor(queue_name="tls", queue_capacity=1, max_retries=0)
+    def job(i: int) -> None:
+        with probe.running("tls", item=i):
+            seen.append(slots.in_use("tls"))
 
-        with closed_after(slots), running_worker(broker, threads=3):
-            for i in range(4):
-                job.send(i)
-            probe.wait_runs(4, timeout=20)
-            wait_until(lambda: slots.in_use("tls") == 0, timeout=10.0, what='slots.in_use("tls") == 0')
-        assert sorted(item for _, item in probe.runs) == [0, 1, 2, 3]
-        assert seen == [1, 1, 1, 1]  # each job read its own hold over TLS
-        assert probe.peak["tls"] == 1
-        with tls_client(port, certs.ca) as admin:
-            assert admin.keys(f"{key_prefix}:*") == []
+    with closed_after(slots), running_worker(broker, threads=3):
+        for i in range(4):
+            job.send(i)
+        probe.wait_runs(4, timeout=20)
+        wait_until(lambda: slots.in_use("tls") == 0, timeout=10.0, what='slots.in_use("tls") == 0')
+    assert sorted(item for _, item in probe.runs) == [0, 1, 2, 3]
+    assert seen == [1, 1, 1, 1]  # each job read its own hold over TLS
+    assert probe.peak["tls"] == 1
+    with tls_client(port, certs.ca) as admin:
+        assert admin.keys(f"{key_prefix}:*") == []
 
 
 def test_a_rediss_url_with_another_ca_fails_verification_and_defers(
-    broker: RedisBroker, probe: RunRecorder, certs: Certs, key_prefix: str, caplog: pytest.LogCaptureFixture
+    broker: RedisBroker,
+    probe: RunRecorder,
+    certs: Certs,
+    tls_port: int,
+    key_prefix: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="dramatiq_slots")
     outcomes = Outcomes()
     broker.add_middleware(outcomes)
-    with tls_server(certs) as port:
-        slots = quick_slots(rediss_url(port, certs.other_ca), key_prefix=key_prefix)
-        broker.add_middleware(slots, before=TimeLimit)
+    port = tls_port
+    slots = quick_slots(rediss_url(port, certs.other_ca), key_prefix=key_prefix)
+    broker.add_middleware(slots, before=TimeLimit)
 
-        @dramatiq.actor(queue_name="tls", queue_capacity=1, max_retries=0)
-        def job() -> None:
-            probe.record("ran")
+    @dramatiq.actor(queue_name="tls", queue_capacity=1, max_retries=0)
+    def job() -> None:
+        probe.record("ran")
 
-        with closed_after(slots), running_worker(broker, threads=2):
-            message = job.send()
-            assert outcomes.wait_for(lambda: outcomes.skipped[message.message_id] >= 2)
-            with pytest.raises(LedgerUnavailable, match="certificate verify failed"):
-                slots.in_use("tls")
-        assert probe.runs == [], "the actor ran without its hold"
-        assert outcomes.failed == []
-        assert all("certificate verify failed" in text for text in outcomes.errors), outcomes.errors
-        boot = [r.getMessage() for r in caplog.records if "did not answer at worker boot" in r.getMessage()]
-        assert boot and "certificate verify failed" in boot[0] and f"localhost:{port}/0" in boot[0]
-        with tls_client(port, certs.ca) as admin:
-            assert admin.keys(f"{key_prefix}:*") == []
+    with closed_after(slots), running_worker(broker, threads=2):
+        message = job.send()
+        assert outcomes.wait_for(lambda: outcomes.skipped[message.message_id] >= 2)
+        with pytest.raises(LedgerUnavailable, match="certificate verify failed"):
+            slots.in_use("tls")
+    assert probe.runs == [], "the actor ran without its hold"
+    assert outcomes.failed == []
+    assert all("certificate verify failed" in text for text in outcomes.errors), outcomes.errors
+    boot = [r.getMessage() for r in caplog.records if "did not answer at worker boot" in r.getMessage()]
+    assert boot and "certificate verify failed" in boot[0] and f"localhost:{port}/0" in boot[0]
+    with tls_client(port, certs.ca) as admin:
+        assert admin.keys(f"{key_prefix}:*") == []
 
 
 # -- passwords -------------------------------------------------------------------------------------

