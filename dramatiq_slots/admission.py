@@ -17,17 +17,15 @@ without threads or sleeps. docs/design.md explains the choices and their costs.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import redis
 from dramatiq.errors import BrokerConnectionError
 from dramatiq.middleware import MiddlewareError
 
 from .claims import Hold, new_token
+from .clock import Clock
 from .declarations import Request
 from .deferral import backoff_ms
 from .errors import LedgerError, LedgerUnavailable, SlotsError
@@ -57,32 +55,6 @@ class AdmissionError(SlotsError, MiddlewareError):
     """Admission failed in an unexpected way; the actor did not run (dramatiq fails the message)."""
 
 
-class Clock(Protocol):
-    """The time admission reads and waits on (:data:`SYSTEM_CLOCK`; tests pass their own)."""
-
-    def monotonic(self) -> float: ...
-
-    def wait(self, event: threading.Event, timeout: float) -> bool:
-        """Block until ``event`` is set or ``timeout`` seconds passed; whether it was set."""
-        ...
-
-    def sleep(self, seconds: float) -> None: ...
-
-
-class SystemClock:
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def wait(self, event: threading.Event, timeout: float) -> bool:
-        return event.wait(timeout)
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-
-SYSTEM_CLOCK: Clock = SystemClock()
-
-
 @dataclass(frozen=True)
 class Answer:
     """The outcome of one attempt: the ledger's answer, and when the hold's expiry was written.
@@ -102,10 +74,10 @@ Defer = Callable[[int, str], BaseException]
 class Admission:
     """Admits the messages of one process (see the module docstring)."""
 
-    def __init__(self, process: SlotsProcess, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, process: SlotsProcess, settings: Settings) -> None:
         self.process = process
         self.settings = settings
-        self.clock = clock
+        self.clock: Clock = process.clock
         self._outage_warned_at: float | None = None
 
     def admit(self, request: Request, message_key: int, *, deferrals: int, defer: Defer) -> Hold:

@@ -34,7 +34,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -94,7 +94,7 @@ class Hold:
 
     @property
     def ledgers(self) -> tuple[str, ...]:
-        return tuple(w.ledger for w in self.limits)
+        return tuple(limit.ledger for limit in self.limits)
 
     def members(self) -> list[Member]:
         return [Member(limit.ledger, self.token) for limit in self.limits]
@@ -114,7 +114,9 @@ class HoldRegistry:
     re-created by a heartbeat that looked at it a moment earlier.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+        #: The time base of expiries' write times (``time.monotonic``, or a test's clock).
+        self.monotonic = monotonic
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._held: dict[str, Hold] = {}
@@ -140,7 +142,7 @@ class HoldRegistry:
     def add(self, hold: Hold, *, written_at: float | None = None) -> None:
         """Record a hold taken (a retried enter that succeeds no longer owes a release).
 
-        ``written_at``: when its expiry was written (``time.monotonic()``), if
+        ``written_at``: when its expiry was written (:attr:`monotonic`), if
         known; an unknown one is never renewed implicitly (see :meth:`age_ms`).
         """
         with self._lock:
@@ -164,7 +166,7 @@ class HoldRegistry:
         with self._lock:
             self._check_fork()
             at = self._written.get(token)
-        return None if at is None else int((time.monotonic() - at) * 1000)
+        return None if at is None else int((self.monotonic() - at) * 1000)
 
     def begin_release(self, token: str) -> Hold | None:
         """Stop refreshing a hold and owe its release; None when it is not ours (any more)."""

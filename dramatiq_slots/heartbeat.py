@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -52,9 +51,9 @@ class BeatReport:
     released: int = 0
     lost: list[Member] = field(default_factory=list)
     reasserted: list[Member] = field(default_factory=list)
-    #: Strict holds taken back within capacity, and strict holds given up (their tokens).
+    #: Strict holds taken back within capacity, and strict holds whose jobs are stopped (tokens).
     reclaimed: list[str] = field(default_factory=list)
-    given_up: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
     error: LedgerError | None = None
 
 
@@ -102,8 +101,6 @@ class Heartbeat:
         #: Counters, for tests and metrics.
         self.beats = 0
         self.failed_beats = 0
-        self.reasserted = 0
-        self.given_up = 0
 
     # -- one beat ---------------------------------------------------------
 
@@ -121,13 +118,13 @@ class Heartbeat:
                 written = self.report()
             except Exception:  # a report is for people; the beat is for the holds
                 logger.exception("Could not build this process's report; beating without it.")
-        sent = time.monotonic()
+        sent = self.registry.monotonic()
         try:
             lost = self.ledger.beat(refresh, release, ttl_ms=self.hold_ttl, report=written)
         except LedgerError as e:
             self._failed(e)
             report.error = e
-            report.given_up = self._lapsing([hold for hold in held if hold.strict], e)
+            report.stopped = self._lapsing([hold for hold in held if hold.strict], e)
             return report
         self.beats += 1
         if self.ledger.report_error is not None and not self._report_warned:
@@ -152,18 +149,18 @@ class Heartbeat:
                 self._failed(e)
                 report.error = e
             lost_strict = {strict[token].token: strict[token] for _, token in lost if token in strict}
-            report.reclaimed, report.given_up = self._reclaim(list(lost_strict.values()))
+            report.reclaimed, report.stopped = self._reclaim(list(lost_strict.values()))
         return report
 
     def _reclaim(self, holds: Sequence[Hold]) -> tuple[list[str], list[str]]:
         """Take strict holds back where they fit; give the others to ``on_lost``."""
         reclaimed: list[str] = []
-        given_up: list[str] = []
+        stopped: list[str] = []
         for hold in holds:
             with self.registry.release_lock():
                 if not self.registry.is_held(hold.token):
                     continue  # released meanwhile: nothing to take back
-                sent = time.monotonic()
+                sent = self.registry.monotonic()
                 try:
                     full = self.ledger.reclaim(hold.token, hold.limits, ttl_ms=self.hold_ttl)
                 except LedgerError as e:
@@ -185,19 +182,19 @@ class Heartbeat:
                 outcome,
             )
             if why:
-                self._give_up(hold, f"hold lost and {why}")
-                given_up.append(hold.token)
+                self._stop_job(hold, f"hold lost and {why}")
+                stopped.append(hold.token)
             else:
                 reclaimed.append(hold.token)
-        return reclaimed, given_up
+        return reclaimed, stopped
 
     def _lapsing(self, holds: Sequence[Hold], error: LedgerError) -> list[str]:
         """Strict holds that may expire before a beat can refresh them: given to ``on_lost``."""
-        limit = self.hold_ttl - self.beat_interval
-        given_up: list[str] = []
+        lapse_after_ms = self.hold_ttl - self.beat_interval
+        stopped: list[str] = []
         for hold in holds:
             age = self.registry.age_ms(hold.token)
-            if age is not None and age < limit:
+            if age is not None and age < lapse_after_ms:
                 continue
             known = f"refreshed {age} ms ago" if age is not None else "never refreshed"
             logger.warning(
@@ -209,12 +206,11 @@ class Heartbeat:
                 self.hold_ttl,
                 error,
             )
-            self._give_up(hold, f"hold may lapse ({known}) and the ledger does not answer")
-            given_up.append(hold.token)
-        return given_up
+            self._stop_job(hold, f"hold may lapse ({known}) and the ledger does not answer")
+            stopped.append(hold.token)
+        return stopped
 
-    def _give_up(self, hold: Hold, reason: str) -> None:
-        self.given_up += 1
+    def _stop_job(self, hold: Hold, reason: str) -> None:
         if self.on_lost is not None:
             self.on_lost(hold, reason)
 
@@ -224,14 +220,16 @@ class Heartbeat:
         # check and the write.
         with self.registry.release_lock():
             still = [m for m in lost if self.registry.is_held(m.token)]
-            sent = time.monotonic()
+            sent = self.registry.monotonic()
             counts = self.ledger.reassert(still, ttl_ms=self.hold_ttl)
             self.registry.written([token for _, token in still], sent)
         for (ledger, token), live in zip(still, counts, strict=True):
             hold = self.registry.hold(token)
             if hold is not None:
                 self.metrics.reasserted(hold, ledger)
-            capacity = next((w.capacity for w in hold.limits if w.ledger == ledger), 0) if hold else 0
+            capacity = (
+                next((limit.capacity for limit in hold.limits if limit.ledger == ledger), 0) if hold else 0
+            )
             over = " (over capacity: new admissions wait until it drains)" if live > capacity else ""
             logger.warning(
                 "Hold %s on ledger %r was lost while its job %s still runs (Redis lost it, or this "
@@ -245,7 +243,6 @@ class Heartbeat:
                 capacity,
                 over,
             )
-        self.reasserted += len(still)
         return still
 
     def _failed(self, error: LedgerError) -> None:

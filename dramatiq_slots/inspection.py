@@ -1,7 +1,7 @@
 """Inspection: what the ledgers hold now, and who holds it, for people.
 
 The ledger itself knows only claim tokens (``<host>:<pid>:<thread>:<n>``) and
-their expiries. Everything else an operator limits at 3 a.m. (the capacity of
+their expiries. Everything else an operator wants at 3 a.m. (the capacity of
 a ledger, which message holds a slot, since when) is known only to the worker
 process that holds it. So each worker process writes a **report** with every
 beat (one more command in the beat's round trip), under

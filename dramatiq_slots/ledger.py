@@ -19,7 +19,7 @@ whether a hold is alive, so a host whose clock is off cannot expire anyone.
 This module imports nothing from dramatiq.
 
 Requires Redis >= 6.2 or Valkey >= 7.2 (scripts replicated by effects, so
-``TIME`` may precede writes). Tested on Redis 6.2 and 7.0 and Valkey 8.1.
+``TIME`` may precede writes); the versions tested are in the README.
 """
 
 from __future__ import annotations
@@ -428,7 +428,7 @@ class Ledger:
             reply = self._run(
                 "reclaim",
                 [limit.ledger for limit in limits],
-                [token, ttl_ms, *(lim.capacity for lim in limits)],
+                [token, ttl_ms, *(limit.capacity for limit in limits)],
             )
         return None if int(reply[0]) == 1 else limits[int(reply[1]) - 1].ledger
 

@@ -39,7 +39,7 @@ def roomy(limits: Sequence[Limit], members: Sequence[int]) -> bool:
     """Every ledger at most a quarter full (``members`` after the admission, one per limit)."""
     if len(members) != len(limits):
         return False
-    return all(m * 4 <= w.capacity for w, m in zip(limits, members, strict=True))
+    return all(m * 4 <= limit.capacity for limit, m in zip(limits, members, strict=True))
 
 
 class LingeringHolds:

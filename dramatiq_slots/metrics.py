@@ -125,7 +125,7 @@ class PrometheusMetrics(Metrics):
             self.deferrals.labels(*labels).inc()
 
     def reasserted(self, hold: Hold, ledger: str) -> None:
-        for labels in self._labels([w for w in hold.limits if w.ledger == ledger], hold.actor):
+        for labels in self._labels([limit for limit in hold.limits if limit.ledger == ledger], hold.actor):
             self.reasserts.labels(*labels).inc()
 
     def interrupted(self, hold: Hold) -> None:

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 
 from .claims import Hold, HoldRegistry, process_part, this_process
+from .clock import SYSTEM_CLOCK, Clock
 from .failpoints import reach
 from .heartbeat import Heartbeat
 from .interrupts import Bodies
@@ -39,6 +40,7 @@ class SlotsProcess:
       settings: the middleware's settings.
       make_ledger: builds the ledger on first use (it needs the broker to find its client).
       report: this process's report for ``dramatiq-slots status``, ``(key, JSON)``.
+      clock: what admission and the hold registry read (:mod:`dramatiq_slots.clock`).
     """
 
     def __init__(
@@ -47,15 +49,17 @@ class SlotsProcess:
         make_ledger: Callable[[], Ledger],
         *,
         report: Callable[[], tuple[str, str]] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self._make_ledger = make_ledger
         self._report = report
         self._setup_lock = threading.Lock()
         self._ledger: Ledger | None = None
         self._heartbeat: Heartbeat | None = None
         self._wakeups: Wakeups | None = None
-        self.registry = HoldRegistry()
+        self.registry = HoldRegistry(monotonic=clock.monotonic)
         self.lingering = LingeringHolds(self.release)
         #: Where strict jobs' bodies start and end (an interrupt lands only inside one).
         self.bodies = Bodies()
@@ -196,7 +200,7 @@ class SlotsProcess:
         self.heartbeat.ensure_started()
 
     def stop_job(self, hold: Hold, reason: str) -> None:
-        """The heartbeat gave up a strict hold: forget it, and stop its job if it runs."""
+        """The heartbeat lost a strict hold (or may lose it): forget it, and stop its job if it runs."""
         with self.registry.release_lock():
             if self.registry.forget(hold.token) is None:
                 return  # released meanwhile: its job is over

@@ -17,7 +17,7 @@ from dramatiq import broker as dramatiq_broker
 from dramatiq.brokers.redis import RedisBroker
 
 from . import options as opt
-from .keys import DEFAULT_KEY_PREFIX, KeySpace
+from .keys import KeySpace
 from .ledger import RedisClient
 
 #: Environment variable naming the ledger's Redis when neither ``client=`` nor ``url=`` is given.
@@ -31,25 +31,28 @@ def _setting(name: str) -> str:
     return f"Slots({name}=...)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
-    """Every setting of ``Slots``, checked (durations in milliseconds)."""
+    """Every setting of ``Slots``, checked (durations in milliseconds).
 
-    client: RedisClient | None = None
-    url: str | None = None
-    key_prefix: str = DEFAULT_KEY_PREFIX
-    hold_ttl: int = 60_000
+    No defaults here: ``Slots.__init__``'s signature is their one source (docs/options.md).
+    """
+
+    client: RedisClient | None
+    url: str | None
+    key_prefix: str
+    hold_ttl: int
     #: None: ``hold_ttl // 6``.
-    beat_interval: int | None = None
-    defer_min_backoff: int = 100
-    defer_max_backoff: int = 5_000
-    queue_capacities: Mapping[str, int] = field(default_factory=dict)
-    max_wait: int = 30_000
-    waiting_share: float = 1.0
-    reuse_window: int = 100
-    wait_replicas: int = 0
-    wait_replicas_timeout: int = 100
-    on_lost_hold: opt.LostHoldMode = opt.REASSERT
+    beat_interval: int | None
+    defer_min_backoff: int
+    defer_max_backoff: int
+    queue_capacities: Mapping[str, int]
+    max_wait: int
+    waiting_share: float
+    reuse_window: int
+    wait_replicas: int
+    wait_replicas_timeout: int
+    on_lost_hold: opt.LostHoldMode
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
@@ -95,11 +98,6 @@ class Settings:
     def beat_ms(self) -> int:
         """The beat interval in force: ``beat_interval``, else ``hold_ttl // 6``."""
         return self.beat_interval if self.beat_interval is not None else max(1, self.hold_ttl // 6)
-
-    @property
-    def strict(self) -> bool:
-        """Whether holds default to ``on_lost_hold="interrupt"``."""
-        return self.on_lost_hold == opt.INTERRUPT
 
 
 def queue_capacity_where(queue_name: str) -> str:

@@ -21,10 +21,10 @@ seconds (the answer says whether they already hold the slot), and every
 waiter is woken to ask at once whenever the subscription is (re)established.
 
 A release in this same process wakes its own waiting claims directly
-(:meth:`Wakeups.hand_over`), without the round trip through the channel;
-the message that follows is then recognised and dropped.
+(:meth:`Wakeups.hand_over`): ``leave`` publishes nothing for a claim of the
+releasing process.
 
-A wake-up for a token nobody here waits for (the waiter gave up a moment
+A wake-up for a token nobody here waits for (the waiter withdrew a moment
 before, or its outcome was unknown) is handed to ``on_stray`` so the slot can
 be given back.
 
@@ -52,9 +52,6 @@ _RECONNECT_S = 1.0
 
 #: How long one read of the subscription blocks (s): how fast :meth:`Wakeups.stop` is noticed.
 _POLL_S = 0.5
-
-#: Tokens woken in process whose channel message has not come yet (bounded: a message may be lost).
-_EARLY_MAX = 10_000
 
 
 class Waiter:
@@ -98,7 +95,6 @@ class Wakeups:
         self.on_stray = on_stray
         self._lock = threading.Lock()
         self._waiting: dict[str, Waiter] = {}
-        self._early: dict[str, None] = {}
         self._pid = os.getpid()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -123,7 +119,7 @@ class Wakeups:
             self._waiting.pop(token, None)
 
     def wake_all(self) -> None:
-        """Wake every waiting claim of this process, to ask the ledger again (or give up)."""
+        """Wake every waiting claim of this process, to ask the ledger again (or withdraw)."""
         with self._lock:
             waiters = list(self._waiting.values())
         for waiter in waiters:
@@ -135,9 +131,6 @@ class Wakeups:
             waiter = self._waiting.get(token)
             if waiter is None:
                 return False
-            self._early[token] = None
-            if len(self._early) > _EARLY_MAX:
-                del self._early[next(iter(self._early))]
         self._wake(waiter, ledger, age_ms)
         return True
 
@@ -151,9 +144,6 @@ class Wakeups:
         token, _, rest = _text(data).partition(" ")
         age, _, ledger = rest.partition(" ")
         with self._lock:
-            if token in self._early:
-                del self._early[token]  # already woken by hand_over
-                return
             waiter = self._waiting.get(token)
         if waiter is not None:
             self._wake(waiter, ledger, int(age) if age.isdigit() else -1)
@@ -170,7 +160,7 @@ class Wakeups:
         if self._pid != pid:
             # A forked child: the parent's thread and waiters are not ours.
             self._lock = threading.Lock()
-            self._waiting, self._early = {}, {}
+            self._waiting = {}
             self._pid = pid
             self.listening = threading.Event()
         with self._lock:

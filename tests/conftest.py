@@ -29,7 +29,15 @@ import pytest
 import redis
 
 from dramatiq_slots.ledger import Ledger
-from tests.support.servers import ENGINES, ExternalServer, RedisTarget, Server, ServerError, find_engine
+from tests.support.servers import (
+    ENGINE_MEANING,
+    ENGINES,
+    ExternalServer,
+    RedisTarget,
+    Server,
+    ServerError,
+    find_engine,
+)
 
 pytest_plugins = ["tests.support.in_process"]
 
@@ -51,7 +59,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = []
     for kind in ENGINES:
         found = find_engine(kind)
-        lines.append(f"engine {kind}: " + (found if isinstance(found, str) else found.version_line))
+        what = found if isinstance(found, str) else f"{found.version_line} ({found.binary})"
+        lines.append(f"engine {kind} ({ENGINE_MEANING[kind]}): {what}")
     lines.append(f"default server: {'REDIS_URL' if os.environ.get('REDIS_URL') else 'started by the tests'}")
     return lines
 

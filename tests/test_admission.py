@@ -14,13 +14,13 @@ from collections.abc import Callable
 import pytest
 import redis
 
+from dramatiq_slots import Slots
 from dramatiq_slots.admission import Admission
 from dramatiq_slots.claims import Hold
 from dramatiq_slots.declarations import Request
 from dramatiq_slots.deferral import MessageDeferred
 from dramatiq_slots.ledger import Entered, Ledger, Limit, Line
 from dramatiq_slots.process import SlotsProcess
-from dramatiq_slots.settings import Settings
 from dramatiq_slots.wakeups import Waiter
 
 
@@ -51,9 +51,9 @@ class FakeClock:
 
 
 def make(ledger: Ledger, **settings: int) -> tuple[Admission, FakeClock]:
-    config = Settings(key_prefix=ledger.keys.prefix, **settings)  # type: ignore[arg-type]
+    config = Slots(key_prefix=ledger.keys.prefix, **settings).settings  # type: ignore[arg-type]
     clock = FakeClock()
-    return Admission(SlotsProcess(config, lambda: ledger), config, clock=clock), clock
+    return Admission(SlotsProcess(config, lambda: ledger, clock=clock), config), clock
 
 
 def request_for(*limits: Limit, place: int = 1) -> Request:

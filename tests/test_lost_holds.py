@@ -150,26 +150,26 @@ def _strict_hold(ledger: Ledger, capacity: int) -> Hold:
     return Hold(new_token(), (Limit(ledger.keys.queue("strict"), capacity),), "job(7)", strict=True)
 
 
-def _beat_for(ledger: Ledger, registry: HoldRegistry, given_up: list[tuple[Hold, str]]) -> Heartbeat:
+def _beat_for(ledger: Ledger, registry: HoldRegistry, stopped: list[tuple[Hold, str]]) -> Heartbeat:
     return Heartbeat(
         ledger,
         registry,
         hold_ttl=6_000,
         beat_interval=1_000,
-        on_lost=lambda hold, why: given_up.append((hold, why)),
+        on_lost=lambda hold, why: stopped.append((hold, why)),
     )
 
 
 def test_a_strict_hold_lost_with_room_left_is_taken_back(ledger: Ledger, redis_client: redis.Redis) -> None:
-    registry, given_up = HoldRegistry(), list[tuple[Hold, str]]()
+    registry, stopped = HoldRegistry(), list[tuple[Hold, str]]()
     hold = _strict_hold(ledger, capacity=2)
     assert ledger.enter(hold.token, hold.limits, ttl_ms=6_000).admitted
     registry.add(hold)
     redis_client.zrem(hold.limits[0].ledger, hold.token)  # Redis lost it
-    report = _beat_for(ledger, registry, given_up).tick()
+    report = _beat_for(ledger, registry, stopped).tick()
     assert report.lost == [(hold.limits[0].ledger, hold.token)]
-    assert report.reclaimed == [hold.token] and report.given_up == [] and report.reasserted == []
-    assert given_up == []
+    assert report.reclaimed == [hold.token] and report.stopped == [] and report.reasserted == []
+    assert stopped == []
     assert [h.token for h in ledger.holders(hold.limits[0].ledger)] == [hold.token]
     assert registry.age_ms(hold.token) is not None
 
@@ -177,7 +177,7 @@ def test_a_strict_hold_lost_with_room_left_is_taken_back(ledger: Ledger, redis_c
 def test_a_strict_hold_lost_to_a_newcomer_is_given_up_not_put_over_capacity(
     ledger: Ledger, redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    registry, given_up = HoldRegistry(), list[tuple[Hold, str]]()
+    registry, stopped = HoldRegistry(), list[tuple[Hold, str]]()
     hold = _strict_hold(ledger, capacity=1)
     queue = hold.limits[0].ledger
     assert ledger.enter(hold.token, hold.limits, ttl_ms=6_000).admitted
@@ -189,9 +189,9 @@ def test_a_strict_hold_lost_to_a_newcomer_is_given_up_not_put_over_capacity(
     assert not redis_client.exists(queue)
     assert ledger.enter("newcomer:1:1:1", hold.limits, ttl_ms=6_000).admitted  # ...and taken
     caplog.set_level(logging.WARNING, logger="dramatiq_slots")
-    report = _beat_for(ledger, registry, given_up).tick()
-    assert report.given_up == [hold.token] and report.reclaimed == [] and report.reasserted == []
-    assert [(h.token, repr(queue) in why) for h, why in given_up] == [(hold.token, True)]
+    report = _beat_for(ledger, registry, stopped).tick()
+    assert report.stopped == [hold.token] and report.reclaimed == [] and report.reasserted == []
+    assert [(h.token, repr(queue) in why) for h, why in stopped] == [(hold.token, True)]
     assert [h.token for h in ledger.holders(queue)] == ["newcomer:1:1:1"]  # at capacity, not over
     assert any("stopping the job" in r.getMessage() for r in caplog.records)
 
@@ -199,7 +199,7 @@ def test_a_strict_hold_lost_to_a_newcomer_is_given_up_not_put_over_capacity(
 def test_a_strict_hold_that_may_lapse_while_the_ledger_is_down_is_given_up() -> None:
     client = redis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
     ledger = Ledger(client, key_prefix="unreachable")
-    registry, given_up = HoldRegistry(), list[tuple[Hold, str]]()
+    registry, stopped = HoldRegistry(), list[tuple[Hold, str]]()
     young, old = _strict_hold(ledger, 1), _strict_hold(ledger, 1)
     lenient = Hold(new_token(), old.limits, "job(8)")  # on_lost_hold="reassert": never given up
     now = time.monotonic()
@@ -207,13 +207,13 @@ def test_a_strict_hold_that_may_lapse_while_the_ledger_is_down_is_given_up() -> 
     registry.add(old, written_at=now - 5.5)  # past hold_ttl - beat_interval: may lapse first
     registry.add(lenient, written_at=now - 5.5)
     try:
-        report = _beat_for(ledger, registry, given_up).tick()
+        report = _beat_for(ledger, registry, stopped).tick()
     finally:
         client.close()
     assert report.error is not None
-    assert report.given_up == [old.token]
-    assert [h.token for h, _ in given_up] == [old.token]
-    assert "may lapse" in given_up[0][1]
+    assert report.stopped == [old.token]
+    assert [h.token for h, _ in stopped] == [old.token]
+    assert "may lapse" in stopped[0][1]
 
 
 # -- the middleware, end to end -----------------------------------------------------------

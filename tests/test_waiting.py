@@ -242,14 +242,17 @@ def test_a_wake_up_sets_its_waiters_event_and_names_the_ledger() -> None:
     assert strays[-1] == ("h:1:2:3", "p:queue:q")
 
 
-def test_a_release_in_process_wakes_its_waiter_and_the_channel_message_is_dropped() -> None:
+def test_a_claim_handed_one_ledger_here_is_still_woken_by_another_process_for_the_next() -> None:
+    """A claim of two limits: a release in this process hands it the queue's slot, and later a
+    release elsewhere hands it the key's, through the channel; that wake-up must not be lost."""
     strays: list[tuple[str, str]] = []
     wakeups = Wakeups(redis.Redis(), "p:wake:", on_stray=lambda t, ledger: strays.append((t, ledger)))
     waiter = wakeups.expect("h:1:2:3")
     assert wakeups.hand_over("h:1:2:3", "p:queue:q", 0)
     assert waiter.event.is_set() and waiter.handed == "p:queue:q"
-    wakeups.forget("h:1:2:3")
-    wakeups.handle("h:1:2:3 0 p:queue:q")  # the same handoff, through the channel, later
+    waiter.event.clear()  # it asked again, and now waits in the key's line
+    wakeups.handle("h:1:2:3 40 p:key:account-7")
+    assert waiter.event.is_set() and waiter.handed == "p:key:account-7" and waiter.age_ms == 40
     assert strays == []
     assert not wakeups.hand_over("h:1:2:9", "p:queue:q", 0), "nobody here waits for it"
 

@@ -60,19 +60,19 @@ local renewed
 
 local removed, handed = 0, {}
 for i = 1, n do
-  local ledger, waits, cap = KEYS[i], KEYS[n + i], caps[i]
+  local ledger, line, cap = KEYS[i], KEYS[n + i], caps[i]
   local expiry = redis.call('ZSCORE', ledger, token)
   if expiry and cap > 0 then
     -- The waiter's hold is written before the leaving member is removed, so
     -- the key never empties on the way (an emptied key is deleted, and the
     -- new member would land in a key without an expiry).
     while true do
-      local first = redis.call('ZPOPMIN', waits)
+      local first = redis.call('ZPOPMIN', line)
       local waiter, place = first[1], first[2]
       if not waiter then break end
       -- Room once the leaving member is gone: members - 1 < capacity.
       if redis.call('ZCARD', ledger) > cap then
-        redis.call('ZADD', waits, place, waiter)
+        redis.call('ZADD', line, place, waiter)
         break
       end
       local given, passed = expiry, age

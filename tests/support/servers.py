@@ -59,6 +59,8 @@ from redis.retry import Retry
 from .ports import FORBIDDEN_PORTS, free_port
 
 ENGINES: tuple[str, ...] = ("redis6", "redis7", "valkey")
+#: What each engine kind stands for (``redis7`` is the newest Redis found: 7 or later).
+ENGINE_MEANING = {"redis6": "Redis 6.2", "redis7": "Redis 7 or later", "valkey": "Valkey"}
 
 _VERSION_LINE = re.compile(r"^(?P<name>Redis|Valkey) server v=(?P<version>\d+)\.(?P<minor>\d+)\.\S*")
 
