@@ -390,18 +390,29 @@ def test_in_interrupt_mode_a_holder_paused_past_hold_ttl_is_stopped_at_its_next_
     def stopped_runs() -> list[Run]:
         return [r for r in cluster.probe.runs(CAPPED_SCOPE) if r.group == "P" and r.killed]
 
+    # Each lost hold is stopped, or taken back when its beat finds room (B's thread between
+    # two jobs, nobody of B's in line at that instant): both are strict mode's answer, and the
+    # verdict below checks that a taken-back hold never put the ledger over the cap.
+    outcomes = ("on_lost_hold='interrupt': stopping the job", "taken back: it still fits")
     wait_until(
-        lambda: len(stopped_runs()) == 2,
+        lambda: sum(paused.tail(800).count(o) for o in outcomes) >= 2,
         timeout=10,
         interval=0.05,
-        what="P to stop its two jobs (HoldLost)",
+        what="P's beat to decide on both lost holds",
         context=cluster.tails,
     )
-    assert paused.tail(800).count("stopping the job") >= 2
+    stopping = paused.tail(800).count(outcomes[0])
+    wait_until(
+        lambda: len(stopped_runs()) == stopping,
+        timeout=10,
+        interval=0.05,
+        what=f"P's {stopping} stopped job(s) to end (HoldLost)",
+        context=cluster.tails,
+    )
     assert "re-asserted" not in paused.tail(800)
     # How long P's jobs went on after SIGCONT, by the Redis clock (the probe's end is written
     # after the interrupt lands): the only real overlap left, besides the pause itself.
-    overrun_s = max((r.end or 0) - resumed_us for r in stopped_runs()) / 1e6
+    overrun_s = max(((r.end or 0) - resumed_us for r in stopped_runs()), default=0) / 1e6
     sent += cluster.send_capped(9, start=len(sent))
     _finish(cluster, sent)
     runs = cluster.probe.runs(CAPPED_SCOPE)
