@@ -11,6 +11,7 @@ for waiting on an event: every wait for an outcome is a bounded poll.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -36,7 +37,7 @@ from tests.support.ports import free_port
 from tests.support.probe import Run, max_overlap, over_cap_us
 from tests.support.proxy import FaultProxy
 from tests.support.servers import Server, find_engine
-from tests.support.waiting import wait_until
+from tests.support.waiting import WaitTimeout, wait_until
 from tests.support.worker_groups import CAPPED_SCOPE, AppConfig, Backlog, WorkerGroup, close_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
@@ -948,14 +949,14 @@ def test_a_process_dying_at_a_failpoint_loses_no_message_and_leaks_no_capacity(
         )
     (dying,) = _start_one(cluster, "F", threads=2, failpoint=point, max_wait=0)
     pids = cluster.pids_of(dying)
-    sent += cluster.send_capped(12, start=len(sent))
-    wait_until(
-        lambda: not dying.members(),
-        timeout=RUN_TIMEOUT,
-        interval=0.05,
-        what=f"F to die at failpoint {point}",
-        context=cluster.tails,
-    )
+    # B fetches too, and an idle F polls less often: send until F has had a message and died.
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while dying.members():
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"F never died at failpoint {point} ({len(sent)} sent)\n{cluster.tails()}")
+        sent += cluster.send_capped(12, start=len(sent))  # more than the cap can run at once
+        with contextlib.suppress(WaitTimeout):
+            wait_until(lambda: not dying.members(), timeout=3, interval=0.05, what="F to die")
     died = time.monotonic()
     cluster.probe.reap(pids)
 
