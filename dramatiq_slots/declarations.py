@@ -134,9 +134,12 @@ class Declarations:
         """The limits one message is under, or None (uncapped: no Redis command at all)."""
         queue_capacity = self.queue_capacity(queue_name)
         key_option = opt.pick(options.get(opt.UNIQUE_AT_RUNTIME_KEY), actor.runtime_key, None)
+        has_options = not opt.ACTOR_OPTIONS.isdisjoint(options)
+        if has_options:
+            opt.check_key_capacity(actor, options)
         if queue_capacity is None and (key_option is None or key_option is False):
             return None
-        if not opt.ACTOR_OPTIONS.isdisjoint(options):
+        if has_options:
             opt.check_message_options(actor.actor_name, options)
         limits: list[Limit] = []
         if queue_capacity is not None:

@@ -7,7 +7,7 @@ strict mode the heartbeat takes the hold back only where it still fits
 (``reclaim.lua``); where it does not, or where the ledger cannot be reached
 before the hold may lapse, the job is stopped: :class:`HoldLost` is raised in
 its worker thread, as dramatiq's ``TimeLimit`` raises ``TimeLimitExceeded``,
-and the message is retried.
+and the run fails (it runs again if its retries allow).
 
 Where the exception may land. An asynchronous exception raised in a thread
 fires at that thread's next Python bytecode, wherever it is. Raised after the
@@ -22,8 +22,8 @@ failure of the job.
 
 Limits, as for ``TimeLimit``: CPython only; an exception cannot stop a
 system call or C code, so a job blocked in one is stopped when it returns to
-Python; async actors are not interrupted; an actor that catches
-``BaseException`` can swallow it.
+Python; an async actor is stopped through dramatiq's event-loop bridge, which
+cancels the coroutine; an actor that catches ``BaseException`` can swallow it.
 """
 
 from __future__ import annotations

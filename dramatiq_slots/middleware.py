@@ -153,8 +153,14 @@ class Slots(Middleware):
         self._broker = broker
         declared = self.declarations
         config = declared.check(actor.actor_name, actor.queue_name, actor.options)
+        if callable(config.runtime_key) and not isinstance(config.runtime_key, bool):
+            where = opt.actor_where(actor.actor_name, opt.UNIQUE_AT_RUNTIME_KEY)
+            opt.check_key_signature(config.runtime_key, actor.fn, where)
         if declared.limited or config.queue_capacity is not None or config.capped:
-            self.ledger  # noqa: B018 -- fail at declaration, not at the first message, when there is no Redis
+            try:
+                self.ledger  # noqa: B018 -- fail at declaration, not at the first message, when there is no Redis
+            except opt.ConfigurationError as e:
+                raise opt.ConfigurationError(f"actor {actor.actor_name!r}: {e}") from e.__cause__
         declared.record(config)
         if declared.strict(config) and wrapped_by(actor.fn) is not self.process.bodies:
             # Marks where the job body starts and ends, so an interrupt lands only inside it.
@@ -173,6 +179,7 @@ class Slots(Middleware):
         opt.check_message_options(message.actor_name, options)
         config = self.declarations.actor(message.actor_name)
         if config is not None:
+            opt.check_key_capacity(config, options)
             self.declarations.backoff(config, options)
 
     # -- worker life cycle -----------------------------------------------

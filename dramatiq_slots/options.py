@@ -11,6 +11,7 @@ actor and the option.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -155,6 +156,13 @@ class ActorSlots:
             return None if value is None else positive_int(value, actor_where(actor_name, option))
 
         key = options.get(UNIQUE_AT_RUNTIME_KEY)
+        key_capacity = number(RUNTIME_KEY_CAPACITY)
+        if key_capacity is not None and key is None:
+            raise ConfigurationError(
+                f"{actor_where(actor_name, RUNTIME_KEY_CAPACITY)}: the actor has no runtime key for it to "
+                f"apply to; set {UNIQUE_AT_RUNTIME_KEY} on the actor too ({UNIQUE_AT_RUNTIME_KEY}=False: "
+                "keys come only from messages, send_with_options(unique_at_runtime_key=...))"
+            )
         return cls(
             actor_name=actor_name,
             queue_name=queue_name,
@@ -162,7 +170,7 @@ class ActorSlots:
             runtime_key=check_key_option(
                 key, actor_where(actor_name, UNIQUE_AT_RUNTIME_KEY), allow_callable=True
             ),
-            runtime_key_capacity=number(RUNTIME_KEY_CAPACITY),
+            runtime_key_capacity=key_capacity,
             defer_min_backoff=number(DEFER_MIN_BACKOFF),
             defer_max_backoff=number(DEFER_MAX_BACKOFF),
             on_lost_hold=(
@@ -176,6 +184,54 @@ class ActorSlots:
     def capped(self) -> bool:
         """Whether the actor itself asks for a runtime key (queue caps are looked up by queue)."""
         return self.runtime_key is not None and self.runtime_key is not False
+
+
+def check_key_signature(key: Callable[..., Any], actor_fn: Callable[..., Any], where: str) -> None:
+    """ConfigurationError when ``key`` cannot take every call of ``actor_fn`` (where both
+    signatures can be read): the key callable gets exactly the arguments of each message."""
+    try:
+        key_sig, actor_sig = inspect.signature(key), inspect.signature(actor_fn)
+    except (TypeError, ValueError):
+        return
+    params = list(actor_sig.parameters.values())
+    kind = inspect.Parameter
+    positional = (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)
+    required = [
+        p for p in params if p.default is p.empty and p.kind not in (kind.VAR_POSITIONAL, kind.VAR_KEYWORD)
+    ]
+    positional_only = [p.name for p in params if p.kind is kind.POSITIONAL_ONLY]
+    by_name = [p.name for p in params if p.kind in (kind.POSITIONAL_OR_KEYWORD, kind.KEYWORD_ONLY)]
+    extra_kwargs = {"**kwargs": None} if any(p.kind is kind.VAR_KEYWORD for p in params) else {}
+    # The shortest call (the required arguments, each as a sender most often passes it), and the
+    # longest by name: every argument the actor can take by name, and whatever **kwargs adds.
+    # (Optional arguments passed by position are left out: a key callable ending in **kwargs
+    # is the common way to ignore them, and such a send fails clearly in the worker.)
+    calls = [
+        (
+            [p.name for p in required if p.kind in positional],
+            {p.name: None for p in required if p.kind is kind.KEYWORD_ONLY},
+        ),
+        (positional_only, {**dict.fromkeys(by_name), **extra_kwargs}),
+    ]
+    for args, kwargs in calls:
+        try:
+            key_sig.bind(*args, **kwargs)
+        except TypeError as e:
+            name = getattr(key, "__name__", type(key).__name__)
+            raise ConfigurationError(
+                f"{where}: the key callable {name}{_bare(key_sig)} cannot take every call of the actor "
+                f"{getattr(actor_fn, '__name__', '?')}{_bare(actor_sig)} ({e}); it is called with exactly "
+                "the arguments of each message: give it the actor's parameters (same names, same order), "
+                "or *args and **kwargs"
+            ) from None
+
+
+def _bare(signature: inspect.Signature) -> inspect.Signature:
+    """``signature`` without annotations, as an error message shows it."""
+    return signature.replace(
+        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+        return_annotation=signature.empty,
+    )
 
 
 def check_message_options(actor_name: str, options: Mapping[str, Any]) -> None:
@@ -199,6 +255,18 @@ def check_message_options(actor_name: str, options: Mapping[str, Any]) -> None:
         value = options.get(option)
         if value is not None:
             positive_int(value, message_where(actor_name, option))
+
+
+def check_key_capacity(actor: ActorSlots, options: Mapping[str, Any]) -> None:
+    """ConfigurationError when a message sets ``runtime_key_capacity`` but has no runtime key."""
+    if options.get(RUNTIME_KEY_CAPACITY) is None:
+        return
+    key = pick(options.get(UNIQUE_AT_RUNTIME_KEY), actor.runtime_key, None)
+    if key is None or key is False:
+        raise ConfigurationError(
+            f"{message_where(actor.actor_name, RUNTIME_KEY_CAPACITY)}: the message has no runtime key for "
+            f"it to apply to (neither the message nor the actor sets {UNIQUE_AT_RUNTIME_KEY})"
+        )
 
 
 def pick(message_value: Any, actor_value: Any, default: Any) -> Any:

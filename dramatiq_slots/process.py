@@ -212,8 +212,9 @@ class SlotsProcess:
         logger.warning(
             "Job %s %s: %s.",
             hold.label,
-            "interrupted (HoldLost); it is retried"
+            "interrupted (HoldLost); it runs again if its retries allow"
             if running
-            else "not in its actor body now: it will not start (and is retried), or it has just ended",
+            else "not in its actor body now: it will not start (it runs again if its retries allow), "
+            "or it has just ended",
             reason,
         )

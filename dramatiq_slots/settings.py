@@ -15,6 +15,7 @@ from typing import Any
 import redis
 from dramatiq import broker as dramatiq_broker
 from dramatiq.brokers.redis import RedisBroker
+from redis.connection import parse_url
 
 from . import options as opt
 from .keys import KeySpace
@@ -58,8 +59,12 @@ class Settings:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
         if self.client is not None and self.url is not None:
             raise opt.ConfigurationError("Slots: pass client= or url=, not both")
-        if self.url is not None and (not isinstance(self.url, str) or not self.url):
-            raise opt.ConfigurationError(f"{_setting('url')}: must be a non-empty str, got {self.url!r:.40}")
+        if self.url is not None:
+            if not isinstance(self.url, str) or not self.url:
+                raise opt.ConfigurationError(
+                    f"{_setting('url')}: must be a non-empty str, got {self.url!r:.40}"
+                )
+            check_url(self.url, _setting("url"))
         try:
             set_(self, "keys", KeySpace(self.key_prefix))
         except ValueError as e:
@@ -100,6 +105,15 @@ class Settings:
         return self.beat_interval if self.beat_interval is not None else max(1, self.hold_ttl // 6)
 
 
+def check_url(url: str, where: str) -> None:
+    """ConfigurationError naming ``where`` when redis-py cannot read ``url`` (the URL itself is not
+    repeated: it may hold a password)."""
+    try:
+        parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as e:
+        raise opt.ConfigurationError(f"{where}: not a Redis URL: {e}") from None
+
+
 def queue_capacity_where(queue_name: str) -> str:
     """How an error names one entry of ``Slots(queue_capacities=...)``."""
     return f"Slots(queue_capacities={{{queue_name!r}: ...}})"
@@ -115,6 +129,8 @@ def ledger_client(settings: Settings, broker: Any) -> RedisClient:
         return settings.client
     url = settings.url or os.environ.get(URL_ENV)
     if url:
+        if not settings.url:
+            check_url(url, URL_ENV)
         # Timeouts unless the URL sets its own (?socket_timeout=...): a
         # stalled server must not hold a worker thread or the heartbeat forever.
         client: redis.Redis = redis.Redis.from_url(

@@ -7,6 +7,7 @@ a real worker (interrupted, retried, never over the cap).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import threading
@@ -17,7 +18,7 @@ import dramatiq
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq.middleware import Retries
+from dramatiq.middleware import AsyncIO, Retries
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -323,6 +324,44 @@ def test_without_retries_an_interrupted_job_is_requeued_by_slots(
         finish.set()
         assert probe.wait_for(lambda: len(probe.by_label["stubborn"]) == 2, timeout=10)
     assert seen[1].get(DEFERRALS, 0) >= 1 and "retries" not in seen[1]
+
+
+def test_interrupt_mode_cancels_an_async_actor_and_says_what_becomes_of_it(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """dramatiq's event-loop bridge turns HoldLost in the worker thread into a cancelled coroutine."""
+    caplog.set_level(logging.WARNING, logger="dramatiq_slots")
+    broker.add_middleware(AsyncIO())
+    slots = add_slots(on_lost_hold="interrupt")
+    started, finish = threading.Event(), threading.Event()
+
+    @dramatiq.actor(queue_name="strict", queue_capacity=1, max_retries=0)
+    async def stubborn_async() -> None:
+        with probe.running("stubborn"):
+            started.set()
+            try:
+                while not finish.is_set():
+                    await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                probe.record("cancelled")
+                raise
+
+    stubborn_async.send()
+    with running_worker(broker, threads=1):
+        assert started.wait(10)
+        thief = _steal_the_slot(slots, "strict")
+        assert probe.wait_for(lambda: len(probe.by_label["cancelled"]) == 1, timeout=10)
+        wait_until(
+            lambda: broker.client.hlen(f"{broker.namespace}:strict.XQ.msgs") == 1,
+            timeout=10,
+            what="the stopped message to be dead-lettered (max_retries=0)",
+        )
+    finish.set()
+    assert slots.interrupted == 1
+    assert [h.token for h in slots.holders(queue="strict")] == [thief]
+    (line,) = [r.getMessage() for r in caplog.records if "HoldLost" in r.getMessage()]
+    assert "interrupted (HoldLost); it runs again if its retries allow" in line, line
+    assert "it is retried" not in line
 
 
 def test_on_lost_hold_values_are_checked_naming_the_actor_and_the_option(

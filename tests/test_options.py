@@ -96,11 +96,18 @@ def test_actor_capacity_must_agree_with_queue_capacities(
         ),
         ({"queue_capacities": {"q": 0}}, r"queue_capacities=\{'q': \.\.\.\}\) must be a positive int, got 0"),
         ({"url": "redis://x", "client": object()}, r"client= or url=, not both"),
+        (
+            {"url": "localhost:6379"},
+            r"^Slots\(url=\.\.\.\): not a Redis URL: Redis URL must specify one of the following schemes",
+        ),
+        ({"url": "redis://:s3cret@host:port/0"}, r"^Slots\(url=\.\.\.\): not a Redis URL: Port could not"),
+        ({"key_prefix": "a{b}"}, r"^Slots\(key_prefix=\.\.\.\): must not contain braces, got 'a\{b\}'"),
     ],
 )
 def test_bad_middleware_settings(settings: dict[str, Any], pattern: str) -> None:
-    with pytest.raises(ConfigurationError, match=pattern):
+    with pytest.raises(ConfigurationError, match=pattern) as raised:
         Slots(**settings)
+    assert "s3cret" not in str(raised.value), "a URL's password in an error"
 
 
 def test_default_beat_is_a_sixth_of_the_ttl() -> None:
@@ -112,10 +119,26 @@ def test_no_redis_for_a_non_redis_broker_is_a_clear_error(monkeypatch: pytest.Mo
     monkeypatch.delenv(URL_ENV, raising=False)
     stub = StubBroker()
     stub.add_middleware(Slots())
-    with pytest.raises(ConfigurationError, match=r"Slots needs a Redis for its ledger.*StubBroker"):
+    with pytest.raises(ConfigurationError) as raised:
         dramatiq.actor(actor_name="capped", queue_capacity=1, broker=stub)(lambda: None)
+    # Named for the actor that needed it, not for an unrelated setting.
+    assert re.match(
+        r"actor 'capped': Slots needs a Redis for its ledger: .*\(the broker is StubBroker\)$",
+        str(raised.value),
+    )
     # Uncapped actors need no ledger at all.
     dramatiq.actor(actor_name="plain", broker=stub)(lambda: None)
+
+
+def test_a_bad_ledger_url_in_the_environment_names_the_variable_and_the_actor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(URL_ENV, "localhost:6379")
+    stub = StubBroker()
+    stub.add_middleware(Slots())
+    with pytest.raises(ConfigurationError) as raised:
+        dramatiq.actor(actor_name="capped", queue_capacity=1, broker=stub)(lambda: None)
+    assert str(raised.value).startswith(f"actor 'capped': {URL_ENV}: not a Redis URL: Redis URL must specify")
 
 
 def test_ledger_url_from_the_environment(
@@ -347,3 +370,62 @@ def test_a_deferral_the_broker_refuses_fails_the_message(
         )
     assert probe.runs == []
     assert any(r.exc_info and isinstance(r.exc_info[1], _NoCopies) for r in caplog.records)
+
+
+def test_a_runtime_key_capacity_without_a_runtime_key_is_refused(
+    broker: RedisBroker, add_slots: SlotsFactory
+) -> None:
+    add_slots()
+    with pytest.raises(ConfigurationError) as raised:
+        dramatiq.actor(actor_name="keyless", runtime_key_capacity=3)(lambda: None)
+    assert str(raised.value).startswith(
+        "actor 'keyless': option 'runtime_key_capacity': the actor has no runtime key for it to apply to; "
+        "set unique_at_runtime_key on the actor too"
+    )
+
+    # False on the actor says "keys come from messages": the capacity is their default.
+    @dramatiq.actor(queue_name="per_message", unique_at_runtime_key=False, runtime_key_capacity=2)
+    def per_message() -> None: ...
+
+    @dramatiq.actor(queue_name="plain")
+    def plain() -> None: ...
+
+    per_message.send_with_options(unique_at_runtime_key="index:eu")
+    plain.send_with_options(unique_at_runtime_key="index:eu", runtime_key_capacity=2)
+    for actor, key in ((per_message, None), (plain, False)):
+        with pytest.raises(ConfigurationError) as raised:
+            actor.send_with_options(runtime_key_capacity=2, unique_at_runtime_key=key)
+        assert str(raised.value) == (
+            f"actor {actor.actor_name!r}: message option 'runtime_key_capacity': the message has no "
+            "runtime key for it to apply to (neither the message nor the actor sets unique_at_runtime_key)"
+        )
+
+
+def test_a_key_callable_that_cannot_take_the_actors_arguments_is_refused_at_declaration(
+    broker: RedisBroker, add_slots: SlotsFactory
+) -> None:
+    add_slots()
+    with pytest.raises(ConfigurationError) as raised:
+
+        @dramatiq.actor(unique_at_runtime_key=lambda account_id: f"account:{account_id}")
+        def sync(account_id: int, full: bool = False) -> None: ...
+
+    assert str(raised.value).startswith(
+        "actor 'sync': option 'unique_at_runtime_key': the key callable <lambda>(account_id) cannot take "
+        "every call of the actor sync(account_id, full=False) (got an unexpected keyword "
+        "argument 'full'); it is called with exactly the arguments of each message"
+    )
+    with pytest.raises(ConfigurationError, match=r"missing a required argument: 'region'"):
+
+        @dramatiq.actor(actor_name="regional", unique_at_runtime_key=lambda account_id, region: region)
+        def regional(account_id: int) -> None: ...
+
+    # What the docs show is accepted: the same parameters, or the key's own and **kwargs.
+    @dramatiq.actor(actor_name="same", unique_at_runtime_key=lambda account_id, full=False: str(account_id))
+    def same(account_id: int, full: bool = False) -> None: ...
+
+    @dramatiq.actor(actor_name="rest", unique_at_runtime_key=lambda account_id, **kw: str(account_id))
+    def rest(account_id: int, full: bool = False) -> None: ...
+
+    @dramatiq.actor(actor_name="anything", unique_at_runtime_key=lambda *a, **kw: "k")
+    async def anything(account_id: int, *, full: bool = False) -> None: ...
