@@ -12,12 +12,16 @@ it. A copy, not a retry:
   processed, never to a skip, so they fire once, when it really runs;
 - the skipped original has ``store_results`` turned off (after its copy was
   sent), so Results does not store a premature ``None``;
-- dramatiq's own "Message ... was skipped." WARNING is filtered for deferred
-  messages (and only for them): a deferral is routine, logged at DEBUG;
+- dramatiq's own "Message ... was skipped." WARNING never reaches the logger
+  for a deferred message (and only for it: :class:`QuietDeferrals`): a
+  deferral is routine, logged at DEBUG;
 - Prometheus counts in-progress messages in ``before_process_message`` and
   uncounts them in ``after_skip_message``; when a Prometheus middleware sits
   after Slots (so its before hook does not run for a deferred message) its
   before hook is run here, keeping its gauges balanced.
+
+What every other middleware sees of a deferral, hook by hook, is in
+docs/design.md ("What other middleware see of a deferral").
 
 The number of deferrals is kept on the message, in ``options["slots_deferrals"]``.
 At-least-once: if the process dies between the enqueue of the copy and the
@@ -53,34 +57,71 @@ def backoff_ms(deferrals: int, min_ms: int, max_ms: int, rand: Callable[[], floa
     return max(1, int(ceiling * (0.5 + 0.5 * rand())))
 
 
-class _DeferredSkipFilter(logging.Filter):
-    """Drops dramatiq's "was skipped" WARNING for messages this package deferred."""
+#: The WARNING dramatiq's ``WorkerThread.process_message`` logs for every ``SkipMessage``.
+SKIP_WARNING = "Message %s was skipped."
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._local = threading.local()
-
-    def mark(self, message: MessageProxy) -> None:
-        self._local.message_id = id(message)
-
-    def clear(self, message: MessageProxy) -> None:
-        if getattr(self._local, "message_id", None) == id(message):
-            self._local.message_id = None
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        marked = getattr(self._local, "message_id", None)
-        if marked is None or record.msg != "Message %s was skipped.":
-            return True
-        args = record.args
-        return not (isinstance(args, tuple) and args and id(args[0]) == marked)
+#: Per worker thread: the message proxy it is skipping as deferred (between ``defer`` and
+#: ``after_skip_message``). The proxy itself, not its id: an id can be reused once it is freed.
+_skipping = threading.local()
 
 
-skip_filter = _DeferredSkipFilter()
+def mark_deferred(message: MessageProxy) -> None:
+    """``message`` is about to be skipped as deferred, on this thread."""
+    _skipping.message = message
 
 
-def install_skip_filter() -> None:
-    """Attach the filter to the logger dramatiq's worker threads log skips on (idempotent)."""
-    logging.getLogger("dramatiq.worker.WorkerThread").addFilter(skip_filter)
+def is_deferred(message: object) -> bool:
+    """Whether this thread is skipping ``message`` as deferred."""
+    return getattr(_skipping, "message", None) is message
+
+
+def clear_deferred(message: MessageProxy) -> bool:
+    """The skip of ``message`` is over (``after_skip_message``); True if it was a deferral."""
+    if not is_deferred(message):
+        return False
+    _skipping.message = None
+    return True
+
+
+class QuietDeferrals:
+    """A worker thread's logger, minus dramatiq's skip WARNING for a message this package deferred.
+
+    Slots gives every dramatiq ``WorkerThread`` one (``after_worker_thread_boot``, which
+    the thread emits itself before it takes its first message), in place of its
+    ``logger`` attribute: only that thread's ``logger.warning(SKIP_WARNING, message)``
+    for the message it is deferring is dropped, before any ``Logger`` method runs, so
+    neither a filter nor a handler nor code that patches or wraps the ``Logger`` ever
+    sees it; every other call goes to the thread's own logger unchanged (``warning``
+    with ``stacklevel`` one higher, so records still name dramatiq's line).
+
+    The trade-off: this relies on dramatiq's ``WorkerThread.logger`` attribute and the
+    exact text of its warning (both pinned by the tests). Should a dramatiq release
+    change either, the warning is logged again; nothing else changes. The alternatives
+    were worse: a ``logging.Filter`` (the old way) runs only after ``Logger.warning``
+    was called; replacing the ``dramatiq.worker.WorkerThread`` logger itself, or
+    patching ``Logger``, would change logging for the whole process; and any exception
+    other than a ``SkipMessage`` would run dramatiq's error path (logged at ERROR,
+    retried by Retries). docs/design.md has the reasoning.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+
+    def warning(self, msg: object, *args: object, **kwargs: Any) -> None:
+        if msg == SKIP_WARNING and len(args) == 1 and is_deferred(args[0]):
+            return
+        kwargs["stacklevel"] = int(kwargs.get("stacklevel", 1)) + 1
+        self.logger.warning(msg, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.logger, name)
+
+
+def quiet_deferrals(thread: object) -> None:
+    """Give a dramatiq worker thread a :class:`QuietDeferrals` logger (idempotent)."""
+    logger = getattr(thread, "logger", None)
+    if isinstance(logger, logging.Logger):
+        setattr(thread, "logger", QuietDeferrals(logger))  # noqa: B010 -- dramatiq types it a Logger
 
 
 def _prometheus_after(broker: dramatiq.Broker, owner: Middleware) -> list[Middleware]:
@@ -133,7 +174,7 @@ def defer(
         raise
     options: dict[str, Any] = message.options
     options["store_results"] = False
-    skip_filter.mark(message)
+    mark_deferred(message)
     logger.debug(
         "Deferred message %s (%s) by %d ms: %s (deferral #%d).",
         message.message_id,

@@ -19,7 +19,8 @@ beat fails and the hold's expiry was written ``hold_ttl - beat_interval`` ago
 or more (the next beat may come too late), or when that is not known.
 
 One beat is :meth:`Heartbeat.tick`, callable without the thread. The thread
-is ``while not stop.wait(interval): tick()``, started at worker boot (and
+is ``while not stop.wait(interval): tick()`` (then the metrics drop the live
+gauges of dead processes of this host), started at worker boot (and
 lazily when a hold exists without it), kept running through a graceful
 shutdown until the last hold is released, and joined on stop.
 """
@@ -267,6 +268,10 @@ class Heartbeat:
                 self.tick()
             except Exception:  # never let the thread die: holds would age out under running jobs
                 logger.exception("Unexpected error in heartbeat; continuing.")
+            try:
+                self.metrics.forget_dead_processes()  # a SIGKILLed process's holds leave the gauge
+            except Exception:
+                logger.exception("Could not tidy the Prometheus files of dead processes; continuing.")
             if self._draining.is_set() and not len(self.registry):
                 logger.debug("Heartbeat drained: no holds left.")
                 return

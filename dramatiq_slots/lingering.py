@@ -132,6 +132,20 @@ class LingeringHolds:
         for hold in holds:
             self._release(hold)
 
+    def join(self, timeout: float | None = 5.0) -> None:
+        """Wait for the thread to end after :meth:`release_all` (worker shutdown); it ends at once."""
+        with self._cond:
+            self._check_fork()
+            thread = self._thread if self._stop else None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        """Whether this process's lingering thread is alive."""
+        thread = self._thread
+        return self._pid == os.getpid() and thread is not None and thread.is_alive()
+
     def resume(self) -> None:
         """Allow lingering again (worker boot)."""
         with self._cond:

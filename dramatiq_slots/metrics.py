@@ -21,6 +21,19 @@ over processes (and hosts) for cluster-wide figures: the gauges are written
 in prometheus_client's multiprocess mode (``livesum`` for holds, ``livemax``
 for capacities), which dramatiq's exposition server reads.
 
+And, labelled like dramatiq's own ``dramatiq_messages_total`` (``queue_name``,
+``actor_name``) so that one can be subtracted from the other:
+
+``dramatiq_slots_deferred_messages_total``  (counter) deferrals, each of which dramatiq's
+                                          ``Prometheus`` counts as a processed message
+
+The metrics are made at worker boot, before any worker thread exists
+(``before_worker_boot``), so the first message is counted too. A live gauge
+counts live processes only: at worker boot and on every beat,
+:meth:`PrometheusMetrics.forget_dead_processes` removes the live-gauge files
+of the processes of this host that no longer exist (a SIGKILLed worker
+never removes its own). docs/operations.md says how to read them.
+
 Nothing is created, and ``prometheus_client`` is not imported, unless the
 broker has the ``Prometheus`` middleware: :func:`metrics_for` returns the
 no-op :class:`Metrics` otherwise.
@@ -30,7 +43,11 @@ This module imports nothing from dramatiq at import time.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import sys
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -59,6 +76,44 @@ class Metrics:
 
     def release_failed(self, hold: Hold) -> None:
         """Redis did not confirm the release of ``hold``."""
+
+    def deferred_message(self, queue_name: str, actor_name: str) -> None:
+        """A message of ``actor_name`` on ``queue_name`` was skipped as deferred."""
+
+    def forget_dead_processes(self) -> list[int]:
+        """Drop the live gauges of this host's processes that no longer exist; their pids."""
+        return []
+
+
+#: A live-mode gauge file of prometheus_client's multiprocess folder: ``gauge_live<mode>_<pid>.db``.
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
+
+
+def _multiprocess_dir() -> str | None:
+    """prometheus_client's multiprocess folder (set by dramatiq's ``Prometheus`` at process boot)."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def process_exists(pid: int) -> bool:
+    """Whether ``pid`` is a process of this host that has not exited (a zombie has exited)."""
+    if not os.path.isdir("/proc/self"):  # not Linux: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # another user's process
+            return True
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: keep its gauges
+    # "<pid> (<comm>) <state> ...": the state follows the last ")" (comm may hold anything).
+    end = stat.rfind(b")")
+    return stat[end + 2 : end + 3] != b"Z"
 
 
 class PrometheusMetrics(Metrics):
@@ -95,6 +150,15 @@ class PrometheusMetrics(Metrics):
         self.reasserts = counter("reasserted", "Lost holds put back while their job ran, per ledger.")
         self.interrupts = counter("interrupted", "Jobs stopped because their hold was lost, per ledger.")
         self.release_failures = counter("release_failures", "Releases Redis did not confirm, per ledger.")
+        self.deferred_messages = prom.Counter(
+            "dramatiq_slots_deferred_messages",
+            "Deferrals, per queue and actor (dramatiq_messages_total counts each one as processed).",
+            ["queue_name", "actor_name"],
+            registry=registry,
+        )
+        #: The tokens of the holds counted in ``holds_in_use``: only those are uncounted, once.
+        self._counted: set[str] = set()
+        self._counted_lock = threading.Lock()
 
     def _labelled(self, limits: Iterable[Limit], actor: str) -> list[tuple[tuple[str, str], Limit]]:
         """``((kind, name), limit)`` of each limit on a ledger of this prefix (others are left out)."""
@@ -110,13 +174,22 @@ class PrometheusMetrics(Metrics):
         return [labels for labels, _ in self._labelled(limits, actor)]
 
     def admitted(self, hold: Hold) -> None:
+        with self._counted_lock:
+            counted = hold.token not in self._counted
+            self._counted.add(hold.token)
         # Each limit with its own labels: a limit left out must not shift the capacities of the others.
         for labels, limit in self._labelled(hold.limits, hold.actor):
             self.admissions.labels(*labels).inc()
-            self.holds_in_use.labels(*labels).inc()
+            if counted:
+                self.holds_in_use.labels(*labels).inc()
             self.capacity.labels(*labels).set(limit.capacity)
 
     def finished(self, hold: Hold) -> None:
+        # Only a hold this object counted: the gauge never goes below what it added.
+        with self._counted_lock:
+            if hold.token not in self._counted:
+                return
+            self._counted.discard(hold.token)
         for labels in self._labels(hold.limits, hold.actor):
             self.holds_in_use.labels(*labels).dec()
 
@@ -135,6 +208,34 @@ class PrometheusMetrics(Metrics):
     def release_failed(self, hold: Hold) -> None:
         for labels in self._labels(hold.limits, hold.actor):
             self.release_failures.labels(*labels).inc()
+
+    def deferred_message(self, queue_name: str, actor_name: str) -> None:
+        self.deferred_messages.labels(queue_name, actor_name).inc()
+
+    def forget_dead_processes(self) -> list[int]:
+        """Remove the live-gauge files of this host's processes that no longer exist.
+
+        prometheus_client keeps a process's live gauges (``livesum``, ``livemax``, ...)
+        until ``mark_process_dead`` removes them, which dramatiq does only at a graceful
+        shutdown: a SIGKILLed worker's holds would stay in ``holds_in_use``. The files
+        name their pid; a pid with no process behind it is marked dead here, which also
+        drops its other live gauges (dramatiq's in-progress gauge). Counters are kept.
+        """
+        path = _multiprocess_dir()
+        if path is None:
+            return []
+        from prometheus_client import multiprocess
+
+        try:
+            names = os.listdir(path)
+        except OSError:
+            return []
+        pids = {int(m.group(1)) for m in map(_LIVE_GAUGE_FILE.fullmatch, names) if m is not None}
+        dead = sorted(pid for pid in pids - {os.getpid()} if not process_exists(pid))
+        for pid in dead:
+            with contextlib.suppress(OSError):  # another process removed them first
+                multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+        return dead
 
 
 def metrics_for(middleware: Iterable[object], keys: KeySpace) -> Metrics:

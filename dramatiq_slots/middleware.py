@@ -7,7 +7,10 @@ whole picture, CONTRIBUTING.md the module map):
 - sending a message stamps its place in line (:mod:`.places`);
 - processing a message admits it or defers it (:mod:`.admission`, :mod:`.deferral`);
 - a finished or skipped message releases its hold (:mod:`.process`);
-- worker boot and shutdown start and drain the heartbeat and the wake-ups.
+- worker boot (before any worker thread exists) readies admission and the
+  metrics, and starts the heartbeat and the wake-ups; shutdown drains them;
+- each worker thread gets a logger that drops dramatiq's skip WARNING for a
+  deferred message (:class:`~.deferral.QuietDeferrals`).
 
 Trap designed around: dramatiq swallows any exception raised by a
 ``before_process_message`` hook unless it is a ``MiddlewareError``, and then
@@ -27,12 +30,13 @@ import dramatiq
 import redis
 from dramatiq.broker import MessageProxy
 from dramatiq.middleware import Middleware, MiddlewareError, Retries
+from dramatiq.worker import WorkerThread
 
 from . import options as opt
 from .admission import Admission, AdmissionError
 from .claims import HoldRegistry, this_process
 from .declarations import Declarations
-from .deferral import DEFERRALS, backoff_ms, defer, install_skip_filter, requeue, skip_filter
+from .deferral import DEFERRALS, backoff_ms, clear_deferred, defer, quiet_deferrals, requeue
 from .errors import LedgerError
 from .heartbeat import Heartbeat
 from .inspection import ProcessReport, ReportedHold
@@ -101,7 +105,6 @@ class Slots(Middleware):
         self.admission = Admission(self.process, self.settings)
         self._broker: dramatiq.Broker | None = None
         self._places = PlaceClock()
-        install_skip_filter()
 
     def _new_ledger(self) -> Ledger:
         client = ledger_client(self.settings, self._broker or global_broker_with(self))
@@ -184,13 +187,21 @@ class Slots(Middleware):
 
     # -- worker life cycle -----------------------------------------------
 
-    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+    def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        # Before, not after: dramatiq's Worker.start emits before_worker_boot before it
+        # starts any consumer or worker thread, and after_worker_boot once they all run
+        # (in reverse order: after the after hooks of the middleware added after Slots),
+        # so a backlog is being processed by then. Everything the first message needs is
+        # ready here: the metrics (dramatiq's Prometheus made its own, and set
+        # prometheus_client's multiprocess folder, at process boot), the wait gate, the
+        # scripts, the heartbeat and the wake channel (docs/design.md, "Heartbeat").
         self._broker = broker
         process = self.process
         process.stopping.clear()
         process.lingering.resume()
         if type(process.metrics) is Metrics:
             process.use_metrics(metrics_for(broker.middleware, self.keys))
+        process.metrics.forget_dead_processes()
         waiters = int(worker.worker_threads * self.settings.waiting_share)
         may_wait = waiters > 0 and self.settings.max_wait > 0
         process.wait_gate = threading.BoundedSemaphore(waiters) if may_wait else None
@@ -227,6 +238,10 @@ class Slots(Middleware):
                 policy,
             )
 
+    def after_worker_thread_boot(self, broker: dramatiq.Broker, thread: WorkerThread) -> None:
+        # Emitted by the worker thread itself, before it takes its first message.
+        quiet_deferrals(thread)
+
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         process = self.process
         process.stopping.set()
@@ -241,6 +256,7 @@ class Slots(Middleware):
         heartbeat, wakeups = self.process.started
         if wakeups is not None:
             wakeups.stop()
+        self.process.lingering.join()
         if heartbeat is not None:
             held, owed = self.registry.snapshot()
             heartbeat.stop()
@@ -315,7 +331,9 @@ class Slots(Middleware):
             requeue(broker, message, delay_ms=backoff_ms(deferrals, min_backoff, max_backoff))
 
     def after_skip_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
-        skip_filter.clear(message)
+        if clear_deferred(message):
+            # What dramatiq's Prometheus has just counted as a processed message.
+            self.metrics.deferred_message(message.queue_name, message.actor_name)
         self.process.finished(id(message))
 
     def _report(self) -> tuple[str, str]:

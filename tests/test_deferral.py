@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import dramatiq
 import pytest
@@ -23,7 +24,7 @@ from dramatiq.results import ResultMissing, Results
 from dramatiq.results.backends import RedisBackend
 
 from dramatiq_slots import DEFERRALS, Slots
-from dramatiq_slots.deferral import backoff_ms
+from dramatiq_slots.deferral import QuietDeferrals, backoff_ms
 from dramatiq_slots.ledger import Limit
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
 from tests.support.waiting import wait_until
@@ -137,7 +138,7 @@ def test_deferrals_log_nothing_at_warning(
 def test_other_skips_are_still_logged(
     broker: RedisBroker, add_slots: SlotsFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The log filter hides only deferrals: a skip by another middleware keeps its WARNING.
+    # Only deferrals are kept from the logger: a skip by another middleware keeps its WARNING.
     add_slots(max_wait=0)
     skipped: list[str] = []
 
@@ -161,6 +162,101 @@ def test_other_skips_are_still_logged(
             lambda: skipped == [message.message_id], timeout=10.0, what="skipped == [message.message_id]"
         )
     assert any("was skipped" in r.getMessage() for r in caplog.records)
+
+
+class _RecordingLogger(logging.Logger):
+    """A ``Logger`` that records every call of its logging methods (then logs as usual)."""
+
+    calls: ClassVar[list[tuple[str, tuple[Any, ...]]]] = []
+
+
+def _recording(name: str) -> Any:
+    def method(self: _RecordingLogger, *args: Any, **kwargs: Any) -> None:
+        self.calls.append((name, args))
+        getattr(super(_RecordingLogger, self), name)(*args, **kwargs)
+
+    return method
+
+
+# Every level method, log(), and _log(), which all of them call.
+for _name in ("debug", "info", "warning", "error", "exception", "critical", "log", "_log"):
+    setattr(_RecordingLogger, _name, _recording(_name))
+
+
+def _skip_warnings(calls: list[tuple[str, tuple[Any, ...]]]) -> list[str]:
+    """The message ids of every "was skipped" call, whichever method it went through."""
+    ids = []
+    for _, args in calls:
+        if "Message %s was skipped." in args:
+            rest = args[args.index("Message %s was skipped.") + 1 :]
+            flat = rest[0] if rest and isinstance(rest[0], tuple) else rest  # _log(level, msg, args)
+            ids += [getattr(arg, "message_id", "?") for arg in flat[:1]]
+    return ids
+
+
+def test_a_deferrals_skip_warning_reaches_no_logger_method(
+    broker: RedisBroker,
+    add_slots: SlotsFactory,
+    deferrals: Deferrals,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Not filtered after the fact: no method of dramatiq's worker-thread logger is called
+    # for a deferral's skip, so code that patches or wraps the logger never sees it. A skip
+    # by another middleware still goes through the logger, from dramatiq's own line.
+    slots = add_slots(max_wait=0)
+    occupy(slots, "hushed")
+    skipped: list[str] = []
+
+    class SkipLoud(Middleware):
+        def before_process_message(self, broker: dramatiq.Broker, message: Any) -> None:
+            if message.actor_name == "loud":
+                raise SkipMessage("skip")
+
+        def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
+            if message.actor_name == "loud":
+                skipped.append(message.message_id)
+
+    broker.add_middleware(SkipLoud())
+
+    @dramatiq.actor(queue_name="hushed", queue_capacity=1)
+    def hushed() -> None:
+        raise AssertionError("the slot is held: hushed never runs")
+
+    @dramatiq.actor(queue_name="loud")
+    def loud() -> None:
+        raise AssertionError("skipped messages must not run")
+
+    worker_logger = logging.getLogger("dramatiq.worker.WorkerThread")
+    monkeypatch.setattr(_RecordingLogger, "calls", [])
+    monkeypatch.setattr(worker_logger, "__class__", _RecordingLogger)
+    caplog.set_level(logging.WARNING)
+    deferred, control = hushed.send(), loud.send()
+    with running_worker(broker, threads=2):
+        wait_until(lambda: deferrals.of(deferred.message_id) >= 3, timeout=15, what="3 deferrals of hushed")
+        wait_until(lambda: skipped == [control.message_id], timeout=10, what="the skip of loud")
+    assert _skip_warnings(_RecordingLogger.calls).count(control.message_id) >= 1, _RecordingLogger.calls
+    assert deferred.message_id not in _skip_warnings(_RecordingLogger.calls)
+    assert [r.getMessage() for r in caplog.records if r.getMessage().endswith("was skipped.")] == [
+        "Message loud() was skipped."
+    ]
+    broker.flush_all()  # hushed's copies would defer for ever
+
+
+def test_the_quiet_logger_passes_every_other_call_on_from_its_callers_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    quiet = QuietDeferrals(logging.getLogger("tests.quiet"))
+    caplog.set_level(logging.DEBUG, logger="tests.quiet")
+    line = sys._getframe().f_lineno + 1
+    quiet.warning("Message %s was skipped.", "not deferred")
+    quiet.info("info %d", 1)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "Message not deferred was skipped."),
+        ("INFO", "info 1"),
+    ]
+    assert {(r.pathname, r.funcName) for r in caplog.records} == {(__file__, sys._getframe().f_code.co_name)}
+    assert caplog.records[0].lineno == line
 
 
 def test_results_wait_for_the_real_result(

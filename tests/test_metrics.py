@@ -1,12 +1,15 @@
 """Prometheus metrics of the ledgers (``dramatiq_slots.metrics``), scraped for real.
 
-The end-to-end test runs the ``dramatiq`` command line (2 worker processes) on
+The end-to-end tests run the ``dramatiq`` command line on
 :mod:`tests.apps.metrics_app`, whose broker has dramatiq's own ``Prometheus``
-middleware, and reads the metrics where Prometheus would: from the exposition
-server that ``dramatiq`` forks, over HTTP, parsed with prometheus_client's
-parser. The other tests are in process: without ``Prometheus`` nothing is
-created and prometheus_client is never imported; the counters no scenario
-here provokes for real are checked on :class:`PrometheusMetrics` directly.
+middleware (prometheus_client in multiprocess mode), and read the metrics
+where Prometheus would: from the exposition server that ``dramatiq`` forks,
+over HTTP, parsed with prometheus_client's parser. One scenario walks every
+metric; one queues a backlog before the workers boot; one SIGKILLs a process
+that holds a slot. The other tests are in process: without ``Prometheus``
+nothing is created and prometheus_client is never imported; the counters no
+scenario here provokes for real are checked on :class:`PrometheusMetrics`
+directly.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -111,59 +114,97 @@ def cluster(config: AppConfig, redis_client: redis.Redis, tmp_path: Path) -> Ite
         yield cluster
 
 
+class Scraper:
+    """Scrapes one exposition server; remembers the last page and the lowest gauge values seen."""
+
+    def __init__(self, url: str, cluster: WorkerFleet) -> None:
+        self.url = url
+        self.cluster = cluster
+        self.text = ""
+        #: The lowest value each ``dramatiq_slots_holds_in_use`` series had in any scrape.
+        self.lowest: dict[tuple[tuple[str, str], ...], float] = {}
+
+    def context(self) -> str:
+        return f"--- last scrape ---\n{slots_lines(self.text) or '(none)'}\n{self.cluster.tails()}"
+
+    def poll(self) -> Samples | None:
+        """One scrape (None while the server does not answer)."""
+        text = scrape(self.url)
+        if text is None:
+            return None
+        self.text = text
+        samples = parse(text)
+        for (name, labels), value in samples.items():
+            if name == "dramatiq_slots_holds_in_use":
+                self.lowest[labels] = min(value, self.lowest.get(labels, value))
+        return samples
+
+    def when(self, condition: Callable[[Samples], bool], what: str, timeout: float = RUN_TIMEOUT) -> Samples:
+        """Scrape until ``condition(samples)`` holds; return those samples."""
+
+        def poll() -> Samples | None:
+            samples = self.poll()
+            return samples if samples is not None and condition(samples) else None
+
+        result = wait_until(poll, timeout=timeout, what=what, interval=0.1, context=self.context)
+        assert result is not None
+        return result
+
+
+def queue(samples: Samples, name: str) -> float | None:
+    return sample(samples, name, "queue", CAPPED_QUEUE)
+
+
+def metrics_group(
+    cluster: WorkerFleet,
+    tmp_path: Path,
+    name: str,
+    *,
+    prom_db: Path,
+    config: AppConfig | None = None,
+    processes: int = 2,
+    threads: int = 2,
+    extra_env: dict[str, str] | None = None,
+) -> tuple[WorkerGroup, Scraper]:
+    """A metrics app group (not started) whose exposition server, on a free port, reads ``prom_db``.
+
+    Added to the cluster, whose close SIGKILLs whatever is left of it.
+    """
+    prom_db.mkdir(exist_ok=True)
+    port = free_port()
+    group = MetricsGroup(
+        name,
+        config or cluster.config,
+        tmp_path,
+        processes=processes,
+        threads=threads,
+        extra_env={
+            "dramatiq_prom_db": str(prom_db),
+            "dramatiq_prom_host": "127.0.0.1",
+            "dramatiq_prom_port": str(port),
+            **(extra_env or {}),
+        },
+    )
+    cluster.groups.append(group)
+    return group, Scraper(f"http://127.0.0.1:{port}/", cluster)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_exposition_server_of_dramatiq_serves_the_ledger_metrics(
     cluster: WorkerFleet, redis_client: redis.Redis, tmp_path: Path
 ) -> None:
-    prom_db = tmp_path / "prom"
-    prom_db.mkdir()
-    port = free_port()
-    group = MetricsGroup(
-        "metrics",
-        cluster.config,
-        tmp_path,
-        processes=2,
-        threads=2,
-        extra_env={
-            "dramatiq_prom_db": str(prom_db),
-            "dramatiq_prom_host": "127.0.0.1",
-            "dramatiq_prom_port": str(port),
-        },
-    )
-    cluster.groups.append(group)  # and the cluster's close SIGKILLs whatever is left of it
+    group, scraper = metrics_group(cluster, tmp_path, "metrics", prom_db=tmp_path / "prom")
     try:
-        _scenario(cluster, group, redis_client, f"http://127.0.0.1:{port}/")
+        _scenario(cluster, group, redis_client, scraper)
     finally:
         group.terminate(timeout=10)  # SIGTERM, then SIGKILL after 10 s
 
 
-def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redis, url: str) -> None:
+def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redis, scraper: Scraper) -> None:
     group.start()
     cluster.wait_ready(group, timeout=BOOT_TIMEOUT)
-
-    last: dict[str, str] = {"text": ""}
-
-    def context() -> str:
-        return f"--- last scrape ---\n{slots_lines(last['text']) or '(none)'}\n{cluster.tails()}"
-
-    def scraped_when(condition: Any, what: str) -> Samples:
-        """Scrape until ``condition(samples)`` holds; return those samples."""
-
-        def poll() -> Samples | None:
-            text = scrape(url)
-            if text is None:
-                return None
-            last["text"] = text
-            samples = parse(text)
-            return samples if condition(samples) else None
-
-        result = wait_until(poll, timeout=RUN_TIMEOUT, what=what, interval=0.1, context=context)
-        assert result is not None
-        return result
-
-    def queue(samples: Samples, name: str) -> float | None:
-        return sample(samples, name, "queue", CAPPED_QUEUE)
+    scraped_when = scraper.when
 
     # 1. One capped job runs and blocks until the test opens its gate: the queue's only slot is held.
     gate = f"{cluster.config.probe_prefix}:gate"
@@ -220,7 +261,7 @@ def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redi
         )
 
     samples = scraped_when(settled, "the scrape to count every run and show no hold left")
-    text = last["text"]
+    text = scraper.text
     print(f"\nSCRAPE (dramatiq_slots_* lines):\n{slots_lines(text)}")
 
     assert queue(samples, "dramatiq_slots_admissions_total") == ran
@@ -232,9 +273,29 @@ def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redi
     # Nothing failed, nothing was interrupted (on_lost_hold="reassert").
     for name in ("dramatiq_slots_release_failures_total", "dramatiq_slots_interrupted_total"):
         assert all(v == 0 for (n, _), v in samples.items() if n == name), slots_lines(text)
+    # dramatiq's Prometheus counts each deferral as a processed message; ours, labelled alike,
+    # count the deferrals, so the difference is what really ran (docs/operations.md).
+    for queue_name, actor_name, runs in (
+        (CAPPED_QUEUE, CAPPED_ACTOR, ran),
+        (KEYED_QUEUE, KEYED_ACTOR, KEYED),
+    ):
+        labels = (("actor_name", actor_name), ("queue_name", queue_name))
+        processed = samples[("dramatiq_messages_total", labels)]
+        deferred = samples.get(("dramatiq_slots_deferred_messages_total", labels), 0)
+        assert processed - deferred == runs, (queue_name, processed, deferred, slots_lines(text))
+    assert samples[
+        (
+            "dramatiq_slots_deferred_messages_total",
+            (("actor_name", CAPPED_ACTOR), ("queue_name", CAPPED_QUEUE)),
+        )
+    ] == queue(samples, "dramatiq_slots_deferrals_total")
     # Runtime-key ledgers are labelled by actor, never by key (nor by the key's digest).
     ledgers = {
-        labels for (name, labels), _ in samples.items() if name.startswith("dramatiq_slots_") and labels
+        labels
+        for (name, labels), _ in samples.items()
+        if name.startswith("dramatiq_slots_")
+        and labels
+        and not name.startswith("dramatiq_slots_deferred_messages")
     }
     assert ledgers == {
         (("kind", "queue"), ("name", CAPPED_QUEUE)),
@@ -242,6 +303,113 @@ def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redi
     }, slots_lines(text)
     assert secret not in text
     assert key_digest(secret) not in text
+
+
+#: Capped messages queued before the workers of the backlog test start.
+BACKLOG = 200
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_backlog_queued_before_boot_is_counted_from_the_first_message(
+    cluster: WorkerFleet, tmp_path: Path
+) -> None:
+    # Worker threads take messages before the worker boot is over (SlowBoot makes that
+    # window certain: it ends the boot only after a message has finished). Every message
+    # must be counted, no gauge may go below zero, and none may defer: it can wait in line.
+    config = cluster.config.replace(capacity=2, max_wait=30_000, job_ms=20)
+    sent = [cluster.send(CAPPED_QUEUE, CAPPED_ACTOR, i) for i in range(BACKLOG)]
+    group, scraper = metrics_group(
+        cluster,
+        tmp_path,
+        "backlog",
+        prom_db=tmp_path / "prom",
+        config=config,
+        extra_env={"SLOTS_METRICS_SLOW_BOOT": "1"},
+    )
+    try:
+        group.start()
+        cluster.wait_ready(group, timeout=BOOT_TIMEOUT)
+
+        def all_ran() -> bool:
+            scraper.poll()  # scrapes all along, for the lowest gauge values
+            return set(sent) <= cluster.completed_ids(CAPPED_SCOPE) and not cluster.probe.open_runs()
+
+        wait_until(
+            all_ran,
+            timeout=90,
+            interval=0.1,
+            what=f"the {BACKLOG} queued messages to run",
+            context=scraper.context,
+        )
+        runs = [r for r in cluster.probe.runs(CAPPED_SCOPE) if r.completed]
+        samples = scraper.when(
+            lambda s: (
+                (queue(s, "dramatiq_slots_holds_in_use") or 0) <= 0
+                and (queue(s, "dramatiq_slots_admissions_total") or 0) >= len(runs)
+            ),
+            f"the scrape to count {len(runs)} admissions and show no hold left",
+            timeout=10,
+        )
+        assert queue(samples, "dramatiq_slots_admissions_total") == len(runs) == BACKLOG, scraper.context()
+        assert queue(samples, "dramatiq_slots_holds_in_use") == 0, scraper.context()
+        assert min(scraper.lowest.values()) >= 0, (scraper.lowest, scraper.context())
+        assert not queue(samples, "dramatiq_slots_deferrals_total"), (
+            "a message deferred as the workers booted"
+        )
+        assert cluster.probe.peak(CAPPED_SCOPE) == 2
+    finally:
+        group.terminate(timeout=10)
+
+
+def _live_gauge_files(prom_db: Path, pids: Iterable[int]) -> list[str]:
+    """prometheus_client's files of live-mode gauges (``gauge_live<mode>_<pid>.db``) of ``pids``."""
+    wanted = {str(pid) for pid in pids}
+    return sorted(
+        f.name for f in prom_db.glob("gauge_live*_*.db") if f.name.rsplit("_", 1)[1][: -len(".db")] in wanted
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_sigkilled_process_stops_counting_in_holds_in_use(
+    cluster: WorkerFleet, redis_client: redis.Redis, tmp_path: Path
+) -> None:
+    # Two hosts' worth of processes on one host: both groups write to one multiprocess folder
+    # and each forks an exposition server that reads it. The group whose process runs the
+    # gated job is SIGKILLed; the survivor's server must stop counting its hold.
+    prom_db = tmp_path / "prom"
+    pair = [metrics_group(cluster, tmp_path, name, prom_db=prom_db, processes=1) for name in ("h1", "h2")]
+    for group, _ in pair:
+        group.start()
+    cluster.wait_ready(*(group for group, _ in pair), timeout=BOOT_TIMEOUT)
+    gate = f"{cluster.config.probe_prefix}:gate"
+    cluster.send(CAPPED_QUEUE, CAPPED_ACTOR, 0, gate)
+    holder = wait_until(
+        lambda: next((r.group for r in cluster.probe.runs(CAPPED_SCOPE) if not r.completed), None),
+        timeout=RUN_TIMEOUT,
+        what="the gated job to start",
+        context=cluster.tails,
+    )
+    (killed, _), (_, scraper) = sorted(pair, key=lambda gs: gs[0].name != holder)
+    scraper.when(
+        lambda s: queue(s, "dramatiq_slots_holds_in_use") == 1,
+        "the survivor's scrape to show the gated job's hold",
+    )
+    kill = cluster.kill_group(killed)
+    assert _live_gauge_files(prom_db, kill.pids), (
+        "the killed process left no live gauge file (nothing to test)"
+    )
+    redis_client.set(gate, "1")  # a copy the broker gives the survivor later simply runs
+
+    scraper.when(
+        lambda s: not queue(s, "dramatiq_slots_holds_in_use"),
+        f"the survivor's scrape to stop counting the hold of SIGKILLed pids {sorted(kill.pids)}",
+        timeout=10,
+    )
+    assert _live_gauge_files(prom_db, kill.pids) == []
+    for group, _ in pair:
+        group.terminate(timeout=10)
 
 
 # -- in process -------------------------------------------------------------------------------
@@ -285,7 +453,7 @@ def test_without_dramatiqs_prometheus_nothing_is_created(
     assert type(metrics) is Metrics
     assert type(metrics_for([], keys)) is Metrics
     # The worker-boot path too: no capped actor, so the ledger is never touched.
-    slots.after_worker_boot(broker, _FakeWorker())  # type: ignore[arg-type]
+    slots.before_worker_boot(broker, _FakeWorker())  # type: ignore[arg-type]
     assert type(slots.metrics) is Metrics
     hold = Hold("h:1:1", (Limit(keys.queue("q"), 1),), actor="a")
     metrics.admitted(hold)
@@ -384,3 +552,17 @@ def test_a_limit_on_another_prefix_does_not_shift_the_capacities(
     m.admitted(hold)
     assert _values(m.capacity) == {("queue", queue_name): 2, ("key", actor): 1}
     assert _values(m.admissions) == {("queue", queue_name): 1, ("key", actor): 1}
+
+
+def test_holds_in_use_uncounts_only_holds_it_counted(prometheus_metrics: PrometheusMetrics) -> None:
+    m = prometheus_metrics
+    hold, queue_name, actor = _hold(m)
+    q, k = ("queue", queue_name), ("key", actor)
+
+    m.finished(hold)  # admitted before these metrics existed: never counted, never uncounted
+    assert _values(m.holds_in_use) == {}
+    m.admitted(hold)
+    m.finished(hold)
+    m.finished(hold)  # once only
+    assert _values(m.holds_in_use) == {q: 0, k: 0}
+    assert _values(m.admissions) == {q: 1, k: 1}

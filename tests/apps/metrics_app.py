@@ -6,6 +6,12 @@ Configured by environment variables only, as :mod:`tests.apps.multiprocess_app`
 its ``Prometheus`` middleware, which this app adds to a RedisBroker together
 with ``Slots`` (before ``TimeLimit``).
 
+``SLOTS_METRICS_SLOW_BOOT=1`` adds :class:`SlowBoot`, a middleware whose
+``after_worker_boot`` runs before Slots' own (after hooks run in reverse
+order) and returns only once this process has finished its first message:
+the worker threads run messages before the worker boot is over, as they do
+whenever another middleware's ``after_worker_boot`` is slow.
+
 Actors:
 
 ``metered_job(i, gate="")`` on queue ``metrics_capped`` (``queue_capacity`` from the config)
@@ -20,10 +26,12 @@ Each worker process records in the probe that it booted.
 from __future__ import annotations
 
 import os
+import threading
 import time
+from typing import Any
 
 import dramatiq
-from dramatiq.middleware import CurrentMessage, TimeLimit
+from dramatiq.middleware import CurrentMessage, Middleware, TimeLimit
 from dramatiq.middleware.prometheus import Prometheus
 
 from tests.support.probe import ProcessProbe
@@ -38,6 +46,26 @@ KEYED_ACTOR = "keyed_metered_job"
 #: The longest a gated job waits for its gate before it gives up (s): a bound, never reached in a pass.
 GATE_TIMEOUT_S = 60.0
 
+#: The longest :class:`SlowBoot` holds the worker boot (s): a bound, never reached in a pass.
+SLOW_BOOT_TIMEOUT_S = 20.0
+
+
+class SlowBoot(Middleware):
+    """Ends the worker boot only after this process has finished a message (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.finished = threading.Event()
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self.finished.wait(SLOW_BOOT_TIMEOUT_S)
+
+    def after_process_message(self, broker: dramatiq.Broker, message: Any, **_: Any) -> None:
+        self.finished.set()
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
+        self.finished.set()
+
+
 config = AppConfig.from_env(os.environ)
 
 broker = config.broker()
@@ -50,6 +78,8 @@ probe = ProcessProbe(config.probe_redis_url, config.probe_prefix)
 
 
 broker.add_middleware(BootProbe(probe, config.group))
+if os.environ.get("SLOTS_METRICS_SLOW_BOOT") == "1":
+    broker.add_middleware(SlowBoot())  # after Slots: its after_worker_boot runs first
 
 
 def _message_id() -> str:
