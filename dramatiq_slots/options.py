@@ -196,22 +196,21 @@ def check_key_signature(key: Callable[..., Any], actor_fn: Callable[..., Any], w
     params = list(actor_sig.parameters.values())
     kind = inspect.Parameter
     positional = (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)
-    required = [
-        p for p in params if p.default is p.empty and p.kind not in (kind.VAR_POSITIONAL, kind.VAR_KEYWORD)
-    ]
-    positional_only = [p.name for p in params if p.kind is kind.POSITIONAL_ONLY]
-    by_name = [p.name for p in params if p.kind in (kind.POSITIONAL_OR_KEYWORD, kind.KEYWORD_ONLY)]
+    named = [p for p in params if p.kind not in (kind.VAR_POSITIONAL, kind.VAR_KEYWORD)]
+    required_args = [p.name for p in named if p.default is p.empty and p.kind in positional]
+    required_kwargs = {p.name: None for p in named if p.default is p.empty and p.kind is kind.KEYWORD_ONLY}
+    optional_kwargs = {
+        p.name: None for p in named if p.default is not p.empty and p.kind is not kind.POSITIONAL_ONLY
+    }
     extra_kwargs = {"**kwargs": None} if any(p.kind is kind.VAR_KEYWORD for p in params) else {}
-    # The shortest call (the required arguments, each as a sender most often passes it), and the
-    # longest by name: every argument the actor can take by name, and whatever **kwargs adds.
-    # (Optional arguments passed by position are left out: a key callable ending in **kwargs
-    # is the common way to ignore them, and such a send fails clearly in the worker.)
+    # Each argument as senders most often pass it: the required ones by position (keyword-only
+    # ones by name), the optional ones by name. The shortest such call, and the longest with
+    # whatever **kwargs adds. (Other calls are left out: a send that passes an optional argument
+    # by position, or a required one by name, to a key callable that cannot take it so fails
+    # clearly in the worker.)
     calls = [
-        (
-            [p.name for p in required if p.kind in positional],
-            {p.name: None for p in required if p.kind is kind.KEYWORD_ONLY},
-        ),
-        (positional_only, {**dict.fromkeys(by_name), **extra_kwargs}),
+        (required_args, required_kwargs),
+        (required_args, {**required_kwargs, **optional_kwargs, **extra_kwargs}),
     ]
     for args, kwargs in calls:
         try:
