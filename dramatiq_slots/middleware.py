@@ -177,6 +177,12 @@ class Slots(Middleware):
 
     # -- worker life cycle -----------------------------------------------
 
+    def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._broker = broker
+        if self.declarations.limited:
+            # Before the worker's threads start: its report is there before its first hold.
+            self.process.heartbeat.boot()
+
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self._broker = broker
         process = self.process
@@ -190,7 +196,6 @@ class Slots(Middleware):
         if not self.declarations.limited:
             return
         self._check_ledger_server()
-        process.heartbeat.start()
         if process.wait_gate is not None:
             process.wakeups.start()
             # A claim in line before the subscription is up would be skipped by a release.
@@ -237,6 +242,7 @@ class Slots(Middleware):
         if heartbeat is not None:
             held, owed = self.registry.snapshot()
             heartbeat.stop()
+            heartbeat.withdraw_report()
             if held or owed:
                 logger.warning(
                     "Worker shut down with %d hold(s) of jobs still running past the shutdown timeout "
