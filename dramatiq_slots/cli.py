@@ -31,7 +31,7 @@ import redis
 
 from . import __version__
 from .errors import LedgerError
-from .inspection import HolderView, Inspector, LedgerView, age_text
+from .inspection import HolderView, Inspector, LedgerView, Released, age_text
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .ledger import redacted_address
 from .middleware import URL_ENV
@@ -83,8 +83,11 @@ STATUS_EPILOG = f"""\
 Columns of a holder: HOST, PID and THREAD from its claim token; AGE since the hold was
 taken and MESSAGE (actor(message id)), as its worker process reports them (- without
 a report); LEFT, seconds until the hold expires unless its heartbeat refreshes it;
-ALIVE, whether its process reports (a live worker); TOKEN, what release takes.
-Capacity is the one live workers report (- when none does).
+ALIVE, whether its process reports (a live worker: a worker writes its report at
+boot and every beat, and it expires 2.5 beat intervals later, so a killed worker shows
+"no" within about two beats; a stopped one removes it); TOKEN, what release takes.
+Capacity is the one live workers declare (- when none does): a queue's from any live
+worker that caps it, a runtime key's from the reported holds of that key.
 
 --json prints one document: {{"server", "prefix", "at", "ledgers": [{{"ledger", "kind",
 "name", "short", "capacity", "in_use", "waiting", "holders": [{{"token", "host", "pid",
@@ -97,9 +100,14 @@ Put ledger names before --watch (--watch takes an optional number).
 
 RELEASE_EPILOG = f"""\
 {LEDGER_NAMES}
-A hold whose worker process is alive (it reports) belongs to a running job, and that
-process's next heartbeat puts a lost hold back: releasing it frees nothing for long.
-Such holds are refused unless --force; stop that worker or let its job end first.
+A hold whose worker process is alive belongs to a running job, and that process's
+next heartbeat puts a lost hold back: releasing it frees nothing for long. Such holds
+are refused unless --force; stop that worker or let its job end first.
+Alive means that the process's report exists when the hold is removed: the reports
+are read again just before, so a worker whose late beat came back meanwhile is
+spared. A report outlives a beat up to 1.5 beat intervals late; a worker silent for
+longer (killed, or cut off from Redis) counts as dead, and if it comes back it
+re-asserts what was removed.
 Holds of dead processes expire by themselves after hold_ttl; release frees them now,
 handing each freed slot to the first message in line when the capacity is known.
 
@@ -422,8 +430,19 @@ def release_command(args: argparse.Namespace, client: redis.Redis, parser: argpa
             err("nothing removed")
             return EXIT_NOTHING_DONE
 
-    removed = set(talking_to(client, lambda: inspector.release(ledger, [h.token for h in chosen])))
+    released: Released = talking_to(
+        client, lambda: inspector.release(ledger, [h.token for h in chosen], force=args.force)
+    )
+    removed = set(released.removed)
+    for holder in released.spared:
+        err(
+            f"not removed: {clean(holder.token)} from {name}: its process reports again, it is alive "
+            "(its late beat came back); --force removes it anyway"
+        )
+    spared = {h.token for h in released.spared}
     for holder in chosen:
+        if holder.token in spared:
+            continue
         if holder.token in removed:
             print(f"removed hold {clean(holder.token)} from {name}")
             if holder.process_alive:

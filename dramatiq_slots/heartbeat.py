@@ -18,11 +18,21 @@ So is a strict hold that may lapse before the ledger answers again: when a
 beat fails and the hold's expiry was written ``hold_ttl - beat_interval`` ago
 or more (the next beat may come too late), or when that is not known.
 
+Every beat also writes the process's report for ``dramatiq-slots status``
+(:mod:`dramatiq_slots.inspection`), holding or not: alone it is one ``SET``.
+It lives :data:`REPORT_BEATS` beat intervals, so a live process's report is
+always there and a dead one's is gone within about two beats (the reasoning is
+in docs/design.md, "Heartbeat").
+
 One beat is :meth:`Heartbeat.tick`, callable without the thread. The thread
-is ``while not stop.wait(interval): tick()`` (then the metrics drop the live
-gauges of dead processes of this host), started at worker boot (and
-lazily when a hold exists without it), kept running through a graceful
-shutdown until the last hold is released, and joined on stop.
+ticks every ``beat_interval`` on a fixed schedule (a slow tick does not push
+the next ones back). :meth:`Heartbeat.boot` ticks once in the caller's thread
+and then starts it (worker boot: the report is there before any message is
+taken); :meth:`Heartbeat.ensure_started` starts it lazily, ticking at once,
+when a hold exists without it. After each tick the metrics drop the live gauges of
+this host's dead processes. It keeps running through a graceful shutdown
+until the last hold is released, and is joined on stop;
+:meth:`Heartbeat.withdraw_report` then removes the report.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -42,6 +53,10 @@ logger = logging.getLogger("dramatiq_slots.heartbeat")
 
 #: After the first failure of an outage, warn again every this many failed beats.
 _WARN_EVERY = 10
+
+#: A process report lives this many beat intervals after it was written: a beat may be up to
+#: 1.5 intervals late before its process is shown dead (docs/design.md, "Heartbeat").
+REPORT_BEATS = 2.5
 
 
 @dataclass
@@ -69,7 +84,8 @@ class Heartbeat:
       on_lost: called with a strict hold that is lost (or may lapse) and
         cannot be taken back within capacity, and the reason; stops its job.
       report: gives the process's report, ``(key, text)``, written with every
-        beat that sends anything (see :mod:`dramatiq_slots.inspection`).
+        beat, holding or not, expiring after :attr:`report_ttl` (see
+        :mod:`dramatiq_slots.inspection`).
     """
 
     def __init__(
@@ -91,6 +107,8 @@ class Heartbeat:
         self.beat_interval = beat_interval
         self.on_lost = on_lost
         self.report = report
+        #: Milliseconds a report lives after it was written: :data:`REPORT_BEATS` beats.
+        self.report_ttl = int(beat_interval * REPORT_BEATS)
         self.metrics = metrics if metrics is not None else Metrics()
         self._report_warned = False
         self._lock = threading.Lock()
@@ -106,24 +124,30 @@ class Heartbeat:
     # -- one beat ---------------------------------------------------------
 
     def tick(self) -> BeatReport:
-        """One beat: refresh every hold, retry owed releases, re-assert lost holds."""
+        """One beat: write the report, refresh every hold, retry owed releases, re-assert lost holds.
+
+        With nothing held or owed it writes the report alone (one ``SET``), or
+        sends nothing when there is no report.
+        """
         report = BeatReport()
         held, owed = self.registry.snapshot()
-        if not held and not owed:
-            return report
-        refresh = [member for hold in held for member in hold.members()]
-        release = [member for hold in owed for member in hold.members()]
         written: tuple[str, str] | None = None
         if self.report is not None:
             try:
                 written = self.report()
             except Exception:  # a report is for people; the beat is for the holds
                 logger.exception("Could not build this process's report; beating without it.")
+        if not held and not owed and written is None:
+            return report
+        refresh = [member for hold in held for member in hold.members()]
+        release = [member for hold in owed for member in hold.members()]
         sent = self.registry.monotonic()
         try:
-            lost = self.ledger.beat(refresh, release, ttl_ms=self.hold_ttl, report=written)
+            lost = self.ledger.beat(
+                refresh, release, ttl_ms=self.hold_ttl, report=written, report_ttl_ms=self.report_ttl
+            )
         except LedgerError as e:
-            self._failed(e)
+            self._failed(e, holding=bool(held or owed))
             report.error = e
             report.stopped = self._lapsing([hold for hold in held if hold.strict], e)
             return report
@@ -136,7 +160,7 @@ class Heartbeat:
                 self.ledger.report_error,
             )
         if self._failures:
-            logger.info("Ledger reachable again after %d failed beat(s); holds refreshed.", self._failures)
+            logger.info("Ledger reachable again after %d failed beat(s).", self._failures)
             self._failures = 0
         self.registry.confirm([hold.token for hold in owed])
         lost_tokens = {token for _, token in lost}
@@ -246,24 +270,25 @@ class Heartbeat:
             )
         return still
 
-    def _failed(self, error: LedgerError) -> None:
+    def _failed(self, error: LedgerError, *, holding: bool = True) -> None:
         self.failed_beats += 1
         self._failures += 1
         if self._failures == 1 or self._failures % _WARN_EVERY == 0:
-            logger.warning(
-                "Heartbeat failed (%d in a row): %s. Holds are kept in memory and refreshed when the "
-                "ledger answers again; a hold not refreshed within hold_ttl=%d ms may be lost and is "
-                "then re-asserted.",
-                self._failures,
-                error,
-                self.hold_ttl,
+            consequence = (
+                "Holds are kept in memory and refreshed when the ledger answers again; a hold not "
+                f"refreshed within hold_ttl={self.hold_ttl} ms may be lost and is then re-asserted."
+                if holding
+                else "Nothing is held; `dramatiq-slots status` shows this process as not alive until "
+                "its report is written again."
             )
+            logger.warning("Heartbeat failed (%d in a row): %s. %s", self._failures, error, consequence)
 
     # -- the thread -------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, beat_first: bool) -> None:
         interval = self.beat_interval / 1000
-        while not self._stop.wait(interval):
+        due = time.monotonic() + (0.0 if beat_first else interval)
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
             try:
                 self.tick()
             except Exception:  # never let the thread die: holds would age out under running jobs
@@ -275,9 +300,29 @@ class Heartbeat:
             if self._draining.is_set() and not len(self.registry):
                 logger.debug("Heartbeat drained: no holds left.")
                 return
+            # On schedule, so a slow (failed) tick does not delay the next report; after a tick
+            # longer than a beat, the next one comes at once.
+            due = max(due + interval, time.monotonic())
 
-    def start(self) -> None:
-        """Start the thread (no-op when it is running in this process)."""
+    def boot(self) -> None:
+        """One beat now, in the caller's thread, then the thread (worker boot).
+
+        The report is written before any message of this process can be taken,
+        so ``dramatiq-slots status`` never shows its first holds without it.
+        """
+        try:
+            self.tick()
+        except Exception:  # as in the thread: the heartbeat starts whatever its first beat did
+            logger.exception("Unexpected error in the heartbeat's first beat; continuing.")
+        self.start()
+
+    def ensure_started(self) -> None:
+        """Start the thread if it is not running, beating at once: a hold exists that no report lists."""
+        self.start(beat_first=True)
+
+    def start(self, *, beat_first: bool = False) -> None:
+        """Start the thread (no-op when it is running in this process); it first beats one interval
+        from now, or at once with ``beat_first``."""
         if self._pid != os.getpid():
             self._lock = threading.Lock()  # may have been held by another thread at fork time
         with self._lock:
@@ -291,10 +336,10 @@ class Heartbeat:
                 return
             self._stop.clear()
             self._draining.clear()
-            self._thread = threading.Thread(target=self._run, name="dramatiq-slots-heartbeat", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, args=(beat_first,), name="dramatiq-slots-heartbeat", daemon=True
+            )
             self._thread.start()
-
-    ensure_started = start
 
     @property
     def running(self) -> bool:
@@ -311,3 +356,19 @@ class Heartbeat:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread() and self._pid == os.getpid():
             thread.join(timeout)
+
+    def withdraw_report(self) -> None:
+        """Remove this process's report (a clean shutdown, once the thread has stopped).
+
+        Skipped while the thread still runs (a beat stuck past the join): the
+        report then expires by itself within :attr:`report_ttl`.
+        """
+        if self.report is None or self.running:
+            return
+        try:
+            key, _ = self.report()
+            self.ledger.remove_report(key)
+        except Exception as e:  # the report expires by itself; shutdown goes on
+            logger.info(
+                "Could not remove this process's report (%s); it expires within %d ms.", e, self.report_ttl
+            )

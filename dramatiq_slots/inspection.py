@@ -2,11 +2,13 @@
 
 The ledger itself knows only claim tokens (``<host>:<pid>:<thread>:<n>``) and
 their expiries. Everything else an operator wants at 3 a.m. (the capacity of
-a ledger, which message holds a slot, since when) is known only to the worker
-process that holds it. So each worker process writes a **report** with every
-beat (one more command in the beat's round trip), under
-``{<prefix>}:process:<host>:<pid>``, expiring after ``hold_ttl``: a process
-that stops beating disappears from the reports when its holds age out.
+a ledger, which message holds a slot, since when, whether its worker is still
+alive) is known only to the worker process that holds it. So each worker
+process writes a **report** under ``{<prefix>}:process:<host>:<pid>``: at
+boot, before it takes a message, and with every beat, holding or not (one
+more command in the beat's round trip; alone, one ``SET``). It expires 2.5
+beat intervals after it was written and is removed at a clean shutdown, so a
+process is *live* exactly while its report exists (docs/design.md, "Heartbeat").
 
 :class:`Inspector` reads ledgers and reports together into
 :class:`LedgerView` rows; ``dramatiq-slots status`` prints them, and
@@ -93,7 +95,7 @@ class HolderView:
     age: float | None = None
     actor: str | None = None
     label: str | None = None
-    #: Whether its process reported within its hold_ttl (a live worker).
+    #: Whether its process's report exists (a live worker: it reported within 2.5 beats).
     process_alive: bool = False
 
 
@@ -114,6 +116,15 @@ class LedgerView:
     def short(self) -> str:
         """``queue:<name>`` or ``key:<digest>``: how the command line names it."""
         return f"{self.kind}:{self.name}"
+
+
+@dataclass(frozen=True)
+class Released:
+    """What :meth:`Inspector.release` did: the tokens it removed, and the holds it left alone."""
+
+    removed: list[str]
+    #: Holds of live processes, kept (without ``force``); a token that was not there is in neither.
+    spared: list[HolderView] = field(default_factory=list)
 
 
 def _token_parts(token: str) -> tuple[str, int | None, int | None]:
@@ -247,24 +258,32 @@ class Inspector:
 
     # -- releasing by hand -----------------------------------------------------------------
 
-    def release(self, ledger: str, tokens: Sequence[str]) -> list[str]:
-        """Remove these holds from ``ledger``; the tokens that were there.
+    def release(self, ledger: str, tokens: Sequence[str], *, force: bool = False) -> Released:
+        """Remove these holds from ``ledger``, except those of live processes unless ``force``.
 
-        Where the ledger's capacity is reported, the freed slots are handed to
-        the first claims in line at once (as a release by the holder would be);
-        otherwise those claims find them free when they next ask (within 8 s).
+        Liveness is read here, just before the removal (a caller's listing may
+        be minutes old): a process whose late beat has written its report again
+        since is live, and its hold is spared. Where the ledger's capacity is
+        reported, the freed slots are handed to the first claims in line at
+        once (as a release by the holder would be); otherwise those claims find
+        them free when they next ask (within 8 s).
         """
         reports = self.processes()
         view = self.ledgers([ledger], reports=reports)[0]
+        holders = {h.token: h for h in view.holders}
         hold_ttl = max((r.hold_ttl for r in reports.values()), default=60_000)
-        removed: list[str] = []
+        released = Released(removed=[])
         # Capacity 0: unknown, so the freed slot is handed to nobody (see Ledger.leave).
         limit = Limit(ledger, view.capacity or 0)
         for token in tokens:
+            holder = holders.get(token)
+            if holder is not None and holder.process_alive and not force:
+                released.spared.append(holder)
+                continue
             count, _ = self.ledger.leave(token, [limit], ttl_ms=hold_ttl)
             if count:
-                removed.append(token)
-        return removed
+                released.removed.append(token)
+        return released
 
 
 def _is_hex(text: str) -> bool:
@@ -294,6 +313,7 @@ __all__ = [
     "Inspector",
     "LedgerView",
     "ProcessReport",
+    "Released",
     "ReportedHold",
     "age_text",
 ]

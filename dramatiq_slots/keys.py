@@ -17,8 +17,8 @@ of its waiting claims was handed a slot::
     {<prefix>}:key-line:<digest>            line of a runtime key's ledger
     {<prefix>}:wake:<host>:<pid>            wake channel of one worker process
 
-Each worker process holding slots also reports what it holds (JSON, written
-with every beat, expiring with its holds), for ``dramatiq-slots status``::
+Each worker process under a limit also reports what it holds (JSON, written
+at boot and with every beat, expiring 2.5 beats later), for ``dramatiq-slots status``::
 
     {<prefix>}:process:<host>:<pid>         report of one worker process
 

@@ -372,40 +372,64 @@ class Ledger:
         *,
         ttl_ms: int,
         report: tuple[str, str] | None = None,
+        report_ttl_ms: int | None = None,
     ) -> list[Member]:
         """Refresh holds and send owed releases in one round trip.
 
         Returns the ``refresh`` members whose hold was lost (gone, or already
         expired); they are not re-created here, see :meth:`reassert`.
-        ``report``: ``(key, text)`` written in the same round trip, expiring
-        after ``ttl_ms`` (the process's report, see :mod:`dramatiq_slots.inspection`).
+        ``report``: ``(key, text)``, the process's report (see
+        :mod:`dramatiq_slots.inspection`), written first in the same round trip,
+        expiring after ``report_ttl_ms`` (default ``ttl_ms``); with nothing to
+        refresh or release it is all that is sent, one ``SET``. A refused ``SET``
+        (an ACL without it) is kept in :attr:`report_error`, not raised.
         """
         refresh = [Member(*m) for m in refresh]
         members = [*refresh, *(Member(*m) for m in release)]
+        report_px = ttl_ms if report_ttl_ms is None else report_ttl_ms
         if not members:
+            if report is not None:
+                with self._translated("report"):
+                    self._write_report(report, report_px)
             return []
         keys = [m.ledger for m in members]
         args: list[Any] = [ttl_ms, len(refresh), *(m.token for m in members)]
         with self._translated("beat"):
             if report is None or isinstance(self.client, RedisCluster):
+                if report is not None:  # a cluster client pipelines no scripts: a round trip of its own
+                    self._write_report(report, report_px)
                 reply = self._run("beat", keys, args)
             else:
+                # The report first: a refreshed hold never shows without its process's report.
                 pipe = self.client.pipeline(transaction=False)
+                pipe.set(report[0], report[1], px=report_px)
                 self._run("beat", keys, args, client=pipe)
-                pipe.set(report[0], report[1], px=ttl_ms)
-                reply, written = pipe.execute(raise_on_error=False)
+                written, reply = pipe.execute(raise_on_error=False)
                 if isinstance(reply, Exception):
                     raise reply
                 _check_codes("beat", reply)
                 self.report_error = written if isinstance(written, Exception) else None
-                report = None
-        if report is not None:  # a cluster client pipelines no scripts: a second round trip
-            try:
-                self.client.set(report[0], report[1], px=ttl_ms)
-                self.report_error = None
-            except redis.RedisError as e:
-                self.report_error = e
         return [refresh[int(i) - 1] for i in reply]
+
+    def _write_report(self, report: tuple[str, str], ttl_ms: int) -> None:
+        """``SET`` a process report with ``PX``; a refusal that is not "try later" goes to report_error."""
+        try:
+            self.client.set(report[0], report[1], px=ttl_ms)
+        except redis.ResponseError as e:
+            if _refused_for_now(e):
+                raise
+            self.report_error = e
+        else:
+            self.report_error = None
+
+    def remove_report(self, key: str) -> None:
+        """Delete a process report now (a clean shutdown).
+
+        ``PEXPIREAT`` to a time long past deletes the key at once, with a
+        command the workers' least-privilege ACL already has (it has no ``DEL``).
+        """
+        with self._translated("report"):
+            self.client.pexpireat(key, 1)
 
     def reassert(self, members: Sequence[Member], *, ttl_ms: int) -> list[int]:
         """Put lost holds back, capacity or not; the live holds of each one's ledger afterwards."""

@@ -208,7 +208,8 @@ class Slots(Middleware):
         if not self.declarations.limited:
             return
         self._check_ledger_server()
-        process.heartbeat.start()
+        # One beat now, in this thread: the process report is there before its first hold.
+        process.heartbeat.boot()
         if process.wait_gate is not None:
             process.wakeups.start()
             # A claim in line before the subscription is up would be skipped by a release.
@@ -260,6 +261,7 @@ class Slots(Middleware):
         if heartbeat is not None:
             held, owed = self.registry.snapshot()
             heartbeat.stop()
+            heartbeat.withdraw_report()
             if held or owed:
                 logger.warning(
                     "Worker shut down with %d hold(s) of jobs still running past the shutdown timeout "

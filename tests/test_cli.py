@@ -13,11 +13,9 @@ import queue
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,37 +24,13 @@ from dramatiq_slots import __version__
 from dramatiq_slots.inspection import ProcessReport, ReportedHold
 from dramatiq_slots.keys import key_digest
 from dramatiq_slots.ledger import Ledger, Limit, Line, redacted_address
+from tests.support.command import MODULE, RUN_TIMEOUT, SCRIPT, run_command, user_env
 from tests.support.ports import free_port
 from tests.support.servers import ENGINES
 
-MODULE = [sys.executable, "-m", "dramatiq_slots"]
-SCRIPT = Path(sys.executable).parent / "dramatiq-slots"
-#: Bound on any one run; a run takes well under a second.
-RUN_TIMEOUT = 30
 PASSWORD = "s3cret-pass"
 
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-def user_env(**extra: str) -> dict[str, str]:
-    """The environment without any Redis URL of the caller's: only what a test gives counts."""
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DRAMATIQ_SLOTS_REDIS_URL")}
-    return {**env, **extra}
-
-
-def run_command(
-    *args: str, command: list[str] = MODULE, stdin: str | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run the command to its end; stdin is a closed pipe (not a terminal) unless text is given."""
-    return subprocess.run(
-        [*command, *args],
-        input=stdin if stdin is not None else "",
-        capture_output=True,
-        text=True,
-        env=env if env is not None else user_env(),
-        timeout=RUN_TIMEOUT,
-        check=False,
-    )
 
 
 @pytest.fixture

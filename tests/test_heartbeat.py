@@ -18,8 +18,9 @@ from dramatiq.brokers.redis import RedisBroker
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dramatiq_slots.claims import Hold, HoldRegistry, new_token
+from dramatiq_slots.claims import Hold, HoldRegistry, new_token, this_process
 from dramatiq_slots.heartbeat import Heartbeat
+from dramatiq_slots.inspection import ProcessReport
 from dramatiq_slots.ledger import Ledger, Limit, Member
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
@@ -76,6 +77,34 @@ def test_a_tick_with_nothing_held_sends_nothing(ledger: Ledger, redis_client: re
     heartbeat.tick()
     after = int(redis_client.info("stats")["total_commands_processed"])
     assert after - before == 1  # the second INFO; our tick sent nothing
+
+
+def test_a_tick_with_nothing_held_writes_the_report_alone(ledger: Ledger, redis_client: redis.Redis) -> None:
+    key = ledger.keys.process("h:1")
+    heartbeat = Heartbeat(
+        ledger, HoldRegistry(), hold_ttl=60_000, beat_interval=10_000, report=lambda: (key, '{"r": 1}')
+    )
+    before = int(redis_client.info("stats")["total_commands_processed"])
+    assert heartbeat.tick().error is None
+    after = int(redis_client.info("stats")["total_commands_processed"])
+    assert after - before == 2  # the second INFO, and one SET
+    assert redis_client.get(key) == b'{"r": 1}'
+    # It lives 2.5 beats (docs/design.md, "process report"), not hold_ttl.
+    assert 20_000 < redis_client.pttl(key) <= 25_000
+
+
+def test_a_beat_writes_the_report_with_the_holds_for_a_few_beats(
+    ledger: Ledger, redis_client: redis.Redis
+) -> None:
+    registry = HoldRegistry()
+    hold = _hold(ledger)
+    _take(ledger, registry, hold, ttl_ms=1_000)
+    key = ledger.keys.process("h:1")
+    heartbeat = Heartbeat(ledger, registry, hold_ttl=60_000, beat_interval=10_000, report=lambda: (key, "{}"))
+    report = heartbeat.tick()
+    assert report.refreshed == 1 and report.error is None
+    assert _seconds_left(ledger, hold) > 59.0  # the hold lives hold_ttl...
+    assert 20_000 < redis_client.pttl(key) <= 25_000  # ...its process's report 2.5 beats
 
 
 def test_a_tick_retries_owed_releases(ledger: Ledger) -> None:
@@ -136,9 +165,10 @@ class _ReleaseDuringBeat(Ledger):
         *,
         ttl_ms: int,
         report: tuple[str, str] | None = None,
+        report_ttl_ms: int | None = None,
     ) -> list[Member]:
         self.before_beat()
-        return super().beat(refresh, release, ttl_ms=ttl_ms, report=report)
+        return super().beat(refresh, release, ttl_ms=ttl_ms, report=report, report_ttl_ms=report_ttl_ms)
 
 
 def test_a_beat_racing_a_release_never_resurrects_the_hold(
@@ -318,6 +348,42 @@ def test_graceful_shutdown_keeps_holds_alive_until_each_job_ends(
     assert not stopper.is_alive()
     assert slots.in_use("draining") == 0
     assert not slots.heartbeat.running
+
+
+def test_a_worker_reports_from_boot_to_shutdown(broker: RedisBroker, add_slots: SlotsFactory) -> None:
+    slots = add_slots(hold_ttl=60_000, beat_interval=10_000)  # the first beat comes 10 s after boot
+
+    @dramatiq.actor(queue_name="reported", queue_capacity=2)
+    def reported() -> None: ...
+
+    key = slots.keys.process(this_process())
+    client = slots.ledger.client
+    worker = dramatiq.Worker(broker, worker_threads=1, worker_timeout=50)
+    worker.start()
+    try:
+        # Written before its threads could take a message: no wait.
+        text = client.get(key)
+        assert text is not None, "no report at boot"
+        report = ProcessReport.from_json(text)
+        assert report is not None and report.capacities == {slots.keys.queue("reported"): 2}
+    finally:
+        worker.stop()
+    assert client.exists(key) == 0, "a cleanly stopped worker left its report"
+
+
+def test_a_lazily_started_heartbeat_reports_at_once(broker: RedisBroker, add_slots: SlotsFactory) -> None:
+    slots = add_slots(hold_ttl=60_000, beat_interval=10_000)  # its first beat: 10 s after admission
+
+    @dramatiq.actor(queue_name="lazy_report", queue_capacity=1)
+    def lazy_report() -> None: ...
+
+    message: Any = MessageProxy(lazy_report.message())
+    slots.before_process_message(broker, message)  # no worker boot happened
+    try:
+        key = slots.keys.process(this_process())
+        wait_until(lambda: slots.ledger.client.exists(key), timeout=5, what="the process's report")
+    finally:
+        slots.after_process_message(broker, message)
 
 
 def test_the_heartbeat_starts_lazily_when_a_hold_exists_without_it(

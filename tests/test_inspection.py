@@ -34,12 +34,13 @@ def test_a_running_job_is_shown_with_its_message_capacity_and_age(
     inspector = Inspector(slots.ledger.client, key_prefix=key_prefix)
     with running_worker(broker, threads=1):
         assert started.wait(10)
-        # The report is written with the next beat.
-        wait_until(
-            lambda: this_process() in inspector.processes(),
-            timeout=5,
-            what="this_process() in inspector.processes()",
-        )
+
+        # The process reports from boot; its holds (and a key's capacity) from the next beat.
+        def reported() -> bool:
+            report = inspector.processes().get(this_process())
+            return report is not None and bool(report.holds)
+
+        wait_until(reported, timeout=5, what="this process's report listing its hold")
         views = {v.short: v for v in inspector.ledgers()}
         queue, key = (
             views["queue:shown"],
@@ -100,11 +101,29 @@ def test_release_by_hand_hands_the_slot_to_the_first_in_line(ledger: Ledger, key
     confirmed = listener.get_message(timeout=5)
     assert confirmed is not None and confirmed["type"] == "subscribe"
     try:
-        assert inspector.release(queue, ["dead:1:1:1", "not-there:9:9:9"]) == ["dead:1:1:1"]
+        assert inspector.release(queue, ["dead:1:1:1", "not-there:9:9:9"]).removed == ["dead:1:1:1"]
     finally:
         listener.close()
     assert [h.token for h in ledger.holders(queue)] == ["waiter:2:2:2"]
     assert ledger.line(queue) == []
+
+
+def test_release_spares_a_hold_whose_process_reports_again_before_it_is_removed(
+    ledger: Ledger, key_prefix: str
+) -> None:
+    queue = ledger.keys.queue("late")
+    assert ledger.enter("late-host:7:1:1", [Limit(queue, 1)], ttl_ms=60_000).admitted
+    inspector = Inspector(ledger.client, key_prefix=key_prefix)
+    (listed,) = inspector.ledgers([queue])
+    assert not listed.holders[0].process_alive  # no report: its beat is late, or it died
+    # Its late beat lands between the listing and the removal: the process is live after all.
+    report = ProcessReport("late-host:7", time.time(), 60_000, 10_000, "reassert")
+    ledger.client.set(ledger.keys.process("late-host:7"), report.to_json(), px=25_000)
+    released = inspector.release(queue, ["late-host:7:1:1"])
+    assert released.removed == [] and [h.token for h in released.spared] == ["late-host:7:1:1"]
+    assert [h.token for h in ledger.holders(queue)] == ["late-host:7:1:1"]
+    assert inspector.release(queue, ["late-host:7:1:1"], force=True).removed == ["late-host:7:1:1"]
+    assert ledger.holders(queue) == []
 
 
 def test_reports_of_another_version_or_garbage_are_skipped() -> None:

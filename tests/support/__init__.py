@@ -19,5 +19,5 @@ Dramatiq, in this process and as real command lines:
 - :mod:`.failover`: one failover scenario for every replicated ledger setup.
 
 Plumbing: :mod:`.waiting` (``wait_until``, the one polling loop), :mod:`.ports` (``free_port``),
-:mod:`.processes` (the ``/proc`` scanner).
+:mod:`.processes` (the ``/proc`` scanner), :mod:`.command` (the ``dramatiq-slots`` command line).
 """

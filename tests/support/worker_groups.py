@@ -16,7 +16,8 @@ Pieces, each usable on its own:
     the ledger; :meth:`WorkerFleet.kill_group` SIGKILLs a host and
     :meth:`WorkerFleet.wait_holds_gone` times how long its holds outlive it.
     Closing the fleet kills every group it started (use it as a context
-    manager or in a fixture finalizer, so no worker outlives its test).
+    manager or in a fixture finalizer, so no worker outlives its test;
+    :func:`fleets_of` makes the fleets of one test and closes them all).
 Waits are :func:`~.waiting.wait_until` (a bounded deadline; no fixed sleep stands in for
 synchronisation).
 
@@ -33,7 +34,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -657,6 +658,22 @@ class WorkerFleet:
             return f"{len(missing)} of {len(wanted)} messages never completed\n{self.tails()}"
 
         wait_until(done, timeout=timeout, interval=0.05, what="every message to run", context=context)
+
+
+@contextlib.contextmanager
+def fleets_of(config: AppConfig, client: redis.Redis, log_dir: Path) -> Iterator[Callable[..., WorkerFleet]]:
+    """``make(**config overrides)``: a :class:`WorkerFleet` of ``config``; all are closed on exit."""
+    made: list[WorkerFleet] = []
+
+    def make(**overrides: Any) -> WorkerFleet:
+        fleet = WorkerFleet(config.replace(**overrides), client, log_dir)
+        made.append(fleet)
+        return fleet
+
+    try:
+        yield make
+    finally:
+        close_all(made)
 
 
 def close_all(fleets: Iterable[WorkerFleet]) -> None:

@@ -1,0 +1,35 @@
+"""The ``dramatiq-slots`` command, run as a user runs it: a subprocess, to its end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+#: ``python -m dramatiq_slots``, and the console script of this environment.
+MODULE = [sys.executable, "-m", "dramatiq_slots"]
+SCRIPT = Path(sys.executable).parent / "dramatiq-slots"
+#: Bound on any one run; a run takes well under a second.
+RUN_TIMEOUT = 30
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """The environment without any Redis URL of the caller's: only what a test gives counts."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DRAMATIQ_SLOTS_REDIS_URL")}
+    return {**env, **extra}
+
+
+def run_command(
+    *args: str, command: list[str] = MODULE, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the command to its end; stdin is a closed pipe (not a terminal) unless text is given."""
+    return subprocess.run(
+        [*command, *args],
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        env=env if env is not None else user_env(),
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
