@@ -1,7 +1,9 @@
 """The heartbeat: one thread per worker process that keeps its holds alive.
 
-Every ``beat_interval`` milliseconds it refreshes every hold of the process
-and retries every release still owed, in one round trip (``beat.lua``). A hold
+Every ``beat_interval`` milliseconds it refreshes every hold of the process,
+retries every release still owed (taking those claims out of their lines
+too) and keeps alive the lines its claims wait in, in one round trip
+(``beat.lua``). A hold
 that has stopped being refreshed (its process was killed) ages out of the
 ledger ``hold_ttl`` after its last refresh; that is the floor every other
 exit path is an optimisation on.
@@ -21,7 +23,7 @@ or more (the next beat may come too late), or when that is not known.
 One beat is :meth:`Heartbeat.tick`, callable without the thread. The thread
 is ``while not stop.wait(interval): tick()``, started at worker boot (and
 lazily when a hold exists without it), kept running through a graceful
-shutdown until the last hold is released, and joined on stop.
+shutdown until nothing is held, owed or being admitted, and joined on stop.
 """
 
 from __future__ import annotations
@@ -105,13 +107,16 @@ class Heartbeat:
     # -- one beat ---------------------------------------------------------
 
     def tick(self) -> BeatReport:
-        """One beat: refresh every hold, retry owed releases, re-assert lost holds."""
+        """One beat: refresh every hold, retry owed releases (and withdraw them from their lines),
+        keep alive the lines this process's claims wait in, re-assert lost holds."""
         report = BeatReport()
         held, owed = self.registry.snapshot()
-        if not held and not owed:
+        waiting = self.registry.waiting()
+        if not held and not owed and not waiting:
             return report
         refresh = [member for hold in held for member in hold.members()]
         release = [member for hold in owed for member in hold.members()]
+        lines = [ledger for hold in waiting for ledger in hold.ledgers]
         written: tuple[str, str] | None = None
         if self.report is not None:
             try:
@@ -120,7 +125,7 @@ class Heartbeat:
                 logger.exception("Could not build this process's report; beating without it.")
         sent = self.registry.monotonic()
         try:
-            lost = self.ledger.beat(refresh, release, ttl_ms=self.hold_ttl, report=written)
+            lost = self.ledger.beat(refresh, release, ttl_ms=self.hold_ttl, report=written, lines=lines)
         except LedgerError as e:
             self._failed(e)
             report.error = e
@@ -297,7 +302,7 @@ class Heartbeat:
         return self._pid == os.getpid() and thread is not None and thread.is_alive()
 
     def drain(self) -> None:
-        """Keep beating until the last hold is released, then stop by itself."""
+        """Keep beating until nothing is held, owed or being admitted, then stop by itself."""
         self._draining.set()
 
     def stop(self, timeout: float | None = 5.0) -> None:

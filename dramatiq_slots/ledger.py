@@ -372,20 +372,29 @@ class Ledger:
         *,
         ttl_ms: int,
         report: tuple[str, str] | None = None,
+        lines: Sequence[str] = (),
     ) -> list[Member]:
-        """Refresh holds and send owed releases in one round trip.
+        """Refresh holds, send owed releases and keep lines alive, in one round trip.
 
         Returns the ``refresh`` members whose hold was lost (gone, or already
-        expired); they are not re-created here, see :meth:`reassert`.
+        expired); they are not re-created here, see :meth:`reassert`. A
+        ``release`` member is removed from its ledger and from that ledger's
+        line. ``lines``: ledgers whose lines claims of this process wait in;
+        each line's expiry is pushed to at least ``ttl_ms`` from now.
         ``report``: ``(key, text)`` written in the same round trip, expiring
         after ``ttl_ms`` (the process's report, see :mod:`dramatiq_slots.inspection`).
         """
         refresh = [Member(*m) for m in refresh]
-        members = [*refresh, *(Member(*m) for m in release)]
-        if not members:
+        owed = [Member(*m) for m in release]
+        waited = list(dict.fromkeys(self.keys.line(ledger) for ledger in lines))
+        if not refresh and not owed and not waited:
             return []
-        keys = [m.ledger for m in members]
-        args: list[Any] = [ttl_ms, len(refresh), *(m.token for m in members)]
+        keys = [
+            *(m.ledger for m in refresh),
+            *(key for m in owed for key in (m.ledger, self.keys.line(m.ledger))),
+            *waited,
+        ]
+        args: list[Any] = [ttl_ms, len(refresh), len(owed), *(m.token for m in [*refresh, *owed])]
         with self._translated("beat"):
             if report is None or isinstance(self.client, RedisCluster):
                 reply = self._run("beat", keys, args)

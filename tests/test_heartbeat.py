@@ -136,9 +136,10 @@ class _ReleaseDuringBeat(Ledger):
         *,
         ttl_ms: int,
         report: tuple[str, str] | None = None,
+        lines: Sequence[str] = (),
     ) -> list[Member]:
         self.before_beat()
-        return super().beat(refresh, release, ttl_ms=ttl_ms, report=report)
+        return super().beat(refresh, release, ttl_ms=ttl_ms, report=report, lines=lines)
 
 
 def test_a_beat_racing_a_release_never_resurrects_the_hold(
