@@ -10,6 +10,12 @@ admitted hold is *distrusted* when its expiry may lapse before the first beat
 (the late-reply guard) or too few replicas have it (``wait_replicas``): it is
 released again. What is not admitted is deferred by the caller's ``defer``.
 
+An asynchronous exception (``TimeLimitExceeded``, an abort) may end an
+admission at any bytecode. So a claim is on record *in doubt* before its first
+``enter`` is sent, and stays so until its outcome is on record; whatever an
+exception interrupts, the claim is then owed a release (leave and withdraw)
+that the next beat sends (docs/design.md, "Release").
+
 Every timing rule reads :class:`Clock`, which tests replace, so the rules run
 without threads or sleeps. docs/design.md explains the choices and their costs.
 """
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import redis
 from dramatiq.errors import BrokerConnectionError
@@ -87,8 +93,17 @@ class Admission:
         recorded. ``deferrals``: how often the message was deferred before.
         """
         process = self.process
+        process.leftovers()
+        try:
+            return self._admit(request, message_key, deferrals=deferrals, defer=defer)
+        finally:
+            # Settled on every path but an exception's: then what is in doubt is owed.
+            process.abandon()
+
+    def _admit(self, request: Request, message_key: int, *, deferrals: int, defer: Defer) -> Hold:
+        process = self.process
         if self.settings.reuse_window:
-            lingering = process.lingering.take(request.limits)
+            lingering = process.lingering.take(request.limits, claim=process.registry.doubt)
             if lingering is not None:
                 # Its expiry's age is still on record (parking does not forget it).
                 hold = Hold(lingering.token, lingering.limits, request.label, request.strict, request.actor)
@@ -113,8 +128,9 @@ class Admission:
             except LedgerError as e:
                 # Not an outage (a permission, a wrong key type, a bad argument):
                 # waiting will not help. Fail through dramatiq's own error path.
-                # Nothing to release: enter.lua checks every ledger before it
-                # writes any hold, and Redis answered, so no reply was lost.
+                # enter.lua checks every ledger before it writes any hold, and Redis
+                # answered. A line the claim joined earlier still lists it: in doubt,
+                # it is owed (leave and withdraw) when admit() ends.
                 raise AdmissionError(f"actor {request.actor!r}: {e}; the actor did not run") from e
             else:
                 entered = answer.entered
@@ -162,32 +178,40 @@ class Admission:
             raise deferred
 
     def attempt(self, hold: Hold, request: Request) -> Answer:
-        """Enter; when refused and a thread may wait, wait in line for a release to hand over a slot."""
+        """Enter; when refused and a thread may wait, wait in line for a release to hand over a slot.
+
+        The claim is in doubt from before its first ``enter`` until its outcome
+        is on record: held (``running``), owed, or settled (it holds nothing and
+        is in no line). An exception that ends it anywhere leaves it in doubt,
+        and admit() then owes it.
+        """
         process = self.process
         gate = process.wait_gate
-        if gate is None or process.stopping.is_set() or not gate.acquire(blocking=False):
+        if gate is None or process.stopping.is_set() or not gate.enter():
             # May not wait: the same admission, without joining a line.
-            return self._enter(hold, request, Line.NONE)
+            return self._enter(hold, request, Line.NONE, "enter")
         wakeups = process.wakeups
         try:
             wakeups.start()  # no-op once listening in this process
-            # Registered before the claim joins a line, so no wake-up is missed.
+            # Registered before the claim joins a line, so no wake-up is missed. Until
+            # the claim is held, a wake-up that finds it gone finds it in doubt, and
+            # leaves its slot alone (SlotsProcess.give_back).
             waiter = wakeups.expect(hold.token)
-            answer = self.wait_in_line(hold, request, waiter)
-            if answer.entered.admitted:
-                # Held on record before the token stops being expected: a wake-up for
-                # it still on its way must find it held, not give its slot back.
-                process.registry.add(hold, written_at=answer.written_at)
-            return answer
+            return self.wait_in_line(hold, request, waiter)
         finally:
             wakeups.forget(hold.token)
-            gate.release()
+            gate.leave()
 
-    def _enter(self, hold: Hold, request: Request, line: Line) -> Answer:
+    def _enter(self, hold: Hold, request: Request, line: Line, step: str) -> Answer:
+        registry = self.process.registry
+        registry.doubt(hold)
         sent = self.clock.monotonic()
         entered = self.process.ledger.enter(
             hold.token, request.limits, ttl_ms=self.settings.hold_ttl, line=line, place=request.place
         )
+        reach(step)
+        if not entered.admitted and not entered.waiting:
+            registry.settle(hold.token)  # refused, in no line, holding nothing
         # When the expiry was written: by this call, or by its own earlier landing (a replay
         # of a fresh token without a line). A replay in line found a handed slot: age unknown.
         known = entered.admitted and (line is Line.NONE or not entered.replayed)
@@ -196,20 +220,23 @@ class Admission:
     def wait_in_line(self, hold: Hold, request: Request, waiter: Waiter) -> Answer:
         """Join the line and wait there until admitted, ``max_wait`` passed, or the worker stops."""
         clock, ledger = self.clock, self.process.ledger
-        answer = self._enter(hold, request, Line.JOIN)
+        answer = self._enter(hold, request, Line.JOIN, "enter")
         deadline = clock.monotonic() + self.settings.max_wait / 1000
         pause = REASK_S
         while not answer.entered.admitted and answer.entered.waiting:
             remaining = deadline - clock.monotonic()
             if remaining <= 0 or self.process.stopping.is_set():
                 held = ledger.withdraw(hold.token, request.limits)
+                reach("withdraw")
                 if held == len(request.limits):
                     return Answer(Entered(admitted=True, replayed=True), None)
                 if held == 0:
-                    return answer
+                    self.process.registry.settle(hold.token)  # out of every line, holding nothing
+                    return Answer(replace(answer.entered, waiting=False), None)
                 # Handed one slot of several: take the rest now, or give it back.
-                return self._enter(hold, request, Line.NONE)
+                return self._enter(hold, request, Line.NONE, "give-back")
             woken = clock.wait(waiter.event, min(remaining, pause))
+            reach("wait")
             waiter.event.clear()
             if not woken:
                 pause = min(pause * 2, REASK_MAX_S)
@@ -223,7 +250,7 @@ class Admission:
             # Woken without a slot (reconnect, shutdown), or by a slot of one
             # ledger out of several, or nothing came: ask again, keeping our place.
             waiter.handed = None
-            answer = self._enter(hold, request, Line.KEEP)
+            answer = self._enter(hold, request, Line.KEEP, "re-ask")
         return answer
 
     def distrust(self, entered: Entered, written_at: float | None) -> str | None:

@@ -106,7 +106,12 @@ class HoldRegistry:
     Thread-safe. ``held`` are refreshed on every beat; ``owed`` are claims
     whose release has not been confirmed by Redis yet (it failed, the
     ``enter``'s outcome is unknown, or a slot was handed to a claim that no
-    longer waits) and are retried on every beat.
+    longer waits) and are retried on every beat, which also takes them out of
+    their lines. ``doubts`` are claims an admission is deciding: recorded
+    before their first ``enter``, settled once the outcome is on record (held,
+    or nothing held and in no line); while the thread that admits them is at
+    it, a beat only keeps their lines alive; left unsettled, :meth:`abandon`
+    makes them owed (docs/design.md, "Release").
 
     The lock also orders a release against a re-assert: :meth:`release_lock`
     is held by the heartbeat while it re-adds lost holds, and
@@ -121,6 +126,8 @@ class HoldRegistry:
         self._pid = os.getpid()
         self._held: dict[str, Hold] = {}
         self._owed: dict[str, Hold] = {}
+        #: Claims being admitted: token -> (the claim, the thread admitting it).
+        self._doubts: dict[str, tuple[Hold, int]] = {}
         #: When each hold's expiry was last written (monotonic s), where known.
         self._written: dict[str, float] = {}
         #: When each hold was taken (wall clock s), for reports.
@@ -136,11 +143,21 @@ class HoldRegistry:
             self._pid = pid
             self._held = {}
             self._owed = {}
+            self._doubts = {}
             self._written = {}
             self._since = {}
 
+    # Every method below is written for an exception that lands between any two of its
+    # statements (an asynchronous one, raised in the thread calling it): each step leaves
+    # the claim on some record, never on none. A token both held and owed counts as owed
+    # (a release was begun): it is neither refreshed nor re-asserted, and the confirmation
+    # of its release forgets both.
+
+    def _is_held(self, token: str) -> bool:
+        return token in self._held and token not in self._owed
+
     def add(self, hold: Hold, *, written_at: float | None = None) -> None:
-        """Record a hold taken (a retried enter that succeeds no longer owes a release).
+        """Record a hold taken (it is no longer in doubt, nor owed).
 
         ``written_at``: when its expiry was written (:attr:`monotonic`), if
         known; an unknown one is never renewed implicitly (see :meth:`age_ms`).
@@ -148,10 +165,11 @@ class HoldRegistry:
         with self._lock:
             self._check_fork()
             self._owed.pop(hold.token, None)
-            self._held[hold.token] = hold
             self._since.setdefault(hold.token, time.time())
             if written_at is not None:
                 self._written[hold.token] = written_at
+            self._held[hold.token] = hold
+            self._doubts.pop(hold.token, None)
 
     def written(self, tokens: Sequence[str], at: float) -> None:
         """Expiries of these holds were written (refreshed, re-asserted) at ``at`` (monotonic)."""
@@ -172,9 +190,11 @@ class HoldRegistry:
         """Stop refreshing a hold and owe its release; None when it is not ours (any more)."""
         with self._lock:
             self._check_fork()
-            hold = self._held.pop(token, None)
-            if hold is not None:
-                self._owed[token] = hold
+            if not self._is_held(token):
+                return None
+            hold = self._held[token]
+            self._owed[token] = hold
+            del self._held[token]
             return hold
 
     def forget(self, token: str) -> Hold | None:
@@ -192,17 +212,62 @@ class HoldRegistry:
             self._held.pop(token, None)
 
     def owe(self, hold: Hold) -> None:
-        """Record a release owed for a claim that was never registered as held."""
+        """Owe a release of ``hold`` (its members and its line entries): no longer held, nor in doubt."""
         with self._lock:
             self._check_fork()
             self._owed[hold.token] = hold
+            self._held.pop(hold.token, None)
+            self._doubts.pop(hold.token, None)
+
+    def owe_stray(self, hold: Hold) -> bool:
+        """Owe a release of a slot handed to ``hold``'s token unless the token is on record; whether owed."""
+        with self._lock:
+            self._check_fork()
+            token = hold.token
+            if token in self._held or token in self._owed or token in self._doubts:
+                return False  # held or admitted (the slot is its own), or owed for all its ledgers
+            self._owed[token] = hold
+            return True
+
+    def doubt(self, hold: Hold) -> None:
+        """A claim of this thread is about to enter: on record before anything can land in Redis."""
+        with self._lock:
+            self._check_fork()
+            self._doubts[hold.token] = (hold, threading.get_ident())
+
+    def settle(self, token: str) -> None:
+        """A claim in doubt holds nothing and is in no line: nothing to owe."""
+        with self._lock:
+            self._check_fork()
+            self._doubts.pop(token, None)
+
+    def abandon(self, thread: int | None = None) -> list[Hold]:
+        """Owe a release of every claim in doubt of ``thread`` (None: of every thread); those owed.
+
+        For when that thread no longer admits them (an exception ended its
+        admission, or the worker stopped). A claim held meanwhile is only
+        settled: its hold is on record.
+        """
+        owed = []
+        with self._lock:
+            self._check_fork()
+            for token, (hold, owner) in list(self._doubts.items()):
+                if thread is not None and owner != thread:
+                    continue
+                if not self._is_held(token):
+                    self._owed[token] = hold
+                    owed.append(hold)
+                del self._doubts[token]
+        return owed
 
     def confirm(self, tokens: Sequence[str]) -> None:
         """Forget owed releases that Redis has now confirmed."""
         with self._lock:
             self._check_fork()
             for token in tokens:
-                self._owed.pop(token, None)
+                if token in self._owed:
+                    del self._owed[token]
+                    self._held.pop(token, None)  # a release begun and interrupted: it is gone too
                 if token not in self._held:
                     self._written.pop(token, None)
                     self._since.pop(token, None)
@@ -211,19 +276,30 @@ class HoldRegistry:
         """``(held, owed)`` as lists, for one beat."""
         with self._lock:
             self._check_fork()
-            return list(self._held.values()), list(self._owed.values())
+            held = [hold for token, hold in self._held.items() if token not in self._owed]
+            return held, list(self._owed.values())
+
+    def waiting(self) -> list[Hold]:
+        """The claims in doubt: a beat keeps their lines alive."""
+        with self._lock:
+            self._check_fork()
+            return [hold for hold, _ in self._doubts.values()]
 
     def held_since(self) -> list[tuple[Hold, float]]:
         """Every hold with when it was taken (wall clock s), for a process report."""
         with self._lock:
             self._check_fork()
             now = time.time()
-            return [(hold, self._since.get(token, now)) for token, hold in self._held.items()]
+            return [
+                (hold, self._since.get(token, now))
+                for token, hold in self._held.items()
+                if token not in self._owed
+            ]
 
     def is_held(self, token: str) -> bool:
         with self._lock:
             self._check_fork()
-            return token in self._held
+            return self._is_held(token)
 
     def is_owed(self, token: str) -> bool:
         with self._lock:
@@ -233,12 +309,13 @@ class HoldRegistry:
     def hold(self, token: str) -> Hold | None:
         with self._lock:
             self._check_fork()
-            return self._held.get(token)
+            return self._held.get(token) if self._is_held(token) else None
 
     def __len__(self) -> int:
+        """Claims on record: held, owed or in doubt (the heartbeat runs while there are any)."""
         with self._lock:
             self._check_fork()
-            return len(self._held) + len(self._owed)
+            return len(self._held.keys() | self._owed.keys() | self._doubts.keys())
 
     def _reset_after_fork(self) -> None:
         self._lock = threading.RLock()

@@ -1,7 +1,9 @@
 """The heartbeat: one thread per worker process that keeps its holds alive.
 
-Every ``beat_interval`` milliseconds it refreshes every hold of the process
-and retries every release still owed, in one round trip (``beat.lua``). A hold
+Every ``beat_interval`` milliseconds it refreshes every hold of the process,
+retries every release still owed (taking those claims out of their lines
+too) and keeps alive the lines its claims wait in, in one round trip
+(``beat.lua``). A hold
 that has stopped being refreshed (its process was killed) ages out of the
 ledger ``hold_ttl`` after its last refresh; that is the floor every other
 exit path is an optimisation on.
@@ -31,7 +33,7 @@ and then starts it (worker boot: the report is there before any message is
 taken); :meth:`Heartbeat.ensure_started` starts it lazily, ticking at once,
 when a hold exists without it. After each tick the metrics drop the live gauges of
 this host's dead processes. It keeps running through a graceful shutdown
-until the last hold is released, and is joined on stop;
+until nothing is held, owed or being admitted, and is joined on stop;
 :meth:`Heartbeat.withdraw_report` then removes the report.
 """
 
@@ -124,27 +126,35 @@ class Heartbeat:
     # -- one beat ---------------------------------------------------------
 
     def tick(self) -> BeatReport:
-        """One beat: write the report, refresh every hold, retry owed releases, re-assert lost holds.
+        """One beat: write the report, refresh every hold, retry owed releases (and withdraw them
+        from their lines), keep alive the lines this process's claims wait in, re-assert lost holds.
 
-        With nothing held or owed it writes the report alone (one ``SET``), or
+        With nothing held, owed or waiting it writes the report alone (one ``SET``), or
         sends nothing when there is no report.
         """
         report = BeatReport()
         held, owed = self.registry.snapshot()
+        waiting = self.registry.waiting()
         written: tuple[str, str] | None = None
         if self.report is not None:
             try:
                 written = self.report()
             except Exception:  # a report is for people; the beat is for the holds
                 logger.exception("Could not build this process's report; beating without it.")
-        if not held and not owed and written is None:
+        if not held and not owed and not waiting and written is None:
             return report
         refresh = [member for hold in held for member in hold.members()]
         release = [member for hold in owed for member in hold.members()]
+        lines = [ledger for hold in waiting for ledger in hold.ledgers]
         sent = self.registry.monotonic()
         try:
             lost = self.ledger.beat(
-                refresh, release, ttl_ms=self.hold_ttl, report=written, report_ttl_ms=self.report_ttl
+                refresh,
+                release,
+                ttl_ms=self.hold_ttl,
+                report=written,
+                report_ttl_ms=self.report_ttl,
+                lines=lines,
             )
         except LedgerError as e:
             self._failed(e, holding=bool(held or owed))
@@ -347,7 +357,7 @@ class Heartbeat:
         return self._pid == os.getpid() and thread is not None and thread.is_alive()
 
     def drain(self) -> None:
-        """Keep beating until the last hold is released, then stop by itself."""
+        """Keep beating until nothing is held, owed or being admitted, then stop by itself."""
         self._draining.set()
 
     def stop(self, timeout: float | None = 5.0) -> None:

@@ -373,27 +373,36 @@ class Ledger:
         ttl_ms: int,
         report: tuple[str, str] | None = None,
         report_ttl_ms: int | None = None,
+        lines: Sequence[str] = (),
     ) -> list[Member]:
-        """Refresh holds and send owed releases in one round trip.
+        """Refresh holds, send owed releases and keep lines alive, in one round trip.
 
         Returns the ``refresh`` members whose hold was lost (gone, or already
-        expired); they are not re-created here, see :meth:`reassert`.
+        expired); they are not re-created here, see :meth:`reassert`. A
+        ``release`` member is removed from its ledger and from that ledger's
+        line. ``lines``: ledgers whose lines claims of this process wait in;
+        each line's expiry is pushed to at least ``ttl_ms`` from now.
         ``report``: ``(key, text)``, the process's report (see
         :mod:`dramatiq_slots.inspection`), written first in the same round trip,
         expiring after ``report_ttl_ms`` (default ``ttl_ms``); with nothing to
-        refresh or release it is all that is sent, one ``SET``. A refused ``SET``
-        (an ACL without it) is kept in :attr:`report_error`, not raised.
+        refresh, release or keep alive it is all that is sent, one ``SET``. A
+        refused ``SET`` (an ACL without it) is kept in :attr:`report_error`, not raised.
         """
         refresh = [Member(*m) for m in refresh]
-        members = [*refresh, *(Member(*m) for m in release)]
+        owed = [Member(*m) for m in release]
+        waited = list(dict.fromkeys(self.keys.line(ledger) for ledger in lines))
         report_px = ttl_ms if report_ttl_ms is None else report_ttl_ms
-        if not members:
+        if not refresh and not owed and not waited:
             if report is not None:
                 with self._translated("report"):
                     self._write_report(report, report_px)
             return []
-        keys = [m.ledger for m in members]
-        args: list[Any] = [ttl_ms, len(refresh), *(m.token for m in members)]
+        keys = [
+            *(m.ledger for m in refresh),
+            *(key for m in owed for key in (m.ledger, self.keys.line(m.ledger))),
+            *waited,
+        ]
+        args: list[Any] = [ttl_ms, len(refresh), len(owed), *(m.token for m in [*refresh, *owed])]
         with self._translated("beat"):
             if report is None or isinstance(self.client, RedisCluster):
                 if report is not None:  # a cluster client pipelines no scripts: a round trip of its own

@@ -76,23 +76,35 @@ class LingeringHolds:
             self._check_fork()
             self._windows[hold.token] = time.monotonic() + window_ms / 1000
 
-    def take(self, limits: tuple[Limit, ...]) -> Hold | None:
-        """A lingering hold on exactly these ledgers, still in its window (it is in use again), or None."""
+    def take(self, limits: tuple[Limit, ...], claim: Callable[[Hold], None] | None = None) -> Hold | None:
+        """A lingering hold on exactly these ledgers, still in its window (it is in use again), or None.
+
+        ``claim`` is called with the hold before it stops lingering, so it is
+        always on some record (the registry's doubts, for admission).
+        """
         with self._cond:
             self._check_fork()
             idle = self._idle.get(limits)
             if not idle or idle[-1][0] <= time.monotonic():
                 return None  # none, or its window ended: this module's thread releases it
-            ends, hold = idle.pop()
+            ends, hold = idle[-1]
+            if claim is not None:
+                claim(hold)
+            idle.pop()
             if not idle:
                 del self._idle[limits]
             self._windows[hold.token] = ends
             return hold
 
     def park(self, hold: Hold) -> bool:
-        """At the end of a job: keep ``hold`` lingering if its window is open (True), else False."""
+        """At the end of a job: keep ``hold`` lingering if its window is open (True), else False.
+
+        Parking a hold that lingers already says True again (a job's end run twice).
+        """
         with self._cond:
             self._check_fork()
+            if any(parked.token == hold.token for _, parked in self._idle.get(hold.limits, ())):
+                return True
             ends = self._windows.pop(hold.token, 0.0)
             if self._stop or ends <= time.monotonic():
                 return False
@@ -101,6 +113,18 @@ class LingeringHolds:
             if ends < self._wakes_at:
                 self._cond.notify()  # only when the thread would wake too late: a wake-up is not free
             return True
+
+    def drop(self, token: str) -> None:
+        """Stop lingering ``token`` without releasing it (its release is owed elsewhere)."""
+        with self._cond:
+            self._check_fork()
+            self._windows.pop(token, None)
+            for limits in list(self._idle):
+                kept = [(ends, hold) for ends, hold in self._idle[limits] if hold.token != token]
+                if kept:
+                    self._idle[limits] = kept
+                else:
+                    del self._idle[limits]
 
     def forget(self, token: str) -> None:
         """Stop treating an in-use hold as reusable (it was lost: it is in no ledger any more)."""

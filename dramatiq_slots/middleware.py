@@ -21,7 +21,6 @@ message is admitted, deferred, or fails with a ``MiddlewareError`` subclass.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -29,7 +28,7 @@ from typing import Any
 import dramatiq
 import redis
 from dramatiq.broker import MessageProxy
-from dramatiq.middleware import Middleware, MiddlewareError, Retries
+from dramatiq.middleware import Middleware, MiddlewareError, Retries, TimeLimit
 from dramatiq.worker import WorkerThread
 
 from . import options as opt
@@ -45,7 +44,7 @@ from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .ledger import Holder, Ledger, RedisClient, eviction_risk, redacted_address
 from .metrics import Metrics, metrics_for
 from .places import PLACE, PlaceClock
-from .process import SlotsProcess
+from .process import SlotsProcess, WaitGate
 from .settings import URL_ENV, Settings, global_broker_with, ledger_client
 from .wakeups import Wakeups
 
@@ -204,7 +203,7 @@ class Slots(Middleware):
         process.metrics.forget_dead_processes()
         waiters = int(worker.worker_threads * self.settings.waiting_share)
         may_wait = waiters > 0 and self.settings.max_wait > 0
-        process.wait_gate = threading.BoundedSemaphore(waiters) if may_wait else None
+        process.wait_gate = WaitGate(waiters) if may_wait else None
         if not self.declarations.limited:
             return
         self._check_ledger_server()
@@ -259,8 +258,13 @@ class Slots(Middleware):
             wakeups.stop()
         self.process.lingering.join()
         if heartbeat is not None:
-            held, owed = self.registry.snapshot()
             heartbeat.stop()
+            # No worker thread admits any more: a claim still in doubt was left by an
+            # exception; send what is owed in one last beat.
+            self.registry.abandon()
+            if self.registry.snapshot()[1]:
+                heartbeat.tick()
+            held, owed = self.registry.snapshot()
             heartbeat.withdraw_report()
             if held or owed:
                 logger.warning(
@@ -299,12 +303,19 @@ class Slots(Middleware):
             def defer_message(delay_ms: int, reason: str) -> BaseException:
                 return defer(broker, self, message, delay_ms=delay_ms, reason=reason)
 
+            # A TimeLimit before Slots has started the actor's clock: stop it while the
+            # message waits for its slot, and start it afresh once admitted.
+            timers = self._time_limits_before(broker)
+            for timer in timers:
+                timer.after_process_message(broker, message)  # type: ignore[no-untyped-call]
             self.admission.admit(
                 request,
                 id(message),
                 deferrals=int(message.options.get(DEFERRALS, 0)),
                 defer=defer_message,
             )
+            for timer in timers:
+                timer.before_process_message(broker, message)  # type: ignore[no-untyped-call]
         except MiddlewareError:
             raise
         except Exception as e:
@@ -313,6 +324,16 @@ class Slots(Middleware):
                 f"actor {message.actor_name!r}: admission failed unexpectedly ({type(e).__name__}: {e}); "
                 "the actor did not run"
             ) from e
+
+    def _time_limits_before(self, broker: dramatiq.Broker) -> list[TimeLimit]:
+        """The TimeLimit middleware that run before this one (their clock would count the wait)."""
+        found: list[TimeLimit] = []
+        for middleware in broker.middleware:
+            if middleware is self:
+                return found
+            if isinstance(middleware, TimeLimit):
+                found.append(middleware)
+        return []
 
     def after_process_message(
         self,

@@ -8,7 +8,8 @@ on first use), the :class:`~dramatiq_slots.claims.HoldRegistry`, the
 every path: a job's release (which hands freed slots to the line), a slot
 handed to a claim that no longer waits, and a strict hold given up by the
 heartbeat (whose job is stopped). A release Redis does not confirm is owed:
-the heartbeat sends it again on its next beat.
+the heartbeat sends it again on its next beat. So is every claim an
+exception took out of its admission, wherever it landed (:meth:`SlotsProcess.abandon`).
 
 It imports no dramatiq module of its own (its settings come from :mod:`.settings`).
 """
@@ -31,6 +32,36 @@ from .settings import Settings
 from .wakeups import Wakeups
 
 logger = logging.getLogger("dramatiq_slots.process")
+
+
+class WaitGate:
+    """Which threads wait in line now: at most ``places`` at once.
+
+    A place belongs to its thread (by thread id), unlike a semaphore's
+    permit: a thread whose wait an exception ended before it left keeps at
+    most its own place, and gives it up when it next admits a message.
+    """
+
+    def __init__(self, places: int) -> None:
+        self.places = places
+        self._lock = threading.Lock()
+        self._threads: set[int] = set()
+
+    def enter(self) -> bool:
+        """Take a place for this thread; False when every place is taken."""
+        me = threading.get_ident()
+        with self._lock:
+            if me not in self._threads and len(self._threads) >= self.places:
+                return False
+            self._threads.add(me)
+            return True
+
+    def leave(self) -> None:
+        """Give this thread's place up (if it has one)."""
+        self._threads.discard(threading.get_ident())
+
+    def __len__(self) -> int:
+        return len(self._threads)
 
 
 class SlotsProcess:
@@ -67,12 +98,12 @@ class SlotsProcess:
         self.metrics = Metrics()
         #: Set from worker shutdown to the next boot: nothing new waits in line.
         self.stopping = threading.Event()
-        #: How many threads may wait in line at once (None: none may).
-        self.wait_gate: threading.BoundedSemaphore | None = None
+        #: Which threads wait in line, up to how many (None: none may).
+        self.wait_gate: WaitGate | None = None
         #: Jobs stopped because their hold was lost (on_lost_hold="interrupt").
         self.interrupted = 0
-        #: The claim token of each running message, by ``id(message)``.
-        self._running: dict[int, str] = {}
+        #: The claim token of each running message, and its thread, by ``id(message)``.
+        self._running: dict[int, tuple[str, int]] = {}
         self._running_lock = threading.Lock()
 
     # -- the parts, made on first use ----------------------------------------
@@ -127,9 +158,11 @@ class SlotsProcess:
 
     def running(self, message_key: int, hold: Hold, written_at: float | None) -> None:
         """Record the hold of a message about to run (``written_at``: see :meth:`HoldRegistry.add`)."""
-        self.registry.add(hold, written_at=written_at)
+        # Its message first, then held (and no longer in doubt): whatever an exception
+        # interrupts, finished() or abandon() finds the claim.
         with self._running_lock:
-            self._running[message_key] = hold.token
+            self._running[message_key] = (hold.token, threading.get_ident())
+        self.registry.add(hold, written_at=written_at)
         if hold.strict:
             self.bodies.bind(hold.token)
         self.metrics.admitted(hold)
@@ -137,26 +170,67 @@ class SlotsProcess:
         reach("after-admit")
 
     def finished(self, message_key: int) -> None:
-        """The message's job ended (or it was skipped): release its hold, or keep it lingering."""
+        """The message's job ended (or it was skipped): release its hold, or keep it lingering.
+
+        Safe to run again after an exception interrupted it anywhere (dramatiq
+        runs ``after_process_message`` again when one escapes it).
+        """
+        self.abandon()  # an admission of this thread that an exception ended
         with self._running_lock:
-            token = self._running.pop(message_key, None)
-        if token is None:
+            entry = self._running.get(message_key)
+        if entry is None:
             return
+        token = entry[0]
         hold = self.registry.hold(token)
         if hold is None or hold.strict:  # a strict hold (or one given up as lost) was bound
             self.bodies.unbind()
-        if hold is not None:
-            self.metrics.finished(hold)
         if hold is not None and self.lingering.park(hold):
             # Kept for the next message of the same ledgers (its window is open);
             # not refreshed meanwhile: the window is far shorter than hold_ttl.
             self.registry.discard(token)
+            self._ended(message_key, hold)
             return
         reach("before-release")
-        hold = self.registry.begin_release(token)
-        if hold is not None:
-            self.release(hold)
+        released = self.registry.begin_release(token)
+        self._ended(message_key, released)
+        if released is not None:
+            self.release(released)
         reach("after-release")
+
+    def _ended(self, message_key: int, hold: Hold | None) -> None:
+        with self._running_lock:
+            ended = self._running.pop(message_key, None) is not None
+        if ended and hold is not None:
+            self.metrics.finished(hold)
+
+    def abandon(self) -> None:
+        """Owe a release (leave and withdraw) of each claim this thread was admitting and left
+        unsettled: an exception ended its admission, wherever it landed."""
+        # This thread waits no more, whatever stopped it.
+        if self.wait_gate is not None:
+            self.wait_gate.leave()
+        if self._wakeups is not None:
+            self._wakeups.forget_thread()
+        owed = self.registry.abandon(threading.get_ident())
+        if not owed:
+            return
+        for hold in owed:
+            self.lingering.drop(hold.token)
+        self.heartbeat.ensure_started()
+
+    def leftovers(self) -> None:
+        """Before this thread admits a message: end whatever its previous message left on record.
+
+        A worker thread runs one message at a time, so a claim, a place among
+        the waiting threads or a running hold of this thread is left over from
+        an end that an exception cut short (where dramatiq runs no hook again).
+        """
+        self.abandon()
+        me = threading.get_ident()
+        with self._running_lock:
+            stale = [key for key, (_, thread) in self._running.items() if thread == me]
+        for key in stale:
+            self.finished(key)
 
     # -- ending holds -----------------------------------------------------------
 
@@ -181,6 +255,7 @@ class SlotsProcess:
             )
             self.heartbeat.ensure_started()
             return
+        reach("release")
         self.registry.confirm([hold.token])
         if handoffs and self._wakeups is not None:
             for handoff in handoffs:
@@ -192,20 +267,22 @@ class SlotsProcess:
 
     def give_back(self, token: str, ledger: str) -> None:
         """A slot handed to a claim nobody here waits for: owe its release (the next beat sends it)."""
-        if self.registry.is_held(token) or self.registry.is_owed(token) or self.lingering.has(token):
-            # The claim got in some other way and runs (or lingers): the slot is its own.
-            # Or its release is owed already, for every ledger it may hold.
-            return
-        self.registry.owe(Hold(token, (Limit(ledger, 1),), "slot handed to a claim that stopped waiting"))
-        self.heartbeat.ensure_started()
+        if self.lingering.has(token):
+            return  # the claim got in some other way and lingers: the slot is its own
+        # Unless the claim got in some other way (held, or being admitted: the slot is
+        # its own), or its release is owed already, for every ledger it may hold.
+        stray = Hold(token, (Limit(ledger, 1),), "slot handed to a claim that stopped waiting")
+        if self.registry.owe_stray(stray):
+            self.heartbeat.ensure_started()
 
     def stop_job(self, hold: Hold, reason: str) -> None:
         """The heartbeat lost a strict hold (or may lose it): forget it, and stop its job if it runs."""
         with self.registry.release_lock():
             if self.registry.forget(hold.token) is None:
                 return  # released meanwhile: its job is over
-            self.lingering.forget(hold.token)
             running = self.bodies.interrupt(hold.token)
+        # Outside the registry's lock: lingering takes its own lock first, then the registry's.
+        self.lingering.forget(hold.token)
         self.interrupted += 1
         self.metrics.finished(hold)
         self.metrics.interrupted(hold)

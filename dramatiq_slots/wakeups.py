@@ -64,12 +64,14 @@ class Waiter:
     ``age_ms``: how old the handed hold's expiry was when it was handed over.
     """
 
-    __slots__ = ("age_ms", "event", "handed")
+    __slots__ = ("age_ms", "event", "handed", "thread")
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.handed: str | None = None
         self.age_ms = 0
+        #: The thread that waits.
+        self.thread = threading.get_ident()
 
 
 def _text(value: Any) -> str:
@@ -121,6 +123,13 @@ class Wakeups:
     def forget(self, token: str) -> None:
         with self._lock:
             self._waiting.pop(token, None)
+
+    def forget_thread(self) -> None:
+        """Forget what this thread still expects: its wait ended without forgetting it (an exception)."""
+        me = threading.get_ident()
+        with self._lock:
+            for token in [token for token, waiter in self._waiting.items() if waiter.thread == me]:
+                del self._waiting[token]
 
     def wake_all(self) -> None:
         """Wake every waiting claim of this process, to ask the ledger again (or withdraw)."""

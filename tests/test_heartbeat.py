@@ -166,9 +166,12 @@ class _ReleaseDuringBeat(Ledger):
         ttl_ms: int,
         report: tuple[str, str] | None = None,
         report_ttl_ms: int | None = None,
+        lines: Sequence[str] = (),
     ) -> list[Member]:
         self.before_beat()
-        return super().beat(refresh, release, ttl_ms=ttl_ms, report=report, report_ttl_ms=report_ttl_ms)
+        return super().beat(
+            refresh, release, ttl_ms=ttl_ms, report=report, report_ttl_ms=report_ttl_ms, lines=lines
+        )
 
 
 def test_a_beat_racing_a_release_never_resurrects_the_hold(

@@ -3,13 +3,14 @@
 A ``RuleBasedStateMachine`` runs random sequences of the ledger operations the
 middleware and the heartbeat use (``enter`` without a line, joining a line and
 asking again; ``leave`` with its handoff to the line; ``withdraw``; ``beat``
-with refreshes and owed releases; ``reassert``; ``reclaim``) plus "age out"
-(a holder falls silent) on a real :class:`Ledger` (the default server, a fresh
-key prefix per example) and on a model of each ledger: its members (live or
-expired) and its line (token -> place). Every answer must be the model's, and
-after every step the ledger must agree with the model: live holds, members,
-lines in order, and never more members than capacity unless a reassert put
-them there.
+with refreshes, owed releases, of waiting claims too, and lines kept alive;
+``reassert``; ``reclaim``) plus "age out" (a holder falls silent) on a real
+:class:`Ledger` (the default server, a fresh key prefix per example) and on a
+model of each ledger: its members (live or expired) and its line (token ->
+place). Every answer must be the model's, and after every step the ledger must
+agree with the model: live holds, members, lines in order, every line with an
+expiry, and never more members than capacity unless a reassert put them
+there.
 
 Three processes make the claims: one listens on its wake channel (a real
 Pub/Sub subscription, so a handoff's PUBLISH reaches somebody and its message
@@ -265,15 +266,23 @@ class LedgerModel(RuleBasedStateMachine):
         assert self.pubsub.get_message(timeout=0.01) is None  # nothing published to anyone else here
         self.check_drained()
 
-    @precondition(lambda self: bool(self.running))
+    @precondition(lambda self: bool(self.running) or bool(self.waiters))
     @rule(data=st.data())
     def beat(self, data: st.DataObject) -> None:
         # A heartbeat refreshes the holds of running claims (some may have been lost
-        # meanwhile) and retries owed releases of finished ones.
+        # meanwhile), retries owed releases of finished ones and of waiting claims an
+        # exception took out of their admission (out of their lines too), and keeps
+        # alive the lines its waiting claims wait in.
         candidates = self.running_members()
-        refresh = data.draw(st.lists(st.sampled_from(candidates), unique=True, max_size=4))
+        refresh = (
+            data.draw(st.lists(st.sampled_from(candidates), unique=True, max_size=4)) if candidates else []
+        )
         others = [m for m in candidates if m not in refresh]
         release = data.draw(st.lists(st.sampled_from(others), unique=True, max_size=2)) if others else []
+        waiting = self.waiting()
+        abandoned = data.draw(st.lists(st.sampled_from(waiting), unique=True, max_size=2)) if waiting else []
+        release += [Member(key, token) for token in abandoned for key in self.limits[token]]
+        lines = data.draw(st.lists(st.sampled_from(self.keys), unique=True, max_size=3))
         expected_lost, swept = [], set()
         for key, token in refresh:
             if key not in swept:
@@ -283,7 +292,9 @@ class LedgerModel(RuleBasedStateMachine):
                 expected_lost.append(Member(key, token))
         for key, token in release:
             self.state[key].members.pop(token, None)
-        assert self.ledger.beat(refresh, release, ttl_ms=TTL_MS) == expected_lost
+            self.state[key].line.pop(token, None)
+        self.waiters.difference_update(abandoned)
+        assert self.ledger.beat(refresh, release, ttl_ms=TTL_MS, lines=lines) == expected_lost
         self.check_drained()
 
     @precondition(lambda self: any(s.live() for s in self.state.values()))
@@ -369,6 +380,13 @@ class LedgerModel(RuleBasedStateMachine):
             assert self.ledger.line(key) == [
                 t for t, _ in sorted(s.line.items(), key=lambda tp: (tp[1], tp[0]))
             ], key
+
+    @invariant()
+    def every_line_expires(self) -> None:
+        # A line whose waiters die is never left behind for good: it has an expiry.
+        for key in self.keys:
+            line = self.ledger.keys.line(key)
+            assert self.client.pttl(line) > 0 or not self.client.exists(line), line
 
     @invariant()
     def within_capacity_unless_reasserted(self) -> None:

@@ -1,11 +1,15 @@
 -- beat.lua: one heartbeat of one process, in one round trip: refresh every
--- hold it has, and retry the releases that failed earlier.
+-- hold it has, retry the releases it owes, and keep alive the lines its
+-- claims wait in.
 --
--- KEYS[1..r]     ledgers of the holds to refresh
--- KEYS[r+1..n]   ledgers of holds to release (releases that failed before)
--- ARGV[1]        hold ttl in milliseconds (integer >= 1)
--- ARGV[2]        r, how many KEYS are refreshes (0 <= r <= n)
--- ARGV[2+i]      claim token for KEYS[i]
+-- KEYS[1..r]         ledgers of the holds to refresh
+-- KEYS[r+1..r+2o]    owed releases, two keys each: the ledger, then its line
+-- KEYS[r+2o+1..n]    lines that claims of this process wait in
+-- ARGV[1]            hold ttl in milliseconds (integer >= 1)
+-- ARGV[2]            r, how many holds to refresh (0 <= r)
+-- ARGV[3]            o, how many owed releases (0 <= o, r + 2o <= n)
+-- ARGV[3+i]          claim token of refresh i (1 <= i <= r), then of owed release j
+--                    at ARGV[3+r+j] (1 <= j <= o)
 --
 -- Returns the list of indexes i (1 <= i <= r) whose hold was lost: the
 -- member was gone (Redis lost it) or had already expired (the holder was
@@ -13,22 +17,26 @@
 -- refresh only extends members that exist (ZADD XX), so a beat racing a
 -- release can never resurrect the released hold. The caller decides, under
 -- its own lock, whether to re-assert (reassert.lua).
--- Returns {-1, j} when ARGV[j] is malformed; nothing written.
+-- Returns {-1, j} when ARGV[j] is malformed (j = 0: wrong count); nothing written.
 --
 -- Each refreshed ledger is also swept of expired members (holders that died):
 -- admission (enter.lua) counts members, not live holds, so the beats of the
 -- live holders are what return a dead holder's slot.
+--
+-- An owed release is a plain ZREM of the token from the ledger and from its
+-- line (a claim an exception took out of its admission may be in either):
+-- no handoff. A line a claim waits in gets an expiry of at least now + ttl
+-- (a line nobody refreshes expires: enter.lua gives each new line one).
 
-local ttl = tonumber(ARGV[1])
-local r = tonumber(ARGV[2])
-if #ARGV ~= #KEYS + 2 then
-  return {-1, 0}
-end
+local ttl, r, o = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then
   return {-1, 1}
 end
-if not r or r < 0 or r > #KEYS or r ~= math.floor(r) then
+if not r or r < 0 or r ~= math.floor(r) then
   return {-1, 2}
+end
+if not o or o < 0 or o ~= math.floor(o) or r + 2 * o > #KEYS or #ARGV ~= 3 + r + o then
+  return {-1, 3}
 end
 
 local clock = redis.call('TIME')
@@ -37,7 +45,7 @@ local expiry = string.format('%.0f', now + ttl)
 
 local lost, swept = {}, {}
 for i = 1, r do
-  local ledger, token = KEYS[i], ARGV[2 + i]
+  local ledger, token = KEYS[i], ARGV[3 + i]
   if not swept[ledger] then
     swept[ledger] = true
     redis.call('ZREMRANGEBYSCORE', ledger, '-inf', now)
@@ -55,8 +63,18 @@ for i = 1, r do
   end
 end
 
-for i = r + 1, #KEYS do
-  redis.call('ZREM', KEYS[i], ARGV[2 + i])
+for j = 1, o do
+  local token = ARGV[3 + r + j]
+  redis.call('ZREM', KEYS[r + 2 * j - 1], token)
+  redis.call('ZREM', KEYS[r + 2 * j], token)
+end
+
+-- Never brought forward, and given to a line without one (-1; -2: no line).
+for k = r + 2 * o + 1, #KEYS do
+  local left = redis.call('PTTL', KEYS[k])
+  if left == -1 or (left >= 0 and left < ttl) then
+    redis.call('PEXPIREAT', KEYS[k], expiry)
+  end
 end
 
 return lost

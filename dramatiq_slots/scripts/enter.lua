@@ -39,6 +39,11 @@
 --
 -- All or nothing: a claim refused on any ledger holds none of them; a slot
 -- it was handed on another ledger is given back (to whoever asks next).
+--
+-- Lines expire: a claim that joins a line (or takes its place again) makes
+-- that line's key live at least ttl more (PTTL, PEXPIRE: relative, so still
+-- no TIME on the refusal path); the beats of live waiters' processes push it
+-- on. A line whose waiters all died is gone within ttl of its last push.
 
 local n = #KEYS / 2
 if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 4 then
@@ -75,7 +80,13 @@ if refused > 0 then
     if held[i] then redis.call('ZREM', KEYS[i], token) end
   end
   if line > 0 then
-    redis.call('ZADD', KEYS[n + refused], 'NX', ARGV[4], token)
+    local waits = KEYS[n + refused]
+    -- A claim new to the line makes the line live at least ttl more: a line
+    -- whose waiters all died expires by itself (each beat of a live waiter's
+    -- process pushes it on, beat.lua). Never brought forward.
+    if redis.call('ZADD', waits, 'NX', ARGV[4], token) == 1 and redis.call('PTTL', waits) < ttl then
+      redis.call('PEXPIRE', waits, ttl)
+    end
   end
   return {0, refused, line > 0 and 1 or 0}
 end

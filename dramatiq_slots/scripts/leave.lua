@@ -73,6 +73,8 @@ for i = 1, n do
       -- Room once the leaving member is gone: members - 1 < capacity.
       if redis.call('ZCARD', ledger) > cap then
         redis.call('ZADD', line, place, waiter)
+        -- Popping the last claim deleted the line: the new key needs an expiry.
+        if redis.call('PTTL', line) == -1 then redis.call('PEXPIRE', line, ttl) end
         break
       end
       local given, passed = expiry, age
