@@ -279,6 +279,13 @@ class HoldRegistry:
             held = [hold for token, hold in self._held.items() if token not in self._owed]
             return held, list(self._owed.values())
 
+    def owed_unadmitted(self) -> int:
+        """How many owed releases are of claims never known to be admitted (an ``enter`` whose
+        answer never came): each may hold nothing at all."""
+        with self._lock:
+            self._check_fork()
+            return sum(1 for token in self._owed if token not in self._since)
+
     def waiting(self) -> list[Hold]:
         """The claims in doubt: a beat keeps their lines alive."""
         with self._lock:

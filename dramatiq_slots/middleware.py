@@ -266,13 +266,17 @@ class Slots(Middleware):
                 heartbeat.tick()
             held, owed = self.registry.snapshot()
             heartbeat.withdraw_report()
+            unadmitted = self.registry.owed_unadmitted()
+            left = [
+                (len(held), "hold(s) of jobs still running past the shutdown timeout"),
+                (len(owed) - unadmitted, "release(s) of finished jobs that Redis has not confirmed"),
+                (unadmitted, "claim(s) whose admission Redis never answered (each may hold nothing)"),
+            ]
             if held or owed:
                 logger.warning(
-                    "Worker shut down with %d hold(s) of jobs still running past the shutdown timeout "
-                    "and %d release(s) Redis has not confirmed; they age out of the ledger within "
+                    "Worker shut down with %s; whatever of them is in the ledger ages out within "
                     "hold_ttl=%d ms.",
-                    len(held),
-                    len(owed),
+                    ", ".join(f"{count} {what}" for count, what in left if count),
                     self.settings.hold_ttl,
                 )
 

@@ -266,6 +266,13 @@ def test_an_unreachable_ledger_defers_and_never_runs_unheld(
     assert boot, messages
     assert any(f"127.0.0.1:{port}/0 is unreachable" in m and "deferring" in m for m in messages), messages
     assert not any("s3cret-pass" in m for m in messages)
+    # Nothing was ever held: the shutdown line says what is left, not "0 hold(s)".
+    (shutdown,) = [m for m in messages if m.startswith("Worker shut down with")]
+    assert re.match(
+        r"Worker shut down with \d+ claim\(s\) whose admission Redis never answered \(each may hold "
+        r"nothing\); whatever of them is in the ledger ages out within hold_ttl=3000 ms\.$",
+        shutdown,
+    ), shutdown
 
 
 def test_an_unexpected_admission_failure_never_runs_the_actor(
