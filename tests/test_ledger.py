@@ -315,6 +315,18 @@ def test_beat_performs_pending_releases_in_the_same_call(engine_ledger: Ledger) 
     assert refreshed.seconds_left > (LONG - 5_000) / 1000
 
 
+def test_an_owed_release_on_a_key_of_the_wrong_type_does_not_fail_the_beat(engine_ledger: Ledger) -> None:
+    """A poisoned ledger key (an operator's SET) must not stop the refresh of every other hold."""
+    lg, client = engine_ledger, engine_ledger.client
+    good, bad = lg.keys.queue("good"), lg.keys.queue("bad")
+    lg.enter(token(1), [Limit(good, 1)], ttl_ms=1_000)
+    client.set(bad, "not a sorted set")
+    assert lg.beat([Member(good, token(1))], [Member(bad, token(2))], ttl_ms=LONG) == []
+    (refreshed,) = lg.holders(good)
+    assert refreshed.seconds_left > (LONG - 5_000) / 1000
+    assert client.get(bad) == b"not a sorted set"
+
+
 def test_beat_with_only_releases(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
     lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG)

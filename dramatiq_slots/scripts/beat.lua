@@ -63,10 +63,13 @@ for i = 1, r do
   end
 end
 
+-- pcall: a key that is not a sorted set (an operator's mistake, or a permanent error that
+-- failed the admission owing this release) holds no member of ours, and must not fail the
+-- beat that refreshes every other hold of the process.
 for j = 1, o do
   local token = ARGV[3 + r + j]
-  redis.call('ZREM', KEYS[r + 2 * j - 1], token)
-  redis.call('ZREM', KEYS[r + 2 * j], token)
+  redis.pcall('ZREM', KEYS[r + 2 * j - 1], token)
+  redis.pcall('ZREM', KEYS[r + 2 * j], token)
 end
 
 -- Never brought forward, and given to a line without one (-1; -2: no line).
