@@ -68,6 +68,7 @@ def _timed_stop(redis_url: str, key_prefix: str, *, with_slots: bool) -> float:
         assert not slots.process.lingering.running
         assert slots.registry.snapshot() == ([], [])  # the lingering hold was released
         assert slots.in_use("stopping") == 0
+        slots.ledger.client.close()  # built from url=: its pool is this test's to close
     broker.close()
     return took
 
