@@ -24,7 +24,7 @@ Requires Redis >= 6.2 or Valkey >= 7.2 (scripts replicated by effects, so
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
@@ -264,12 +264,31 @@ class Ledger:
                 ) from e
             raise LedgerError(f"ledger {operation} failed: {e}") from e
 
-    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Call script ``name``; its ``{-1, j}`` answer (ARGV[j] malformed) is a LedgerArgumentError."""
-        reply = self._scripts[name](keys=list(keys), args=list(args), client=client)
-        if client is None:
-            _check_codes(name, reply)
+        reply = self._scripts[name](keys=list(keys), args=list(args))
+        _check_codes(name, reply)
         return reply
+
+    def _pipelined(self, fill: Callable[[Any], None]) -> list[Any]:
+        """One round trip: ``fill(pipe)`` queues its commands, scripts with :meth:`_queue`; the
+        replies, errors included. Scripts go as plain ``EVALSHA``: redis-py's script objects in a
+        pipeline send ``SCRIPT EXISTS`` first, a second round trip on every call. When Redis no
+        longer has one (a restart, ``SCRIPT FLUSH``), the scripts are loaded and the pipeline is
+        sent once more (what it queues must bear being sent twice)."""
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            fill(pipe)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            if attempt == 2 or not any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
+                break
+            for script in self._scripts.values():
+                self.client.script_load(script.script)
+        return replies
+
+    def _queue(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
+        """Queue script ``name`` on ``pipe`` (see :meth:`_pipelined`)."""
+        pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
 
     def _with_lines(self, limits: Sequence[Limit]) -> list[str]:
         ledgers = [limit.ledger for limit in limits]
@@ -295,10 +314,15 @@ class Ledger:
         with self._translated("enter"):
             if self.replicas:
                 # One connection for both, so WAIT counts the replicas that have this admission.
-                pipe = self.client.pipeline(transaction=False)
-                self._run("enter", keys, args, client=pipe)
-                pipe.execute_command("WAIT", self.replicas, self.replicas_timeout_ms)
-                reply, acked = pipe.execute()
+
+                def enter_and_wait(pipe: Any) -> None:
+                    self._queue(pipe, "enter", keys, args)
+                    pipe.execute_command("WAIT", self.replicas, self.replicas_timeout_ms)
+
+                reply, acked = self._pipelined(enter_and_wait)
+                for answer in (reply, acked):
+                    if isinstance(answer, Exception):
+                        raise answer
                 _check_codes("enter", reply)
                 replicated = int(acked)
             else:
@@ -410,10 +434,13 @@ class Ledger:
                 reply = self._run("beat", keys, args)
             else:
                 # The report first: a refreshed hold never shows without its process's report.
-                pipe = self.client.pipeline(transaction=False)
-                pipe.set(report[0], report[1], px=report_px)
-                self._run("beat", keys, args, client=pipe)
-                written, reply = pipe.execute(raise_on_error=False)
+                key, text = report
+
+                def report_and_beat(pipe: Any) -> None:
+                    pipe.set(key, text, px=report_px)
+                    self._queue(pipe, "beat", keys, args)
+
+                written, reply = self._pipelined(report_and_beat)
                 if isinstance(reply, Exception):
                     raise reply
                 _check_codes("beat", reply)

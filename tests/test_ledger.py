@@ -6,6 +6,7 @@ clock to pass them: the thing awaited is time itself.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -325,6 +326,33 @@ def test_an_owed_release_on_a_key_of_the_wrong_type_does_not_fail_the_beat(engin
     (refreshed,) = lg.holders(good)
     assert refreshed.seconds_left > (LONG - 5_000) / 1000
     assert client.get(bad) == b"not a sorted set"
+
+
+def _calls(client: RedisClient) -> Counter[str]:
+    return Counter({name: int(stat["calls"]) for name, stat in client.info("commandstats").items()})
+
+
+def test_a_pipelined_beat_or_waited_enter_is_one_round_trip_and_survives_a_script_flush(
+    engine_ledger: Ledger,
+) -> None:
+    """No SCRIPT EXISTS before each pipeline (redis-py's script objects send one)."""
+    lg, client = engine_ledger, engine_ledger.client
+    key = lg.keys.queue("q")
+    lg.preload()
+    lg.enter(token(1), [Limit(key, 2)], ttl_ms=LONG)
+    waited = Ledger(client, key_prefix=lg.keys.prefix, replicas=1, replicas_timeout_ms=1)
+    before = _calls(client)
+    for _ in range(3):
+        assert lg.beat([Member(key, token(1))], ttl_ms=LONG, report=(lg.keys.process("h:1"), "{}")) == []
+    assert waited.enter(token(2), [Limit(key, 2)], ttl_ms=LONG).admitted
+    delta = _calls(client) - before
+    assert not [name for name in delta if name.startswith("cmdstat_script")], delta
+    assert delta["cmdstat_evalsha"] == 4 and delta["cmdstat_set"] == 3
+    client.script_flush()
+    assert lg.beat([Member(key, token(1))], ttl_ms=LONG, report=(lg.keys.process("h:1"), "{}")) == []
+    assert waited.leave(token(2), [Limit(key, 2)], ttl_ms=LONG)[0] == 1
+    assert waited.enter(token(3), [Limit(key, 2)], ttl_ms=LONG).admitted
+    assert tokens_of(lg, key) == {token(1), token(3)}
 
 
 def test_beat_with_only_releases(engine_ledger: Ledger) -> None:
