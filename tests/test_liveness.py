@@ -45,11 +45,9 @@ def make_fleet(
     redis_server: RedisTarget, redis_client: redis.Redis, key_prefix: str, tmp_path: Path
 ) -> Iterator[Callable[..., WorkerFleet]]:
     """``make_fleet(**config overrides)``; every group it started is killed after the test."""
-    base = AppConfig(
-        redis_url=redis_server.url,
-        namespace=f"{key_prefix}-broker",
-        key_prefix=key_prefix,
-        probe_prefix=f"{key_prefix}-probe",
+    base = AppConfig.for_test(
+        redis_server.url,
+        key_prefix,
         capacity=CAP,
         hold_ttl=HOLD_TTL,
         beat_interval=DEFAULT_BEAT,

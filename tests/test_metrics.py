@@ -93,11 +93,9 @@ def slots_lines(text: str) -> str:
 @pytest.fixture
 def config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
     """Every key the workers write (broker, ledger, probe) starts with this test's ``key_prefix``."""
-    return AppConfig(
-        redis_url=redis_server.url,
-        namespace=f"{key_prefix}-broker",
-        key_prefix=key_prefix,
-        probe_prefix=f"{key_prefix}-probe",
+    return AppConfig.for_test(
+        redis_server.url,
+        key_prefix,
         capacity=1,
         hold_ttl=2_000,
         beat_interval=200,

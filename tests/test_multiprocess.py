@@ -56,11 +56,9 @@ RUN_TIMEOUT = 90.0
 @pytest.fixture
 def mp_config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
     """Every key the workers write (broker, ledger, probe) starts with this test's ``key_prefix``."""
-    return AppConfig(
-        redis_url=redis_server.url,
-        namespace=f"{key_prefix}-broker",
-        key_prefix=key_prefix,
-        probe_prefix=f"{key_prefix}-probe",
+    return AppConfig.for_test(
+        redis_server.url,
+        key_prefix,
         capacity=CAP,
         hold_ttl=HOLD_TTL,
         beat_interval=BEAT,

@@ -145,6 +145,17 @@ class AppConfig:
     def replace(self, **changes: Any) -> AppConfig:
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def for_test(cls, redis_url: str, key_prefix: str, **settings: Any) -> AppConfig:
+        """A config whose every key (broker, ledger, probe) starts with the test's ``key_prefix``."""
+        return cls(
+            redis_url=redis_url,
+            namespace=f"{key_prefix}-broker",
+            key_prefix=key_prefix,
+            probe_prefix=f"{key_prefix}-probe",
+            **settings,
+        )
+
     def env(self) -> dict[str, str]:
         """The environment variables that carry this config (see :meth:`from_env`)."""
         out = {}
