@@ -157,7 +157,7 @@ class Heartbeat:
                 lines=lines,
             )
         except LedgerError as e:
-            self._failed(e, holding=bool(held or owed))
+            self._failed(e, holding=bool(held or owed), strict=bool(held) and all(h.strict for h in held))
             report.error = e
             report.stopped = self._lapsing([hold for hold in held if hold.strict], e)
             return report
@@ -280,13 +280,18 @@ class Heartbeat:
             )
         return still
 
-    def _failed(self, error: LedgerError, *, holding: bool = True) -> None:
+    def _failed(self, error: LedgerError, *, holding: bool = True, strict: bool = False) -> None:
         self.failed_beats += 1
         self._failures += 1
         if self._failures == 1 or self._failures % _WARN_EVERY == 0:
+            lost = (
+                "taken back where it still fits, else its job is stopped (on_lost_hold='interrupt')"
+                if strict
+                else "then re-asserted"
+            )
             consequence = (
                 "Holds are kept in memory and refreshed when the ledger answers again; a hold not "
-                f"refreshed within hold_ttl={self.hold_ttl} ms may be lost and is then re-asserted."
+                f"refreshed within hold_ttl={self.hold_ttl} ms may be lost and is {lost}."
                 if holding
                 else "Nothing is held; `dramatiq-slots status` shows this process as not alive until "
                 "its report is written again."
