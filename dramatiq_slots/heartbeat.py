@@ -157,7 +157,7 @@ class Heartbeat:
                 lines=lines,
             )
         except LedgerError as e:
-            self._failed(e, holding=bool(held or owed), strict=bool(held) and all(h.strict for h in held))
+            self._failed(e, held, owed)
             report.error = e
             report.stopped = self._lapsing([hold for hold in held if hold.strict], e)
             return report
@@ -181,7 +181,7 @@ class Heartbeat:
             try:
                 report.reasserted = self._reassert([m for m in lost if m.token not in strict])
             except LedgerError as e:
-                self._failed(e)
+                self._failed(e, held, owed)
                 report.error = e
             lost_strict = {strict[token].token: strict[token] for _, token in lost if token in strict}
             report.reclaimed, report.stopped = self._reclaim(list(lost_strict.values()))
@@ -280,22 +280,30 @@ class Heartbeat:
             )
         return still
 
-    def _failed(self, error: LedgerError, *, holding: bool = True, strict: bool = False) -> None:
+    def _failed(self, error: LedgerError, held: Sequence[Hold] = (), owed: Sequence[Hold] = ()) -> None:
         self.failed_beats += 1
         self._failures += 1
         if self._failures == 1 or self._failures % _WARN_EVERY == 0:
-            lost = (
-                "taken back where it still fits, else its job is stopped (on_lost_hold='interrupt')"
-                if strict
-                else "then re-asserted"
-            )
-            consequence = (
-                "Holds are kept in memory and refreshed when the ledger answers again; a hold not "
-                f"refreshed within hold_ttl={self.hold_ttl} ms may be lost and is {lost}."
-                if holding
-                else "Nothing is held; `dramatiq-slots status` shows this process as not alive until "
-                "its report is written again."
-            )
+            if held:
+                lost = (
+                    "taken back where it still fits, else its job is stopped (on_lost_hold='interrupt')"
+                    if all(hold.strict for hold in held)
+                    else "then re-asserted"
+                )
+                consequence = (
+                    "Holds are kept in memory and refreshed when the ledger answers again; a hold not "
+                    f"refreshed within hold_ttl={self.hold_ttl} ms may be lost and is {lost}."
+                )
+            elif owed:
+                consequence = (
+                    "Owed releases are sent when the ledger answers again; whatever they would remove "
+                    f"ages out within hold_ttl={self.hold_ttl} ms in any case."
+                )
+            else:
+                consequence = (
+                    "Nothing is held; `dramatiq-slots status` shows this process as not alive until "
+                    "its report is written again."
+                )
             logger.warning("Heartbeat failed (%d in a row): %s. %s", self._failures, error, consequence)
 
     # -- the thread -------------------------------------------------------
