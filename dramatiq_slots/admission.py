@@ -40,7 +40,7 @@ from .ledger import Entered, Limit, Line
 from .lingering import roomy
 from .process import SlotsProcess
 from .settings import Settings
-from .wakeups import Waiter
+from .wakeups import PARKED, Waiter
 
 logger = logging.getLogger("dramatiq_slots.admission")
 
@@ -71,6 +71,14 @@ class Answer:
 
     entered: Entered
     written_at: float | None
+
+
+@dataclass(frozen=True)
+class InLine:
+    """A claim refused and now in line: its hold-to-be, and the ledger whose line it is in."""
+
+    hold: Hold
+    full: str | None
 
 
 #: ``defer(delay_ms, reason)``: re-enqueue the message; returns the exception to raise.
@@ -202,9 +210,11 @@ class Admission:
             wakeups.forget(hold.token)
             gate.leave()
 
-    def _enter(self, hold: Hold, request: Request, line: Line, step: str) -> Answer:
+    def _enter(
+        self, hold: Hold, request: Request, line: Line, step: str, *, owner: int | None = None
+    ) -> Answer:
         registry = self.process.registry
-        registry.doubt(hold)
+        registry.doubt(hold, owner=owner)
         sent = self.clock.monotonic()
         entered = self.process.ledger.enter(
             hold.token, request.limits, ttl_ms=self.settings.hold_ttl, line=line, place=request.place
@@ -216,6 +226,76 @@ class Admission:
         # of a fresh token without a line). A replay in line found a handed slot: age unknown.
         known = entered.admitted and (line is Line.NONE or not entered.replayed)
         return Answer(entered, sent if known else None)
+
+    # -- a message that waits parked, in its worker's queue (see :mod:`.parking`) --
+
+    def arrive(self, request: Request, message_key: int, waiter: Waiter) -> Hold | InLine | None:
+        """Admit a message a worker thread is about to take, or put its claim in line.
+
+        Returns the hold when admitted (on record as running in this thread);
+        :class:`InLine` for a claim now in line (parked: in doubt, owned by
+        :data:`~dramatiq_slots.wakeups.PARKED`, ``waiter`` expecting its
+        wake-up); None when the message should go the way of a thread that
+        may not wait (:meth:`admit`: deferred, or failed), which the ledger's
+        error or a distrusted hold calls for.
+        """
+        process = self.process
+        if self.settings.reuse_window:
+            lingering = process.lingering.take(request.limits, claim=process.registry.doubt)
+            if lingering is not None:
+                hold = Hold(lingering.token, lingering.limits, request.label, request.strict, request.actor)
+                process.running(message_key, hold, None)
+                return hold
+        hold = Hold(new_token(), request.limits, request.label, request.strict, request.actor)
+        wakeups = process.wakeups
+        wakeups.start()
+        # Registered before the claim joins a line, so no wake-up is missed.
+        wakeups.expect(hold.token, waiter)
+        parked = False
+        try:
+            try:
+                answer = self._enter(hold, request, Line.JOIN, "enter")
+            except LedgerError as e:
+                # Its outcome unknown (or refused for good): owed, and admit() decides again.
+                process.registry.owe(hold)
+                process.heartbeat.ensure_started()
+                if isinstance(e, LedgerUnavailable):
+                    self._warn_outage(e)
+                return None
+            entered = answer.entered
+            if entered.admitted:
+                distrust = self.distrust(entered, answer.written_at)
+                if distrust is not None:
+                    process.release(process.registry.begin_release(hold.token) or hold)
+                    return None
+                if self.settings.reuse_window and roomy(request.limits, entered.members):
+                    process.lingering.reusable(hold, self.settings.reuse_window)
+                process.running(message_key, hold, answer.written_at)
+                return hold
+            if not entered.waiting:
+                return None
+            process.registry.doubt(hold, owner=PARKED)
+            parked = True
+            return InLine(hold, entered.full)
+        finally:
+            if not parked:
+                wakeups.forget(hold.token)
+
+    def reask(self, hold: Hold, request: Request) -> Answer:
+        """A parked claim asks again, keeping its place in line (still owned by PARKED)."""
+        return self._enter(hold, request, Line.KEEP, "re-ask", owner=PARKED)
+
+    def leave_line(self, hold: Hold, request: Request) -> bool:
+        """Take a parked claim out of its line (max_wait passed, or the worker stops); whether it
+        holds every slot (handed meanwhile, or taken now when it held some): then it is admitted."""
+        held = self.process.ledger.withdraw(hold.token, request.limits)
+        reach("withdraw")
+        if held == len(request.limits):
+            return True
+        if held == 0:
+            self.process.registry.settle(hold.token)
+            return False
+        return self._enter(hold, request, Line.NONE, "give-back", owner=PARKED).entered.admitted
 
     def wait_in_line(self, hold: Hold, request: Request, waiter: Waiter) -> Answer:
         """Join the line and wait there until admitted, ``max_wait`` passed, or the worker stops."""

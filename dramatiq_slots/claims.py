@@ -229,11 +229,15 @@ class HoldRegistry:
             self._owed[token] = hold
             return True
 
-    def doubt(self, hold: Hold) -> None:
-        """A claim of this thread is about to enter: on record before anything can land in Redis."""
+    def doubt(self, hold: Hold, *, owner: int | None = None) -> None:
+        """A claim of this thread is about to enter: on record before anything can land in Redis.
+
+        ``owner``: who decides it, when not this thread (a parked claim's
+        :data:`~dramatiq_slots.wakeups.PARKED`: no thread's :meth:`abandon` owes it).
+        """
         with self._lock:
             self._check_fork()
-            self._doubts[hold.token] = (hold, threading.get_ident())
+            self._doubts[hold.token] = (hold, threading.get_ident() if owner is None else owner)
 
     def settle(self, token: str) -> None:
         """A claim in doubt holds nothing and is in no line: nothing to owe."""

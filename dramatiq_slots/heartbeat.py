@@ -46,9 +46,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .claims import Hold, HoldRegistry
+from .claims import Hold, HoldRegistry, this_process
 from .errors import LedgerError
-from .ledger import Ledger, Member
+from .ledger import Handoff, Ledger, Member
 from .metrics import Metrics
 
 logger = logging.getLogger("dramatiq_slots.heartbeat")
@@ -98,6 +98,7 @@ class Heartbeat:
         hold_ttl: int,
         beat_interval: int,
         on_lost: Callable[[Hold, str], None] | None = None,
+        on_handed: Callable[[Sequence[Handoff]], None] | None = None,
         report: Callable[[], tuple[str, str]] | None = None,
         metrics: Metrics | None = None,
     ) -> None:
@@ -108,6 +109,7 @@ class Heartbeat:
         self.hold_ttl = hold_ttl
         self.beat_interval = beat_interval
         self.on_lost = on_lost
+        self.on_handed = on_handed
         self.report = report
         #: Milliseconds a report lives after it was written: :data:`REPORT_BEATS` beats.
         self.report_ttl = int(beat_interval * REPORT_BEATS)
@@ -145,7 +147,7 @@ class Heartbeat:
             return report
         refresh = [member for hold in held for member in hold.members()]
         release = [member for hold in owed for member in hold.members()]
-        lines = [ledger for hold in waiting for ledger in hold.ledgers]
+        lines = [limit for hold in waiting for limit in hold.limits]
         sent = self.registry.monotonic()
         try:
             lost = self.ledger.beat(
@@ -155,6 +157,7 @@ class Heartbeat:
                 report=written,
                 report_ttl_ms=self.report_ttl,
                 lines=lines,
+                own_process=this_process() if lines else "",
             )
         except LedgerError as e:
             self._failed(e, held, owed)
@@ -162,6 +165,8 @@ class Heartbeat:
             report.stopped = self._lapsing([hold for hold in held if hold.strict], e)
             return report
         self.beats += 1
+        if lost.handoffs and self.on_handed is not None:
+            self.on_handed(lost.handoffs)
         if self.ledger.report_error is not None and not self._report_warned:
             self._report_warned = True
             logger.warning(

@@ -24,7 +24,7 @@ Requires Redis >= 6.2 or Valkey >= 7.2 (scripts replicated by effects, so
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import IntEnum
@@ -137,6 +137,15 @@ class Handoff:
     token: str
     ledger: str
     age_ms: int
+
+
+class Beaten(list[Member]):
+    """What :meth:`Ledger.beat` answers: the members whose hold was lost, and ``handoffs``, the
+    slots freed by expiry that it handed to claims of the caller's process."""
+
+    def __init__(self, lost: Iterable[Member] = (), *, handoffs: tuple[Handoff, ...] = ()) -> None:
+        super().__init__(lost)
+        self.handoffs = handoffs
 
 
 @dataclass(frozen=True)
@@ -290,8 +299,11 @@ class Ledger:
         """Queue script ``name`` on ``pipe`` (see :meth:`_pipelined`)."""
         pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
 
-    def _with_lines(self, limits: Sequence[Limit]) -> list[str]:
+    def _with_lines(self, limits: Sequence[Limit], *, paired: bool = False) -> list[str]:
+        """Ledgers, then their lines; ``paired``: each ledger followed by its line."""
         ledgers = [limit.ledger for limit in limits]
+        if paired:
+            return [key for ledger in ledgers for key in (ledger, self.keys.line(ledger))]
         return [*ledgers, *map(self.keys.line, ledgers)]
 
     def enter(
@@ -397,15 +409,21 @@ class Ledger:
         ttl_ms: int,
         report: tuple[str, str] | None = None,
         report_ttl_ms: int | None = None,
-        lines: Sequence[str] = (),
-    ) -> list[Member]:
-        """Refresh holds, send owed releases and keep lines alive, in one round trip.
+        lines: Sequence[Limit] = (),
+        own_process: str = "",
+    ) -> Beaten:
+        """Refresh holds, send owed releases, keep lines alive and hand expired slots on, in one round trip.
 
         Returns the ``refresh`` members whose hold was lost (gone, or already
-        expired); they are not re-created here, see :meth:`reassert`. A
+        expired; they are not re-created here, see :meth:`reassert`), with
+        a :class:`Handoff` for each slot handed to a claim of ``own_process``
+        in its ``handoffs`` (claims of other processes are told over their
+        wake channels). A
         ``release`` member is removed from its ledger and from that ledger's
-        line. ``lines``: ledgers whose lines claims of this process wait in;
-        each line's expiry is pushed to at least ``ttl_ms`` from now.
+        line. ``lines``: the ledgers (with their capacities) whose lines claims
+        of this process wait in; each line's expiry is pushed to at least
+        ``ttl_ms`` from now, and each ledger's slots freed by expiry are handed
+        to the first claims in its line.
         ``report``: ``(key, text)``, the process's report (see
         :mod:`dramatiq_slots.inspection`), written first in the same round trip,
         expiring after ``report_ttl_ms`` (default ``ttl_ms``); with nothing to
@@ -414,19 +432,27 @@ class Ledger:
         """
         refresh = [Member(*m) for m in refresh]
         owed = [Member(*m) for m in release]
-        waited = list(dict.fromkeys(self.keys.line(ledger) for ledger in lines))
+        waited = list({limit.ledger: limit for limit in lines}.values())
         report_px = ttl_ms if report_ttl_ms is None else report_ttl_ms
         if not refresh and not owed and not waited:
             if report is not None:
                 with self._translated("report"):
                     self._write_report(report, report_px)
-            return []
+            return Beaten()
         keys = [
             *(m.ledger for m in refresh),
             *(key for m in owed for key in (m.ledger, self.keys.line(m.ledger))),
-            *waited,
+            *self._with_lines(waited, paired=True),
         ]
-        args: list[Any] = [ttl_ms, len(refresh), len(owed), *(m.token for m in [*refresh, *owed])]
+        args: list[Any] = [
+            ttl_ms,
+            len(refresh),
+            len(owed),
+            *(m.token for m in [*refresh, *owed]),
+            self.keys.wake_channel_prefix(),
+            own_process,
+            *(limit.capacity for limit in waited),
+        ]
         with self._translated("beat"):
             if report is None or isinstance(self.client, RedisCluster):
                 if report is not None:  # a cluster client pipelines no scripts: a round trip of its own
@@ -445,7 +471,14 @@ class Ledger:
                     raise reply
                 _check_codes("beat", reply)
                 self.report_error = written if isinstance(written, Exception) else None
-        return [refresh[int(i) - 1] for i in reply]
+        lost, handed = reply
+        return Beaten(
+            (refresh[int(i) - 1] for i in lost),
+            handoffs=tuple(
+                Handoff(_text(handed[k]), waited[int(handed[k + 1]) - 1].ledger, 0)
+                for k in range(0, len(handed), 2)
+            ),
+        )
 
     def _write_report(self, report: tuple[str, str], ttl_ms: int) -> None:
         """``SET`` a process report with ``PX``; a refusal that is not "try later" goes to report_error."""

@@ -34,9 +34,11 @@ from dramatiq.worker import WorkerThread
 from . import options as opt
 from .admission import Admission, AdmissionError
 from .claims import HoldRegistry, this_process
-from .declarations import Declarations
+from .declarations import Declarations, Request
 from .deferral import DEFERRALS, backoff_ms, clear_deferred, defer, quiet_deferrals, requeue
 from .errors import LedgerError
+from .gate import TESTED_DRAMATIQ, Gate
+from .gate import supported as gate_supported
 from .heartbeat import Heartbeat
 from .inspection import ProcessReport, ReportedHold
 from .interrupts import HoldLost, wrapped_by
@@ -104,6 +106,7 @@ class Slots(Middleware):
         self.admission = Admission(self.process, self.settings)
         self._broker: dramatiq.Broker | None = None
         self._places = PlaceClock()
+        self._gate: Gate | None = None
 
     def _new_ledger(self) -> Ledger:
         client = ledger_client(self.settings, self._broker or global_broker_with(self))
@@ -201,15 +204,29 @@ class Slots(Middleware):
         if type(process.metrics) is Metrics:
             process.use_metrics(metrics_for(broker.middleware, self.keys))
         process.metrics.forget_dead_processes()
-        waiters = int(worker.worker_threads * self.settings.waiting_share)
-        may_wait = waiters > 0 and self.settings.max_wait > 0
-        process.wait_gate = WaitGate(waiters) if may_wait else None
+        self._gate = None
+        process.wait_gate = None
         if not self.declarations.limited:
             return
+        if self.settings.max_wait > 0:
+            if gate_supported(worker):
+                # Waiting messages park in the worker's queue; no thread waits (docs/design.md).
+                self._gate = Gate(self.admission, lambda message: self._request(broker, message), worker)
+                self._gate.install()
+            else:
+                logger.warning(
+                    "dramatiq %s is not a release Slots parks waiting messages with (tested: %s): "
+                    "refused messages wait in their worker threads (waiting_share=%s).",
+                    dramatiq.__version__,
+                    ", ".join(v + "x" for v in TESTED_DRAMATIQ),
+                    self.settings.waiting_share,
+                )
+                waiters = int(worker.worker_threads * self.settings.waiting_share)
+                process.wait_gate = WaitGate(waiters) if waiters > 0 else None
         self._check_ledger_server()
         # One beat now, in this thread: the process report is there before its first hold.
         process.heartbeat.boot()
-        if process.wait_gate is not None:
+        if process.wait_gate is not None or self._gate is not None:
             process.wakeups.start()
             # A claim in line before the subscription is up would be skipped by a release.
             process.wakeups.listening.wait(_LISTEN_WAIT_S)
@@ -246,6 +263,8 @@ class Slots(Middleware):
         process = self.process
         process.stopping.set()
         process.lingering.release_all()
+        if self._gate is not None:
+            self._gate.close()  # parked messages leave their lines; Worker.stop requeues them
         heartbeat, wakeups = process.started
         if wakeups is not None:
             wakeups.wake_all()  # waiting claims leave their lines and are deferred
@@ -289,18 +308,23 @@ class Slots(Middleware):
             config = self.declarations.declare(actor.actor_name, actor.queue_name, actor.options)
         return config
 
+    def _request(self, broker: dramatiq.Broker, message: MessageProxy) -> Request | None:
+        return self.declarations.request(
+            self._actor(broker, message.actor_name),
+            message_id=message.message_id,
+            queue_name=message.queue_name,
+            options=message.options,
+            args=message.args,
+            kwargs=message.kwargs,
+            message_timestamp=message.message_timestamp,
+        )
+
     def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         self._broker = broker
+        if self.process.runs_here(id(message)):
+            return  # admitted by the gate, as this thread took it
         try:
-            request = self.declarations.request(
-                self._actor(broker, message.actor_name),
-                message_id=message.message_id,
-                queue_name=message.queue_name,
-                options=message.options,
-                args=message.args,
-                kwargs=message.kwargs,
-                message_timestamp=message.message_timestamp,
-            )
+            request = self._request(broker, message)
             if request is None:
                 return
 

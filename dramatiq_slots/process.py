@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .claims import Hold, HoldRegistry, process_part, this_process
 from .clock import SYSTEM_CLOCK, Clock
 from .failpoints import reach
 from .heartbeat import Heartbeat
 from .interrupts import Bodies
-from .ledger import Ledger, Limit
+from .ledger import Handoff, Ledger, Limit
 from .lingering import LingeringHolds
 from .metrics import Metrics
 from .settings import Settings
@@ -128,6 +128,7 @@ class SlotsProcess:
                         hold_ttl=self.settings.hold_ttl,
                         beat_interval=self.settings.beat_ms,
                         on_lost=self.stop_job,
+                        on_handed=self.hand_over,
                         report=self._report,
                         metrics=self.metrics,
                     )
@@ -168,6 +169,12 @@ class SlotsProcess:
         self.metrics.admitted(hold)
         self.heartbeat.ensure_started()
         reach("after-admit")
+
+    def runs_here(self, message_key: int) -> bool:
+        """Whether the message's hold is on record as running in this thread (the gate admitted it)."""
+        with self._running_lock:
+            entry = self._running.get(message_key)
+        return entry is not None and entry[1] == threading.get_ident()
 
     def finished(self, message_key: int) -> None:
         """The message's job ended (or it was skipped): release its hold, or keep it lingering.
@@ -258,12 +265,16 @@ class SlotsProcess:
         reach("release")
         self.registry.confirm([hold.token])
         if handoffs and self._wakeups is not None:
-            for handoff in handoffs:
-                if not self._wakeups.hand_over(handoff.token, handoff.ledger, handoff.age_ms) and (
-                    process_part(handoff.token) == own
-                ):
-                    # Ours, told by nobody else: its waiter left (admitted, or failed) meanwhile.
-                    self.give_back(handoff.token, handoff.ledger)
+            self.hand_over(handoffs)
+
+    def hand_over(self, handoffs: Sequence[Handoff]) -> None:
+        """Wake the claims of this process that a release (or a beat) here handed slots to."""
+        wakeups, own = self._wakeups, this_process()
+        for handoff in handoffs:
+            woken = wakeups is not None and wakeups.hand_over(handoff.token, handoff.ledger, handoff.age_ms)
+            if not woken and process_part(handoff.token) == own:
+                # Ours, told by nobody else: its waiter left (admitted, or failed) meanwhile.
+                self.give_back(handoff.token, handoff.ledger)
 
     def give_back(self, token: str, ledger: str) -> None:
         """A slot handed to a claim nobody here waits for: owe its release (the next beat sends it)."""

@@ -58,20 +58,34 @@ _POLL_S = 0.5
 _STOP = ""
 
 
+#: The "thread" of a claim parked in line (:mod:`dramatiq_slots.parking`): no thread waits for it.
+PARKED = 0
+
+
 class Waiter:
     """One claim in line: ``event`` is set to wake it; ``handed`` names the ledger a release handed it.
 
     ``age_ms``: how old the handed hold's expiry was when it was handed over.
+    ``on_wake``: called (in the waking thread) after ``event`` is set, for a
+    claim no thread blocks on (a parked one).
     """
 
-    __slots__ = ("age_ms", "event", "handed", "thread")
+    __slots__ = ("age_ms", "event", "handed", "on_wake", "thread")
 
-    def __init__(self) -> None:
+    def __init__(self, thread: int | None = None, on_wake: Callable[[Waiter], None] | None = None) -> None:
         self.event = threading.Event()
         self.handed: str | None = None
         self.age_ms = 0
-        #: The thread that waits.
-        self.thread = threading.get_ident()
+        self.on_wake = on_wake
+        #: The thread that waits (:data:`PARKED`: none).
+        self.thread = threading.get_ident() if thread is None else thread
+
+    def wake(self, handed: str | None = None, age_ms: int = 0) -> None:
+        if handed is not None:
+            self.handed, self.age_ms = handed, age_ms
+        self.event.set()
+        if self.on_wake is not None:
+            self.on_wake(self)
 
 
 def _text(value: Any) -> str:
@@ -113,9 +127,9 @@ class Wakeups:
 
     # -- waiting claims ---------------------------------------------------
 
-    def expect(self, token: str) -> Waiter:
+    def expect(self, token: str, waiter: Waiter | None = None) -> Waiter:
         """Register a claim about to join a line (before it does, so no wake-up is missed)."""
-        waiter = Waiter()
+        waiter = Waiter() if waiter is None else waiter
         with self._lock:
             self._waiting[token] = waiter
         return waiter
@@ -136,7 +150,7 @@ class Wakeups:
         with self._lock:
             waiters = list(self._waiting.values())
         for waiter in waiters:
-            waiter.event.set()
+            waiter.wake()
 
     def hand_over(self, token: str, ledger: str, age_ms: int) -> bool:
         """Wake a claim of this process that a release here handed ``ledger``; False if none waits."""
@@ -144,13 +158,8 @@ class Wakeups:
             waiter = self._waiting.get(token)
             if waiter is None:
                 return False
-        self._wake(waiter, ledger, age_ms)
+        waiter.wake(ledger, age_ms)
         return True
-
-    @staticmethod
-    def _wake(waiter: Waiter, ledger: str, age_ms: int) -> None:
-        waiter.handed, waiter.age_ms = ledger, age_ms
-        waiter.event.set()
 
     def handle(self, data: Any) -> None:
         """One message of the wake channel: ``"<token> <age ms> <ledger>"``."""
@@ -159,7 +168,7 @@ class Wakeups:
         with self._lock:
             waiter = self._waiting.get(token)
         if waiter is not None:
-            self._wake(waiter, ledger, int(age) if age.isdigit() else -1)
+            waiter.wake(ledger, int(age) if age.isdigit() else -1)
         elif token and ledger:
             self.on_stray(token, ledger)
 

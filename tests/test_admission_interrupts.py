@@ -434,9 +434,9 @@ def test_a_line_whose_waiters_died_expires_and_a_live_waiters_beat_keeps_it(
     # A live waiter's process beats: its line lives on, at least hold_ttl past each beat,
     # and a beat never brings an expiry forward.
     assert ledger.enter("live:1:1:1", [queue], ttl_ms=400, line=Line.JOIN, place=9).waiting
-    assert ledger.beat([], ttl_ms=30_000, lines=[queue.ledger]) == []
+    assert ledger.beat([], ttl_ms=30_000, lines=[queue]) == []
     assert 20_000 < redis_client.pttl(line) <= 30_000
-    assert ledger.beat([], ttl_ms=1_000, lines=[queue.ledger]) == []
+    assert ledger.beat([], ttl_ms=1_000, lines=[queue]) == []
     assert redis_client.pttl(line) > 20_000
     # An owed release of a claim an exception took out of its admission: out of the line too.
     assert ledger.beat([], [Member(queue.ledger, "live:1:1:1")], ttl_ms=30_000) == []

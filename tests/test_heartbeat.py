@@ -21,7 +21,7 @@ from redis.retry import Retry
 from dramatiq_slots.claims import Hold, HoldRegistry, new_token, this_process
 from dramatiq_slots.heartbeat import Heartbeat
 from dramatiq_slots.inspection import ProcessReport
-from dramatiq_slots.ledger import Ledger, Limit, Member
+from dramatiq_slots.ledger import Beaten, Ledger, Limit, Member
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.ports import free_port
@@ -166,11 +166,18 @@ class _ReleaseDuringBeat(Ledger):
         ttl_ms: int,
         report: tuple[str, str] | None = None,
         report_ttl_ms: int | None = None,
-        lines: Sequence[str] = (),
-    ) -> list[Member]:
+        lines: Sequence[Limit] = (),
+        own_process: str = "",
+    ) -> Beaten:
         self.before_beat()
         return super().beat(
-            refresh, release, ttl_ms=ttl_ms, report=report, report_ttl_ms=report_ttl_ms, lines=lines
+            refresh,
+            release,
+            ttl_ms=ttl_ms,
+            report=report,
+            report_ttl_ms=report_ttl_ms,
+            lines=lines,
+            own_process=own_process,
         )
 
 

@@ -283,6 +283,7 @@ class LedgerModel(RuleBasedStateMachine):
         abandoned = data.draw(st.lists(st.sampled_from(waiting), unique=True, max_size=2)) if waiting else []
         release += [Member(key, token) for token in abandoned for key in self.limits[token]]
         lines = data.draw(st.lists(st.sampled_from(self.keys), unique=True, max_size=3))
+        own = data.draw(st.sampled_from(["", OWN]))
         expected_lost, swept = [], set()
         for key, token in refresh:
             if key not in swept:
@@ -294,7 +295,37 @@ class LedgerModel(RuleBasedStateMachine):
             self.state[key].members.pop(token, None)
             self.state[key].line.pop(token, None)
         self.waiters.difference_update(abandoned)
-        assert self.ledger.beat(refresh, release, ttl_ms=TTL_MS, lines=lines) == expected_lost
+        # Each waited ledger is swept and its room handed to its line, with a fresh expiry.
+        handed, published = [], []
+        for key in lines:
+            state = self.state[key]
+            if key not in swept:
+                swept.add(key)
+                state.sweep()
+            while len(state.members) < state.capacity and (waiter := state.first_in_line()) is not None:
+                del state.line[waiter]
+                state.members[waiter] = True
+                if process_of(waiter) == own:
+                    handed.append(Handoff(waiter, key, 0))
+                elif process_of(waiter) == LISTENING:
+                    published.append(f"{waiter} 0 {key}")
+                else:
+                    del state.members[waiter]  # nobody listens for it: the next in line is served
+        got = self.ledger.beat(
+            refresh,
+            release,
+            ttl_ms=TTL_MS,
+            lines=[Limit(k, self.state[k].capacity) for k in lines],
+            own_process=own,
+        )
+        assert got == expected_lost
+        assert got.handoffs == tuple(handed)
+        for text in published:
+            message = self.pubsub.get_message(timeout=5)
+            assert message is not None and message["type"] == "message"
+            payload = message["data"]
+            assert (payload.decode() if isinstance(payload, bytes) else payload) == text
+        assert self.pubsub.get_message(timeout=0.01) is None
         self.check_drained()
 
     @precondition(lambda self: any(s.live() for s in self.state.values()))

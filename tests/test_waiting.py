@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from typing import Any, cast
@@ -12,7 +13,7 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from dramatiq_slots import Slots, admission
+from dramatiq_slots import Slots, gate, parking
 from dramatiq_slots.claims import new_token, this_process
 from dramatiq_slots.deferral import DEFERRALS
 from dramatiq_slots.ledger import Limit, Line
@@ -132,8 +133,9 @@ def test_a_handed_hold_carries_the_age_of_its_expiry(
 
 
 def test_a_message_waits_at_most_max_wait_then_is_deferred(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="dramatiq_slots.deferral")
     slots, release, blocker, job, line = line_setup(broker, add_slots, probe, max_wait=300)
     with running_worker(broker, threads=3):
         blocker.send()
@@ -146,15 +148,18 @@ def test_a_message_waits_at_most_max_wait_then_is_deferred(
         wait_until(
             lambda: not slots.ledger.line(line), timeout=5, what="the waiter to leave the line after max_wait"
         )
+        wait_until(lambda: "Deferred message" in caplog.text, timeout=5, what="its deferral")
         release.set()
         probe.wait_runs(3)
     assert probe.by_label["deferrals"][0] >= 1
     assert probe.peak["line"] == 1
 
 
-def test_waiting_share_bounds_the_threads_in_line(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+def test_without_the_gate_waiting_share_bounds_the_threads_in_line(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # An untested dramatiq: refused messages wait in their threads, at most waiting_share of them.
+    monkeypatch.setattr(gate, "TESTED_DRAMATIQ", ("0.",))
     slots, release, blocker, job, line = line_setup(broker, add_slots, probe, waiting_share=0.5)
     most = 0
     with running_worker(broker, threads=4):
@@ -290,8 +295,8 @@ def test_a_waiter_asks_again_after_pauses_that_double_up_to_a_ceiling(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A backstop for lost wake-ups that stays cheap in long waits (see the scale model)."""
-    monkeypatch.setattr(admission, "REASK_S", 0.05)
-    monkeypatch.setattr(admission, "REASK_MAX_S", 0.2)
+    monkeypatch.setattr(parking, "REASK_S", 0.05)
+    monkeypatch.setattr(parking, "REASK_MAX_S", 0.2)
     slots, release, blocker, job, _ = line_setup(broker, add_slots, probe)
     asked: list[float] = []
     enter = slots.ledger.enter

@@ -1,32 +1,42 @@
 -- beat.lua: one heartbeat of one process, in one round trip: refresh every
--- hold it has, retry the releases it owes, and keep alive the lines its
--- claims wait in.
+-- hold it has, retry the releases it owes, keep alive the lines its claims
+-- wait in, and hand the slots that expired in those lines' ledgers to the
+-- first claims in line.
 --
 -- KEYS[1..r]         ledgers of the holds to refresh
 -- KEYS[r+1..r+2o]    owed releases, two keys each: the ledger, then its line
--- KEYS[r+2o+1..n]    lines that claims of this process wait in
+-- KEYS[r+2o+1..n]    lines that claims of this process wait in, two keys
+--                    each: the ledger, then its line (w pairs)
 -- ARGV[1]            hold ttl in milliseconds (integer >= 1)
 -- ARGV[2]            r, how many holds to refresh (0 <= r)
 -- ARGV[3]            o, how many owed releases (0 <= o, r + 2o <= n)
 -- ARGV[3+i]          claim token of refresh i (1 <= i <= r), then of owed release j
 --                    at ARGV[3+r+j] (1 <= j <= o)
+-- ARGV[4+r+o]        wake channel prefix (as leave.lua's ARGV[2])
+-- ARGV[5+r+o]        the caller's own process part (as leave.lua's ARGV[5])
+-- ARGV[5+r+o+k]      capacity of the k-th waited ledger (integer >= 1)
 --
--- Returns the list of indexes i (1 <= i <= r) whose hold was lost: the
--- member was gone (Redis lost it) or had already expired (the holder was
--- silent longer than the ttl). A lost hold is NOT re-created here: a
--- refresh only extends members that exist (ZADD XX), so a beat racing a
+-- Returns {lost, handed}: lost lists the indexes i (1 <= i <= r) whose hold
+-- was lost: the member was gone (Redis lost it) or had already expired (the
+-- holder was silent longer than the ttl). A lost hold is NOT re-created here:
+-- a refresh only extends members that exist (ZADD XX), so a beat racing a
 -- release can never resurrect the released hold. The caller decides, under
--- its own lock, whether to re-assert (reassert.lua).
+-- its own lock, whether to re-assert (reassert.lua). handed lists, for each
+-- slot handed to a claim of the caller's own process, its token and k.
 -- Returns {-1, j} when ARGV[j] is malformed (j = 0: wrong count); nothing written.
 --
--- Each refreshed ledger is also swept of expired members (holders that died):
--- admission (enter.lua) counts members, not live holds, so the beats of the
--- live holders are what return a dead holder's slot.
+-- Each refreshed or waited ledger is swept of expired members (holders that
+-- died): admission (enter.lua) counts members, not live holds, so the beats
+-- of the live holders and waiters are what return a dead holder's slot.
+-- A waited ledger with room after its sweep hands it on as a release does
+-- (leave.lua), with a fresh expiry: a slot freed by expiry is in use again
+-- within one beat of its expiry, not at a waiter's next ask.
 --
 -- An owed release is a plain ZREM of the token from the ledger and from its
 -- line (a claim an exception took out of its admission may be in either):
--- no handoff. A line a claim waits in gets an expiry of at least now + ttl
--- (a line nobody refreshes expires: enter.lua gives each new line one).
+-- no handoff here; the next waiter's beat (or its own ask) finds the room.
+-- A waited line gets an expiry of at least now + ttl (a line nobody
+-- refreshes expires: enter.lua gives each new line one).
 
 local ttl, r, o = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then
@@ -35,8 +45,15 @@ end
 if not r or r < 0 or r ~= math.floor(r) then
   return {-1, 2}
 end
-if not o or o < 0 or o ~= math.floor(o) or r + 2 * o > #KEYS or #ARGV ~= 3 + r + o then
+local w = (#KEYS - r - 2 * (o or 0)) / 2
+if not o or o < 0 or o ~= math.floor(o) or w < 0 or w ~= math.floor(w) or #ARGV ~= 5 + r + o + w then
   return {-1, 3}
+end
+local channel, own = ARGV[4 + r + o], ARGV[5 + r + o]
+local caps = {}
+for k = 1, w do
+  caps[k] = tonumber(ARGV[5 + r + o + k])
+  if not caps[k] or caps[k] < 1 or caps[k] ~= math.floor(caps[k]) then return {-1, 5 + r + o + k} end
 end
 
 local clock = redis.call('TIME')
@@ -72,12 +89,38 @@ for j = 1, o do
   redis.pcall('ZREM', KEYS[r + 2 * j], token)
 end
 
--- Never brought forward, and given to a line without one (-1; -2: no line).
-for k = r + 2 * o + 1, #KEYS do
-  local left = redis.call('PTTL', KEYS[k])
+-- include: outlive
+
+local handed = {}
+for k = 1, w do
+  local ledger, line = KEYS[r + 2 * o + 2 * k - 1], KEYS[r + 2 * o + 2 * k]
+  if not swept[ledger] then
+    swept[ledger] = true
+    redis.call('ZREMRANGEBYSCORE', ledger, '-inf', now)
+  end
+  while true do
+    local members = redis.call('ZCARD', ledger)
+    if members >= caps[k] then break end
+    local first = redis.call('ZPOPMIN', line)
+    local waiter = first[1]
+    if not waiter then break end
+    redis.call('ZADD', ledger, expiry, waiter)
+    -- A new (or emptied, so deleted) key expires with its first hold.
+    if members == 0 then redis.call('PEXPIREAT', ledger, expiry) end
+    local process = string.match(waiter, '^(.*):[^:]*:[^:]*$') or waiter
+    if process == own then
+      handed[#handed + 1] = waiter
+      handed[#handed + 1] = k
+    elseif redis.call('PUBLISH', channel .. process, waiter .. ' 0 ' .. ledger) == 0 then
+      redis.call('ZREM', ledger, waiter)
+    end
+    if members > 0 and redis.call('ZSCORE', ledger, waiter) then outlive(ledger, expiry, ttl) end
+  end
+  -- Never brought forward, and given to a line without one (-1; -2: no line).
+  local left = redis.call('PTTL', line)
   if left == -1 or (left >= 0 and left < ttl) then
-    redis.call('PEXPIREAT', KEYS[k], expiry)
+    redis.call('PEXPIREAT', line, expiry)
   end
 end
 
-return lost
+return {lost, handed}

@@ -1,0 +1,241 @@
+"""The gate: worker threads take only messages that may run now.
+
+At worker boot (before any consumer or worker thread exists) Slots replaces
+the worker's ``work_queue`` with a :class:`GatedWorkQueue`. Consumers put
+every fetched message into it as before. A worker thread that takes a capped
+message from it first admits it (``enter``, in that thread): admitted, the
+message runs at once with its hold; refused, its claim joins the refusing
+ledger's line and the message is *parked* (:mod:`dramatiq_slots.parking`),
+unacked, still an unfinished task of the queue, and the thread takes the
+next message instead. A parked message handed its slot comes back *ready*,
+ahead of everything else in the queue. So a thread never waits for a slot,
+and a waiting message costs no broker round trip.
+
+Parked messages count against their own queue's prefetch: a capped queue
+whose prefetch is all parked is simply not fetched from, while other queues
+are. A message parked by a runtime key's ledger is taken out of the Redis
+broker's count of outstanding messages (up to :data:`UNFETCHED_PER_QUEUE`
+per queue), so one busy key does not keep the other keys of its queue from
+being fetched; it stays unacked in the broker all the same.
+
+This relies on dramatiq's ``Worker.work_queue`` (a ``PriorityQueue`` of
+``_WorkQueueItem``), on ``Worker.stop`` draining it with ``get_nowait`` to
+requeue what is left, and on the Redis consumer's ``queued_message_ids``:
+none is public API, so :func:`supported` names the dramatiq versions this
+is tested with, and on any other Slots falls back to waiting in the thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from queue import Empty, PriorityQueue
+from typing import Any
+
+import dramatiq
+
+from .admission import Admission
+from .claims import Hold
+from .declarations import Request
+from .parking import Parking, Ticket
+
+logger = logging.getLogger("dramatiq_slots.gate")
+
+#: dramatiq releases whose worker internals the gate is tested with.
+TESTED_DRAMATIQ = ("2.2.",)
+
+#: At most this many parked messages of one queue are taken out of its prefetch count.
+UNFETCHED_PER_QUEUE = 1000
+
+
+def supported(worker: object) -> bool:
+    """Whether this worker's queue can be gated (a tested dramatiq, a plain ``PriorityQueue``)."""
+    work_queue = getattr(worker, "work_queue", None)
+    return (
+        dramatiq.__version__.startswith(TESTED_DRAMATIQ)
+        and type(work_queue) is PriorityQueue
+        and work_queue.empty()
+    )
+
+
+class GatedWorkQueue(PriorityQueue[Any]):
+    """A worker's work queue whose blocking ``get`` returns only messages that may run now.
+
+    ``get(block=False)`` (``Worker.stop``'s drain) returns everything left,
+    given back first, as is: a ready message's hold is released first.
+    """
+
+    def __init__(self, gate: Gate) -> None:
+        super().__init__()
+        self.gate = gate
+        #: Items back from parking, served first: ``(item, ticket or None)``.
+        self._ready: deque[tuple[Any, Ticket | None]] = deque()
+        #: Items to give back to the broker at shutdown (served by ``get(block=False)`` only).
+        self._returned: list[Any] = []
+
+    def _qsize(self) -> int:
+        return len(self.queue) + len(self._ready) + len(self._returned)
+
+    def ready(self, item: Any, ticket: Ticket | None) -> None:
+        """An item out of parking: ``ticket`` when it runs with the ticket's hold."""
+        with self.not_empty:
+            self._ready.append((item, ticket))
+            self.not_empty.notify()
+
+    def give_back(self, item: Any) -> None:
+        """Keep ``item`` for ``Worker.stop`` to requeue (the worker is stopping)."""
+        with self.mutex:
+            self._returned.append(item)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if not block:
+            return self._drain_one()
+        endtime = None if timeout is None else time.monotonic() + timeout
+        while True:
+            entry: tuple[Any, Ticket | None] | None = None
+            with self.not_empty:
+                while not (self._ready or self.queue):
+                    if endtime is None:
+                        self.not_empty.wait()
+                        continue
+                    remaining = endtime - time.monotonic()
+                    if remaining <= 0:
+                        raise Empty
+                    self.not_empty.wait(remaining)
+                if self._ready:
+                    entry = self._ready.popleft()
+                else:
+                    item = heapq.heappop(self.queue)
+                self.not_full.notify()
+            if entry is not None:
+                self.gate.take(*entry)
+                return entry[0]
+            if self.gate.admit(item):
+                return item
+
+    def _drain_one(self) -> Any:
+        with self.mutex:
+            if self._returned:
+                return self._returned.pop(0)
+            if self._ready:
+                item, ticket = self._ready.popleft()
+            elif self.queue:
+                return heapq.heappop(self.queue)
+            else:
+                raise Empty
+        if ticket is not None:
+            self.gate.unready(ticket)
+        return item
+
+
+class Gate:
+    """Admission for the worker thread about to take a message (see the module docstring).
+
+    ``request``: the limits of a message (None: uncapped), raising on bad options.
+    """
+
+    def __init__(
+        self,
+        admission: Admission,
+        request: Callable[[Any], Request | None],
+        worker: Any,
+    ) -> None:
+        self.admission = admission
+        self.process = admission.process
+        self.request = request
+        self.worker = worker
+        self.queue = GatedWorkQueue(self)
+        self.parking = Parking(admission, self._out_of_parking)
+        self._lock = threading.Lock()
+        self._unfetched: dict[str, int] = {}
+
+    def install(self) -> None:
+        """Put the gated queue in place of the worker's (before any thread reads it)."""
+        self.worker.work_queue = self.queue
+
+    def admit(self, item: Any) -> bool:
+        """Whether ``item`` may run now (admitted, uncapped, or for admit() to decide); else parked."""
+        message = item.message
+        try:
+            request = self.request(message)
+        except Exception:
+            return True  # before_process_message fails it with its error
+        if request is None:
+            return True
+        if self.process.stopping.is_set():
+            self.queue.give_back(item)
+            return False
+        self.process.leftovers()
+        waiter = self.parking.waiter()
+        try:
+            answer = self.admission.arrive(request, id(message), waiter)
+        except Exception:
+            logger.exception(
+                "Admission of %s failed in the gate; admitting it in the worker thread.", request.label
+            )
+            return True
+        if answer is None or isinstance(answer, Hold):
+            return True
+        extra = self._unfetch(message, answer.full)
+        self.parking.park(answer.hold, request, item, waiter, **extra)
+        return False
+
+    def take(self, item: Any, ticket: Ticket | None) -> None:
+        """A ready item is taken by this worker thread: its hold runs here."""
+        if ticket is None:
+            return
+        self.process.leftovers()
+        self.process.running(id(item.message), ticket.hold, None)
+
+    def unready(self, ticket: Ticket) -> None:
+        """A ready item is given back (shutdown): release its hold."""
+        hold = self.process.registry.begin_release(ticket.hold.token)
+        if hold is not None:
+            self.process.release(hold)
+
+    def _out_of_parking(self, ticket: Ticket, admitted: bool) -> None:
+        self._refetch(ticket)
+        if self.process.stopping.is_set() and not admitted:
+            self.queue.give_back(ticket.item)
+        else:
+            self.queue.ready(ticket.item, ticket if admitted else None)
+
+    def close(self) -> None:
+        """Worker shutdown: every parked message leaves its line and is given back."""
+        self.parking.close()
+
+    # -- prefetch -----------------------------------------------------------
+
+    def _unfetch(self, message: Any, full: str | None) -> dict[str, object]:
+        """Take a message parked by a runtime key out of its Redis consumer's prefetch count."""
+        parsed = self.admission.settings.keys.parse(full or "")
+        if parsed is None or parsed[0] != "key":
+            return {}
+        thread = getattr(self.worker, "consumers", {}).get(message.queue_name)
+        consumer = getattr(thread, "consumer", None)
+        ids = getattr(consumer, "queued_message_ids", None)
+        if not isinstance(ids, set):
+            return {}
+        with self._lock:
+            count = self._unfetched.get(message.queue_name, 0)
+            if count >= UNFETCHED_PER_QUEUE:
+                return {}
+            self._unfetched[message.queue_name] = count + 1
+        ids.discard(message.message_id)
+        return {"consumer": consumer}
+
+    def _refetch(self, ticket: Ticket) -> None:
+        consumer: Any = ticket.extra.pop("consumer", None)
+        if consumer is None:
+            return
+        message = ticket.item.message  # type: ignore[attr-defined]
+        with self._lock:
+            self._unfetched[message.queue_name] -= 1
+        thread = getattr(self.worker, "consumers", {}).get(message.queue_name)
+        ids: set[str] = consumer.queued_message_ids
+        if getattr(thread, "consumer", None) is consumer:
+            ids.add(message.message_id)

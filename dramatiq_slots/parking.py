@@ -1,0 +1,264 @@
+"""Parking: claims in line for messages that wait without a worker thread.
+
+A message the gate (:mod:`dramatiq_slots.gate`) could not admit stays in its
+worker's memory, unacked, while its claim waits in the refusing ledger's
+line. :class:`Parking` keeps those claims (a :class:`Ticket` each) and one
+thread of its own: a release that hands a parked claim its slot wakes it
+(:mod:`dramatiq_slots.wakeups`), and the message is then ready to run, with
+its hold, without asking Redis again (one limit, no ``wait_replicas``);
+otherwise the thread asks the ledger again for it, as a waiting thread did:
+after a wake-up without a slot, and every 2 s doubling to 8 s in case a
+wake-up was lost. After ``max_wait`` the claim leaves its line and its
+message goes the way of a message that may not wait (it is deferred, or
+runs if a slot is free by then). At worker shutdown every parked claim
+leaves its line and its message is given back to the broker.
+
+A parked claim is in doubt, owned by :data:`~dramatiq_slots.wakeups.PARKED`,
+so the heartbeat keeps its line alive and no worker thread's end owes it.
+docs/design.md ("Waiting without a thread") has the reasoning and the figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .admission import REASK_MAX_S, REASK_S, Admission, Answer
+from .claims import Hold
+from .declarations import Request
+from .errors import LedgerError, LedgerUnavailable
+from .wakeups import PARKED, Waiter
+
+logger = logging.getLogger("dramatiq_slots.parking")
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One parked claim: its hold-to-be, its request, and the work-queue item of its message."""
+
+    hold: Hold
+    request: Request
+    item: object
+    waiter: Waiter
+    deadline: float
+    next_ask: float
+    pause: float
+    #: Woken (or due) while the thread was asking for it: ask again.
+    due: bool = False
+    asking: bool = False
+    #: Whatever the gate keeps with it (the prefetch it was taken out of).
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+#: ``on_ready(ticket, admitted)``: the ticket left parking; its message may run
+#: (``admitted``: with its hold on record) or must go the way of a message that may not wait.
+OnReady = Callable[[Ticket, bool], None]
+
+
+class Parking:
+    """The parked claims of one process, and the thread that asks for them."""
+
+    def __init__(self, admission: Admission, on_ready: OnReady) -> None:
+        self.admission = admission
+        self.process = admission.process
+        self.settings = admission.settings
+        self.clock = admission.clock
+        self.on_ready = on_ready
+        self._lock = threading.Lock()
+        self._tickets: dict[Waiter, Ticket] = {}
+        self._poke = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def waiter(self) -> Waiter:
+        """A waiter for a claim about to be parked (its wake-ups come here)."""
+        return Waiter(thread=PARKED, on_wake=self._woken)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._tickets)
+
+    def tickets(self) -> list[Ticket]:
+        with self._lock:
+            return list(self._tickets.values())
+
+    # -- parking and waking -------------------------------------------------
+
+    def park(self, hold: Hold, request: Request, item: object, waiter: Waiter, **extra: object) -> Ticket:
+        """Keep a claim now in line (:meth:`Admission.arrive` answered so)."""
+        now = self.clock.monotonic()
+        ticket = Ticket(
+            hold,
+            request,
+            item,
+            waiter,
+            deadline=now + self.settings.max_wait / 1000,
+            next_ask=now + REASK_S,
+            pause=REASK_S,
+            extra=dict(extra),
+        )
+        with self._lock:
+            self._tickets[waiter] = ticket
+        self._ensure_thread()
+        self._poke.set()  # the thread's next ask is this one's, or sooner
+        if waiter.event.is_set():  # woken before it was on record here
+            self._woken(waiter)
+        return ticket
+
+    def _woken(self, waiter: Waiter) -> None:
+        """A wake-up (a handed slot, or "ask again"); runs in the waking thread, asks Redis nothing."""
+        with self._lock:
+            ticket = self._tickets.get(waiter)
+            if ticket is None:
+                return  # not on record yet (park() looks), or gone already
+            direct = (
+                waiter.handed is not None
+                and not ticket.asking
+                and len(ticket.request.limits) == 1
+                and not self.settings.wait_replicas
+                and not self.process.stopping.is_set()
+            )
+            if direct:
+                del self._tickets[waiter]
+            else:
+                ticket.due = True
+        if not direct:
+            self._poke.set()
+            return
+        # leave.lua wrote the hold before it published (see Admission.wait_in_line).
+        age = waiter.age_ms
+        written_at = None if age < 0 else self.clock.monotonic() - age / 1000
+        self._admitted(ticket, written_at)
+
+    def _admitted(self, ticket: Ticket, written_at: float | None) -> None:
+        self.process.wakeups.forget(ticket.hold.token)
+        self.process.registry.add(ticket.hold, written_at=written_at)
+        self.process.heartbeat.ensure_started()
+        self.on_ready(ticket, True)
+
+    def _unparked(self, ticket: Ticket) -> bool:
+        """Take ``ticket`` off the record; False when it was not on it."""
+        with self._lock:
+            return self._tickets.pop(ticket.waiter, None) is not None
+
+    # -- asking again -------------------------------------------------------
+
+    def tick(self) -> float | None:
+        """Ask for every ticket that is due; seconds until the next one is (None: none parked)."""
+        now = self.clock.monotonic()
+        with self._lock:
+            due = [t for t in self._tickets.values() if t.due or now >= min(t.next_ask, t.deadline)]
+            for ticket in due:
+                ticket.asking, ticket.due = True, False
+                ticket.waiter.event.clear()
+        for ticket in due:
+            self._ask(ticket, now)
+        with self._lock:
+            pending = [t for t in self._tickets.values() if not t.asking]
+            if not pending:
+                return None
+            if any(t.due for t in pending):
+                return 0.0
+            return max(0.0, min(min(t.next_ask, t.deadline) for t in pending) - self.clock.monotonic())
+
+    def _ask(self, ticket: Ticket, now: float) -> None:
+        if now >= ticket.deadline or self.process.stopping.is_set():
+            if self._unparked(ticket):
+                self._leave_line(ticket)
+            return
+        ticket.waiter.handed = None
+        try:
+            answer: Answer | None = self.admission.reask(ticket.hold, ticket.request)
+        except LedgerUnavailable as e:
+            answer = None
+            logger.debug("Parked claim %s could not ask the ledger (%s).", ticket.hold.token, e)
+        except LedgerError as e:
+            # Waiting will not help: the message goes the way of one that may not wait (it fails there).
+            if self._unparked(ticket):
+                self.process.registry.owe(ticket.hold)
+                self.process.heartbeat.ensure_started()
+                self.process.wakeups.forget(ticket.hold.token)
+                logger.debug("Parked claim %s: %s.", ticket.hold.token, e)
+                self.on_ready(ticket, False)
+            return
+        if answer is not None and answer.entered.admitted:
+            if self._unparked(ticket):
+                if self.admission.distrust(answer.entered, answer.written_at) is None:
+                    self._admitted(ticket, answer.written_at)
+                else:
+                    self.process.wakeups.forget(ticket.hold.token)
+                    self.process.release(
+                        self.process.registry.begin_release(ticket.hold.token) or ticket.hold
+                    )
+                    self.on_ready(ticket, False)
+            return
+        with self._lock:
+            ticket.asking = False
+            if not ticket.due:
+                ticket.pause = min(ticket.pause * 2, REASK_MAX_S)
+                ticket.next_ask = self.clock.monotonic() + ticket.pause
+        if answer is not None and not answer.entered.waiting and self._unparked(ticket):
+            self.process.wakeups.forget(ticket.hold.token)
+            self.on_ready(ticket, False)
+
+    def _leave_line(self, ticket: Ticket) -> bool:
+        """Out of its line (``max_wait``, or shutdown); whether it holds its slots after all."""
+        self.process.wakeups.forget(ticket.hold.token)
+        try:
+            admitted = self.admission.leave_line(ticket.hold, ticket.request)
+        except LedgerError:
+            self.process.registry.owe(ticket.hold)  # the beat takes it out of its line
+            self.process.heartbeat.ensure_started()
+            admitted = False
+        if admitted and not self.process.stopping.is_set():
+            self.process.registry.add(ticket.hold)
+            self.process.heartbeat.ensure_started()
+            self.on_ready(ticket, True)
+            return True
+        if admitted:
+            self.process.release(ticket.hold)
+        self.on_ready(ticket, False)
+        return admitted
+
+    # -- the thread ---------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            return
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="dramatiq-slots-parking", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        pause: float | None = None
+        while not self._stop.is_set():
+            self.clock.wait(self._poke, REASK_MAX_S if pause is None else pause)
+            self._poke.clear()
+            if self._stop.is_set():
+                break
+            try:
+                pause = self.tick()
+            except Exception:  # never die: parked messages would wait until max_wait for nothing
+                logger.exception("Unexpected error while asking for parked claims; continuing.")
+                pause = REASK_S
+
+    def close(self, timeout: float | None = 5.0) -> list[Ticket]:
+        """Worker shutdown: stop the thread; every parked claim leaves its line. Returns the tickets,
+        each already given to ``on_ready`` (not admitted: a slot handed meanwhile was released)."""
+        self._stop.set()
+        self._poke.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        with self._lock:
+            tickets = list(self._tickets.values())
+            self._tickets.clear()
+        for ticket in tickets:
+            self._leave_line(ticket)
+        return tickets

@@ -1,0 +1,214 @@
+"""The gate: a message waiting for its slot is parked in its worker's queue and holds no thread.
+
+Every test here fails on the old design (a refused message waiting in its worker thread):
+a one-thread worker would sit in the capped message's wait; a busy key's waiters would fill
+the threads and the prefetch; nothing would hand a slot freed by expiry to the line.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import dramatiq
+import pytest
+import redis
+from dramatiq.brokers.redis import RedisBroker
+
+from dramatiq_slots import Slots, gate, parking
+from dramatiq_slots.deferral import DEFERRALS
+from dramatiq_slots.gate import GatedWorkQueue
+from dramatiq_slots.ledger import Limit, Line
+from tests.support.in_process import RunRecorder as Probe
+from tests.support.in_process import SlotsFactory, running_worker
+from tests.support.waiting import wait_until
+
+#: A holder in no process of this test: its slot is taken and given back by hand.
+ELSEWHERE = "elsewhere:1:1:1"
+
+
+def deferrals() -> int:
+    message = dramatiq.middleware.CurrentMessage.get_current_message()
+    assert message is not None
+    return int(message.options.get(DEFERRALS, 0))
+
+
+def hold_elsewhere(slots: Slots, limit: Limit, ttl_ms: int = 30_000) -> None:
+    assert slots.ledger.enter(ELSEWHERE, [limit], ttl_ms=ttl_ms, line=Line.NONE).admitted
+
+
+def test_the_gate_is_installed_and_the_waiting_share_is_not_used(
+    broker: RedisBroker, add_slots: SlotsFactory
+) -> None:
+    add_slots(waiting_share=0.0)
+
+    @dramatiq.actor(queue_name="capped", queue_capacity=1)
+    def job() -> None: ...
+
+    with running_worker(broker, threads=1) as worker:
+        assert isinstance(worker.work_queue, GatedWorkQueue)
+        for thread in worker.workers:
+            assert thread.work_queue is worker.work_queue
+
+
+def test_a_one_thread_worker_runs_uncapped_work_while_a_capped_message_waits(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    broker.add_middleware(dramatiq.middleware.CurrentMessage())
+    slots = add_slots()
+    limit = Limit(slots.keys.queue("capped"), 1)
+
+    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
+    def capped() -> None:
+        probe.record("capped", deferrals())
+
+    @dramatiq.actor(queue_name="free", max_retries=0)
+    def free(i: int) -> None:
+        probe.record("free", i)
+
+    hold_elsewhere(slots, limit)
+    with running_worker(broker, threads=1):
+        capped.send()
+        wait_until(
+            lambda: len(slots.ledger.line(limit.ledger)) == 1, timeout=10, what="the capped message in line"
+        )
+        for i in range(3):
+            free.send(i)
+        probe.wait_runs(3)
+        assert probe.by_label["free"] == [0, 1, 2]
+        assert "capped" not in probe.by_label, "the capped message still waits"
+        assert slots.ledger.line(limit.ledger), "and it is still in line"
+        slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)  # hands the slot to it
+        probe.wait_runs(4)
+    assert probe.by_label["capped"] == [0], "it waited in line, it was not deferred"
+
+
+def test_a_busy_key_does_not_keep_another_key_of_its_queue_from_running(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    broker.add_middleware(dramatiq.middleware.CurrentMessage())
+    slots = add_slots()
+    hot = Limit(slots.keys.runtime_key("account:hot"), 1)
+
+    @dramatiq.actor(
+        queue_name="sync", unique_at_runtime_key=lambda account: f"account:{account}", max_retries=0
+    )
+    def sync(account: str) -> None:
+        probe.record(account, deferrals())
+
+    hold_elsewhere(slots, hot)
+    # Two threads: a prefetch of 4 messages, all of them the hot key's if they stayed counted.
+    with running_worker(broker, threads=2):
+        for _ in range(12):
+            sync.send("hot")
+        sync.send("cold")
+        probe.wait_runs(1)
+        assert probe.by_label["cold"] == [0]
+        assert "hot" not in probe.by_label
+        assert len(slots.ledger.line(hot.ledger)) == 12
+        slots.ledger.leave(ELSEWHERE, [hot], ttl_ms=30_000)
+        probe.wait_runs(13)
+    assert probe.by_label["hot"] == [0] * 12, "each hot message ran once, none deferred"
+    assert probe.peak.get("hot", 0) <= 1
+
+
+def test_a_stopped_worker_gives_back_every_parked_message_and_leaves_no_line(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, redis_client: redis.Redis
+) -> None:
+    slots = add_slots()
+    limit = Limit(slots.keys.queue("capped"), 1)
+
+    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
+    def capped(i: int) -> None:
+        probe.record("capped", i)
+
+    hold_elsewhere(slots, limit)
+    worker = dramatiq.Worker(broker, worker_threads=3, worker_timeout=100)
+    worker.start()
+    try:
+        for i in range(5):
+            capped.send(i)
+        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 5, timeout=10, what="all five in line")
+    finally:
+        worker.stop()
+    assert not redis_client.exists(slots.keys.line(limit.ledger)), "no line is left behind"
+    assert redis_client.llen(f"{broker.namespace}:capped") == 5, "all five are back in the broker's queue"
+    assert "capped" not in probe.by_label
+    slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
+    with running_worker(broker, threads=3):
+        probe.wait_runs(5)
+    assert sorted(probe.by_label["capped"]) == [0, 1, 2, 3, 4]
+
+
+def test_a_slot_freed_by_expiry_is_handed_to_the_line_by_the_next_beat(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No ask of its own before the test ends: only a beat can hand it the slot.
+    monkeypatch.setattr(parking, "REASK_S", 600.0)
+    slots = add_slots(hold_ttl=3_000, beat_interval=300)
+    limit = Limit(slots.keys.queue("capped"), 1)
+
+    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
+    def capped() -> None:
+        probe.record("capped")
+
+    hold_elsewhere(slots, limit, ttl_ms=1_000)  # a holder that dies: never refreshed, never released
+    with running_worker(broker, threads=1):
+        capped.send()
+        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 1, timeout=10, what="the message in line")
+        probe.wait_runs(1, timeout=10)
+    assert slots.ledger.holders(limit.ledger) == []
+
+
+def test_on_an_untested_dramatiq_messages_wait_in_their_threads(
+    broker: RedisBroker,
+    add_slots: SlotsFactory,
+    probe: Probe,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(gate, "TESTED_DRAMATIQ", ("0.",))
+    slots = add_slots()
+    limit = Limit(slots.keys.queue("capped"), 1)
+
+    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
+    def capped() -> None:
+        probe.record("capped")
+
+    hold_elsewhere(slots, limit)
+    with running_worker(broker, threads=1) as worker:
+        assert not isinstance(worker.work_queue, GatedWorkQueue)
+        capped.send()
+        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 1, timeout=10, what="the message in line")
+        slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
+        probe.wait_runs(1)
+    assert "refused messages wait in their worker threads" in caplog.text
+
+
+def test_worker_join_waits_for_parked_messages(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    slots = add_slots()
+    limit = Limit(slots.keys.queue("capped"), 1)
+
+    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
+    def capped(i: int) -> None:
+        probe.record("capped", i)
+
+    hold_elsewhere(slots, limit)
+    joined = threading.Event()
+    with running_worker(broker, threads=2) as worker:
+        for i in range(3):
+            capped.send(i)
+        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 3, timeout=10, what="all three in line")
+
+        def join() -> None:
+            broker.join("capped")
+            worker.join()
+            joined.set()
+
+        joiner = threading.Thread(target=join, daemon=True)
+        joiner.start()
+        assert not joined.wait(0.5), "join() returned while messages were parked"
+        slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
+        assert joined.wait(20), "join() returns once they ran"
+    assert sorted(probe.by_label["capped"]) == [0, 1, 2]
