@@ -267,6 +267,9 @@ class Admission:
                 distrust = self.distrust(entered, answer.written_at)
                 if distrust is not None:
                     process.release(process.registry.begin_release(hold.token) or hold)
+                    logger.debug(
+                        "Gave back the hold of %s: %s; admitting it afresh.", request.label, distrust
+                    )
                     return None
                 if self.settings.reuse_window and roomy(request.limits, entered.members):
                     process.lingering.reusable(hold, self.settings.reuse_window)

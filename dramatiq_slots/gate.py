@@ -185,11 +185,16 @@ class Gate:
         return False
 
     def take(self, item: Any, ticket: Ticket | None) -> None:
-        """A ready item is taken by this worker thread: its hold runs here."""
+        """A ready item is taken by this worker thread: its hold runs here.
+
+        A hold lost meanwhile (a strict one the heartbeat gave up) is not taken:
+        the message is then admitted afresh by ``before_process_message``.
+        """
         if ticket is None:
             return
         self.process.leftovers()
-        self.process.running(id(item.message), ticket.hold, None)
+        if self.process.registry.is_held(ticket.hold.token):
+            self.process.running(id(item.message), ticket.hold, None)
 
     def unready(self, ticket: Ticket) -> None:
         """A ready item is given back (shutdown): release its hold."""

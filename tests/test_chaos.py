@@ -1239,6 +1239,16 @@ def test_an_admission_answered_too_late_is_given_back_and_the_message_deferred(
                 what='slots.in_use("slow-net") == 0 and not len(slots.registry)',
             )
     assert proxy.delayed == [("EVALSHA", enter_sha)]
+    # Admitted by the gate, but answered too late: given back, then admitted afresh (or deferred).
+    given_back = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Gave back the hold")]
+    assert len(given_back) == 1 and "too late to trust the hold" in given_back[0], given_back
     deferred = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Deferred message")]
-    assert len(deferred) == 1 and "too late to trust the hold" in deferred[0], deferred
-    _in_process_verdict("late-reply", probe, "slow-net", capacity=1, sent=1, deferrals=len(deferred)).check()
+    _in_process_verdict(
+        "late-reply",
+        probe,
+        "slow-net",
+        capacity=1,
+        sent=1,
+        given_back=len(given_back),
+        deferrals=len(deferred),
+    ).check()

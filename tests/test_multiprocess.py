@@ -26,6 +26,7 @@ from tests.support.probe import max_overlap
 from tests.support.servers import RedisTarget
 from tests.support.waiting import wait_until
 from tests.support.worker_groups import (
+    CAPPED_QUEUE,
     CAPPED_SCOPE,
     AppConfig,
     Backlog,
@@ -209,6 +210,11 @@ def _kill_round(cluster: WorkerFleet, victim: WorkerGroup, job_ms: int, backlog:
         interval=0.02,
         context=cluster.tails,
     )
+    # Slots freed by expiry are handed to the survivors' parked messages by their next beat.
+    assert cap_at - kill.at <= bound, (
+        f"the cap was in use again {cap_at - kill.at:.2f}s after the kill of {victim.name}, more than "
+        f"hold_ttl + beat_interval + tolerance = {bound:.2f}s\n{cluster.tails()}"
+    )
     return {
         "held_at_kill": len(kill.held),
         "holds_gone_s": round(released_after, 3),
@@ -254,3 +260,45 @@ def test_killed_group_releases_its_slots_within_hold_ttl(make_cluster: Callable[
     assert max_overlap(runs) <= CAP
     assert killed, "no run was cut short by the kills"
     assert killed <= cluster.completed_ids(CAPPED_SCOPE), "a killed run was never redelivered"
+
+
+# -- d. messages parked in a killed process are not lost -----------------------------------
+
+
+def _in_line_of(cluster: WorkerFleet, pids: set[int], queue_name: str = CAPPED_QUEUE) -> list[str]:
+    """The tokens in the queue's line whose process is one of ``pids``."""
+    line = cluster.ledger.line(cluster.ledger.keys.queue(queue_name))
+    return [t for t in line if int(t.rsplit(":", 3)[1]) in pids]
+
+
+@pytest.mark.timeout(240)
+def test_a_process_killed_while_its_messages_are_parked_loses_none(
+    make_cluster: Callable[..., WorkerFleet],
+) -> None:
+    cluster = make_cluster(job_ms=1_500, broker_heartbeat_timeout=3_000)
+    _start(cluster, "B")
+    sent = cluster.send_capped(CAP)
+    wait_until(
+        lambda: cluster.probe.running(CAPPED_SCOPE) == CAP,
+        timeout=RUN_TIMEOUT,
+        what="B to take every slot",
+        interval=0.02,
+        context=cluster.tails,
+    )
+    (a,) = _start(cluster, "A", threads=2)  # a prefetch of 4: more messages than threads can wait
+    sent += cluster.send_capped(12, start=CAP)
+    pids = cluster.pids_of(a) | a.worker_pids()
+    parked = wait_until(
+        lambda: len(_in_line_of(cluster, pids)) >= 3 and _in_line_of(cluster, pids),
+        timeout=RUN_TIMEOUT,
+        what="A to park more messages than it has threads",
+        interval=0.02,
+        context=cluster.tails,
+    )
+    kill = cluster.kill_group(a)
+    cluster.wait_all_ran(sent, timeout=RUN_TIMEOUT)
+    runs = cluster.probe.runs(CAPPED_SCOPE)
+    print(f"\nMEASURE parked kill: {len(parked)} of A's messages in line at the kill, {len(kill.held)} held")
+    assert cluster.probe.peak(CAPPED_SCOPE) <= CAP
+    assert max_overlap(runs) <= CAP
+    assert set(sent) <= cluster.completed_ids(CAPPED_SCOPE), "a parked message was lost with its process"

@@ -107,7 +107,7 @@ SCENARIOS: dict[str, tuple[str, str, str]] = {
         "the ledger's answer to an admission held back 1.3 s by a proxy (hold_ttl 1.5 s, beat "
         "0.3 s; in process)",
         "the late-reply guard: a hold whose answer came after hold_ttl - beat is given back and the "
-        "message deferred, never run on a hold that may lapse before its first refresh",
+        "message admitted afresh (or deferred), never run on a hold that may lapse before its first refresh",
     ),
     "ledger-down-at-boot": (
         "6",

@@ -1,0 +1,106 @@
+"""Parking's rules on a real ledger, with a replaced clock: ``Parking.tick`` is called by hand.
+
+No parking thread runs here (``_ensure_thread`` is replaced), so the re-ask schedule, the
+``max_wait`` bound, a direct handoff and the shutdown's give-back are read off the ledger and the
+clock, not waited for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dramatiq_slots.admission import Admission, InLine
+from dramatiq_slots.claims import this_process
+from dramatiq_slots.ledger import Entered, Ledger, Limit, Line
+from dramatiq_slots.parking import Parking, Ticket
+from tests.test_admission import FakeClock, make, request_for
+
+OTHER = "other:1:1:1"
+
+
+@pytest.fixture
+def parked(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Admission, FakeClock, Parking, list[Any]]:
+    admission, clock = make(ledger, max_wait=30_000)
+    ready: list[tuple[Ticket, bool]] = []
+    parking = Parking(admission, lambda ticket, admitted: ready.append((ticket, admitted)))
+    monkeypatch.setattr(parking, "_ensure_thread", lambda: None)
+    # Wake-ups are registered, but no subscription is needed: hand-overs here are in-process.
+    monkeypatch.setattr(admission.process.wakeups, "start", lambda: None)
+    return admission, clock, parking, ready
+
+
+def park_one(admission: Admission, parking: Parking, queue: Limit) -> Ticket:
+    request = request_for(queue)
+    waiter = parking.waiter()
+    answer = admission.arrive(request, 1, waiter)
+    assert isinstance(answer, InLine), answer
+    return parking.park(answer.hold, request, object(), waiter)
+
+
+def test_a_parked_claim_asks_again_after_2_4_8_s_and_leaves_its_line_at_max_wait(
+    ledger: Ledger, parked: tuple[Admission, FakeClock, Parking, list[Any]]
+) -> None:
+    admission, clock, parking, ready = parked
+    queue = Limit(ledger.keys.queue("q"), 1)
+    assert ledger.enter(OTHER, [queue], ttl_ms=60_000).admitted
+    asks: list[float] = []
+    original = ledger.enter
+
+    def counting_enter(*args: Any, **kwargs: Any) -> Entered:
+        if kwargs.get("line") == Line.KEEP:
+            asks.append(clock.now)
+        return original(*args, **kwargs)
+
+    ledger.enter = counting_enter  # type: ignore[method-assign]
+    start = clock.now
+    ticket = park_one(admission, parking, queue)
+    assert ledger.line(queue.ledger) == [ticket.hold.token]
+    while (pause := parking.tick()) is not None and clock.now - start < 60:
+        clock.now += max(pause, 0.001)
+    assert [round(t - start, 3) for t in asks] == [2.0, 6.0, 14.0, 22.0]  # then 30 s: the deadline
+    assert ready == [(ticket, False)], "out of parking, not admitted: it goes the way of a deferral"
+    assert ledger.line(queue.ledger) == []
+    assert round(clock.now - start) == 30
+    assert len(parking) == 0
+    assert admission.process.registry.waiting() == [], "no longer in doubt"
+
+
+def test_a_slot_handed_by_a_release_makes_the_parked_message_ready_without_asking(
+    ledger: Ledger, parked: tuple[Admission, FakeClock, Parking, list[Any]]
+) -> None:
+    admission, _, parking, ready = parked
+    queue = Limit(ledger.keys.queue("q"), 1)
+    assert ledger.enter(OTHER, [queue], ttl_ms=60_000).admitted
+    ticket = park_one(admission, parking, queue)
+    asked: list[Any] = []
+    ledger.enter = lambda *a, **k: asked.append(k) or Entered(admitted=False)  # type: ignore[assignment,method-assign,func-returns-value]
+    # A release in this process: the slot is handed over, and the releaser wakes the waiter.
+    removed, handoffs = ledger.leave(OTHER, [queue], ttl_ms=60_000, age_ms=0, own_process=this_process())
+    assert removed == 1 and [h.token for h in handoffs] == [ticket.hold.token]
+    admission.process.hand_over(handoffs)
+    assert ready == [(ticket, True)]
+    assert asked == []
+    assert admission.process.registry.is_held(ticket.hold.token)
+    assert ledger.holders(queue.ledger)[0].token == ticket.hold.token
+
+
+def test_shutdown_takes_every_parked_claim_out_of_line_and_releases_a_slot_handed_meanwhile(
+    ledger: Ledger, parked: tuple[Admission, FakeClock, Parking, list[Any]]
+) -> None:
+    admission, _, parking, ready = parked
+    queue = Limit(ledger.keys.queue("q"), 1)
+    assert ledger.enter(OTHER, [queue], ttl_ms=60_000).admitted
+    first = park_one(admission, parking, queue)
+    second = park_one(admission, parking, queue)
+    admission.process.stopping.set()
+    # The release hands the slot to the first, but its wake-up is not in yet.
+    ledger.leave(OTHER, [queue], ttl_ms=60_000, age_ms=0, own_process=this_process())
+    tickets = parking.close()
+    assert {t.hold.token for t in tickets} == {first.hold.token, second.hold.token}
+    assert sorted(admitted for _, admitted in ready) == [False, False], "both go back to the broker"
+    assert ledger.line(queue.ledger) == []
+    assert ledger.holders(queue.ledger) == [], "the slot handed to the first was released"
