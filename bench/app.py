@@ -5,7 +5,8 @@ actors, the broker and the topology are the same and only the limiting
 differs:
 
 ``nocap``
-    no limit at all;
+    no limit at all (``dedicated`` and ``separate`` run this same app: they
+    differ by their worker groups only, see :mod:`bench.config`);
 ``crl-default`` / ``crl-tuned``
     dramatiq's ``ConcurrentRateLimiter`` (``RedisBackend`` on the broker's
     Redis), acquired in the actor body with ``raise_on_failure=True``, so a
@@ -18,10 +19,14 @@ Actors:
 
 ``bench_capped_job(i)`` on queue ``bench_capped``: capped at ``capacity``.
 ``bench_keyed_job(key, i)`` on queue ``bench_keyed``: one at a time per ``key``.
+``bench_other_job(i)`` on queue ``bench_other``: never limited, in every way
+(W6's other work, served by the same workers as the capped queue; its job
+time is ``other_job_ms``).
 
 The probe (:mod:`tests.support.probe`, on its own Redis server) records
 each run *inside* the limited section, with the message's deferral count
-(Slots' ``slots_deferrals``, or Retries' ``retries``) in the run's ``arg``.
+(Slots' ``slots_deferrals``, or Retries' ``retries``) in the run's ``arg``;
+each actor has its own probe scope (the queue's, or the key's).
 """
 
 from __future__ import annotations
@@ -50,9 +55,13 @@ from .config import (
     CRL_TUNED,
     KEYED_ACTOR,
     KEYED_QUEUE,
+    OTHER_ACTOR,
+    OTHER_QUEUE,
+    OTHER_SCOPE,
     SLOTS,
     BenchConfig,
     key_scope,
+    other_label,
     runtime_key,
 )
 
@@ -105,9 +114,9 @@ def _recorded(scope: str, label: str) -> Iterator[None]:
         yield
 
 
-def _work() -> None:
-    if config.job_ms > 0:
-        time.sleep(config.job_ms / 1000)
+def _work(job_ms: int) -> None:
+    if job_ms > 0:
+        time.sleep(job_ms / 1000)
 
 
 def _retry_options() -> dict[str, Any]:
@@ -137,7 +146,7 @@ def _key_of(key: str, i: int) -> str:
 )
 def bench_capped_job(i: int) -> None:
     with _limited("queue", config.capacity or 1), _recorded(CAPPED_SCOPE, str(i)):
-        _work()
+        _work(config.job_ms)
 
 
 @dramatiq.actor(
@@ -148,4 +157,11 @@ def bench_capped_job(i: int) -> None:
 )
 def bench_keyed_job(key: str, i: int) -> None:
     with _limited(runtime_key(key), 1), _recorded(key_scope(key), f"{key}{i}"):
-        _work()
+        _work(config.job_ms)
+
+
+@dramatiq.actor(actor_name=OTHER_ACTOR, queue_name=OTHER_QUEUE, **_retry_options())
+def bench_other_job(i: int) -> None:
+    # No limiter and no Slots option, in every way: only the probe's record.
+    with _recorded(OTHER_SCOPE, other_label(i)):
+        _work(config.other_job_ms)

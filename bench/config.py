@@ -3,8 +3,8 @@
 :class:`BenchConfig` extends the multi-process tests'
 :class:`~tests.support.worker_groups.AppConfig` (same environment channel,
 same ``SLOTS_MP_*`` variables) with what only the bench needs: the way
-the cap is enforced, and the retry settings of the ``ConcurrentRateLimiter``
-ways.
+the cap is enforced, the retry settings of the ``ConcurrentRateLimiter``
+ways, and the job time of the uncapped queue (W6's other work).
 """
 
 from __future__ import annotations
@@ -23,21 +23,35 @@ APP_MODULE = "bench.app"
 #: The ways the same workload is run. ``dedicated`` is the app of ``nocap`` (no limiting at all)
 #: on one host with one process of exactly ``cap`` threads: the cap holds by construction (the
 #: workaround before this package; capped workloads whose cap is below their thread count only).
+#: ``separate`` is the app of ``nocap`` too, on separate worker groups per queue with the same
+#: total threads: ``cap`` threads consume only the capped queue, the rest only the uncapped one
+#: (``dramatiq --queues``): the operator's workaround for mixed queues (W6 only).
 NOCAP = "nocap"
 DEDICATED = "dedicated"
+SEPARATE = "separate"
 CRL_DEFAULT = "crl-default"
 CRL_TUNED = "crl-tuned"
 SLOTS = "slots"
-WAYS: tuple[str, ...] = (NOCAP, DEDICATED, CRL_DEFAULT, CRL_TUNED, SLOTS)
+WAYS: tuple[str, ...] = (NOCAP, DEDICATED, SEPARATE, CRL_DEFAULT, CRL_TUNED, SLOTS)
+#: The ways whose app limits nothing (the cap, if any, holds by their topology).
+UNLIMITED_WAYS: tuple[str, ...] = (NOCAP, DEDICATED, SEPARATE)
 
-#: Queues and actors of the app.
+#: Queues and actors of the app. The other queue is never limited, in any way.
 CAPPED_QUEUE = "bench_capped"
 CAPPED_ACTOR = "bench_capped_job"
 KEYED_QUEUE = "bench_keyed"
 KEYED_ACTOR = "bench_keyed_job"
+OTHER_QUEUE = "bench_other"
+OTHER_ACTOR = "bench_other_job"
 
-#: Probe scope of the capped queue (runtime keys: :func:`key_scope`).
+#: Probe scopes of the capped and the other queue (runtime keys: :func:`key_scope`).
 CAPPED_SCOPE = queue_scope(CAPPED_QUEUE)
+OTHER_SCOPE = queue_scope(OTHER_QUEUE)
+
+
+def other_label(i: int) -> str:
+    """The label the app records for ``bench_other_job(i)`` (``"o17"``: apart from the capped ``"17"``)."""
+    return f"o{i}"
 
 
 def runtime_key(key: str) -> str:
@@ -57,6 +71,8 @@ class BenchConfig(AppConfig):
     ``max_retries`` applies to every way (only CRL ever retries).
     ``queue_prefetch``: dramatiq's ``dramatiq_queue_prefetch`` for the worker
     command lines (0: dramatiq's default, twice the threads).
+    ``other_job_ms``: the job time of the uncapped ``bench_other_job``
+    (``job_ms`` is that of the capped and keyed actors).
     """
 
     way: str = SLOTS
@@ -64,6 +80,7 @@ class BenchConfig(AppConfig):
     crl_max_backoff: int = 0
     max_retries: int = 100_000
     queue_prefetch: int = 0
+    other_job_ms: int = 0
 
     def replace(self, **changes: Any) -> BenchConfig:
         return dataclasses.replace(self, **changes)
