@@ -181,7 +181,7 @@ class Gate:
         if answer is None or isinstance(answer, Hold):
             return True
         extra = self._unfetch(message, answer.full)
-        self.parking.park(answer.hold, request, item, waiter, **extra)
+        self.parking.park(answer.hold, request, item, waiter, full=answer.full, **extra)
         return False
 
     def take(self, item: Any, ticket: Ticket | None) -> None:

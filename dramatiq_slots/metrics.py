@@ -5,6 +5,8 @@ When the broker has dramatiq's ``Prometheus`` middleware (which needs
 
 ``dramatiq_slots_holds_in_use``  (gauge) holds this process's jobs have now
 ``dramatiq_slots_capacity``  (gauge) the ledger's capacity, as this process enforces it
+``dramatiq_slots_messages_parked``  (gauge) messages of this process parked in the ledger's
+                                  line (waiting for a slot, unacked, no thread held)
 ``dramatiq_slots_admissions_total``  (counter) messages admitted
 ``dramatiq_slots_deferrals_total``  (counter) messages deferred because a ledger was full
                                    or could not be reached
@@ -67,6 +69,9 @@ class Metrics:
 
     def deferred(self, limits: Sequence[Limit], actor: str) -> None:
         """A message of ``actor`` needing ``limits`` was deferred."""
+
+    def parked(self, limit: Limit, actor: str, count: int) -> None:
+        """``count`` (1, or -1 when it leaves) message of ``actor`` parked in ``limit``'s line."""
 
     def reasserted(self, hold: Hold, ledger: str) -> None:
         """A lost hold of a running job was put back on ``ledger``."""
@@ -142,6 +147,14 @@ class PrometheusMetrics(Metrics):
             multiprocess_mode="livemax",
         )
 
+        self.messages_parked = prom.Gauge(
+            "dramatiq_slots_messages_parked",
+            "Messages of this process parked in the ledger's line (waiting for a slot, no thread held).",
+            labels,
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+
         def counter(name: str, text: str) -> Any:
             return prom.Counter(f"dramatiq_slots_{name}", text, labels, registry=registry)
 
@@ -196,6 +209,10 @@ class PrometheusMetrics(Metrics):
     def deferred(self, limits: Sequence[Limit], actor: str) -> None:
         for labels in self._labels(limits, actor):
             self.deferrals.labels(*labels).inc()
+
+    def parked(self, limit: Limit, actor: str, count: int) -> None:
+        for labels in self._labels([limit], actor):
+            self.messages_parked.labels(*labels).inc(count)
 
     def reasserted(self, hold: Hold, ledger: str) -> None:
         for labels in self._labels([limit for limit in hold.limits if limit.ledger == ledger], hold.actor):

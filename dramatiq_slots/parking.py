@@ -101,6 +101,7 @@ class Parking:
         )
         with self._lock:
             self._tickets[waiter] = ticket
+        self._count(ticket, 1)
         self._ensure_thread()
         self._poke.set()  # the thread's next ask is this one's, or sooner
         if waiter.event.is_set():  # woken before it was on record here
@@ -124,7 +125,9 @@ class Parking:
                 del self._tickets[waiter]
             else:
                 ticket.due = True
-        if not direct:
+        if direct:
+            self._count(ticket, -1)
+        else:
             self._poke.set()
             return
         # leave.lua wrote the hold before it published (see Admission.wait_in_line).
@@ -141,7 +144,17 @@ class Parking:
     def _unparked(self, ticket: Ticket) -> bool:
         """Take ``ticket`` off the record; False when it was not on it."""
         with self._lock:
-            return self._tickets.pop(ticket.waiter, None) is not None
+            gone = self._tickets.pop(ticket.waiter, None) is not None
+        if gone:
+            self._count(ticket, -1)
+        return gone
+
+    def _count(self, ticket: Ticket, count: int) -> None:
+        """The parked-messages gauge, on the ledger whose line the claim joined."""
+        full = ticket.extra.get("full")
+        limit = next((limit for limit in ticket.request.limits if limit.ledger == full), None)
+        if limit is not None:
+            self.process.metrics.parked(limit, ticket.request.actor, count)
 
     # -- asking again -------------------------------------------------------
 
@@ -260,5 +273,6 @@ class Parking:
             tickets = list(self._tickets.values())
             self._tickets.clear()
         for ticket in tickets:
+            self._count(ticket, -1)
             self._leave_line(ticket)
         return tickets

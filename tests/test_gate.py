@@ -18,6 +18,7 @@ from dramatiq_slots import Slots, gate, parking
 from dramatiq_slots.deferral import DEFERRALS
 from dramatiq_slots.gate import GatedWorkQueue
 from dramatiq_slots.ledger import Limit, Line
+from dramatiq_slots.metrics import Metrics
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.waiting import wait_until
@@ -50,12 +51,26 @@ def test_the_gate_is_installed_and_the_waiting_share_is_not_used(
             assert thread.work_queue is worker.work_queue
 
 
+class ParkedCount(Metrics):
+    """The parked-messages gauge's moves, per ledger (the rest of the metrics: no-ops)."""
+
+    def __init__(self) -> None:
+        self.now: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+
+    def parked(self, limit: Limit, actor: str, count: int) -> None:
+        self.now[limit.ledger] = self.now.get(limit.ledger, 0) + count
+        self.most[limit.ledger] = max(self.most.get(limit.ledger, 0), self.now[limit.ledger])
+
+
 def test_a_one_thread_worker_runs_uncapped_work_while_a_capped_message_waits(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
 ) -> None:
     broker.add_middleware(dramatiq.middleware.CurrentMessage())
     slots = add_slots()
     limit = Limit(slots.keys.queue("capped"), 1)
+    parked = ParkedCount()
+    slots.process.use_metrics(parked)
 
     @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
     def capped() -> None:
@@ -77,9 +92,11 @@ def test_a_one_thread_worker_runs_uncapped_work_while_a_capped_message_waits(
         assert probe.by_label["free"] == [0, 1, 2]
         assert "capped" not in probe.by_label, "the capped message still waits"
         assert slots.ledger.line(limit.ledger), "and it is still in line"
+        assert parked.now == {limit.ledger: 1}
         slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)  # hands the slot to it
         probe.wait_runs(4)
     assert probe.by_label["capped"] == [0], "it waited in line, it was not deferred"
+    assert parked.now == {limit.ledger: 0} and parked.most == {limit.ledger: 1}
 
 
 def test_a_busy_key_does_not_keep_another_key_of_its_queue_from_running(

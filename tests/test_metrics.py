@@ -541,6 +541,19 @@ def test_reassert_and_deferral_count_only_their_ledgers(prometheus_metrics: Prom
     assert _values(m.deferrals) == {("queue", queue_name): 1}
 
 
+def test_parked_messages_are_counted_on_the_ledger_whose_line_they_wait_in(
+    prometheus_metrics: PrometheusMetrics,
+) -> None:
+    m = prometheus_metrics
+    hold, queue_name, actor = _hold(m)
+    queue_limit, key_limit = hold.limits
+    m.parked(key_limit, actor, 1)
+    m.parked(key_limit, actor, 1)
+    m.parked(queue_limit, actor, 1)
+    m.parked(key_limit, actor, -1)
+    assert _values(m.messages_parked) == {("key", actor): 1, ("queue", queue_name): 1}
+
+
 def test_a_limit_on_another_prefix_does_not_shift_the_capacities(
     prometheus_metrics: PrometheusMetrics,
 ) -> None:

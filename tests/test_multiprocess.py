@@ -288,8 +288,8 @@ def test_a_process_killed_while_its_messages_are_parked_loses_none(
     (a,) = _start(cluster, "A", threads=2)  # a prefetch of 4: more messages than threads can wait
     sent += cluster.send_capped(12, start=CAP)
     pids = cluster.pids_of(a) | a.worker_pids()
-    parked = wait_until(
-        lambda: len(_in_line_of(cluster, pids)) >= 3 and _in_line_of(cluster, pids),
+    parked: list[str] = wait_until(
+        lambda: (lambda line: line if len(line) >= 3 else [])(_in_line_of(cluster, pids)),
         timeout=RUN_TIMEOUT,
         what="A to park more messages than it has threads",
         interval=0.02,

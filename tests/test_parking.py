@@ -77,7 +77,7 @@ def test_a_slot_handed_by_a_release_makes_the_parked_message_ready_without_askin
     assert ledger.enter(OTHER, [queue], ttl_ms=60_000).admitted
     ticket = park_one(admission, parking, queue)
     asked: list[Any] = []
-    ledger.enter = lambda *a, **k: asked.append(k) or Entered(admitted=False)  # type: ignore[assignment,method-assign,func-returns-value]
+    ledger.enter = lambda *a, **k: asked.append(k) or Entered(admitted=False)  # type: ignore[method-assign,func-returns-value]
     # A release in this process: the slot is handed over, and the releaser wakes the waiter.
     removed, handoffs = ledger.leave(OTHER, [queue], ttl_ms=60_000, age_ms=0, own_process=this_process())
     assert removed == 1 and [h.token for h in handoffs] == [ticket.hold.token]
