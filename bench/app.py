@@ -44,6 +44,7 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.rate_limits import ConcurrentRateLimiter
 from dramatiq.rate_limits.backends import RedisBackend
 
+from dramatiq_slots import gate
 from tests.support.probe import Probe
 from tests.support.worker_groups import BootProbe
 
@@ -58,7 +59,10 @@ from .config import (
     OTHER_ACTOR,
     OTHER_QUEUE,
     OTHER_SCOPE,
-    SLOTS,
+    SLOTS_COUNTED,
+    SLOTS_SHARE,
+    SLOTS_THREADS,
+    SLOTS_WAYS,
     BenchConfig,
     key_scope,
     other_label,
@@ -69,7 +73,11 @@ config = BenchConfig.from_env(os.environ)
 crl = config.way in (CRL_DEFAULT, CRL_TUNED)
 
 broker = config.broker()
-if config.way == SLOTS:
+if config.way in SLOTS_WAYS:
+    if config.way in (SLOTS_THREADS, SLOTS_SHARE):
+        gate.TESTED_DRAMATIQ = ()  # no gate: refused messages wait in their worker threads
+    if config.way == SLOTS_COUNTED:
+        gate.UNFETCHED_PER_QUEUE = 0  # parked messages all stay in their queue's prefetch
     broker.add_middleware(config.slots_middleware(), before=TimeLimit)
 dramatiq.set_broker(broker)
 
@@ -131,7 +139,7 @@ def _retry_options() -> dict[str, Any]:
 
 def _slots_options(**options: Any) -> dict[str, Any]:
     """Slots' actor options, only when Slots is on the broker (dramatiq rejects them otherwise)."""
-    return options if config.way == SLOTS else {}
+    return options if config.way in SLOTS_WAYS else {}
 
 
 def _key_of(key: str, i: int) -> str:

@@ -32,7 +32,15 @@ SEPARATE = "separate"
 CRL_DEFAULT = "crl-default"
 CRL_TUNED = "crl-tuned"
 SLOTS = "slots"
-WAYS: tuple[str, ...] = (NOCAP, DEDICATED, SEPARATE, CRL_DEFAULT, CRL_TUNED, SLOTS)
+#: Slots as it was before the gate, for the record of the alternatives (W6, W7 only): waiting
+#: in the worker thread (every thread may wait, or half of them: ``waiting_share`` 0.5), and the
+#: gate without taking a busy key's parked messages out of the prefetch count.
+SLOTS_THREADS = "slots-threads"
+SLOTS_SHARE = "slots-share"
+SLOTS_COUNTED = "slots-counted"
+#: The ways whose app runs the Slots middleware.
+SLOTS_WAYS: tuple[str, ...] = (SLOTS, SLOTS_THREADS, SLOTS_SHARE, SLOTS_COUNTED)
+WAYS: tuple[str, ...] = (NOCAP, DEDICATED, SEPARATE, CRL_DEFAULT, CRL_TUNED, *SLOTS_WAYS)
 #: The ways whose app limits nothing (the cap, if any, holds by their topology).
 UNLIMITED_WAYS: tuple[str, ...] = (NOCAP, DEDICATED, SEPARATE)
 

@@ -114,6 +114,10 @@ from bench.config import (  # noqa: E402
     OTHER_SCOPE,
     SEPARATE,
     SLOTS,
+    SLOTS_COUNTED,
+    SLOTS_SHARE,
+    SLOTS_THREADS,
+    SLOTS_WAYS,
     UNLIMITED_WAYS,
     WAYS,
     BenchConfig,
@@ -361,7 +365,7 @@ def mixed(
         tuple((i,) for i in range(jobs)),
         other_jobs=tuple((i,) for i in range(other_jobs)),
         other_job_ms=other_job_ms,
-        ways=(NOCAP, SEPARATE, CRL_TUNED, SLOTS),
+        ways=(NOCAP, SEPARATE, CRL_TUNED, SLOTS, SLOTS_THREADS, SLOTS_SHARE),
         **kw,
     )
     free = w.threads_total - cap
@@ -404,7 +408,16 @@ def hot_and_cold(name: str, title: str, *, hot: int, cold: int, job_ms: int, **k
     hot_key = "H"
     cold_keys = [f"c{k:02d}" for k in range(1, cold + 1)]
     jobs = [(hot_key, i) for i in range(hot)] + [(key, 0) for key in cold_keys]
-    w = Workload(name, title, True, 1, job_ms, tuple(jobs), ways=(NOCAP, CRL_TUNED, SLOTS), **kw)
+    w = Workload(
+        name,
+        title,
+        True,
+        1,
+        job_ms,
+        tuple(jobs),
+        ways=(NOCAP, CRL_TUNED, SLOTS, SLOTS_THREADS, SLOTS_SHARE, SLOTS_COUNTED),
+        **kw,
+    )
     free = w.threads_total - 1
     rounds = math.ceil(cold / free)
     parts = (
@@ -515,7 +528,7 @@ class BenchFleet(WorkerFleet):
 
     @property
     def sends_with_slots(self) -> bool:  # type: ignore[override]
-        return getattr(self.config, "way", SLOTS) == SLOTS
+        return getattr(self.config, "way", SLOTS) in SLOTS_WAYS
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -581,8 +594,9 @@ def way_config(way: str, base: BenchConfig) -> BenchConfig:
     if way == CRL_TUNED:
         low, high = CRL_TUNED_BACKOFF
         return base.replace(way=way, slots=False, crl_min_backoff=low, crl_max_backoff=high)
-    if way == SLOTS:
-        return base.replace(way=way, slots=True, **SLOTS_SETTINGS)
+    if way in SLOTS_WAYS:
+        settings = {**SLOTS_SETTINGS, "waiting_share": 0.5} if way == SLOTS_SHARE else SLOTS_SETTINGS
+        return base.replace(way=way, slots=True, **settings)
     raise ValueError(f"unknown way {way!r}; known: {', '.join(WAYS)}")
 
 

@@ -46,7 +46,7 @@ from .parking import Parking, Ticket
 logger = logging.getLogger("dramatiq_slots.gate")
 
 #: dramatiq releases whose worker internals the gate is tested with.
-TESTED_DRAMATIQ = ("2.2.",)
+TESTED_DRAMATIQ: tuple[str, ...] = ("2.2.",)
 
 #: At most this many parked messages of one queue are taken out of its prefetch count.
 UNFETCHED_PER_QUEUE = 1000
