@@ -265,6 +265,8 @@ class Workload:
         """Why ``way`` is not run for this workload ("": it is)."""
         if self.ways and way not in self.ways:
             return f"not one of {self.name}'s ways ({', '.join(self.ways)})"
+        if way in (SLOTS_THREADS, SLOTS_SHARE, SLOTS_COUNTED) and not self.ways:
+            return "the alternatives of the gate are run for W6 and W7 only"
         if way == DEDICATED and (self.keyed or self.cap >= self.threads_total or self.other_jobs):
             return "one capped queue, cap < threads, only"
         if way == SEPARATE and not self.other_jobs:
@@ -1577,8 +1579,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if not reason:
                         applicable.append(way)
                         per_way[way] = WayRuns(workload, way)
-                    elif not workload.ways or way in workload.ways:  # not a way of it: no line
-                        print(f"  {workload.name} {way}: skipped ({reason})")
+                    elif (not workload.ways or way in workload.ways) and way in (DEDICATED, SEPARATE):
+                        print(f"  {workload.name} {way}: skipped ({reason})")  # else not a way of it
                 # Repeats interleave the ways (a, b, a, b, ...), so a noisy stretch of this shared
                 # machine hits every way alike rather than all the repeats of one.
                 for repeat in range(1, workload.repeats + 1):
