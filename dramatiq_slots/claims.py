@@ -264,6 +264,16 @@ class HoldRegistry:
                 del self._doubts[token]
         return owed
 
+    def abandon_claim(self, token: str) -> Hold | None:
+        """Owe a release of the claim ``token`` if it is in doubt, whoever decides it; the hold owed."""
+        with self._lock:
+            self._check_fork()
+            entry = self._doubts.pop(token, None)
+            if entry is None or self._is_held(token):
+                return None
+            self._owed[token] = entry[0]
+            return entry[0]
+
     def confirm(self, tokens: Sequence[str]) -> None:
         """Forget owed releases that Redis has now confirmed."""
         with self._lock:

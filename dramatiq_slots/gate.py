@@ -37,11 +37,13 @@ from queue import Empty, PriorityQueue
 from typing import Any
 
 import dramatiq
+from dramatiq.middleware import Interrupt
 
 from .admission import Admission
 from .claims import Hold
 from .declarations import Request
 from .parking import Parking, Ticket
+from .wakeups import Waiter
 
 logger = logging.getLogger("dramatiq_slots.gate")
 
@@ -114,7 +116,12 @@ class GatedWorkQueue(PriorityQueue[Any]):
             if entry is not None:
                 self.gate.take(*entry)
                 return entry[0]
-            if self.gate.admit(item):
+            try:
+                if self.gate.admit(item):
+                    return item
+            except Interrupt:
+                # Landed before the gate's own guard (a stray time limit or abort): the
+                # message is not lost, before_process_message admits it.
                 return item
 
     def _drain_one(self) -> Any:
@@ -173,16 +180,36 @@ class Gate:
         waiter = self.parking.waiter()
         try:
             answer = self.admission.arrive(request, id(message), waiter)
+            if answer is None or isinstance(answer, Hold):
+                return True
+            extra = self._unfetch(message, answer.full)
+            self.parking.park(answer.hold, request, item, waiter, full=answer.full, **extra)
+            return False
+        except Interrupt as e:
+            return self._interrupted(request, waiter, e)
         except Exception:
             logger.exception(
                 "Admission of %s failed in the gate; admitting it in the worker thread.", request.label
             )
             return True
-        if answer is None or isinstance(answer, Hold):
-            return True
-        extra = self._unfetch(message, answer.full)
-        self.parking.park(answer.hold, request, item, waiter, full=answer.full, **extra)
-        return False
+
+    def _interrupted(self, request: Request, waiter: Waiter, error: Interrupt) -> bool:
+        """An asynchronous exception meant for this thread's previous message (a time limit or an
+        abort that fired as it ended) landed in the gate: nothing may leak, the message is not lost."""
+        logger.warning(
+            "%s landed in the admission of %s, after the message it was meant for had ended; "
+            "the message is admitted again.",
+            type(error).__name__,
+            request.label,
+        )
+        if self.parking.has(waiter):
+            return False  # parked: it waits as any other
+        if waiter.token:
+            self.process.wakeups.forget(waiter.token)
+            if self.process.registry.abandon_claim(waiter.token) is not None:
+                self.process.heartbeat.ensure_started()
+        self.process.abandon()
+        return True  # held (before_process_message finds it) or admitted afresh there
 
     def take(self, item: Any, ticket: Ticket | None) -> None:
         """A ready item is taken by this worker thread: its hold runs here.
@@ -192,9 +219,17 @@ class Gate:
         """
         if ticket is None:
             return
-        self.process.leftovers()
-        if self.process.registry.is_held(ticket.hold.token):
-            self.process.running(id(item.message), ticket.hold, None)
+        process = self.process
+        try:
+            process.leftovers()
+            if process.registry.is_held(ticket.hold.token):
+                process.running(id(item.message), ticket.hold, None)
+        except Interrupt as e:
+            self._interrupted(ticket.request, ticket.waiter, e)
+            if not process.runs_here(id(item.message)):
+                hold = process.registry.begin_release(ticket.hold.token)
+                if hold is not None:
+                    process.release(hold)
 
     def unready(self, ticket: Ticket) -> None:
         """A ready item is given back (shutdown): release its hold."""

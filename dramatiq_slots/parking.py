@@ -76,6 +76,14 @@ class Parking:
         """A waiter for a claim about to be parked (its wake-ups come here)."""
         return Waiter(thread=PARKED, on_wake=self._woken)
 
+    def has(self, waiter: Waiter) -> bool:
+        with self._lock:
+            return waiter in self._tickets
+
+    def has_item(self, item: object) -> bool:
+        with self._lock:
+            return any(ticket.item is item for ticket in self._tickets.values())
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._tickets)

@@ -70,7 +70,7 @@ class Waiter:
     claim no thread blocks on (a parked one).
     """
 
-    __slots__ = ("age_ms", "event", "handed", "on_wake", "thread")
+    __slots__ = ("age_ms", "event", "handed", "on_wake", "thread", "token")
 
     def __init__(self, thread: int | None = None, on_wake: Callable[[Waiter], None] | None = None) -> None:
         self.event = threading.Event()
@@ -79,6 +79,8 @@ class Waiter:
         self.on_wake = on_wake
         #: The thread that waits (:data:`PARKED`: none).
         self.thread = threading.get_ident() if thread is None else thread
+        #: The claim it waits for, once :meth:`Wakeups.expect` registered it.
+        self.token = ""
 
     def wake(self, handed: str | None = None, age_ms: int = 0) -> None:
         if handed is not None:
@@ -130,6 +132,7 @@ class Wakeups:
     def expect(self, token: str, waiter: Waiter | None = None) -> Waiter:
         """Register a claim about to join a line (before it does, so no wake-up is missed)."""
         waiter = Waiter() if waiter is None else waiter
+        waiter.token = token
         with self._lock:
             self._waiting[token] = waiter
         return waiter

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from queue import PriorityQueue
 from types import CodeType, FrameType
 from typing import Any
 
@@ -32,6 +33,7 @@ from dramatiq_slots.claims import Hold, new_token, this_process
 from dramatiq_slots.declarations import Request
 from dramatiq_slots.deferral import MessageDeferred
 from dramatiq_slots.failpoints import interrupt_with
+from dramatiq_slots.gate import Gate
 from dramatiq_slots.ledger import Ledger, Limit, Line, Member
 from dramatiq_slots.process import WaitGate
 from tests.support.in_process import RunRecorder, running_worker, stop_threads
@@ -441,3 +443,68 @@ def test_a_line_whose_waiters_died_expires_and_a_live_waiters_beat_keeps_it(
     # An owed release of a claim an exception took out of its admission: out of the line too.
     assert ledger.beat([], [Member(queue.ledger, "live:1:1:1")], ttl_ms=30_000) == []
     assert ledger.line(queue.ledger) == []
+
+
+# -- (d) ... and in the gate, where a worker thread admits the message it takes ---------------
+
+
+class _Message:
+    """What the gate reads of a message (a dramatiq ``MessageProxy`` has these too)."""
+
+    def __init__(self) -> None:
+        self.queue_name, self.message_id = "q", "m-1"
+
+
+class _Item:
+    def __init__(self) -> None:
+        self.message = _Message()
+
+
+class _Worker:
+    def __init__(self) -> None:
+        self.work_queue: PriorityQueue[Any] = PriorityQueue()
+        self.consumers: dict[str, Any] = {}
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="models CPython 3.11's bytecode")
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("way", ["admitted at once", "refused, in line"])
+def test_an_exception_wherever_it_lands_in_the_gate_loses_no_message_and_leaves_nothing(
+    redis_client: redis.Redis, key_prefix: str, monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    # A time limit or an abort that fired as the thread's previous message ended lands in the
+    # gate's admission of the next one: that message is then run (held, or admitted afresh by
+    # before_process_message), or parked; nothing is left once it ends (or the worker stops).
+    def run(at: int | None) -> AsyncInterrupt:
+        with monkeypatch.context() as patches:
+            ledger = Ledger(redis_client, key_prefix=f"{key_prefix}-g{at}")
+            h = Harness(ledger, patches, max_wait=4_000)
+            request, limits = _scenario(h, patches, way)
+            gate = Gate(h.admission, lambda message: request, _Worker())
+            patches.setattr(gate.parking, "_ensure_thread", lambda: None)
+            item = _Item()
+            interrupt = AsyncInterrupt(h, at)
+            outcome: bool | None = None
+            try:
+                with interrupt:
+                    outcome = gate.admit(item)
+            except Interrupted:
+                assert interrupt.fired  # escaped the gate: dramatiq's thread would end here
+            parked = gate.parking.has_item(item)
+            assert outcome is not False or parked, "refused by the gate, yet not parked: lost"
+            if parked:
+                gate.close()  # the worker stops: the parked message leaves its line
+            else:
+                # It runs (with the hold the gate recorded, if any), and ends.
+                h.process.finished(id(item.message))
+            h.process.abandon()
+            h.process.heartbeat.tick()
+            h.assert_nothing_left(*limits)
+            return interrupt
+
+    at = 0
+    while run(at).fired:
+        at += 1
+        assert at < 5_000
+    print(f"\nMEASURE gate sweep, {way}: an exception at each of {at} points")
+    assert at > 10 and abs(at - run(None).seen) <= 3
