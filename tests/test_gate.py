@@ -8,11 +8,14 @@ the threads and the prefetch; nothing would hand a slot freed by expiry to the l
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import dramatiq
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.brokers.stub import StubBroker
+from dramatiq.middleware import TimeLimit
 
 from dramatiq_slots import Slots, gate, parking
 from dramatiq_slots.deferral import DEFERRALS
@@ -229,3 +232,36 @@ def test_worker_join_waits_for_parked_messages(
         slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
         assert joined.wait(20), "join() returns once they ran"
     assert sorted(probe.by_label["capped"]) == [0, 1, 2]
+
+
+def test_users_tests_on_a_stub_broker_join_and_see_every_capped_message_run(
+    redis_server: Any, key_prefix: str, probe: Probe
+) -> None:
+    # The way dramatiq's docs test actors: StubBroker, a Worker, broker.join(queue), worker.join().
+    broker = StubBroker()
+    broker.emit_after("process_boot")
+    broker.add_middleware(dramatiq.middleware.CurrentMessage())
+    slots = Slots(url=redis_server.url, key_prefix=key_prefix, hold_ttl=3_000, beat_interval=300)
+    broker.add_middleware(slots, before=TimeLimit)
+
+    @dramatiq.actor(queue_name="stubbed", queue_capacity=1, broker=broker)
+    def job(i: int) -> None:
+        with probe.running("stubbed", item=i):
+            probe.record("deferrals", deferrals())
+
+    worker = dramatiq.Worker(broker, worker_threads=4, worker_timeout=50)
+    worker.start()
+    try:
+        for i in range(8):
+            job.send(i)
+        broker.join("stubbed")
+        worker.join()
+        assert sorted(item for label, item in probe.runs if label == "stubbed") == list(range(8))
+    finally:
+        worker.stop()
+        slots.heartbeat.stop()
+        slots.wakeups.stop()
+        slots.ledger.client.close()
+    assert isinstance(worker.work_queue, GatedWorkQueue)
+    assert probe.peak["stubbed"] == 1
+    assert probe.by_label["deferrals"] == [0] * 8, "they waited parked, none was deferred"
