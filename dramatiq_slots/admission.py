@@ -81,6 +81,13 @@ class InLine:
     full: str | None
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A claim refused without joining a line (it holds nothing, nothing is on record): by ``full``."""
+
+    full: str | None
+
+
 #: ``defer(delay_ms, reason)``: re-enqueue the message; returns the exception to raise.
 Defer = Callable[[int, str], BaseException]
 
@@ -229,15 +236,18 @@ class Admission:
 
     # -- a message that waits parked, in its worker's queue (see :mod:`.parking`) --
 
-    def arrive(self, request: Request, message_key: int, waiter: Waiter) -> Hold | InLine | None:
+    def arrive(
+        self, request: Request, message_key: int, waiter: Callable[[], Waiter], *, line: Line = Line.JOIN
+    ) -> Hold | InLine | Refused | None:
         """Admit a message a worker thread is about to take, or put its claim in line.
 
         Returns the hold when admitted (on record as running in this thread);
         :class:`InLine` for a claim now in line (parked: in doubt, owned by
-        :data:`~dramatiq_slots.wakeups.PARKED`, ``waiter`` expecting its
-        wake-up); None when the message should go the way of a thread that
-        may not wait (:meth:`admit`: deferred, or failed), which the ledger's
-        error or a distrusted hold calls for.
+        :data:`~dramatiq_slots.wakeups.PARKED`, the waiter ``waiter()`` made
+        expecting its wake-up); :class:`Refused` when refused with
+        ``line=Line.NONE`` (nothing on record); None when the message should
+        go the way of a thread that may not wait (:meth:`admit`: deferred, or
+        failed), which the ledger's error or a distrusted hold calls for.
         """
         process = self.process
         if self.settings.reuse_window:
@@ -248,13 +258,14 @@ class Admission:
                 return hold
         hold = Hold(new_token(), request.limits, request.label, request.strict, request.actor)
         wakeups = process.wakeups
-        wakeups.start()
-        # Registered before the claim joins a line, so no wake-up is missed.
-        wakeups.expect(hold.token, waiter)
+        if line is not Line.NONE:
+            wakeups.start()
+            # Registered before the claim joins a line, so no wake-up is missed.
+            wakeups.expect(hold.token, waiter())
         parked = False
         try:
             try:
-                answer = self._enter(hold, request, Line.JOIN, "enter")
+                answer = self._enter(hold, request, line, "enter")
             except LedgerError as e:
                 # Its outcome unknown (or refused for good): owed, and admit() decides again.
                 process.registry.owe(hold)
@@ -276,7 +287,7 @@ class Admission:
                 process.running(message_key, hold, answer.written_at)
                 return hold
             if not entered.waiting:
-                return None
+                return Refused(entered.full) if line is Line.NONE else None
             process.registry.doubt(hold, owner=PARKED)
             parked = True
             return InLine(hold, entered.full)

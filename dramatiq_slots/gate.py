@@ -31,17 +31,19 @@ import heapq
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from queue import Empty, PriorityQueue
 from typing import Any
 
 import dramatiq
 from dramatiq.middleware import Interrupt
 
-from .admission import Admission
+from .admission import Admission, Refused
 from .claims import Hold
 from .declarations import Request
+from .ledger import Line
 from .parking import Parking, Ticket
 from .wakeups import Waiter
 
@@ -81,6 +83,12 @@ class GatedWorkQueue(PriorityQueue[Any]):
 
     def _qsize(self) -> int:
         return len(self.queue) + len(self._ready) + len(self._returned)
+
+    def retry(self, item: Any) -> None:
+        """An item held back by the gate goes back into the queue, to be admitted again."""
+        with self.not_empty:
+            heapq.heappush(self.queue, item)
+            self.not_empty.notify()
 
     def ready(self, item: Any, ticket: Ticket | None) -> None:
         """An item out of parking: ``ticket`` when it runs with the ticket's hold."""
@@ -139,6 +147,16 @@ class GatedWorkQueue(PriorityQueue[Any]):
         return item
 
 
+@dataclass(eq=False)
+class HeldBack:
+    """A message refused while its process already had as many claims on the ledger as threads."""
+
+    item: Any
+    request: Request
+    since: float
+    extra: dict[str, object] = field(default_factory=dict)
+
+
 class Gate:
     """Admission for the worker thread about to take a message (see the module docstring).
 
@@ -156,9 +174,17 @@ class Gate:
         self.request = request
         self.worker = worker
         self.queue = GatedWorkQueue(self)
-        self.parking = Parking(admission, self._out_of_parking)
+        self.parking = Parking(admission, self._out_of_parking, on_tick=self._expire_held_back)
         self._lock = threading.Lock()
         self._unfetched: dict[str, int] = {}
+        #: Claims of this process on one ledger (held, or parked in its line) never outnumber
+        #: its threads: a slot handed to a parked message then finds a thread not busy with
+        #: that ledger's jobs. The messages refused beyond that are held back, in no line.
+        self.threads = max(1, int(getattr(worker, "worker_threads", 1)))
+        self._held_back: list[HeldBack] = []
+        #: Claims being admitted in the gate now, per ledger (counted by :meth:`_reserve`).
+        self._admitting: Counter[str] = Counter()
+        admission.process.on_ended = self._hold_ended
 
     def install(self) -> None:
         """Put the gated queue in place of the worker's (before any thread reads it)."""
@@ -177,23 +203,40 @@ class Gate:
             self.queue.give_back(item)
             return False
         self.process.leftovers()
-        waiter = self.parking.waiter()
+        made: list[Waiter] = []
+
+        def waiter() -> Waiter:
+            made.append(self.parking.waiter())
+            return made[-1]
+
+        reserved = False
         try:
-            answer = self.admission.arrive(request, id(message), waiter)
+            reserved = self._reserve(request)
+            line = Line.JOIN if reserved else Line.NONE
+            answer = self.admission.arrive(request, id(message), waiter, line=line)
             if answer is None or isinstance(answer, Hold):
                 return True
             extra = self._unfetch(message, answer.full)
-            self.parking.park(answer.hold, request, item, waiter, full=answer.full, **extra)
+            if isinstance(answer, Refused):
+                held = HeldBack(item, request, self.admission.clock.monotonic(), extra)
+                with self._lock:
+                    self._held_back.append(held)
+                self.parking.ensure_thread()  # its max_wait is kept by the parking thread's ticks
+                return False
+            self.parking.park(answer.hold, request, item, made[-1], full=answer.full, **extra)
             return False
         except Interrupt as e:
-            return self._interrupted(request, waiter, e)
+            return self._interrupted(request, made[-1] if made else None, item, e)
         except Exception:
             logger.exception(
                 "Admission of %s failed in the gate; admitting it in the worker thread.", request.label
             )
             return True
+        finally:
+            if reserved:
+                self._unreserve(request)
 
-    def _interrupted(self, request: Request, waiter: Waiter, error: Interrupt) -> bool:
+    def _interrupted(self, request: Request, waiter: Waiter | None, item: Any, error: Interrupt) -> bool:
         """An asynchronous exception meant for this thread's previous message (a time limit or an
         abort that fired as it ended) landed in the gate: nothing may leak, the message is not lost."""
         logger.warning(
@@ -202,9 +245,9 @@ class Gate:
             type(error).__name__,
             request.label,
         )
-        if self.parking.has(waiter):
-            return False  # parked: it waits as any other
-        if waiter.token:
+        if (waiter is not None and self.parking.has(waiter)) or self.held_back(item):
+            return False  # parked or held back: it waits as any other
+        if waiter is not None and waiter.token:
             self.process.wakeups.forget(waiter.token)
             if self.process.registry.abandon_claim(waiter.token) is not None:
                 self.process.heartbeat.ensure_started()
@@ -225,7 +268,7 @@ class Gate:
             if process.registry.is_held(ticket.hold.token):
                 process.running(id(item.message), ticket.hold, None)
         except Interrupt as e:
-            self._interrupted(ticket.request, ticket.waiter, e)
+            self._interrupted(ticket.request, ticket.waiter, item, e)
             if not process.runs_here(id(item.message)):
                 hold = process.registry.begin_release(ticket.hold.token)
                 if hold is not None:
@@ -238,15 +281,75 @@ class Gate:
             self.process.release(hold)
 
     def _out_of_parking(self, ticket: Ticket, admitted: bool) -> None:
-        self._refetch(ticket)
+        self._refetch(ticket.item, ticket.extra)
         if self.process.stopping.is_set() and not admitted:
             self.queue.give_back(ticket.item)
         else:
             self.queue.ready(ticket.item, ticket if admitted else None)
+        if not admitted:
+            self._hold_ended(ticket.hold)  # one claim fewer on its ledgers here
 
     def close(self) -> None:
-        """Worker shutdown: every parked message leaves its line and is given back."""
+        """Worker shutdown: every parked or held-back message leaves its line and is given back."""
         self.parking.close()
+        with self._lock:
+            held, self._held_back = self._held_back, []
+        for entry in held:
+            self._refetch(entry.item, entry.extra)
+            self.queue.give_back(entry.item)
+
+    # -- holding back -------------------------------------------------------
+
+    def _claims_here(self, ledger: str) -> int:
+        """This process's claims on ``ledger``: holds (running, ready, lingering) and parked ones."""
+        held = sum(1 for hold in self.process.registry.snapshot()[0] if ledger in hold.ledgers)
+        return held + self.parking.on_ledger(ledger)
+
+    def _reserve(self, request: Request) -> bool:
+        """Whether the claim may join a line (its process has fewer claims than threads on each of
+        its ledgers, counting those being admitted now); if so, it counts until :meth:`_unreserve`."""
+        with self._lock:
+            ledgers = [limit.ledger for limit in request.limits]
+            if any(self._claims_here(ledger) + self._admitting[ledger] >= self.threads for ledger in ledgers):
+                return False
+            self._admitting.update(ledgers)
+            return True
+
+    def _unreserve(self, request: Request) -> None:
+        with self._lock:
+            self._admitting.subtract(limit.ledger for limit in request.limits)
+
+    def held_back(self, item: Any) -> bool:
+        with self._lock:
+            return any(entry.item is item for entry in self._held_back)
+
+    def _hold_ended(self, hold: Hold) -> None:
+        """A claim of this process on ``hold``'s ledgers ended: one held-back message may try again."""
+        ledgers = set(hold.ledgers)
+        with self._lock:
+            entry = next(
+                (e for e in self._held_back if any(limit.ledger in ledgers for limit in e.request.limits)),
+                None,
+            )
+            if entry is None:
+                return
+            self._held_back.remove(entry)
+        self._refetch(entry.item, entry.extra)
+        if self.process.stopping.is_set():
+            self.queue.give_back(entry.item)
+        else:
+            self.queue.retry(entry.item)
+
+    def _expire_held_back(self, now: float) -> None:
+        """Held back for ``max_wait``: the message goes the way of one that may not wait."""
+        bound = self.admission.settings.max_wait / 1000
+        with self._lock:
+            expired = [e for e in self._held_back if now - e.since >= bound]
+            for entry in expired:
+                self._held_back.remove(entry)
+        for entry in expired:
+            self._refetch(entry.item, entry.extra)
+            self.queue.ready(entry.item, None)
 
     # -- prefetch -----------------------------------------------------------
 
@@ -268,11 +371,11 @@ class Gate:
         ids.discard(message.message_id)
         return {"consumer": consumer}
 
-    def _refetch(self, ticket: Ticket) -> None:
-        consumer: Any = ticket.extra.pop("consumer", None)
+    def _refetch(self, item: Any, extra: dict[str, object]) -> None:
+        consumer: Any = extra.pop("consumer", None)
         if consumer is None:
             return
-        message = ticket.item.message  # type: ignore[attr-defined]
+        message = item.message
         with self._lock:
             self._unfetched[message.queue_name] -= 1
         thread = getattr(self.worker, "consumers", {}).get(message.queue_name)

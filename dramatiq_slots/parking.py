@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -60,14 +61,20 @@ OnReady = Callable[[Ticket, bool], None]
 class Parking:
     """The parked claims of one process, and the thread that asks for them."""
 
-    def __init__(self, admission: Admission, on_ready: OnReady) -> None:
+    def __init__(
+        self, admission: Admission, on_ready: OnReady, *, on_tick: Callable[[float], None] | None = None
+    ) -> None:
         self.admission = admission
         self.process = admission.process
         self.settings = admission.settings
         self.clock = admission.clock
         self.on_ready = on_ready
+        #: Called with the clock's time after every pass of the thread (at least every 8 s).
+        self.on_tick = on_tick
         self._lock = threading.Lock()
         self._tickets: dict[Waiter, Ticket] = {}
+        #: Parked claims per ledger of their limits.
+        self._per_ledger: Counter[str] = Counter()
         self._poke = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -75,6 +82,11 @@ class Parking:
     def waiter(self) -> Waiter:
         """A waiter for a claim about to be parked (its wake-ups come here)."""
         return Waiter(thread=PARKED, on_wake=self._woken)
+
+    def on_ledger(self, ledger: str) -> int:
+        """How many parked claims need a slot of ``ledger``."""
+        with self._lock:
+            return self._per_ledger[ledger]
 
     def has(self, waiter: Waiter) -> bool:
         with self._lock:
@@ -110,7 +122,7 @@ class Parking:
         with self._lock:
             self._tickets[waiter] = ticket
         self._count(ticket, 1)
-        self._ensure_thread()
+        self.ensure_thread()
         self._poke.set()  # the thread's next ask is this one's, or sooner
         if waiter.event.is_set():  # woken before it was on record here
             self._woken(waiter)
@@ -158,7 +170,9 @@ class Parking:
         return gone
 
     def _count(self, ticket: Ticket, count: int) -> None:
-        """The parked-messages gauge, on the ledger whose line the claim joined."""
+        """The per-ledger counts, and the parked-messages gauge on the ledger whose line the claim joined."""
+        with self._lock:
+            self._per_ledger.update({limit.ledger: count for limit in ticket.request.limits})
         full = ticket.extra.get("full")
         limit = next((limit for limit in ticket.request.limits if limit.ledger == full), None)
         if limit is not None:
@@ -245,7 +259,7 @@ class Parking:
 
     # -- the thread ---------------------------------------------------------
 
-    def _ensure_thread(self) -> None:
+    def ensure_thread(self) -> None:
         thread = self._thread
         if thread is not None and thread.is_alive():
             return
@@ -265,6 +279,8 @@ class Parking:
                 break
             try:
                 pause = self.tick()
+                if self.on_tick is not None:
+                    self.on_tick(self.clock.monotonic())
             except Exception:  # never die: parked messages would wait until max_wait for nothing
                 logger.exception("Unexpected error while asking for parked claims; continuing.")
                 pause = REASK_S

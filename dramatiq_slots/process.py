@@ -102,6 +102,8 @@ class SlotsProcess:
         self.wait_gate: WaitGate | None = None
         #: Jobs stopped because their hold was lost (on_lost_hold="interrupt").
         self.interrupted = 0
+        #: Called with each hold whose job ended here (the gate lets a held-back message try again).
+        self.on_ended: Callable[[Hold], None] | None = None
         #: The claim token of each running message, and its thread, by ``id(message)``.
         self._running: dict[int, tuple[str, int]] = {}
         self._running_lock = threading.Lock()
@@ -196,13 +198,22 @@ class SlotsProcess:
             # not refreshed meanwhile: the window is far shorter than hold_ttl.
             self.registry.discard(token)
             self._ended(message_key, hold)
+            self._tell_ended(hold)
             return
         reach("before-release")
         released = self.registry.begin_release(token)
         self._ended(message_key, released)
         if released is not None:
             self.release(released)
+            self._tell_ended(released)
         reach("after-release")
+
+    def _tell_ended(self, hold: Hold) -> None:
+        if self.on_ended is not None:
+            try:
+                self.on_ended(hold)
+            except Exception:  # the job is over; its release must not fail for this
+                logger.exception("Could not hand the end of %s on.", hold.label)
 
     def _ended(self, message_key: int, hold: Hold | None) -> None:
         with self._running_lock:

@@ -1,6 +1,6 @@
 """Parking's rules on a real ledger, with a replaced clock: ``Parking.tick`` is called by hand.
 
-No parking thread runs here (``_ensure_thread`` is replaced), so the re-ask schedule, the
+No parking thread runs here (``ensure_thread`` is replaced), so the re-ask schedule, the
 ``max_wait`` bound, a direct handoff and the shutdown's give-back are read off the ledger and the
 clock, not waited for.
 """
@@ -27,7 +27,7 @@ def parked(
     admission, clock = make(ledger, max_wait=30_000)
     ready: list[tuple[Ticket, bool]] = []
     parking = Parking(admission, lambda ticket, admitted: ready.append((ticket, admitted)))
-    monkeypatch.setattr(parking, "_ensure_thread", lambda: None)
+    monkeypatch.setattr(parking, "ensure_thread", lambda: None)
     # Wake-ups are registered, but no subscription is needed: hand-overs here are in-process.
     monkeypatch.setattr(admission.process.wakeups, "start", lambda: None)
     return admission, clock, parking, ready
@@ -36,7 +36,7 @@ def parked(
 def park_one(admission: Admission, parking: Parking, queue: Limit) -> Ticket:
     request = request_for(queue)
     waiter = parking.waiter()
-    answer = admission.arrive(request, 1, waiter)
+    answer = admission.arrive(request, 1, lambda: waiter)
     assert isinstance(answer, InLine), answer
     return parking.park(answer.hold, request, object(), waiter)
 

@@ -41,9 +41,10 @@
 -- it was handed on another ledger is given back (to whoever asks next).
 --
 -- Lines expire: a claim that joins a line (or takes its place again) makes
--- that line's key live at least ttl more (PTTL, PEXPIRE: relative, so still
--- no TIME on the refusal path); the beats of live waiters' processes push it
--- on. A line whose waiters all died is gone within ttl of its last push.
+-- that line's key live at least ttl / 2 more (PTTL, then PEXPIRE to ttl when
+-- less is left: relative, so still no TIME on the refusal path); the beats of
+-- live waiters' processes push it on. A line whose waiters all died is gone
+-- within ttl of its last push.
 
 local n = #KEYS / 2
 if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 4 then
@@ -81,10 +82,12 @@ if refused > 0 then
   end
   if line > 0 then
     local waits = KEYS[n + refused]
-    -- A claim new to the line makes the line live at least ttl more: a line
-    -- whose waiters all died expires by itself (each beat of a live waiter's
-    -- process pushes it on, beat.lua). Never brought forward.
-    if redis.call('ZADD', waits, 'NX', ARGV[4], token) == 1 and redis.call('PTTL', waits) < ttl then
+    -- A claim new to the line makes the line live at least ttl / 2 more (pushed
+    -- to ttl when less is left, so a busy line costs no PEXPIRE per join): a
+    -- line whose waiters all died expires by itself (each beat of a live
+    -- waiter's process pushes it on to ttl, beat.lua; a beat comes at most
+    -- every ttl / 3). Never brought forward.
+    if redis.call('ZADD', waits, 'NX', ARGV[4], token) == 1 and redis.call('PTTL', waits) * 2 < ttl then
       redis.call('PEXPIRE', waits, ttl)
     end
   end
