@@ -40,7 +40,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Interrupt
 
-from .admission import Admission, Refused
+from .admission import Admission, InLine, Refused
 from .claims import Hold
 from .declarations import Request
 from .ledger import Line
@@ -155,6 +155,8 @@ class HeldBack:
     request: Request
     since: float
     extra: dict[str, object] = field(default_factory=dict)
+    #: The ledger it waits for.
+    full: str | None = None
 
 
 class Gate:
@@ -212,15 +214,22 @@ class Gate:
         reserved = False
         try:
             reserved = self._reserve(request)
-            line = Line.JOIN if reserved else Line.NONE
-            answer = self.admission.arrive(request, id(message), waiter, line=line)
+            parked_on = None if reserved else self._parked_on(request)
+            if parked_on is not None:
+                # Its line holds claims of this process already: a newcomer cannot be
+                # admitted before them (a freed slot goes to the line), so do not ask.
+                answer: Hold | InLine | Refused | None = Refused(parked_on)
+            else:
+                line = Line.JOIN if reserved else Line.NONE
+                answer = self.admission.arrive(request, id(message), waiter, line=line)
             if answer is None or isinstance(answer, Hold):
                 return True
             extra = self._unfetch(message, answer.full)
             if isinstance(answer, Refused):
-                held = HeldBack(item, request, self.admission.clock.monotonic(), extra)
+                held = HeldBack(item, request, self.admission.clock.monotonic(), extra, answer.full)
                 with self._lock:
                     self._held_back.append(held)
+                self._count(held, 1)
                 self.parking.ensure_thread()  # its max_wait is kept by the parking thread's ticks
                 return False
             self.parking.park(answer.hold, request, item, made[-1], full=answer.full, **extra)
@@ -295,6 +304,7 @@ class Gate:
         with self._lock:
             held, self._held_back = self._held_back, []
         for entry in held:
+            self._count(entry, -1)
             self._refetch(entry.item, entry.extra)
             self.queue.give_back(entry.item)
 
@@ -315,6 +325,10 @@ class Gate:
             self._admitting.update(ledgers)
             return True
 
+    def _parked_on(self, request: Request) -> str | None:
+        """A ledger of the request on which this process has a parked claim (None: none)."""
+        return next((limit.ledger for limit in request.limits if self.parking.on_ledger(limit.ledger)), None)
+
     def _unreserve(self, request: Request) -> None:
         with self._lock:
             self._admitting.subtract(limit.ledger for limit in request.limits)
@@ -334,6 +348,7 @@ class Gate:
             if entry is None:
                 return
             self._held_back.remove(entry)
+        self._count(entry, -1)
         self._refetch(entry.item, entry.extra)
         if self.process.stopping.is_set():
             self.queue.give_back(entry.item)
@@ -348,8 +363,15 @@ class Gate:
             for entry in expired:
                 self._held_back.remove(entry)
         for entry in expired:
+            self._count(entry, -1)
             self._refetch(entry.item, entry.extra)
             self.queue.ready(entry.item, None)
+
+    def _count(self, entry: HeldBack, count: int) -> None:
+        """The parked-messages gauge counts held-back messages too (they wait in the worker alike)."""
+        limit = next((limit for limit in entry.request.limits if limit.ledger == entry.full), None)
+        if limit is not None:
+            self.process.metrics.parked(limit, entry.request.actor, count)
 
     # -- prefetch -----------------------------------------------------------
 

@@ -5,8 +5,8 @@ When the broker has dramatiq's ``Prometheus`` middleware (which needs
 
 ``dramatiq_slots_holds_in_use``  (gauge) holds this process's jobs have now
 ``dramatiq_slots_capacity``  (gauge) the ledger's capacity, as this process enforces it
-``dramatiq_slots_messages_parked``  (gauge) messages of this process parked in the ledger's
-                                  line (waiting for a slot, unacked, no thread held)
+``dramatiq_slots_messages_parked``  (gauge) messages of this process waiting for a slot of
+                                  the ledger (unacked, no thread held; parked or held back)
 ``dramatiq_slots_admissions_total``  (counter) messages admitted
 ``dramatiq_slots_deferrals_total``  (counter) messages deferred because a ledger was full
                                    or could not be reached
@@ -149,7 +149,7 @@ class PrometheusMetrics(Metrics):
 
         self.messages_parked = prom.Gauge(
             "dramatiq_slots_messages_parked",
-            "Messages of this process parked in the ledger's line (waiting for a slot, no thread held).",
+            "Messages of this process waiting for a slot of the ledger (unacked, no thread held).",
             labels,
             registry=registry,
             multiprocess_mode="livesum",
