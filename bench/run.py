@@ -1272,17 +1272,21 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
         1.3,
         detail=lambda: "slots {} / separate {}".format(*(_num(v, "{:.2f} s") for v in w6_other())),
     )
-    add(
-        "W6 capped efficiency",
-        [("W6", SLOTS)],
-        lambda: of(part("W6", SLOTS, "capped"), lambda f: f.efficiency),
-        ">=",
-        0.95,
-        detail=lambda: (
-            f"ideal {_num(_part_ideal('W6', 'capped', runs), '{:.2f} s')} / "
-            f"makespan {_num(of(part('W6', SLOTS, 'capped'), lambda f: f.makespan_s), '{:.2f} s')}"
-        ),
-    )
+
+    def part_efficiency(name: str, part_name: str, title: str) -> None:
+        add(
+            title,
+            [(name, SLOTS)],
+            lambda: of(part(name, SLOTS, part_name), lambda f: f.efficiency),
+            ">=",
+            0.95,
+            detail=lambda: (
+                f"ideal {_num(_part_ideal(name, part_name, runs), '{:.2f} s')} / makespan "
+                f"{_num(of(part(name, SLOTS, part_name), lambda f: f.makespan_s), '{:.2f} s')}"
+            ),
+        )
+
+    part_efficiency("W6", "capped", "W6 capped efficiency")
 
     # W7: one hot key's backlog does not hold up the cold keys of its queue.
     def w7_cold() -> tuple[float, float]:
@@ -1296,17 +1300,7 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
         1.5,
         detail=lambda: "makespan {} / ideal {}".format(*(_num(v, "{:.2f} s") for v in w7_cold())),
     )
-    add(
-        "W7 hot key efficiency",
-        [("W7", SLOTS)],
-        lambda: of(part("W7", SLOTS, "hot"), lambda f: f.efficiency),
-        ">=",
-        0.95,
-        detail=lambda: (
-            f"ideal {_num(_part_ideal('W7', 'hot', runs), '{:.2f} s')} / "
-            f"makespan {_num(of(part('W7', SLOTS, 'hot'), lambda f: f.makespan_s), '{:.2f} s')}"
-        ),
-    )
+    part_efficiency("W7", "hot", "W7 hot key efficiency")
 
     # Backlogs that fit in max_wait wait in line: (almost) never deferred. Over the jobs that wait
     # for a slot: W6's capped ones (its uncapped jobs are never deferred and would dilute it 9-fold).

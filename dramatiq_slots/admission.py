@@ -115,15 +115,24 @@ class Admission:
             # Settled on every path but an exception's: then what is in doubt is owed.
             process.abandon()
 
+    def _reuse(self, request: Request, message_key: int) -> Hold | None:
+        """A lingering hold of the same limits, now the message's (on record as running), if any."""
+        if not self.settings.reuse_window:
+            return None
+        process = self.process
+        lingering = process.lingering.take(request.limits, claim=process.registry.doubt)
+        if lingering is None:
+            return None
+        # Its expiry's age is still on record (lingering does not forget it).
+        hold = Hold(lingering.token, lingering.limits, request.label, request.strict, request.actor)
+        process.running(message_key, hold, None)
+        return hold
+
     def _admit(self, request: Request, message_key: int, *, deferrals: int, defer: Defer) -> Hold:
         process = self.process
-        if self.settings.reuse_window:
-            lingering = process.lingering.take(request.limits, claim=process.registry.doubt)
-            if lingering is not None:
-                # Its expiry's age is still on record (parking does not forget it).
-                hold = Hold(lingering.token, lingering.limits, request.label, request.strict, request.actor)
-                process.running(message_key, hold, None)
-                return hold
+        reused = self._reuse(request, message_key)
+        if reused is not None:
+            return reused
         outage_attempt = 0
         while True:
             # A fresh token per attempt: an attempt whose outcome is unknown is
@@ -250,12 +259,9 @@ class Admission:
         failed), which the ledger's error or a distrusted hold calls for.
         """
         process = self.process
-        if self.settings.reuse_window:
-            lingering = process.lingering.take(request.limits, claim=process.registry.doubt)
-            if lingering is not None:
-                hold = Hold(lingering.token, lingering.limits, request.label, request.strict, request.actor)
-                process.running(message_key, hold, None)
-                return hold
+        reused = self._reuse(request, message_key)
+        if reused is not None:
+            return reused
         hold = Hold(new_token(), request.limits, request.label, request.strict, request.actor)
         wakeups = process.wakeups
         if line is not Line.NONE:
