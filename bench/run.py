@@ -280,7 +280,7 @@ class Workload:
     def groups(self, way: str) -> list[GroupPlan]:
         """The worker groups ``way`` runs: the workload's hosts, ``dedicated``'s or ``separate``'s."""
         if way == DEDICATED:
-            return [GroupPlan("h1", 1, self.cap)]
+            return [GroupPlan("h1", 1, self.cap, self.queues)]
         if way == SEPARATE:
             # Host 1 gives cap of its threads to the capped queue; every other thread serves the
             # other queue: the same hosts and total threads, split by queue.
@@ -294,7 +294,15 @@ class Workload:
                 GroupPlan(f"h{h + 1}-other", 1, self.threads, (OTHER_QUEUE,)) for h in range(1, self.hosts)
             ]
             return plans
-        return [GroupPlan(f"h{h + 1}", self.processes, self.threads) for h in range(self.hosts)]
+        return [GroupPlan(f"h{h + 1}", self.processes, self.threads, self.queues) for h in range(self.hosts)]
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues this workload's messages go to: its worker groups consume only those, so
+        the idle polling of the app's other queues (whose cost grows with the makespan, not with
+        the jobs) is not counted against the way that runs longer."""
+        first = KEYED_QUEUE if self.keyed else CAPPED_QUEUE
+        return (first, OTHER_QUEUE) if self.other_jobs else (first,)
 
     def way_topology(self, way: str) -> str:
         """The worker groups of ``way`` in words (the workload's topology but for dedicated and separate)."""

@@ -9,11 +9,14 @@ ledger's line and the message is *parked* (:mod:`dramatiq_slots.parking`),
 unacked, still an unfinished task of the queue, and the thread takes the
 next message instead. A parked message handed its slot comes back *ready*,
 ahead of everything else in the queue. So a thread never waits for a slot,
-and a waiting message costs no broker round trip.
+and a waiting message costs no broker round trip. A process's claims on one
+ledger never outnumber its threads: a message refused beyond that is *held
+back* (in memory, in no line) until one of them ends, so a handed slot always
+finds a thread that is not running that ledger's jobs.
 
 Parked messages count against their own queue's prefetch: a capped queue
 whose prefetch is all parked is simply not fetched from, while other queues
-are. A message parked by a runtime key's ledger is taken out of the Redis
+are. A message parked or held back by a runtime key's ledger is taken out of the Redis
 broker's count of outstanding messages (up to :data:`UNFETCHED_PER_QUEUE`
 per queue), so one busy key does not keep the other keys of its queue from
 being fetched; it stays unacked in the broker all the same.
