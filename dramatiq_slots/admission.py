@@ -115,7 +115,7 @@ class Admission:
             # Settled on every path but an exception's: then what is in doubt is owed.
             process.abandon()
 
-    def _reuse(self, request: Request, message_key: int) -> Hold | None:
+    def reuse(self, request: Request, message_key: int) -> Hold | None:
         """A lingering hold of the same limits, now the message's (on record as running), if any."""
         if not self.settings.reuse_window:
             return None
@@ -130,7 +130,7 @@ class Admission:
 
     def _admit(self, request: Request, message_key: int, *, deferrals: int, defer: Defer) -> Hold:
         process = self.process
-        reused = self._reuse(request, message_key)
+        reused = self.reuse(request, message_key)
         if reused is not None:
             return reused
         outage_attempt = 0
@@ -259,7 +259,7 @@ class Admission:
         failed), which the ledger's error or a distrusted hold calls for.
         """
         process = self.process
-        reused = self._reuse(request, message_key)
+        reused = self.reuse(request, message_key)
         if reused is not None:
             return reused
         hold = Hold(new_token(), request.limits, request.label, request.strict, request.actor)

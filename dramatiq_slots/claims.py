@@ -293,6 +293,16 @@ class HoldRegistry:
             held = [hold for token, hold in self._held.items() if token not in self._owed]
             return held, list(self._owed.values())
 
+    def held_on(self, ledger: str) -> int:
+        """How many holds (not owed) have a member on ``ledger``."""
+        with self._lock:
+            self._check_fork()
+            return sum(
+                1
+                for token, hold in self._held.items()
+                if token not in self._owed and any(limit.ledger == ledger for limit in hold.limits)
+            )
+
     def owed_unadmitted(self) -> int:
         """How many owed releases are of claims never known to be admitted (an ``enter`` whose
         answer never came): each may hold nothing at all."""

@@ -216,6 +216,8 @@ class Gate:
 
         reserved = False
         try:
+            if self.admission.reuse(request, id(message)) is not None:
+                return True  # a lingering hold of the same limits: no Redis, no line
             reserved = self._reserve(request)
             parked_on = None if reserved else self._parked_on(request)
             if parked_on is not None:
@@ -315,8 +317,7 @@ class Gate:
 
     def _claims_here(self, ledger: str) -> int:
         """This process's claims on ``ledger``: holds (running, ready, lingering) and parked ones."""
-        held = sum(1 for hold in self.process.registry.snapshot()[0] if ledger in hold.ledgers)
-        return held + self.parking.on_ledger(ledger)
+        return self.process.registry.held_on(ledger) + self.parking.on_ledger(ledger)
 
     def _reserve(self, request: Request) -> bool:
         """Whether the claim may join a line (its process has fewer claims than threads on each of
