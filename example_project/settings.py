@@ -18,8 +18,8 @@ Variable                           Default                    What it sets
 ``SLOTS_BEAT_INTERVAL_MS``         hold_ttl / 6               How often each worker refreshes its holds.
 ``SLOTS_MAX_WAIT_MS``              30000                      How long a message waits in line before it is
                                                               deferred.
-``SLOTS_WAITING_SHARE``            0.5                        Share of a worker's threads that may wait in
-                                                              line; the rest keep the other queues moving.
+``SLOTS_WAITING_SHARE``            0.5                        Without the gate only (an untested dramatiq):
+                                                              share of a worker's threads that may wait.
 ``PARTNER_API_CAPACITY``           3                          Concurrent calls the shipping partner allows.
 ``DRAMATIQ_PROMETHEUS``            0                          1: add dramatiq's Prometheus middleware
                                                               (metrics on port ``dramatiq_prom_port``, 9191).
