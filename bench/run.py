@@ -876,6 +876,30 @@ COLUMNS = (
 )
 
 
+def _failure_notes(wr: WayRuns, r: Result, f: Figures) -> list[str]:
+    """Notes on failed repeats, dead letters and jobs that ran more than once."""
+    notes = []
+    failed = [x for x in wr.results if x.error]
+    if failed:
+        notes.append(f"{len(failed)} of {len(wr.results)} repeats failed: {failed[0].error}")
+    if r.dead_letters:
+        notes.append(f"{r.dead_letters} dead-lettered")
+    if f.runs > f.completed:
+        notes.append(f"{f.runs} runs for {f.completed} completed jobs")
+    return notes
+
+
+def _median_or_error(wr: WayRuns, lines: list[str]) -> tuple[Result | None, Figures | None]:
+    """The median repeat of a way and its figures; or (None, None) and an ERROR row in ``lines``."""
+    r = wr.median
+    f = r.figures if r is not None else None
+    if r is None or f is None:
+        error = next((x.error for x in wr.results if x.error), "no figures")
+        lines.append(f"{wr.way.ljust(12)}  ERROR {error}")
+        return None, None
+    return r, f
+
+
 def table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
     """The rows of one workload (header first); a ``>=``/``<=`` marks a bound of an unfinished run."""
     lines = [
@@ -891,11 +915,8 @@ def table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
     ]
     nocap = next((wr.figures for wr in runs if wr.way == NOCAP), None)
     for wr in runs:
-        r = wr.median
-        f = r.figures if r is not None else None
+        r, f = _median_or_error(wr, lines)
         if r is None or f is None:
-            error = next((x.error for x in wr.results if x.error), "no figures")
-            lines.append(f"{wr.way.ljust(12)}  ERROR {error}")
             continue
         lo = "" if f.finished else ">="
         hi = "" if f.finished else "<="
@@ -929,13 +950,7 @@ def table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
                 f"{what} over {len(wr.ok)} repeats {min(scores):.2f}..{max(scores):.2f} "
                 f"(repeat {r.repeat}, the median, shown)"
             )
-        failed = [x for x in wr.results if x.error]
-        if failed:
-            notes.append(f"{len(failed)} of {len(wr.results)} repeats failed: {failed[0].error}")
-        if r.dead_letters:
-            notes.append(f"{r.dead_letters} dead-lettered")
-        if f.runs > f.completed:
-            notes.append(f"{f.runs} runs for {f.completed} completed jobs")
+        notes += _failure_notes(wr, r, f)
         if workload.keyed:
             notes.append(f"peak across keys {f.peak}")
         if f.fifo_over_2x:
@@ -998,11 +1013,8 @@ def parts_table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
         lines.append(f"    {part.name}: {part.describe}{ideal}")
     lines.append("  ".join(name.ljust(width) for name, width in columns))
     for wr in runs:
-        r = wr.median
-        f = r.figures if r is not None else None
+        r, f = _median_or_error(wr, lines)
         if r is None or f is None:
-            error = next((x.error for x in wr.results if x.error), "no figures")
-            lines.append(f"{wr.way.ljust(12)}  ERROR {error}")
             continue
         limited = [r.parts[p.name] for p in workload.parts if p.limited and p.name in r.parts]
         cells = [
@@ -1030,13 +1042,7 @@ def parts_table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
         notes = []
         if wr.way in (DEDICATED, SEPARATE):
             notes.append(f"{workload.way_topology(wr.way)}: the cap by construction, no limiter")
-        failed = [x for x in wr.results if x.error]
-        if failed:
-            notes.append(f"{len(failed)} of {len(wr.results)} repeats failed: {failed[0].error}")
-        if r.dead_letters:
-            notes.append(f"{r.dead_letters} dead-lettered")
-        if f.runs > f.completed:
-            notes.append(f"{f.runs} runs for {f.completed} completed jobs")
+        notes += _failure_notes(wr, r, f)
         for part in workload.parts:
             pf = r.parts.get(part.name)
             if pf is None:

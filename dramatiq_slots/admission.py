@@ -158,16 +158,11 @@ class Admission:
                 raise AdmissionError(f"actor {request.actor!r}: {e}; the actor did not run") from e
             else:
                 entered = answer.entered
-                distrust = self.distrust(entered, answer.written_at) if entered.admitted else None
+                distrust = self._take(hold, request, message_key, answer) if entered.admitted else None
                 if entered.admitted and distrust is None:
-                    if self.settings.reuse_window and roomy(request.limits, entered.members):
-                        process.lingering.reusable(hold, self.settings.reuse_window)
-                    process.running(message_key, hold, answer.written_at)
                     return hold
                 if distrust is not None:
-                    # Admitted, but the hold cannot be trusted: give it back, come back later.
-                    process.release(process.registry.begin_release(hold.token) or hold)
-                    reason, refused = distrust, request.limits
+                    reason, refused = distrust, request.limits  # given back: come back later
                 else:
                     reason = f"ledger {entered.full!r} is full"
                     refused = tuple(limit for limit in request.limits if limit.ledger == entered.full)
@@ -281,16 +276,12 @@ class Admission:
                 return None
             entered = answer.entered
             if entered.admitted:
-                distrust = self.distrust(entered, answer.written_at)
+                distrust = self._take(hold, request, message_key, answer)
                 if distrust is not None:
-                    process.release(process.registry.begin_release(hold.token) or hold)
                     logger.debug(
                         "Gave back the hold of %s: %s; admitting it afresh.", request.label, distrust
                     )
                     return None
-                if self.settings.reuse_window and roomy(request.limits, entered.members):
-                    process.lingering.reusable(hold, self.settings.reuse_window)
-                process.running(message_key, hold, answer.written_at)
                 return hold
             if not entered.waiting:
                 return Refused(entered.full) if line is Line.NONE else None
@@ -340,18 +331,41 @@ class Admission:
             waiter.event.clear()
             if not woken:
                 pause = min(pause * 2, REASK_MAX_S)
-            if waiter.handed is not None and len(request.limits) == 1 and not self.settings.wait_replicas:
-                # leave.lua wrote the hold before it published: no need to ask. (With
-                # wait_replicas the claim asks anyway: its own write, then WAIT on its own
-                # connection, proves the replicas have the handed hold too; the replication
-                # stream is ordered.)
-                written_at = clock.monotonic() - waiter.age_ms / 1000
-                return Answer(Entered(admitted=True, replayed=True), written_at)
+            handed = self.handed(request, waiter)
+            if handed is not None:
+                return handed
             # Woken without a slot (reconnect, shutdown), or by a slot of one
             # ledger out of several, or nothing came: ask again, keeping our place.
             waiter.handed = None
             answer = self._enter(hold, request, Line.KEEP, "re-ask")
         return answer
+
+    def handed(self, request: Request, waiter: Waiter) -> Answer | None:
+        """The answer a wake-up that handed ``waiter`` its slot stands for, when no ask is needed.
+
+        leave.lua (or beat.lua) wrote the hold before it published. Not with several
+        limits (the others must be asked for), nor with ``wait_replicas`` (the claim asks:
+        its own write, then ``WAIT`` on its own connection, proves the replicas have the
+        handed hold too; the replication stream is ordered).
+        """
+        if waiter.handed is None or len(request.limits) != 1 or self.settings.wait_replicas:
+            return None
+        age = waiter.age_ms
+        written_at = None if age < 0 else self.clock.monotonic() - age / 1000
+        return Answer(Entered(admitted=True, replayed=True), written_at)
+
+    def _take(self, hold: Hold, request: Request, message_key: int, answer: Answer) -> str | None:
+        """An admitted claim: on record as running (kept reusable where there is room), or, when it
+        cannot be trusted, given back at once; why it was not trusted (None: it runs)."""
+        process = self.process
+        distrust = self.distrust(answer.entered, answer.written_at)
+        if distrust is not None:
+            process.release(process.registry.begin_release(hold.token) or hold)
+            return distrust
+        if self.settings.reuse_window and roomy(request.limits, answer.entered.members):
+            process.lingering.reusable(hold, self.settings.reuse_window)
+        process.running(message_key, hold, answer.written_at)
+        return None
 
     def distrust(self, entered: Entered, written_at: float | None) -> str | None:
         """Why an admitted hold cannot be trusted (None: it can).

@@ -36,7 +36,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from queue import Empty, PriorityQueue
 from typing import Any
 
@@ -47,7 +47,7 @@ from .admission import Admission, InLine, Refused
 from .claims import Hold
 from .declarations import Request
 from .ledger import Line
-from .parking import Parking, Ticket
+from .parking import Parking, Ticket, count_waiting
 from .wakeups import Waiter
 
 logger = logging.getLogger("dramatiq_slots.gate")
@@ -157,9 +157,10 @@ class HeldBack:
     item: Any
     request: Request
     since: float
-    extra: dict[str, object] = field(default_factory=dict)
     #: The ledger it waits for.
     full: str | None = None
+    #: The broker consumer whose prefetch count it was taken out of.
+    consumer: object = None
 
 
 class Gate:
@@ -229,15 +230,15 @@ class Gate:
                 answer = self.admission.arrive(request, id(message), waiter, line=line)
             if answer is None or isinstance(answer, Hold):
                 return True
-            extra = self._unfetch(message, answer.full)
+            consumer = self._unfetch(message, answer.full)
             if isinstance(answer, Refused):
-                held = HeldBack(item, request, self.admission.clock.monotonic(), extra, answer.full)
+                held = HeldBack(item, request, self.admission.clock.monotonic(), answer.full, consumer)
                 with self._lock:
                     self._held_back.append(held)
                 self._count(held, 1)
                 self.parking.ensure_thread()  # its max_wait is kept by the parking thread's ticks
                 return False
-            self.parking.park(answer.hold, request, item, made[-1], full=answer.full, **extra)
+            self.parking.park(answer.hold, request, item, made[-1], full=answer.full, consumer=consumer)
             return False
         except Interrupt as e:
             return self._interrupted(request, made[-1] if made else None, item, e)
@@ -295,7 +296,7 @@ class Gate:
             self.process.release(hold)
 
     def _out_of_parking(self, ticket: Ticket, admitted: bool) -> None:
-        self._refetch(ticket.item, ticket.extra)
+        self._refetch(ticket.item, ticket.consumer)
         if self.process.stopping.is_set() and not admitted:
             self.queue.give_back(ticket.item)
         else:
@@ -310,7 +311,7 @@ class Gate:
             held, self._held_back = self._held_back, []
         for entry in held:
             self._count(entry, -1)
-            self._refetch(entry.item, entry.extra)
+            self._refetch(entry.item, entry.consumer)
             self.queue.give_back(entry.item)
 
     # -- holding back -------------------------------------------------------
@@ -353,7 +354,7 @@ class Gate:
                 return
             self._held_back.remove(entry)
         self._count(entry, -1)
-        self._refetch(entry.item, entry.extra)
+        self._refetch(entry.item, entry.consumer)
         if self.process.stopping.is_set():
             self.queue.give_back(entry.item)
         else:
@@ -368,37 +369,36 @@ class Gate:
                 self._held_back.remove(entry)
         for entry in expired:
             self._count(entry, -1)
-            self._refetch(entry.item, entry.extra)
+            self._refetch(entry.item, entry.consumer)
             self.queue.ready(entry.item, None)
 
     def _count(self, entry: HeldBack, count: int) -> None:
-        """The parked-messages gauge counts held-back messages too (they wait in the worker alike)."""
-        limit = next((limit for limit in entry.request.limits if limit.ledger == entry.full), None)
-        if limit is not None:
-            self.process.metrics.parked(limit, entry.request.actor, count)
+        count_waiting(self.process.metrics, entry.request, entry.full, count)
 
     # -- prefetch -----------------------------------------------------------
 
-    def _unfetch(self, message: Any, full: str | None) -> dict[str, object]:
-        """Take a message parked by a runtime key out of its Redis consumer's prefetch count."""
+    def _unfetch(self, message: Any, full: str | None) -> object:
+        """Take a message waiting for a runtime key out of its Redis consumer's prefetch count;
+        the consumer it was taken out of (None: it was not)."""
         parsed = self.admission.settings.keys.parse(full or "")
         if parsed is None or parsed[0] != "key":
-            return {}
+            return None
         thread = getattr(self.worker, "consumers", {}).get(message.queue_name)
         consumer = getattr(thread, "consumer", None)
         ids = getattr(consumer, "queued_message_ids", None)
         if not isinstance(ids, set):
-            return {}
+            return None
         with self._lock:
             count = self._unfetched.get(message.queue_name, 0)
             if count >= UNFETCHED_PER_QUEUE:
-                return {}
+                return None
             self._unfetched[message.queue_name] = count + 1
         ids.discard(message.message_id)
-        return {"consumer": consumer}
+        return consumer
 
-    def _refetch(self, item: Any, extra: dict[str, object]) -> None:
-        consumer: Any = extra.pop("consumer", None)
+    def _refetch(self, item: Any, taken_from: object) -> None:
+        """Count the message in its consumer's prefetch again (it leaves waiting)."""
+        consumer: Any = taken_from
         if consumer is None:
             return
         message = item.message

@@ -24,12 +24,13 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .admission import REASK_MAX_S, REASK_S, Admission, Answer
 from .claims import Hold
 from .declarations import Request
 from .errors import LedgerError, LedgerUnavailable
+from .metrics import Metrics
 from .wakeups import PARKED, Waiter
 
 logger = logging.getLogger("dramatiq_slots.parking")
@@ -46,11 +47,20 @@ class Ticket:
     deadline: float
     next_ask: float
     pause: float
+    #: The ledger whose line it waits in.
+    full: str | None = None
+    #: The broker consumer whose prefetch count it was taken out of (see :mod:`.gate`).
+    consumer: object = None
     #: Woken (or due) while the thread was asking for it: ask again.
     due: bool = False
     asking: bool = False
-    #: Whatever the gate keeps with it (the prefetch it was taken out of).
-    extra: dict[str, object] = field(default_factory=dict)
+
+
+def count_waiting(metrics: Metrics, request: Request, full: str | None, count: int) -> None:
+    """``dramatiq_slots_messages_parked`` on ``full``, the ledger a message waits for."""
+    limit = next((limit for limit in request.limits if limit.ledger == full), None)
+    if limit is not None:
+        metrics.parked(limit, request.actor, count)
 
 
 #: ``on_ready(ticket, admitted)``: the ticket left parking; its message may run
@@ -106,7 +116,16 @@ class Parking:
 
     # -- parking and waking -------------------------------------------------
 
-    def park(self, hold: Hold, request: Request, item: object, waiter: Waiter, **extra: object) -> Ticket:
+    def park(
+        self,
+        hold: Hold,
+        request: Request,
+        item: object,
+        waiter: Waiter,
+        *,
+        full: str | None,
+        consumer: object = None,
+    ) -> Ticket:
         """Keep a claim now in line (:meth:`Admission.arrive` answered so)."""
         now = self.clock.monotonic()
         ticket = Ticket(
@@ -117,7 +136,8 @@ class Parking:
             deadline=now + self.settings.max_wait / 1000,
             next_ask=now + REASK_S,
             pause=REASK_S,
-            extra=dict(extra),
+            full=full,
+            consumer=consumer,
         )
         with self._lock:
             self._tickets[waiter] = ticket
@@ -134,26 +154,18 @@ class Parking:
             ticket = self._tickets.get(waiter)
             if ticket is None:
                 return  # not on record yet (park() looks), or gone already
-            direct = (
-                waiter.handed is not None
-                and not ticket.asking
-                and len(ticket.request.limits) == 1
-                and not self.settings.wait_replicas
-                and not self.process.stopping.is_set()
-            )
-            if direct:
+            handed = None
+            if not ticket.asking and not self.process.stopping.is_set():
+                handed = self.admission.handed(ticket.request, waiter)
+            if handed is not None:
                 del self._tickets[waiter]
             else:
                 ticket.due = True
-        if direct:
-            self._count(ticket, -1)
-        else:
+        if handed is None:
             self._poke.set()
             return
-        # leave.lua wrote the hold before it published (see Admission.wait_in_line).
-        age = waiter.age_ms
-        written_at = None if age < 0 else self.clock.monotonic() - age / 1000
-        self._admitted(ticket, written_at)
+        self._count(ticket, -1)
+        self._admitted(ticket, handed.written_at)
 
     def _admitted(self, ticket: Ticket, written_at: float | None) -> None:
         self.process.wakeups.forget(ticket.hold.token)
@@ -170,13 +182,10 @@ class Parking:
         return gone
 
     def _count(self, ticket: Ticket, count: int) -> None:
-        """The per-ledger counts, and the parked-messages gauge on the ledger whose line the claim joined."""
+        """The per-ledger counts, and the parked-messages gauge."""
         with self._lock:
             self._per_ledger.update({limit.ledger: count for limit in ticket.request.limits})
-        full = ticket.extra.get("full")
-        limit = next((limit for limit in ticket.request.limits if limit.ledger == full), None)
-        if limit is not None:
-            self.process.metrics.parked(limit, ticket.request.actor, count)
+        count_waiting(self.process.metrics, ticket.request, ticket.full, count)
 
     # -- asking again -------------------------------------------------------
 

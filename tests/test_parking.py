@@ -33,20 +33,26 @@ def parked(
     return admission, clock, parking, ready
 
 
+def held_elsewhere(ledger: Ledger) -> Limit:
+    """A cap-1 queue whose slot another process holds."""
+    queue = Limit(ledger.keys.queue("q"), 1)
+    assert ledger.enter(OTHER, [queue], ttl_ms=60_000).admitted
+    return queue
+
+
 def park_one(admission: Admission, parking: Parking, queue: Limit) -> Ticket:
     request = request_for(queue)
     waiter = parking.waiter()
     answer = admission.arrive(request, 1, lambda: waiter)
     assert isinstance(answer, InLine), answer
-    return parking.park(answer.hold, request, object(), waiter)
+    return parking.park(answer.hold, request, object(), waiter, full=answer.full)
 
 
 def test_a_parked_claim_asks_again_after_2_4_8_s_and_leaves_its_line_at_max_wait(
     ledger: Ledger, parked: tuple[Admission, FakeClock, Parking, list[Any]]
 ) -> None:
     admission, clock, parking, ready = parked
-    queue = Limit(ledger.keys.queue("q"), 1)
-    assert ledger.enter(OTHER, [queue], ttl_ms=60_000).admitted
+    queue = held_elsewhere(ledger)
     asks: list[float] = []
     original = ledger.enter
 
@@ -73,8 +79,7 @@ def test_a_slot_handed_by_a_release_makes_the_parked_message_ready_without_askin
     ledger: Ledger, parked: tuple[Admission, FakeClock, Parking, list[Any]]
 ) -> None:
     admission, _, parking, ready = parked
-    queue = Limit(ledger.keys.queue("q"), 1)
-    assert ledger.enter(OTHER, [queue], ttl_ms=60_000).admitted
+    queue = held_elsewhere(ledger)
     ticket = park_one(admission, parking, queue)
     asked: list[Any] = []
     ledger.enter = lambda *a, **k: asked.append(k) or Entered(admitted=False)  # type: ignore[method-assign,func-returns-value]
@@ -92,8 +97,7 @@ def test_shutdown_takes_every_parked_claim_out_of_line_and_releases_a_slot_hande
     ledger: Ledger, parked: tuple[Admission, FakeClock, Parking, list[Any]]
 ) -> None:
     admission, _, parking, ready = parked
-    queue = Limit(ledger.keys.queue("q"), 1)
-    assert ledger.enter(OTHER, [queue], ttl_ms=60_000).admitted
+    queue = held_elsewhere(ledger)
     first = park_one(admission, parking, queue)
     second = park_one(admission, parking, queue)
     admission.process.stopping.set()

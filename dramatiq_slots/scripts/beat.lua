@@ -90,6 +90,7 @@ for j = 1, o do
 end
 
 -- include: outlive
+-- include: tell
 
 local handed = {}
 for k = 1, w do
@@ -107,14 +108,16 @@ for k = 1, w do
     redis.call('ZADD', ledger, expiry, waiter)
     -- A new (or emptied, so deleted) key expires with its first hold.
     if members == 0 then redis.call('PEXPIREAT', ledger, expiry) end
-    local process = string.match(waiter, '^(.*):[^:]*:[^:]*$') or waiter
-    if process == own then
+    local told = tell(channel, own, waiter, 0, ledger)
+    if told == 'own' then
       handed[#handed + 1] = waiter
       handed[#handed + 1] = k
-    elseif redis.call('PUBLISH', channel .. process, waiter .. ' 0 ' .. ledger) == 0 then
-      redis.call('ZREM', ledger, waiter)
     end
-    if members > 0 and redis.call('ZSCORE', ledger, waiter) then outlive(ledger, expiry, ttl) end
+    if not told then
+      redis.call('ZREM', ledger, waiter)  -- nobody listens: the next in line is served
+    elseif members > 0 then
+      outlive(ledger, expiry, ttl)
+    end
   end
   -- Never brought forward, and given to a line without one (-1; -2: no line).
   local left = redis.call('PTTL', line)

@@ -56,6 +56,7 @@ end
 -- A renewed expiry is the ledger's newest: the key's expiry is pushed to it,
 -- never earlier (lib/outlive.lua).
 -- include: outlive
+-- include: tell
 local renewed
 
 local removed, handed = 0, {}
@@ -86,9 +87,7 @@ for i = 1, n do
         given, passed = renewed, 0
       end
       redis.call('ZADD', ledger, given, waiter)
-      local process = string.match(waiter, '^(.*):[^:]*:[^:]*$') or waiter
-      if process == own
-          or redis.call('PUBLISH', channel .. process, waiter .. ' ' .. passed .. ' ' .. ledger) > 0 then
+      if tell(channel, own, waiter, passed, ledger) then
         if age < 0 then outlive(ledger, renewed, ttl) end
         handed[#handed + 1] = waiter
         handed[#handed + 1] = i
