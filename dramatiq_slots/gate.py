@@ -238,7 +238,15 @@ class Gate:
                 self._count(held, 1)
                 self.parking.ensure_thread()  # its max_wait is kept by the parking thread's ticks
                 return False
-            self.parking.park(answer.hold, request, item, made[-1], full=answer.full, consumer=consumer)
+            with self._lock:
+                # From being admitted to parked in one step: never counted twice (which would
+                # hold another message back for nothing), nor not at all.
+                self.parking.count_in(request)
+                self._admitting.subtract(limit.ledger for limit in request.limits)
+                reserved = False
+            self.parking.park(
+                answer.hold, request, item, made[-1], full=answer.full, consumer=consumer, counted=True
+            )
             return False
         except Interrupt as e:
             return self._interrupted(request, made[-1] if made else None, item, e)

@@ -93,6 +93,11 @@ class Parking:
         """A waiter for a claim about to be parked (its wake-ups come here)."""
         return Waiter(thread=PARKED, on_wake=self._woken)
 
+    def count_in(self, request: Request) -> None:
+        """Count a claim about to be parked on its ledgers now (``park(..., counted=True)`` follows)."""
+        with self._lock:
+            self._per_ledger.update(limit.ledger for limit in request.limits)
+
     def on_ledger(self, ledger: str) -> int:
         """How many parked claims need a slot of ``ledger``."""
         with self._lock:
@@ -125,8 +130,10 @@ class Parking:
         *,
         full: str | None,
         consumer: object = None,
+        counted: bool = False,
     ) -> Ticket:
-        """Keep a claim now in line (:meth:`Admission.arrive` answered so)."""
+        """Keep a claim now in line (:meth:`Admission.arrive` answered so); ``counted``: its
+        ledgers' counts already have it (:meth:`count_in`)."""
         now = self.clock.monotonic()
         ticket = Ticket(
             hold,
@@ -141,7 +148,10 @@ class Parking:
         )
         with self._lock:
             self._tickets[waiter] = ticket
-        self._count(ticket, 1)
+        if counted:  # on the ledgers already (count_in): the gauge only
+            count_waiting(self.process.metrics, request, full, 1)
+        else:
+            self._count(ticket, 1)
         self.ensure_thread()
         self._poke.set()  # the thread's next ask is this one's, or sooner
         if waiter.event.is_set():  # woken before it was on record here

@@ -117,6 +117,8 @@ class Wakeups:
         self.on_stray = on_stray
         self._lock = threading.Lock()
         self._waiting: dict[str, Waiter] = {}
+        #: The tokens of the waiters a thread blocks on (not parked ones), by thread.
+        self._by_thread: dict[int, set[str]] = {}
         self._pid = os.getpid()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -135,18 +137,29 @@ class Wakeups:
         waiter.token = token
         with self._lock:
             self._waiting[token] = waiter
+            if waiter.thread != PARKED:
+                self._by_thread.setdefault(waiter.thread, set()).add(token)
         return waiter
 
     def forget(self, token: str) -> None:
         with self._lock:
-            self._waiting.pop(token, None)
+            waiter = self._waiting.pop(token, None)
+            if waiter is not None and waiter.thread != PARKED:
+                tokens = self._by_thread.get(waiter.thread)
+                if tokens is not None:
+                    tokens.discard(token)
+                    if not tokens:
+                        del self._by_thread[waiter.thread]
 
     def forget_thread(self) -> None:
-        """Forget what this thread still expects: its wait ended without forgetting it (an exception)."""
+        """Forget what this thread still expects: its wait ended without forgetting it (an exception).
+
+        Called before every admission: it looks at this thread's own waiters only, never at
+        the parked ones (there may be many)."""
         me = threading.get_ident()
         with self._lock:
-            for token in [token for token, waiter in self._waiting.items() if waiter.thread == me]:
-                del self._waiting[token]
+            for token in self._by_thread.pop(me, set()):
+                self._waiting.pop(token, None)
 
     def wake_all(self) -> None:
         """Wake every waiting claim of this process, to ask the ledger again (or withdraw)."""
@@ -186,6 +199,7 @@ class Wakeups:
             # A forked child: the parent's thread and waiters are not ours.
             self._lock = threading.Lock()
             self._waiting = {}
+            self._by_thread = {}
             self._pid = pid
             self.listening = threading.Event()
         with self._lock:
