@@ -117,9 +117,11 @@ class Admission:
 
     def reuse(self, request: Request, message_key: int) -> Hold | None:
         """A lingering hold of the same limits, now the message's (on record as running), if any."""
-        if not self.settings.reuse_window:
-            return None
         process = self.process
+        if not self.settings.reuse_window or process.controls.paused(
+            limit.ledger for limit in request.limits
+        ):
+            return None
         lingering = process.lingering.take(request.limits, claim=process.registry.doubt)
         if lingering is None:
             return None
@@ -315,6 +317,8 @@ class Admission:
         deadline = clock.monotonic() + self.settings.max_wait / 1000
         pause = REASK_S
         while not answer.entered.admitted and answer.entered.waiting:
+            if answer.entered.paused or self.process.controls.paused([answer.entered.full or ""]):
+                deadline = clock.monotonic() + self.settings.max_wait / 1000  # no max_wait while paused
             remaining = deadline - clock.monotonic()
             if remaining <= 0 or self.process.stopping.is_set():
                 held = ledger.withdraw(hold.token, request.limits)
@@ -362,7 +366,7 @@ class Admission:
         if distrust is not None:
             process.release(process.registry.begin_release(hold.token) or hold)
             return distrust
-        if self.settings.reuse_window and roomy(request.limits, answer.entered.members):
+        if self.settings.reuse_window and roomy(answer.entered.capacities, answer.entered.members):
             process.lingering.reusable(hold, self.settings.reuse_window)
         process.running(message_key, hold, answer.written_at)
         return None

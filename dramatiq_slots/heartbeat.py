@@ -21,7 +21,11 @@ beat fails and the hold's expiry was written ``hold_ttl - beat_interval`` ago
 or more (the next beat may come too late), or when that is not known.
 
 Every beat also writes the process's report for ``dramatiq-slots status``
-(:mod:`dramatiq_slots.inspection`), holding or not: alone it is one ``SET``.
+(:mod:`dramatiq_slots.inspection`), holding or not, and says which capacities
+the process declares, which answers the operators' controls and what other live
+processes declare (``declare.lua``, :mod:`dramatiq_slots.controls`): alone they
+are one ``SET`` and one script, in one round trip. :meth:`Heartbeat.poke` makes
+the thread beat at once (an operator changed a control).
 It lives :data:`REPORT_BEATS` beat intervals, so a live process's report is
 always there and a dead one's is gone within about two beats (the reasoning is
 in docs/design.md, "Heartbeat").
@@ -48,7 +52,7 @@ from dataclasses import dataclass, field
 
 from .claims import Hold, HoldRegistry, this_process
 from .errors import LedgerError
-from .ledger import Handoff, Ledger, Member
+from .ledger import Declared, Handoff, Ledger, Limit, Member
 from .metrics import Metrics
 
 logger = logging.getLogger("dramatiq_slots.heartbeat")
@@ -88,6 +92,8 @@ class Heartbeat:
       report: gives the process's report, ``(key, text)``, written with every
         beat, holding or not, expiring after :attr:`report_ttl` (see
         :mod:`dramatiq_slots.inspection`).
+      declared: gives the capacities this process declares, sent with every beat;
+        ``on_declared`` is called with what the ledger answered, and them.
     """
 
     def __init__(
@@ -101,6 +107,8 @@ class Heartbeat:
         on_handed: Callable[[Sequence[Handoff]], None] | None = None,
         report: Callable[[], tuple[str, str]] | None = None,
         metrics: Metrics | None = None,
+        declared: Callable[[], Sequence[Limit]] | None = None,
+        on_declared: Callable[[Declared, Sequence[Limit]], None] | None = None,
     ) -> None:
         if beat_interval >= hold_ttl:
             raise ValueError(f"beat_interval ({beat_interval} ms) must be < hold_ttl ({hold_ttl} ms)")
@@ -111,6 +119,8 @@ class Heartbeat:
         self.on_lost = on_lost
         self.on_handed = on_handed
         self.report = report
+        self.declared = declared
+        self.on_declared = on_declared
         #: Milliseconds a report lives after it was written: :data:`REPORT_BEATS` beats.
         self.report_ttl = int(beat_interval * REPORT_BEATS)
         self.metrics = metrics if metrics is not None else Metrics()
@@ -119,6 +129,8 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._stop = threading.Event()
+        #: Set to end the thread's wait at once: a poke, or a stop.
+        self._wake = threading.Event()
         self._draining = threading.Event()
         self._failures = 0
         #: Counters, for tests and metrics.
@@ -131,8 +143,8 @@ class Heartbeat:
         """One beat: write the report, refresh every hold, retry owed releases (and withdraw them
         from their lines), keep alive the lines this process's claims wait in, re-assert lost holds.
 
-        With nothing held, owed or waiting it writes the report alone (one ``SET``), or
-        sends nothing when there is no report.
+        With nothing held, owed or waiting it writes the report and the declaration
+        alone, or sends nothing when it has neither.
         """
         report = BeatReport()
         held, owed = self.registry.snapshot()
@@ -143,7 +155,8 @@ class Heartbeat:
                 written = self.report()
             except Exception:  # a report is for people; the beat is for the holds
                 logger.exception("Could not build this process's report; beating without it.")
-        if not held and not owed and not waiting and written is None:
+        declare = list(self.declared()) if self.declared is not None else None
+        if not held and not owed and not waiting and written is None and declare is None:
             return report
         refresh = [member for hold in held for member in hold.members()]
         release = [member for hold in owed for member in hold.members()]
@@ -158,6 +171,7 @@ class Heartbeat:
                 report_ttl_ms=self.report_ttl,
                 lines=lines,
                 own_process=this_process() if lines else "",
+                declare=declare,
             )
         except LedgerError as e:
             self._failed(e, held, owed)
@@ -167,6 +181,11 @@ class Heartbeat:
         self.beats += 1
         if lost.handoffs and self.on_handed is not None:
             self.on_handed(lost.handoffs)
+        if lost.declared is not None and self.on_declared is not None and declare is not None:
+            try:
+                self.on_declared(lost.declared, declare)
+            except Exception:  # what is logged and shown; the holds come first
+                logger.exception("Could not take in the operators' controls; continuing.")
         if self.ledger.report_error is not None and not self._report_warned:
             self._report_warned = True
             logger.warning(
@@ -316,7 +335,11 @@ class Heartbeat:
     def _run(self, beat_first: bool) -> None:
         interval = self.beat_interval / 1000
         due = time.monotonic() + (0.0 if beat_first else interval)
-        while not self._stop.wait(max(0.0, due - time.monotonic())):
+        while True:
+            poked = self._wake.wait(max(0.0, due - time.monotonic()))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.tick()
             except Exception:  # never let the thread die: holds would age out under running jobs
@@ -329,8 +352,13 @@ class Heartbeat:
                 logger.debug("Heartbeat drained: no holds left.")
                 return
             # On schedule, so a slow (failed) tick does not delay the next report; after a tick
-            # longer than a beat, the next one comes at once.
-            due = max(due + interval, time.monotonic())
+            # longer than a beat, the next one comes at once. A poke's beat is one more.
+            if not poked:
+                due = max(due + interval, time.monotonic())
+
+    def poke(self) -> None:
+        """Beat at once, in the thread (no-op when it is not running): a control changed."""
+        self._wake.set()
 
     def boot(self) -> None:
         """One beat now, in the caller's thread, then the thread (worker boot).
@@ -359,10 +387,12 @@ class Heartbeat:
                 # A forked child: the parent's thread does not exist here.
                 self._pid, self._thread = pid, None
                 self._stop = threading.Event()
+                self._wake = threading.Event()
                 self._draining = threading.Event()
             if self._thread is not None and self._thread.is_alive():
                 return
             self._stop.clear()
+            self._wake.clear()
             self._draining.clear()
             self._thread = threading.Thread(
                 target=self._run, args=(beat_first,), name="dramatiq-slots-heartbeat", daemon=True
@@ -381,6 +411,7 @@ class Heartbeat:
     def stop(self, timeout: float | None = 5.0) -> None:
         """Stop now and join the thread; holds still listed age out within hold_ttl."""
         self._stop.set()
+        self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread() and self._pid == os.getpid():
             thread.join(timeout)

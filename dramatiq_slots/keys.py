@@ -22,7 +22,17 @@ at boot and with every beat, expiring 2.5 beats later), for ``dramatiq-slots sta
 
     {<prefix>}:process:<host>:<pid>         report of one worker process
 
-The ``-line`` kinds and reports never parse as ledgers, whatever the name holds.
+Operators' controls (:mod:`dramatiq_slots.controls`) live in one hash, and each
+change is announced on a channel of the same name, which every worker process
+that may wait listens on; each worker process also says what capacity it
+declares for each capped queue, so processes that disagree (a rolling deploy)
+can tell::
+
+    {<prefix>}:controls                     hash: capacity:<ledger> and paused:<ledger> fields
+    {<prefix>}:declared:<kind>:<name>       capacities live processes declare for a ledger
+
+The ``-line`` kinds, reports, controls and declarations never parse as ledgers,
+whatever the name holds.
 
 **Runtime keys are hashed.** A runtime key comes from message arguments, that
 is from whoever sent the message (a tenant, an account id). Its ledger is
@@ -98,6 +108,23 @@ class KeySpace:
             raise ValueError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
         kind, name = parsed
         return f"{self.tag}:{kind}-line:{name}"
+
+    def controls(self) -> str:
+        """The hash of the operators' controls, and the channel on which their changes are told."""
+        return f"{self.tag}:controls"
+
+    def declared(self, ledger: str) -> str:
+        """The set of capacities live worker processes declare for ``ledger``."""
+        parsed = self.parse(ledger)
+        if parsed is None:
+            raise ValueError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
+        kind, name = parsed
+        return f"{self.tag}:declared:{kind}:{name}"
+
+    def short(self, ledger: str) -> str:
+        """``queue:<name>`` or ``key:<digest>``: how logs and the command line name a ledger."""
+        parsed = self.parse(ledger)
+        return ledger if parsed is None else f"{parsed[0]}:{parsed[1]}"
 
     def wake_channel_prefix(self) -> str:
         """Wake channels are this prefix + a process part (``<host>:<pid>``)."""

@@ -128,6 +128,10 @@ class Entered:
     members: tuple[int, ...] = ()
     #: How many replicas acknowledged the admission (``WAIT``); None when not asked.
     replicated: int | None = None
+    #: When admitted, the capacity in force on each ledger (an operator's override, else the
+    #: declared one); when refused, whether the refusing ledger is paused.
+    capacities: tuple[int, ...] = ()
+    paused: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,13 +143,31 @@ class Handoff:
     age_ms: int
 
 
-class Beaten(list[Member]):
-    """What :meth:`Ledger.beat` answers: the members whose hold was lost, and ``handoffs``, the
-    slots freed by expiry that it handed to claims of the caller's process."""
+@dataclass(frozen=True)
+class Declared:
+    """What :meth:`Ledger.declare` answers: the operators' controls (the hash's fields and values,
+    see :mod:`dramatiq_slots.controls`), and for each declared ledger the other capacities that
+    live processes declare for it."""
 
-    def __init__(self, lost: Iterable[Member] = (), *, handoffs: tuple[Handoff, ...] = ()) -> None:
+    controls: dict[str, str]
+    others: dict[str, tuple[int, ...]]
+
+
+class Beaten(list[Member]):
+    """What :meth:`Ledger.beat` answers: the members whose hold was lost, ``handoffs``, the
+    slots freed by expiry that it handed to claims of the caller's process, and ``declared``,
+    the answer of the :meth:`Ledger.declare` sent in the same round trip (None: not asked)."""
+
+    def __init__(
+        self,
+        lost: Iterable[Member] = (),
+        *,
+        handoffs: tuple[Handoff, ...] = (),
+        declared: Declared | None = None,
+    ) -> None:
         super().__init__(lost)
         self.handoffs = handoffs
+        self.declared = declared
 
 
 @dataclass(frozen=True)
@@ -197,7 +219,18 @@ def redacted_address(client: Any) -> str:
 
 
 #: Every script, by the name of the :class:`Ledger` method that calls it (``scripts/<name>.lua``).
-SCRIPTS = ("enter", "leave", "withdraw", "beat", "reassert", "reclaim", "holders", "in_use")
+SCRIPTS = (
+    "enter",
+    "leave",
+    "withdraw",
+    "beat",
+    "reassert",
+    "reclaim",
+    "holders",
+    "in_use",
+    "declare",
+    "control",
+)
 
 
 class Ledger:
@@ -299,6 +332,10 @@ class Ledger:
         """Queue script ``name`` on ``pipe`` (see :meth:`_pipelined`)."""
         pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
 
+    def _with_controls(self, limits: Sequence[Limit]) -> list[str]:
+        """Ledgers, then their lines, then the controls (what enter.lua and leave.lua take)."""
+        return [*self._with_lines(limits), self.keys.controls()]
+
     def _with_lines(self, limits: Sequence[Limit], *, paired: bool = False) -> list[str]:
         """Ledgers, then their lines; ``paired``: each ledger followed by its line."""
         ledgers = [limit.ledger for limit in limits]
@@ -320,7 +357,7 @@ class Ledger:
         """
         if not limits:
             raise ValueError("enter needs at least one limit")
-        keys = self._with_lines(limits)
+        keys = self._with_controls(limits)
         args: list[Any] = [token, ttl_ms, int(line), place, *(limit.capacity for limit in limits)]
         replicated: int | None = None
         with self._translated("enter"):
@@ -340,9 +377,20 @@ class Ledger:
             else:
                 reply = self._run("enter", keys, args)
         if int(reply[0]) == 1:
-            members = tuple(int(m) for m in reply[2:])
-            return Entered(admitted=True, replayed=int(reply[1]) == 1, members=members, replicated=replicated)
-        return Entered(admitted=False, full=limits[int(reply[1]) - 1].ledger, waiting=int(reply[2]) == 1)
+            n = len(limits)
+            return Entered(
+                admitted=True,
+                replayed=int(reply[1]) == 1,
+                members=tuple(int(m) for m in reply[2 : 2 + n]),
+                replicated=replicated,
+                capacities=tuple(int(c) for c in reply[2 + n : 2 + 2 * n]),
+            )
+        return Entered(
+            admitted=False,
+            full=limits[int(reply[1]) - 1].ledger,
+            waiting=int(reply[2]) == 1,
+            paused=int(reply[3]) == 1,
+        )
 
     def leave(
         self,
@@ -382,7 +430,7 @@ class Ledger:
             *(limit.capacity for limit in limits),
         ]
         with self._translated("leave"):
-            reply = self._run("leave", self._with_lines(limits), args)
+            reply = self._run("leave", self._with_controls(limits), args)
         rest = reply[1:]
         return int(reply[0]), tuple(
             Handoff(_text(rest[k]), limits[int(rest[k + 1]) - 1].ledger, int(rest[k + 2]))
@@ -411,6 +459,7 @@ class Ledger:
         report_ttl_ms: int | None = None,
         lines: Sequence[Limit] = (),
         own_process: str = "",
+        declare: Sequence[Limit] | None = None,
     ) -> Beaten:
         """Refresh holds, send owed releases, keep lines alive and hand expired slots on, in one round trip.
 
@@ -426,23 +475,23 @@ class Ledger:
         to the first claims in its line.
         ``report``: ``(key, text)``, the process's report (see
         :mod:`dramatiq_slots.inspection`), written first in the same round trip,
-        expiring after ``report_ttl_ms`` (default ``ttl_ms``); with nothing to
-        refresh, release or keep alive it is all that is sent, one ``SET``. A
-        refused ``SET`` (an ACL without it) is kept in :attr:`report_error`, not raised.
+        expiring after ``report_ttl_ms`` (default ``ttl_ms``). A refused ``SET``
+        (an ACL without it) is kept in :attr:`report_error`, not raised.
+        ``declare``: the capacities this process declares, sent as :meth:`declare`
+        (expiring with the report) in the same round trip; its answer is the
+        result's ``declared``. With nothing to refresh, release or keep alive,
+        the report and the declaration are all that is sent.
         """
         refresh = [Member(*m) for m in refresh]
         owed = [Member(*m) for m in release]
         waited = list({limit.ledger: limit for limit in lines}.values())
         report_px = ttl_ms if report_ttl_ms is None else report_ttl_ms
-        if not refresh and not owed and not waited:
-            if report is not None:
-                with self._translated("report"):
-                    self._write_report(report, report_px)
-            return Beaten()
+        beating = bool(refresh or owed or waited)
         keys = [
             *(m.ledger for m in refresh),
             *(key for m in owed for key in (m.ledger, self.keys.line(m.ledger))),
             *self._with_lines(waited, paired=True),
+            self.keys.controls(),
         ]
         args: list[Any] = [
             ttl_ms,
@@ -453,24 +502,51 @@ class Ledger:
             own_process,
             *(limit.capacity for limit in waited),
         ]
+        declared_keys, declared_args = self._declaration(declare or (), report_px)
+        reply: Any = None
+        declared: Declared | None = None
         with self._translated("beat"):
-            if report is None or isinstance(self.client, RedisCluster):
-                if report is not None:  # a cluster client pipelines no scripts: a round trip of its own
+            if isinstance(self.client, RedisCluster):
+                # A cluster client pipelines no scripts: a round trip each.
+                if report is not None:
                     self._write_report(report, report_px)
-                reply = self._run("beat", keys, args)
+                if declare is not None:
+                    declared = self._declared(declare, self._run("declare", declared_keys, declared_args))
+                if beating:
+                    reply = self._run("beat", keys, args)
+            elif report is None and declare is None:
+                if beating:
+                    reply = self._run("beat", keys, args)
             else:
                 # The report first: a refreshed hold never shows without its process's report.
-                key, text = report
 
                 def report_and_beat(pipe: Any) -> None:
-                    pipe.set(key, text, px=report_px)
-                    self._queue(pipe, "beat", keys, args)
+                    if report is not None:
+                        pipe.set(report[0], report[1], px=report_px)
+                    if declare is not None:
+                        self._queue(pipe, "declare", declared_keys, declared_args)
+                    if beating:
+                        self._queue(pipe, "beat", keys, args)
 
-                written, reply = self._pipelined(report_and_beat)
-                if isinstance(reply, Exception):
-                    raise reply
-                _check_codes("beat", reply)
-                self.report_error = written if isinstance(written, Exception) else None
+                replies = self._pipelined(report_and_beat)
+                if report is not None:
+                    written = replies.pop(0)
+                    if isinstance(written, redis.ResponseError) and _refused_for_now(written):
+                        raise written
+                    self.report_error = written if isinstance(written, Exception) else None
+                if declare is not None:
+                    answer = replies.pop(0)
+                    if isinstance(answer, Exception):
+                        raise answer
+                    _check_codes("declare", answer)
+                    declared = self._declared(declare, answer)
+                if beating:
+                    reply = replies.pop(0)
+                    if isinstance(reply, Exception):
+                        raise reply
+                    _check_codes("beat", reply)
+        if reply is None:
+            return Beaten(declared=declared)
         lost, handed = reply
         return Beaten(
             (refresh[int(i) - 1] for i in lost),
@@ -478,7 +554,41 @@ class Ledger:
                 Handoff(_text(handed[k]), waited[int(handed[k + 1]) - 1].ledger, 0)
                 for k in range(0, len(handed), 2)
             ),
+            declared=declared,
         )
+
+    def _declaration(self, limits: Sequence[Limit], ttl_ms: int) -> tuple[list[str], list[Any]]:
+        """declare.lua's keys and arguments."""
+        return (
+            [self.keys.controls(), *(self.keys.declared(limit.ledger) for limit in limits)],
+            [ttl_ms, *(limit.capacity for limit in limits)],
+        )
+
+    @staticmethod
+    def _declared(limits: Sequence[Limit], reply: Any) -> Declared:
+        flat = [_text(v) for v in reply[0]]
+        return Declared(
+            controls=dict(zip(flat[0::2], flat[1::2], strict=True)),
+            others={
+                limit.ledger: tuple(int(c) for c in others)
+                for limit, others in zip(limits, reply[1:], strict=True)
+                if others
+            },
+        )
+
+    def declare(self, limits: Sequence[Limit], *, ttl_ms: int) -> Declared:
+        """Say which capacities this process declares (each counts ``ttl_ms``); read the controls
+        and the other capacities live processes declare (``declare.lua``; read-only on the controls)."""
+        keys, args = self._declaration(limits, ttl_ms)
+        with self._translated("declare"):
+            return self._declared(limits, self._run("declare", keys, args))
+
+    def control(self, ledger: str, which: str, value: str) -> tuple[bool, str]:
+        """Set (``value``) or clear (``""``) control ``which`` (``capacity`` or ``paused``) of
+        ``ledger``, and tell the workers; ``(changed, value before)`` (``control.lua``)."""
+        with self._translated("control"):
+            reply = self._run("control", [self.keys.controls()], [ledger, which, value, self.keys.controls()])
+        return int(reply[0]) == 1, _text(reply[1])
 
     def _write_report(self, report: tuple[str, str], ttl_ms: int) -> None:
         """``SET`` a process report with ``PX``; a refusal that is not "try later" goes to report_error."""
@@ -520,7 +630,7 @@ class Ledger:
         with self._translated("reclaim"):
             reply = self._run(
                 "reclaim",
-                [limit.ledger for limit in limits],
+                [*(limit.ledger for limit in limits), self.keys.controls()],
                 [token, ttl_ms, *(limit.capacity for limit in limits)],
             )
         return None if int(reply[0]) == 1 else limits[int(reply[1]) - 1].ledger
@@ -548,4 +658,16 @@ def _check_codes(script: str, reply: Any) -> None:
         raise LedgerArgumentError(f"{script}.lua refused ARGV[{reply[1]}]")
 
 
-__all__ = ["SCRIPTS", "Entered", "Handoff", "Holder", "Ledger", "LedgerError", "Limit", "Line", "Member"]
+__all__ = [
+    "SCRIPTS",
+    "Beaten",
+    "Declared",
+    "Entered",
+    "Handoff",
+    "Holder",
+    "Ledger",
+    "LedgerError",
+    "Limit",
+    "Line",
+    "Member",
+]

@@ -19,7 +19,9 @@ What this costs and bounds, by construction:
   one job longer than it would in strict FIFO order; and a line only forms
   once more than three quarters of the cap were taken by others since the
   admission that made the hold reusable;
-- a lingering hold is visible in the ledger (``status``) while it waits.
+- a lingering hold is visible in the ledger (``status``) while it waits;
+- an operator's change to a ledger's controls ends lingering on it at once
+  (:meth:`LingeringHolds.end_on`): the next message asks Redis, which applies it.
 
 A window of 0 turns lingering off.
 """
@@ -35,11 +37,12 @@ from .claims import Hold
 from .ledger import Limit
 
 
-def roomy(limits: Sequence[Limit], members: Sequence[int]) -> bool:
-    """Every ledger at most a quarter full (``members`` after the admission, one per limit)."""
-    if len(members) != len(limits):
+def roomy(capacities: Sequence[int], members: Sequence[int]) -> bool:
+    """Every ledger at most a quarter full (``members`` after the admission and the ``capacities``
+    in force, one of each per ledger)."""
+    if not members or len(members) != len(capacities):
         return False
-    return all(m * 4 <= limit.capacity for limit, m in zip(limits, members, strict=True))
+    return all(m * 4 <= capacity for capacity, m in zip(capacities, members, strict=True))
 
 
 class LingeringHolds:
@@ -55,8 +58,8 @@ class LingeringHolds:
         self._cond = threading.Condition()
         #: Lingering holds by their ledgers; each with the monotonic time its window ends.
         self._idle: dict[tuple[Limit, ...], list[tuple[float, Hold]]] = {}
-        #: Holds in use, by token: when their window ends.
-        self._windows: dict[str, float] = {}
+        #: Holds in use, by token: when their window ends, and their ledgers.
+        self._windows: dict[str, tuple[float, tuple[Limit, ...]]] = {}
         self._thread: threading.Thread | None = None
         self._stop = False
         #: When the thread wakes next (monotonic; inf: it waits for a notify).
@@ -74,7 +77,7 @@ class LingeringHolds:
         """Mark a just-admitted hold as reusable for ``window_ms`` from now."""
         with self._cond:
             self._check_fork()
-            self._windows[hold.token] = time.monotonic() + window_ms / 1000
+            self._windows[hold.token] = (time.monotonic() + window_ms / 1000, hold.limits)
 
     def take(self, limits: tuple[Limit, ...], claim: Callable[[Hold], None] | None = None) -> Hold | None:
         """A lingering hold on exactly these ledgers, still in its window (it is in use again), or None.
@@ -93,7 +96,7 @@ class LingeringHolds:
             idle.pop()
             if not idle:
                 del self._idle[limits]
-            self._windows[hold.token] = ends
+            self._windows[hold.token] = (ends, limits)
             return hold
 
     def park(self, hold: Hold) -> bool:
@@ -105,7 +108,7 @@ class LingeringHolds:
             self._check_fork()
             if any(parked.token == hold.token for _, parked in self._idle.get(hold.limits, ())):
                 return True
-            ends = self._windows.pop(hold.token, 0.0)
+            ends = self._windows.pop(hold.token, (0.0, ()))[0]
             if self._stop or ends <= time.monotonic():
                 return False
             self._idle.setdefault(hold.limits, []).append((ends, hold))
@@ -139,6 +142,19 @@ class LingeringHolds:
             if token in self._windows:
                 return True
             return any(hold.token == token for idle in self._idle.values() for _, hold in idle)
+
+    def end_on(self, ledger: str) -> None:
+        """No more reuse on ``ledger`` (an operator changed its controls): lingering holds on it
+        are released now, and holds in use on it are released when their jobs end."""
+        with self._cond:
+            self._check_fork()
+            for token, (_, limits) in list(self._windows.items()):
+                if any(limit.ledger == ledger for limit in limits):
+                    del self._windows[token]
+            doomed = [key for key in self._idle if any(limit.ledger == ledger for limit in key)]
+            holds = [hold for key in doomed for _, hold in self._idle.pop(key)]
+        for hold in holds:
+            self._release(hold)
 
     def __len__(self) -> int:
         with self._cond:

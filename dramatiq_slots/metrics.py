@@ -7,6 +7,9 @@ When the broker has dramatiq's ``Prometheus`` middleware (which needs
 ``dramatiq_slots_capacity``  (gauge) the ledger's capacity, as this process enforces it
 ``dramatiq_slots_messages_parked``  (gauge) messages of this process waiting for a slot of
                                   the ledger (unacked, no thread held; parked or held back)
+``dramatiq_slots_capacity_override``  (gauge) an operator's override of the ledger's
+                                    capacity (0: none), as the processes last read it
+``dramatiq_slots_paused``  (gauge) 1 while an operator has paused the ledger
 ``dramatiq_slots_admissions_total``  (counter) messages admitted
 ``dramatiq_slots_deferrals_total``  (counter) messages deferred because a ledger was full
                                    or could not be reached
@@ -18,7 +21,9 @@ When the broker has dramatiq's ``Prometheus`` middleware (which needs
 
 Labels: ``kind`` (``queue`` or ``key``) and ``name``: the queue's name for a
 queue ledger; for a runtime-key ledger, the *actor* of the message, never the
-key, so that one label per account or tenant cannot swamp Prometheus. Sum
+key, so that one label per account or tenant cannot swamp Prometheus (the two
+controls gauges are the exception: a runtime key an operator controls is named
+by its digest, and only such keys appear). Sum
 over processes (and hosts) for cluster-wide figures: the gauges are written
 in prometheus_client's multiprocess mode (``livesum`` for holds, ``livemax``
 for capacities), which dramatiq's exposition server reads.
@@ -54,6 +59,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .claims import Hold
+from .controls import Control
 from .keys import KeySpace
 from .ledger import Limit
 
@@ -84,6 +90,9 @@ class Metrics:
 
     def deferred_message(self, queue_name: str, actor_name: str) -> None:
         """A message of ``actor_name`` on ``queue_name`` was skipped as deferred."""
+
+    def controlled(self, ledger: str, control: Control) -> None:
+        """A beat read ``ledger``'s controls as ``control`` (a change since the last read)."""
 
     def forget_dead_processes(self) -> list[int]:
         """Drop the live gauges of this host's processes that no longer exist; their pids."""
@@ -153,6 +162,21 @@ class PrometheusMetrics(Metrics):
             labels,
             registry=registry,
             multiprocess_mode="livesum",
+        )
+
+        self.capacity_override = prom.Gauge(
+            "dramatiq_slots_capacity_override",
+            "An operator's override of the ledger's capacity (0: none).",
+            labels,
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.paused = prom.Gauge(
+            "dramatiq_slots_paused",
+            "1 while an operator has paused the ledger.",
+            labels,
+            registry=registry,
+            multiprocess_mode="livemax",
         )
 
         def counter(name: str, text: str) -> Any:
@@ -228,6 +252,13 @@ class PrometheusMetrics(Metrics):
 
     def deferred_message(self, queue_name: str, actor_name: str) -> None:
         self.deferred_messages.labels(queue_name, actor_name).inc()
+
+    def controlled(self, ledger: str, control: Control) -> None:
+        parsed = self.keys.parse(ledger)
+        if parsed is None:
+            return
+        self.capacity_override.labels(*parsed).set(control.capacity or 0)
+        self.paused.labels(*parsed).set(1 if control.paused else 0)
 
     def forget_dead_processes(self) -> list[int]:
         """Remove the live-gauge files of this host's processes that no longer exist.

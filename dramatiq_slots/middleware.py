@@ -43,7 +43,7 @@ from .heartbeat import Heartbeat
 from .inspection import ProcessReport, ReportedHold
 from .interrupts import HoldLost, wrapped_by
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .ledger import Holder, Ledger, RedisClient, eviction_risk, redacted_address
+from .ledger import Holder, Ledger, Limit, RedisClient, eviction_risk, redacted_address
 from .metrics import Metrics, metrics_for
 from .places import PLACE, PlaceClock
 from .process import SlotsProcess, WaitGate
@@ -103,6 +103,9 @@ class Slots(Middleware):
         self.keys: KeySpace = self.settings.keys
         self.declarations = Declarations(self.settings)
         self.process = SlotsProcess(self.settings, self._new_ledger, report=self._report)
+        self.process.declared = lambda: [
+            Limit(ledger, capacity) for ledger, capacity in self.declarations.capacities().items()
+        ]
         self.admission = Admission(self.process, self.settings)
         self._broker: dramatiq.Broker | None = None
         self._places = PlaceClock()

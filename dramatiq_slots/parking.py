@@ -10,7 +10,8 @@ otherwise the thread asks the ledger again for it, as a waiting thread did:
 after a wake-up without a slot, and every 2 s doubling to 8 s in case a
 wake-up was lost. After ``max_wait`` the claim leaves its line and its
 message goes the way of a message that may not wait (it is deferred, or
-runs if a slot is free by then). At worker shutdown every parked claim
+runs if a slot is free by then); not while its ledger is paused by an
+operator (:mod:`dramatiq_slots.controls`): then it keeps its place. At worker shutdown every parked claim
 leaves its line and its message is given back to the broker.
 
 A parked claim is in doubt, owned by :data:`~dramatiq_slots.wakeups.PARKED`,
@@ -218,6 +219,8 @@ class Parking:
             return max(0.0, min(min(t.next_ask, t.deadline) for t in pending) - self.clock.monotonic())
 
     def _ask(self, ticket: Ticket, now: float) -> None:
+        if now >= ticket.deadline and self._paused(ticket):
+            ticket.deadline = now + self.settings.max_wait / 1000
         if now >= ticket.deadline or self.process.stopping.is_set():
             if self._unparked(ticket):
                 self._leave_line(ticket)
@@ -248,6 +251,8 @@ class Parking:
                     )
                     self.on_ready(ticket, False)
             return
+        if answer is not None and answer.entered.paused:
+            ticket.deadline = max(ticket.deadline, self.clock.monotonic() + self.settings.max_wait / 1000)
         with self._lock:
             ticket.asking = False
             if not ticket.due:
@@ -256,6 +261,10 @@ class Parking:
         if answer is not None and not answer.entered.waiting and self._unparked(ticket):
             self.process.wakeups.forget(ticket.hold.token)
             self.on_ready(ticket, False)
+
+    def _paused(self, ticket: Ticket) -> bool:
+        """Whether the ledger the ticket waits for is paused (as this process's last beat read it)."""
+        return self.process.controls.paused([ticket.full or ""])
 
     def _leave_line(self, ticket: Ticket) -> bool:
         """Out of its line (``max_wait``, or shutdown); whether it holds its slots after all."""

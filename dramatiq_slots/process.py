@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 
 from .claims import Hold, HoldRegistry, process_part, this_process
 from .clock import SYSTEM_CLOCK, Clock
+from .controls import Control, ControlsSeen
 from .failpoints import reach
 from .heartbeat import Heartbeat
 from .interrupts import Bodies
-from .ledger import Handoff, Ledger, Limit
+from .ledger import Declared, Handoff, Ledger, Limit
 from .lingering import LingeringHolds
 from .metrics import Metrics
 from .settings import Settings
@@ -104,6 +105,12 @@ class SlotsProcess:
         self.interrupted = 0
         #: Called with each hold whose job ended here (the gate lets a held-back message try again).
         self.on_ended: Callable[[Hold], None] | None = None
+        #: The operators' controls as the last beat read them (:mod:`dramatiq_slots.controls`).
+        self.controls = ControlsSeen()
+        #: The queue capacities this process declares, sent with every beat.
+        self.declared: Callable[[], Sequence[Limit]] = list
+        #: Capacities other processes declare that a WARNING named already, per ledger.
+        self._disagreements: dict[str, tuple[int, ...]] = {}
         #: The claim token of each running message, and its thread, by ``id(message)``.
         self._running: dict[int, tuple[str, int]] = {}
         self._running_lock = threading.Lock()
@@ -133,6 +140,8 @@ class SlotsProcess:
                         on_handed=self.hand_over,
                         report=self._report,
                         metrics=self.metrics,
+                        declared=lambda: self.declared(),
+                        on_declared=self.follow,
                     )
         return self._heartbeat
 
@@ -143,7 +152,11 @@ class SlotsProcess:
             with self._setup_lock:
                 if self._wakeups is None:
                     self._wakeups = Wakeups(
-                        ledger.client, ledger.keys.wake_channel_prefix(), on_stray=self.give_back
+                        ledger.client,
+                        ledger.keys.wake_channel_prefix(),
+                        on_stray=self.give_back,
+                        controls_channel=ledger.keys.controls(),
+                        on_control=self.control_changed,
                     )
         return self._wakeups
 
@@ -156,6 +169,46 @@ class SlotsProcess:
         self.metrics = metrics
         if self._heartbeat is not None:
             self._heartbeat.metrics = metrics
+
+    # -- the operators' controls -------------------------------------------------
+
+    def control_changed(self, ledger: str) -> None:
+        """An operator changed ``ledger``'s controls (told on the controls channel; "": maybe some):
+        no more reuse there, and a beat now, which hands a raise's room to the line."""
+        if ledger:
+            self.lingering.end_on(ledger)
+        if self._heartbeat is not None:
+            self._heartbeat.poke()
+
+    def follow(self, declared: Declared, mine: Sequence[Limit]) -> None:
+        """Take in what a beat read: the controls (one INFO line per change, the metrics), and
+        the capacities other live processes declare for this one's queues (a WARNING)."""
+        capacities = {limit.ledger: limit.capacity for limit in mine}
+        first = not self.controls.known
+        for ledger, before, after in self.controls.update(declared.controls):
+            self.lingering.end_on(ledger)
+            self.metrics.controlled(ledger, after)
+            logger.info(
+                "%s",
+                control_text(self.ledger.keys.short(ledger), before, after, capacities.get(ledger), first),
+            )
+        for ledger, capacity in capacities.items():
+            others = declared.others.get(ledger, ())
+            if not others or self.controls.get(ledger).capacity is not None:
+                self._disagreements.pop(ledger, None)
+                continue
+            if self._disagreements.get(ledger) == others:
+                continue
+            self._disagreements[ledger] = others
+            logger.warning(
+                "Ledger %s: this process declares capacity %d, and other live worker processes "
+                "declare %s; each admits against its own until they agree (a rolling deploy). "
+                "`dramatiq-slots set-capacity %s N` makes every process use N now.",
+                self.ledger.keys.short(ledger),
+                capacity,
+                " and ".join(map(str, others)),
+                self.ledger.keys.short(ledger),
+            )
 
     # -- a job's hold ---------------------------------------------------------
 
@@ -317,3 +370,25 @@ class SlotsProcess:
             "or it has just ended",
             reason,
         )
+
+
+def control_text(name: str, before: Control, after: Control, declared: int | None, first: bool) -> str:
+    """The INFO line for a change of one ledger's controls (``first``: the first read, at boot)."""
+    head = f"Ledger {name} is under an operator's control" if first else f"Ledger {name}: controls changed"
+    parts = []
+    if after.capacity is not None:
+        declared_text = "" if declared is None else f"; declared {declared}"
+        parts.append(f"capacity {after.capacity} in force (override{declared_text})")
+    elif before.capacity is not None:
+        parts.append(
+            "override cleared: "
+            + ("the declared capacity" if declared is None else f"declared {declared}")
+            + " in force"
+        )
+    if after.paused and not before.paused:
+        parts.append(
+            "paused: nothing new is admitted; running jobs finish, waiting messages keep their places"
+        )
+    elif before.paused and not after.paused:
+        parts.append("resumed")
+    return f"{head}: {'; '.join(parts)}."

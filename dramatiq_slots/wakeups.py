@@ -28,6 +28,10 @@ A wake-up for a token nobody here waits for (the waiter withdrew a moment
 before, or its outcome was unknown) is handed to ``on_stray`` so the slot can
 be given back.
 
+The same connection also listens on the operators' controls channel
+(:mod:`dramatiq_slots.controls`): each message names a ledger whose controls
+changed, and goes to ``on_control``.
+
 :meth:`Wakeups.handle` is one message, callable without the thread.
 """
 
@@ -103,6 +107,8 @@ class Wakeups:
       channel_prefix: :meth:`~dramatiq_slots.keys.KeySpace.wake_channel_prefix`.
       on_stray: called with ``(token, ledger)`` for a slot handed to a claim
         nobody here waits for.
+      controls_channel: the operators' controls channel; ``on_control`` is called
+        with the ledger each of its messages names.
     """
 
     def __init__(
@@ -111,10 +117,14 @@ class Wakeups:
         channel_prefix: str,
         *,
         on_stray: Callable[[str, str], None],
+        controls_channel: str | None = None,
+        on_control: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
         self.channel_prefix = channel_prefix
         self.on_stray = on_stray
+        self.controls_channel = controls_channel
+        self.on_control = on_control
         self._lock = threading.Lock()
         self._waiting: dict[str, Waiter] = {}
         #: The tokens of the waiters a thread blocks on (not parked ones), by thread.
@@ -236,18 +246,33 @@ class Wakeups:
         while not self._stop.is_set():
             pubsub = self.client.pubsub()  # type: ignore[no-untyped-call]
             try:
-                pubsub.subscribe(self.channel)
+                channels = [self.channel]
+                if self.controls_channel is not None:
+                    channels.append(self.controls_channel)
+                pubsub.subscribe(*channels)
+                subscribed = 0
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=_POLL_S)
                     if message is None or self._stop.is_set():
                         continue
                     if message.get("type") == "subscribe":
+                        subscribed += 1
+                        if subscribed < len(channels):
+                            continue
                         failures = 0
                         self.listening.set()
                         # Anything published before this moment was lost.
                         self.wake_all()
+                        if self.on_control is not None:
+                            self.on_control("")  # a control may have changed unheard: beat now
                     elif message.get("type") == "message":
-                        self.handle(message.get("data"))
+                        if self.controls_channel is not None and _text(message.get("channel")) == (
+                            self.controls_channel
+                        ):
+                            if self.on_control is not None:
+                                self.on_control(_text(message.get("data")))
+                        else:
+                            self.handle(message.get("data"))
             except (redis.RedisError, OSError) as e:
                 failures += 1
                 if failures == 1:

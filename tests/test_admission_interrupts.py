@@ -52,11 +52,12 @@ class _DeadLetters(Middleware):
 
 
 def _ledger_keys(client: redis.Redis, slots: Slots) -> dict[str, int]:
-    """Every ledger and line key under the prefix, with its member count (reports excluded)."""
+    """Every ledger and line key under the prefix, with its member count (reports and declared
+    capacities excluded: both expire with their process)."""
     found = {}
     for raw in client.scan_iter(match=slots.keys.pattern(), count=1000):
         key = raw.decode() if isinstance(raw, bytes) else str(raw)
-        if ":process:" in key:
+        if ":process:" in key or ":declared:" in key:
             continue
         found[key] = int(client.zcard(key))
     return found

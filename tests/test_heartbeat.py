@@ -168,6 +168,7 @@ class _ReleaseDuringBeat(Ledger):
         report_ttl_ms: int | None = None,
         lines: Sequence[Limit] = (),
         own_process: str = "",
+        declare: Sequence[Limit] | None = None,
     ) -> Beaten:
         self.before_beat()
         return super().beat(
@@ -178,6 +179,7 @@ class _ReleaseDuringBeat(Ledger):
             report_ttl_ms=report_ttl_ms,
             lines=lines,
             own_process=own_process,
+            declare=declare,
         )
 
 

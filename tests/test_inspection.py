@@ -165,6 +165,7 @@ def test_a_user_without_set_still_beats_and_warns_once(
         "+zremrangebyscore",
         "+pttl",
         "+pexpireat",
+        "+hmget",
     )
     client = redis.Redis.from_url(url, username=user, password="pw")
     try:

@@ -42,7 +42,9 @@ def score(client: RedisClient, key: str, member: str) -> float | None:
 def test_admits_up_to_capacity_then_refuses(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
     for n in range(3):
-        assert lg.enter(token(n), [Limit(key, 3)], ttl_ms=LONG) == Entered(admitted=True, members=(n + 1,))
+        assert lg.enter(token(n), [Limit(key, 3)], ttl_ms=LONG) == Entered(
+            admitted=True, members=(n + 1,), capacities=(3,)
+        )
         assert lg.in_use(key) == n + 1
     refused = lg.enter(token(3), [Limit(key, 3)], ttl_ms=LONG)
     assert refused == Entered(admitted=False, full=key)
@@ -93,12 +95,12 @@ def test_refusal_names_the_first_full_ledger(engine_ledger: Ledger) -> None:
 def test_replay_is_admitted_without_counting_twice(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
     assert lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG) == Entered(
-        admitted=True, replayed=False, members=(1,)
+        admitted=True, replayed=False, members=(1,), capacities=(1,)
     )
     # Capacity 1 and already full, yet the same token is admitted again: it is its own hold
     # (and no count was taken: its members read as the capacity).
     assert lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG) == Entered(
-        admitted=True, replayed=True, members=(1,)
+        admitted=True, replayed=True, members=(1,), capacities=(1,)
     )
     assert lg.in_use(key) == 1
     assert lg.client.zcard(key) == 1
@@ -122,7 +124,7 @@ def test_partial_replay_takes_the_missing_ledger(engine_ledger: Ledger) -> None:
     lg.enter(token(1), [Limit(a, 1)], ttl_ms=LONG)
     # Holds a, not b: not a replay, and b is counted once.
     assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG) == Entered(
-        admitted=True, members=(1, 1)
+        admitted=True, members=(1, 1), capacities=(1, 1)
     )
     assert (lg.in_use(a), lg.in_use(b)) == (1, 1)
     assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG).replayed
@@ -141,7 +143,9 @@ def test_partial_replay_refused_gives_the_held_ledger_back(engine_ledger: Ledger
     assert lg.in_use(a) == 0
     assert tokens_of(lg, b) == {token(2)}
     # ...for whoever asks next (it was handed to nobody: nobody waited).
-    assert lg.enter(token(3), [Limit(a, 1)], ttl_ms=LONG) == Entered(admitted=True, members=(1,))
+    assert lg.enter(token(3), [Limit(a, 1)], ttl_ms=LONG) == Entered(
+        admitted=True, members=(1,), capacities=(1,)
+    )
 
 
 # -- expiry --------------------------------------------------------------------------------
@@ -167,7 +171,9 @@ def test_a_silent_hold_expires_and_a_live_holders_beat_gives_its_slot_to_a_newco
     assert score(lg.client, key, token(1)) is None
     assert lg.client.zcard(key) == 1
     # ...and the newcomer gets its slot.
-    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=True, members=(2,))
+    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(
+        admitted=True, members=(2,), capacities=(2,)
+    )
     assert tokens_of(lg, key) == {token(0), token(2)}
 
 
@@ -181,7 +187,9 @@ def test_a_lone_expired_hold_frees_its_slot_when_its_key_expires(engine_ledger: 
     )
     assert lg.holders(key) == []
     assert lg.in_use(key) == 0
-    assert lg.enter(token(2), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=True, members=(1,))
+    assert lg.enter(token(2), [Limit(key, 1)], ttl_ms=LONG) == Entered(
+        admitted=True, members=(1,), capacities=(1,)
+    )
     assert tokens_of(lg, key) == {token(2)}
 
 
@@ -451,12 +459,14 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     lg.reclaim(token(0), [limit], ttl_ms=LONG)
     lg.holders(key)
     lg.in_use(key)
+    lg.declare([limit], ttl_ms=LONG)
+    lg.control(key, "capacity", "")
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
     client.script_flush()  # ...then forgotten: every EVALSHA now answers NOSCRIPT
     assert client.script_exists(*(s.sha for s in scripts)) == [False] * len(scripts)
 
-    assert lg.enter(token(1), [limit], ttl_ms=LONG) == Entered(admitted=True, members=(2,))
+    assert lg.enter(token(1), [limit], ttl_ms=LONG) == Entered(admitted=True, members=(2,), capacities=(9,))
     assert lg.leave(token(0), [limit], ttl_ms=LONG) == (1, ())
     assert lg.withdraw(token(1), [limit]) == 1  # not in line; holds its one ledger
     assert lg.beat([Member(key, token(1)), Member(key, token(7))], ttl_ms=LONG) == [Member(key, token(7))]
@@ -464,6 +474,8 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     assert lg.reclaim(token(3), [limit], ttl_ms=LONG) is None
     assert tokens_of(lg, key) == {token(1), token(2), token(3)}
     assert lg.in_use(key) == 3
+    assert lg.declare([limit], ttl_ms=LONG).controls == {}
+    assert lg.control(key, "paused", "1")[0]
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
 
@@ -716,10 +728,12 @@ def test_works_with_decode_responses(engine_server: Server, engine_ledger: Ledge
         lg = Ledger(client, key_prefix=key_prefix)
         a, b = lg.keys.queue("a"), lg.keys.runtime_key("k")
         assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG) == Entered(
-            admitted=True, members=(1, 1)
+            admitted=True, members=(1, 1), capacities=(1, 1)
         )
         assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG).replayed
         assert lg.enter(token(2), [Limit(a, 1)], ttl_ms=LONG) == Entered(admitted=False, full=a)
+        assert lg.control(a, "capacity", "2") == (True, "")
+        assert lg.declare([Limit(a, 1)], ttl_ms=LONG).controls == {f"capacity:{a}": "2"}
         (held,) = lg.holders(a)
         assert held.token == token(1)
         assert held.pid == 1001

@@ -4,13 +4,14 @@ A ``RuleBasedStateMachine`` runs random sequences of the ledger operations the
 middleware and the heartbeat use (``enter`` without a line, joining a line and
 asking again; ``leave`` with its handoff to the line; ``withdraw``; ``beat``
 with refreshes, owed releases, of waiting claims too, and lines kept alive;
-``reassert``; ``reclaim``) plus "age out" (a holder falls silent) on a real
+``reassert``; ``reclaim``), an operator's controls (an override of the
+capacity, a pause) plus "age out" (a holder falls silent) on a real
 :class:`Ledger` (the default server, a fresh key prefix per example) and on a
 model of each ledger: its members (live or expired) and its line (token ->
 place). Every answer must be the model's, and after every step the ledger must
 agree with the model: live holds, members, lines in order, every line with an
-expiry, and never more members than capacity unless a reassert put them
-there.
+expiry, and never more members than the capacity in force unless a reassert
+(or a capacity lowered below the holds in use) put them there.
 
 Three processes make the claims: one listens on its wake channel (a real
 Pub/Sub subscription, so a handoff's PUBLISH reaches somebody and its message
@@ -51,7 +52,10 @@ PROCESSES = (LISTENING, OWN, DEAD)
 
 @dataclass
 class LedgerState:
+    #: As declared (what the callers pass); ``override`` and ``paused`` are the operator's.
     capacity: int
+    override: int | None = None
+    paused: bool = False
     #: token -> live (False: expired, still a member until something sweeps it).
     members: dict[str, bool] = field(default_factory=dict)
     #: token -> place.
@@ -65,6 +69,10 @@ class LedgerState:
 
     def live(self) -> set[str]:
         return {t for t, live in self.members.items() if live}
+
+    @property
+    def effective(self) -> int:
+        return self.capacity if self.override is None else self.override
 
 
 def process_of(token: str) -> str:
@@ -121,7 +129,7 @@ class LedgerModel(RuleBasedStateMachine):
         return [m for m in self.running_members() if not self.state[m.ledger].members.get(m.token)]
 
     def check_drained(self) -> None:
-        self.over = {k for k in self.over if len(self.state[k].members) > self.state[k].capacity}
+        self.over = {k for k in self.over if len(self.state[k].members) > self.state[k].effective}
 
     # -- the model of each script -------------------------------------------------------
 
@@ -133,7 +141,8 @@ class LedgerModel(RuleBasedStateMachine):
         for key in keys:
             if not held[key]:
                 counts[key] = len(self.state[key].members)
-                if refused is None and counts[key] >= self.state[key].capacity:
+                state = self.state[key]
+                if refused is None and (state.paused or counts[key] >= state.effective):
                     refused = key
         if refused is not None:
             for key in keys:
@@ -142,19 +151,29 @@ class LedgerModel(RuleBasedStateMachine):
             if line is not Line.NONE:
                 self.state[refused].line.setdefault(token, place)
                 self.waiters.add(token)
-            return Entered(admitted=False, full=refused, waiting=line is not Line.NONE)
+            return Entered(
+                admitted=False,
+                full=refused,
+                waiting=line is not Line.NONE,
+                paused=self.state[refused].paused,
+            )
         after = []
         replay = True
         for key in keys:
             added = token not in self.state[key].members
             replay = replay and not added
             self.state[key].members[token] = True
-            after.append(counts[key] + added if key in counts else self.state[key].capacity)
+            after.append(counts[key] + added if key in counts else self.state[key].effective)
             if line is Line.KEEP:
                 self.state[key].line.pop(token, None)
         self.running.add(token)
         self.waiters.discard(token)
-        return Entered(admitted=True, replayed=replay, members=tuple(after))
+        return Entered(
+            admitted=True,
+            replayed=replay,
+            members=tuple(after),
+            capacities=tuple(self.state[key].effective for key in keys),
+        )
 
     def model_leave(self, token: str, age: int, own: str) -> tuple[int, tuple[Handoff, ...]]:
         removed, handoffs = 0, []
@@ -163,9 +182,9 @@ class LedgerModel(RuleBasedStateMachine):
             if token not in s.members:
                 continue
             leaving_live = s.members[token]
-            while (waiter := s.first_in_line()) is not None:
+            while not s.paused and (waiter := s.first_in_line()) is not None:
                 place = s.line.pop(waiter)
-                if len(s.members) > s.capacity:
+                if len(s.members) > s.effective:
                     s.line[waiter] = place
                     break
                 # A known age passes the leaving member's expiry on; an unknown one is renewed.
@@ -302,7 +321,11 @@ class LedgerModel(RuleBasedStateMachine):
             if key not in swept:
                 swept.add(key)
                 state.sweep()
-            while len(state.members) < state.capacity and (waiter := state.first_in_line()) is not None:
+            while (
+                not state.paused
+                and len(state.members) < state.effective
+                and (waiter := state.first_in_line()) is not None
+            ):
                 del state.line[waiter]
                 state.members[waiter] = True
                 if process_of(waiter) == own:
@@ -345,7 +368,7 @@ class LedgerModel(RuleBasedStateMachine):
             s.sweep()
             s.members[token] = True
             expected.append(len(s.members))
-            if len(s.members) > s.capacity:
+            if len(s.members) > s.effective:
                 self.over.add(key)
         assert self.ledger.reassert(members, ttl_ms=TTL_MS) == expected
 
@@ -371,7 +394,7 @@ class LedgerModel(RuleBasedStateMachine):
         for key in self.limits[token]:
             s = self.state[key]
             s.sweep()
-            if len(s.members) >= s.capacity and token not in s.members:
+            if len(s.members) >= s.effective and token not in s.members:
                 expected = key
                 break
         if expected is None:
@@ -390,7 +413,9 @@ class LedgerModel(RuleBasedStateMachine):
         nobody = Member(key, f"{DEAD}:9:0")
         assert self.ledger.beat([nobody], ttl_ms=TTL_MS) == [nobody]
         s.sweep()
-        while len(s.members) < s.capacity:
+        s.paused = False
+        assert self.ledger.control(key, "paused", "") is not None
+        while len(s.members) < s.effective:
             self.counter += 1
             newcomer = f"{OWN}:2:{self.counter}"
             self.limits[newcomer] = (key,)
@@ -399,6 +424,29 @@ class LedgerModel(RuleBasedStateMachine):
             assert self.ledger.enter(newcomer, self.asked(newcomer), ttl_ms=TTL_MS) == expected
         self.do_reassert([Member(key, token)])
         assert key in self.over
+
+    @rule(key=st.sampled_from([0, 1, 2]), override=st.sampled_from([None, 1, 2, 3]))
+    def operator_sets_the_capacity(self, key: int, override: int | None) -> None:
+        # Nothing is handed on here: the workers' beats do it (and are modelled as such).
+        ledger, state = self.keys[key], self.state[self.keys[key]]
+        changed = override != state.override
+        before = "" if state.override is None else str(state.override)
+        assert self.ledger.control(ledger, "capacity", "" if override is None else str(override)) == (
+            changed,
+            before,
+        )
+        state.override = override
+        if len(state.members) > state.effective:
+            self.over.add(ledger)  # lowered below the holds in use: it drains
+        self.check_drained()
+
+    @rule(key=st.sampled_from([0, 1, 2]), paused=st.booleans())
+    def operator_pauses_or_resumes(self, key: int, paused: bool) -> None:
+        ledger, state = self.keys[key], self.state[self.keys[key]]
+        changed, before = self.ledger.control(ledger, "paused", "1" if paused else "")
+        assert changed == (paused != state.paused)
+        assert (before != "") == state.paused
+        state.paused = paused
 
     # -- invariants ------------------------------------------------------------------
 
@@ -423,7 +471,7 @@ class LedgerModel(RuleBasedStateMachine):
     def within_capacity_unless_reasserted(self) -> None:
         for key, s in self.state.items():
             if key not in self.over:
-                assert self.client.zcard(key) <= s.capacity, key
+                assert self.client.zcard(key) <= s.effective, key
 
     def teardown(self) -> None:
         self.pubsub.close()

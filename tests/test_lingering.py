@@ -25,11 +25,13 @@ Q = (Limit("p:queue:q", 8),)
 
 def test_roomy_means_every_ledger_at_most_a_quarter_full() -> None:
     limits = (Limit("p:queue:q", 8), Limit("p:key:k", 4))
-    assert roomy(limits, (2, 1))
-    assert not roomy(limits, (3, 1))
-    assert not roomy(limits, (2, 2))
-    assert not roomy(limits, (1,)), "one count per ledger, or no reuse"
-    assert not roomy((Limit("p:key:k", 1),), (1,)), "a runtime key of capacity 1 never lingers"
+    capacities = [limit.capacity for limit in limits]
+    assert roomy(capacities, (2, 1))
+    assert not roomy(capacities, (3, 1))
+    assert not roomy(capacities, (2, 2))
+    assert not roomy(capacities, (1,)), "one count per ledger, or no reuse"
+    assert not roomy((1,), (1,)), "a runtime key of capacity 1 never lingers"
+    assert not roomy((), ()), "no count (a handed slot): no reuse"
 
 
 def test_a_parked_hold_is_taken_by_the_next_claim_on_the_same_ledgers_within_its_window() -> None:

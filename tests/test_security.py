@@ -239,6 +239,11 @@ def test_the_readme_acl_allows_every_ledger_operation_and_nothing_more(
                 assert lg.leave(lost, [Limit(queue, 0)], ttl_ms=LONG) == (1, ())
                 admin.script_flush()  # NOSCRIPT next: redis-py loads the script again, as this user
                 assert lg.leave(second, [Limit(queue, 1)], ttl_ms=LONG) == (1, ())
+                # The controls: read with every beat (declare.lua), never written by workers.
+                assert Ledger(admin).control(queue, "capacity", "3") == (True, "")
+                declared = lg.declare([Limit(queue, 1)], ttl_ms=LONG)
+                assert declared.controls == {f"capacity:{queue}": "3"}
+                assert admin.delete(lg.keys.controls(), lg.keys.declared(queue)) == 2
             finally:
                 wakeups.stop()
             assert strays == []
@@ -252,6 +257,10 @@ def test_the_readme_acl_allows_every_ledger_operation_and_nothing_more(
                 client.zcard("dramatiq-slots-other:queue:q")  # the prefix ends at its colon
             with pytest.raises(NoPermissionError):
                 client.publish("elsewhere:wake:h:1", "m")
+            with pytest.raises(NoPermissionError):
+                client.hset(lg.keys.controls(), f"capacity:{queue}", "9")  # read-only on the controls
+            with pytest.raises(LedgerError, match=r"(?i)noperm|no permissions|can't"):
+                lg.control(queue, "paused", "1")
             for command in (("GET", lg.keys.queue("q")), ("KEYS", "*"), ("SCAN", "0"), ("FLUSHALL",)):
                 with pytest.raises(NoPermissionError):
                     client.execute_command(*command)

@@ -5,8 +5,9 @@
 --
 -- KEYS[1..r]         ledgers of the holds to refresh
 -- KEYS[r+1..r+2o]    owed releases, two keys each: the ledger, then its line
--- KEYS[r+2o+1..n]    lines that claims of this process wait in, two keys
+-- KEYS[r+2o+1..n-1]  lines that claims of this process wait in, two keys
 --                    each: the ledger, then its line (w pairs)
+-- KEYS[n]            the operators' controls (hash, lib/control.lua)
 -- ARGV[1]            hold ttl in milliseconds (integer >= 1)
 -- ARGV[2]            r, how many holds to refresh (0 <= r)
 -- ARGV[3]            o, how many owed releases (0 <= o, r + 2o <= n)
@@ -14,7 +15,8 @@
 --                    at ARGV[3+r+j] (1 <= j <= o)
 -- ARGV[4+r+o]        wake channel prefix (as leave.lua's ARGV[2])
 -- ARGV[5+r+o]        the caller's own process part (as leave.lua's ARGV[5])
--- ARGV[5+r+o+k]      capacity of the k-th waited ledger (integer >= 1)
+-- ARGV[5+r+o+k]      declared capacity of the k-th waited ledger (integer >= 1);
+--                    an override wins, and a paused ledger hands nothing on
 --
 -- Returns {lost, handed}: lost lists the indexes i (1 <= i <= r) whose hold
 -- was lost: the member was gone (Redis lost it) or had already expired (the
@@ -45,7 +47,7 @@ end
 if not r or r < 0 or r ~= math.floor(r) then
   return {-1, 2}
 end
-local w = (#KEYS - r - 2 * (o or 0)) / 2
+local w = (#KEYS - 1 - r - 2 * (o or 0)) / 2
 if not o or o < 0 or o ~= math.floor(o) or w < 0 or w ~= math.floor(w) or #ARGV ~= 5 + r + o + w then
   return {-1, 3}
 end
@@ -91,6 +93,7 @@ end
 
 -- include: outlive
 -- include: tell
+-- include: control
 
 local handed = {}
 for k = 1, w do
@@ -99,9 +102,10 @@ for k = 1, w do
     swept[ledger] = true
     redis.call('ZREMRANGEBYSCORE', ledger, '-inf', now)
   end
-  while true do
+  local cap, paused = control(KEYS[#KEYS], ledger, caps[k])
+  while not paused do
     local members = redis.call('ZCARD', ledger)
-    if members >= caps[k] then break end
+    if members >= cap then break end
     local first = redis.call('ZPOPMIN', line)
     local waiter = first[1]
     if not waiter then break end

@@ -9,6 +9,7 @@
 -- KEYS[1..n]      ledgers (sorted sets: member = claim token, score = expiry ms)
 -- KEYS[n+1..2n]   their lines (sorted sets: member = claim token, score =
 --                 its place, first in line = lowest)
+-- KEYS[2n+1]      the operators' controls (hash, lib/control.lua)
 -- ARGV[1]         claim token
 -- ARGV[2]         hold ttl, ms (integer >= 1)
 -- ARGV[3]         line: 0 = do not wait; 1 = join the refusing ledger's line;
@@ -19,15 +20,18 @@
 --                 (so a line is served in the order messages were sent,
 --                 whatever the order in which workers took them; ties: by
 --                 token). Written as given, never through a Lua number.
--- ARGV[4+i]       capacity of KEYS[i] (integer >= 1)
+-- ARGV[4+i]       declared capacity of KEYS[i] (integer >= 1); an operator's
+--                 override wins over it
 --
--- Returns {1, replay, m1, .., mn}
+-- Returns {1, replay, m1, .., mn, c1, .., cn}
 --                       admitted; replay = 1 when the token already held every
 --                       ledger (a retried call, or a slot a release handed over);
 --                       mi = members of KEYS[i] now (its capacity when the token
---                       already held it: no count was taken)
---         {0, i, w}     refused at KEYS[i], the first full ledger; w = 1 when
---                       the claim is in that ledger's line now
+--                       already held it: no count was taken); ci = the capacity
+--                       in force on KEYS[i]
+--         {0, i, w, p}  refused at KEYS[i], the first full (or paused) ledger;
+--                       w = 1 when the claim is in that ledger's line now; p = 1
+--                       when that ledger is paused
 --         {-1, j}       ARGV[j] malformed (j = 0: wrong argument count); nothing written
 --
 -- Counting: a ledger is full when its members (ZCARD) reach capacity. That
@@ -36,6 +40,9 @@
 -- all died expires as a whole), so a refusal may be late by one beat, never
 -- an admission early. This keeps the refusal path, the busy one while
 -- claims wait, free of TIME and of a sweep.
+--
+-- Controls: a paused ledger refuses every claim it does not hold already (it
+-- may join the line, and keeps its place there); an override is the capacity.
 --
 -- All or nothing: a claim refused on any ledger holds none of them; a slot
 -- it was handed on another ledger is given back (to whoever asks next).
@@ -46,7 +53,7 @@
 -- live waiters' processes push it on. A line whose waiters all died is gone
 -- within ttl of its last push.
 
-local n = #KEYS / 2
+local n = (#KEYS - 1) / 2
 if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 4 then
   return {-1, 0}
 end
@@ -55,10 +62,15 @@ if token == '' then return {-1, 1} end
 if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 2} end
 if line ~= 0 and line ~= 1 and line ~= 2 then return {-1, 3} end
 if not place then return {-1, 4} end
-local caps = {}
+-- include: control
+local controls = KEYS[2 * n + 1]
+local caps, paused = {}, {}
 for i = 1, n do
   caps[i] = tonumber(ARGV[4 + i])
   if not caps[i] or caps[i] < 1 or caps[i] ~= math.floor(caps[i]) then return {-1, 4 + i} end
+end
+for i = 1, n do
+  caps[i], paused[i] = control(controls, KEYS[i], caps[i])
 end
 
 -- A first call (line 1) skips the replay check: its token is fresh, and if
@@ -70,7 +82,7 @@ for i = 1, n do
   if line ~= 1 then held[i] = redis.call('ZSCORE', KEYS[i], token) end
   if not held[i] then
     members[i] = redis.call('ZCARD', KEYS[i])
-    if refused == 0 and members[i] >= caps[i] then
+    if refused == 0 and (paused[i] or members[i] >= caps[i]) then
       refused = i
     end
   end
@@ -91,7 +103,7 @@ if refused > 0 then
       redis.call('PEXPIRE', waits, ttl)
     end
   end
-  return {0, refused, line > 0 and 1 or 0}
+  return {0, refused, line > 0 and 1 or 0, paused[refused] and 1 or 0}
 end
 
 local clock = redis.call('TIME')
@@ -114,4 +126,7 @@ for i = 1, n do
   end
   if line == 2 then redis.call('ZREM', KEYS[n + i], token) end
 end
-return {1, replay, unpack(after)}
+local reply = {1, replay}
+for i = 1, n do reply[2 + i] = after[i] end
+for i = 1, n do reply[2 + n + i] = caps[i] end
+return reply

@@ -3,6 +3,7 @@
 --
 -- KEYS[1..n]      ledgers the claim holds
 -- KEYS[n+1..2n]   their lines (sorted sets of claim tokens by place)
+-- KEYS[2n+1]      the operators' controls (hash, lib/control.lua)
 -- ARGV[1]         claim token
 -- ARGV[2]         wake channel prefix: a waiter's channel is this prefix
 --                 followed by its process part (the token without its last
@@ -13,8 +14,11 @@
 --                 old, and the handed hold is then written afresh
 -- ARGV[5]         the caller's own process part: a waiter of that same
 --                 process is woken by the caller itself, so no PUBLISH
--- ARGV[5+i]       capacity of KEYS[i]; 0 = unknown (an operator's release by
---                 hand): the slot is freed and handed to nobody
+-- ARGV[5+i]       declared capacity of KEYS[i]; 0 = unknown (an operator's
+--                 release by hand): the slot is then handed on only when an
+--                 override says the capacity, else to nobody
+--
+-- Controls: an override is the capacity; a paused ledger hands nothing on.
 --
 -- Per ledger where the token still has its member: while the ledger has room
 -- without that member (fewer members than capacity; this also drains a
@@ -40,7 +44,7 @@
 -- at once.
 -- Costs: docs/design.md, "What each operation costs".
 
-local n = #KEYS / 2
+local n = (#KEYS - 1) / 2
 if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 5 then
   return {-1, 0}
 end
@@ -57,13 +61,16 @@ end
 -- never earlier (lib/outlive.lua).
 -- include: outlive
 -- include: tell
+-- include: control
+local controls = KEYS[2 * n + 1]
 local renewed
 
 local removed, handed = 0, {}
 for i = 1, n do
-  local ledger, line, cap = KEYS[i], KEYS[n + i], caps[i]
+  local ledger, line, cap, paused = KEYS[i], KEYS[n + i], caps[i], false
   local expiry = redis.call('ZSCORE', ledger, token)
-  if expiry and cap > 0 then
+  if expiry then cap, paused = control(controls, ledger, cap) end
+  if expiry and cap > 0 and not paused then
     -- The waiter's hold is written before the leaving member is removed, so
     -- the key never empties on the way (an emptied key is deleted, and the
     -- new member would land in a key without an expiry).

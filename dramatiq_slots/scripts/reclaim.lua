@@ -8,9 +8,11 @@
 -- and the caller interrupts the job instead, so the cap is never exceeded.
 --
 -- KEYS[1..n]  the claim's ledgers
+-- KEYS[n+1]   the operators' controls (hash, lib/control.lua)
 -- ARGV[1]     claim token
 -- ARGV[2]     hold ttl in milliseconds (integer >= 1)
--- ARGV[2+i]   capacity of KEYS[i] (integer >= 1)
+-- ARGV[2+i]   declared capacity of KEYS[i] (integer >= 1); an override wins.
+--             A pause does not count: the claim's job is running already
 --
 -- Returns {1, 0}   held again on every ledger (a fresh expiry on each)
 --         {0, i}   KEYS[i] is full without this claim: nothing written
@@ -21,7 +23,7 @@
 -- costs nothing on the busy path. A slot handed to a waiter is a member and
 -- counts: it belongs to the waiter.
 
-local n = #KEYS
+local n = #KEYS - 1
 if n < 1 or #ARGV ~= n + 2 then
   return {-1, 0}
 end
@@ -35,12 +37,15 @@ for i = 1, n do
 end
 
 -- include: outlive
+-- include: control
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
 local members = {}
-for i, ledger in ipairs(KEYS) do
+for i = 1, n do
+  local ledger = KEYS[i]
+  caps[i] = control(KEYS[n + 1], ledger, caps[i])
   redis.call('ZREMRANGEBYSCORE', ledger, '-inf', now)
   members[i] = redis.call('ZCARD', ledger)
   if members[i] >= caps[i] and not redis.call('ZSCORE', ledger, token) then
@@ -49,7 +54,8 @@ for i, ledger in ipairs(KEYS) do
 end
 
 local expiry = string.format('%.0f', now + ttl)
-for i, ledger in ipairs(KEYS) do
+for i = 1, n do
+  local ledger = KEYS[i]
   redis.call('ZADD', ledger, expiry, token)
   if members[i] == 0 then
     redis.call('PEXPIREAT', ledger, expiry)  -- a new key: nothing to outlive
