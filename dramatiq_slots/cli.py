@@ -9,9 +9,11 @@
     dramatiq-slots release queue:emails TOKEN     # asks first; --yes does not
     dramatiq-slots release queue:emails --all
 
-Everything it reads comes from :class:`~dramatiq_slots.inspection.Inspector`.
-The server is named by :func:`~dramatiq_slots.ledger.redacted_address` only
-(host, port, database): a URL's password is never printed, nor is the URL.
+Everything it reads comes from :class:`~dramatiq_slots.inspection.Inspector`, on one
+server, a Redis Cluster (``redis+cluster://``) or a Sentinel-managed primary
+(``redis+sentinel://``); see :func:`connect`. The server is named by
+:func:`~dramatiq_slots.ledger.redacted_address` only (host, port, database; a cluster's
+node; a service and its sentinels): a URL's password is never printed, nor is the URL.
 """
 
 from __future__ import annotations
@@ -23,17 +25,22 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import redis
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.connection import parse_url
+from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError, Sentinel
 
 from . import __version__
 from .errors import LedgerError
 from .inspection import HolderView, Inspector, LedgerView, Released, age_text
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .ledger import redacted_address
+from .ledger import RedisClient, redacted_address
 from .middleware import URL_ENV
 
 PROG = "dramatiq-slots"
@@ -46,6 +53,16 @@ DEFAULT_URL = "redis://localhost:6379/0"
 #: Socket and connect timeout (s) unless the URL sets its own (as the middleware does).
 SOCKET_TIMEOUT = 5.0
 DEFAULT_WATCH_INTERVAL = 2.0
+
+#: ``redis+cluster://``: any node of a Redis Cluster; the scheme redis-py is given instead.
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+#: ``redis+sentinel://``: a Sentinel-managed primary; whether it is reached over TLS.
+SENTINEL_SCHEMES = {"redis+sentinel": False, "rediss+sentinel": True}
+DEFAULT_SENTINEL_PORT = 26379
+DEFAULT_CLUSTER_PORT = 6379
+#: Query options of a sentinel URL that are the sentinels' own (the rest are the primary's).
+SENTINEL_OPTIONS = {"sentinel_username": "username", "sentinel_password": "password"}
+SENTINEL_URL_FORM = "redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]"
 
 EXIT_OK = 0
 #: Nothing was done: no such hold, holds of live processes refused, removal not confirmed.
@@ -67,7 +84,21 @@ exit codes:
 MAIN_EPILOG = f"""\
 The ledger's Redis: --url, else the environment variable {URL_ENV}, else
 REDIS_URL, else {DEFAULT_URL}. Give the Redis and the key_prefix
-the workers use. Messages name the server by host:port/db, never with its password.
+the workers use. URLs:
+  redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]     one server (rediss://: TLS)
+  unix://[[USER]:PASSWORD@]/PATH[?db=DB]          one server, on a Unix socket
+  redis+cluster://[[USER]:PASSWORD@]HOST[:PORT]   any node of a Redis Cluster
+                                                  (rediss+cluster://: TLS; or --cluster
+                                                  with a redis:// or rediss:// URL)
+  redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]
+                                                  the primary the sentinels name for
+                                                  SERVICE (port {DEFAULT_SENTINEL_PORT} by default;
+                                                  rediss+sentinel://: TLS to the primary)
+A sentinel URL's USER and PASSWORD are the primary's; sentinels that want their own take
+?sentinel_username=...&sentinel_password=... Other query options (socket_timeout,
+ssl_ca_certs, ...) go to the server's connections, as in a redis:// URL.
+Messages name the server by host:port/db (a cluster by the node given, a sentinel-managed
+primary by its service and sentinels), never with its password.
 
 {EXIT_CODES}"""
 
@@ -138,7 +169,8 @@ def clean(text: object) -> str:
 
 
 def url_secrets(url: str) -> set[str]:
-    """Every form of the password a URL carries (userinfo or ``?password=``), to keep out of messages."""
+    """Every form of the password a URL carries (userinfo, ``?password=``, ``?sentinel_password=``),
+    to keep out of messages."""
     found: set[str] = set()
     match = re.search(r"://([^/?#]*)@", url)
     if match:
@@ -149,8 +181,9 @@ def url_secrets(url: str) -> set[str]:
         query = urlsplit(url).query
     except ValueError:
         query = url.partition("?")[2]
-    for password in parse_qs(query).get("password", []):
-        found.add(password)
+    for name, values in parse_qs(query).items():
+        if name == "password" or name.endswith("_password"):  # sentinel_password too
+            found.update(values)
     return {s for s in found if s}
 
 
@@ -183,8 +216,19 @@ def pick_url(given: str | None) -> tuple[str, str]:
     return DEFAULT_URL, "the default URL"
 
 
-def connect(url: str, source: str) -> redis.Redis:
-    """A client for ``url`` (nothing is sent yet); :class:`Failure` for a URL redis-py refuses."""
+def connect(url: str, source: str, *, cluster: bool = False) -> RedisClient:
+    """A client for ``url``; :class:`Failure` for a URL it cannot use.
+
+    Nothing is sent yet, except to a cluster: its client asks a node for the
+    slot map when it is made. ``cluster``: a ``redis://`` URL names a cluster node.
+    """
+    scheme = url.partition("://")[0].lower()
+    if scheme in SENTINEL_SCHEMES:
+        if cluster:
+            raise Failure(f"--cluster takes a redis:// or rediss:// URL, not a sentinel URL (from {source})")
+        return sentinel_client(url, source)
+    if scheme in CLUSTER_SCHEMES or cluster:
+        return cluster_client(url, source)
     try:
         client: redis.Redis = redis.Redis.from_url(
             url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
@@ -195,10 +239,149 @@ def connect(url: str, source: str) -> redis.Redis:
     return client
 
 
+def cluster_client(url: str, source: str) -> RedisCluster:
+    """A cluster client from any node's URL (``redis+cluster://``, or ``redis://`` with ``--cluster``)."""
+    scheme, _, rest = url.partition("://")
+    plain_scheme = CLUSTER_SCHEMES.get(scheme.lower(), scheme.lower())
+    if plain_scheme not in ("redis", "rediss"):
+        raise Failure(
+            f"bad Redis URL (from {source}): a Redis Cluster is named by a node's "
+            "redis+cluster://, rediss+cluster://, redis:// or rediss:// URL"
+        )
+    plain = f"{plain_scheme}://{rest}"
+    try:
+        options = parse_url(plain)  # type: ignore[no-untyped-call]
+        if options.get("db", 0) != 0:
+            raise ValueError("a Redis Cluster has database 0 only")
+        parts = urlsplit(plain)
+        address = redacted_cluster(parts.hostname or "localhost", parts.port or DEFAULT_CLUSTER_PORT)
+    except ValueError as e:
+        raise Failure(f"bad Redis URL (from {source}): {e}") from e
+    try:
+        client: RedisCluster = RedisCluster.from_url(
+            plain, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
+        )
+    except (ValueError, TypeError) as e:
+        raise Failure(f"bad Redis URL (from {source}): {e}") from e
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
+        # The client reads the slot map as it is made: this is the first conversation.
+        raise Failure(describe_redis_error(e, address)) from e
+    return client
+
+
+def redacted_cluster(host: str, port: int) -> str:
+    """How :func:`~dramatiq_slots.ledger.redacted_address` names a cluster reached through one node."""
+    return f"cluster via [{host}]:{port}" if ":" in host else f"cluster via {host}:{port}"
+
+
+def sentinel_client(url: str, source: str) -> redis.Redis:
+    """The client of the primary the sentinels of a ``redis+sentinel://`` URL name for its service.
+
+    The URL's user and password are the primary's; ``?sentinel_username=`` and
+    ``?sentinel_password=`` the sentinels'. Other query options are the primary's,
+    read as in a ``redis://`` URL.
+    """
+    try:
+        parsed = parse_sentinel_url(url)
+    except ValueError as e:
+        # Never echo the URL: it may carry a password.
+        raise Failure(f"bad Redis URL (from {source}): {e}") from e
+    timeouts = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT}
+    # One try per sentinel: the next one is the retry (redis-py's default backs off for seconds).
+    once = {"retry": Retry(NoBackoff(), 0)}
+    manager = Sentinel(  # type: ignore[no-untyped-call]
+        parsed.sentinels, sentinel_kwargs={**timeouts, **once, **parsed.sentinel_options}
+    )
+    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+        parsed.service, **{**timeouts, **parsed.primary_options}
+    )
+    return client
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """What a ``redis+sentinel://`` URL says."""
+
+    sentinels: list[tuple[str, int]]
+    service: str
+    #: For the primary's connections (user, password, db, TLS, query options).
+    primary_options: dict[str, Any]
+    #: For the sentinels' connections (``?sentinel_username=``, ``?sentinel_password=``).
+    sentinel_options: dict[str, str]
+
+
+def parse_sentinel_url(url: str) -> SentinelURL:
+    """What a sentinel URL says; ValueError, never quoting the URL, for one that is malformed."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:
+        raise ValueError(f"{e}; expected {SENTINEL_URL_FORM}") from None
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    sentinels = [sentinel_address(text) for text in hosts.split(",")]
+    path = parts.path.removeprefix("/").removesuffix("/").split("/")
+    service = unquote(path[0])
+    if not service:
+        raise ValueError(
+            f"a sentinel URL names the primary's service after its sentinels: {SENTINEL_URL_FORM}"
+        )
+    if len(path) > 2:
+        raise ValueError(f"a sentinel URL has a service and at most a database after it: {SENTINEL_URL_FORM}")
+    query = parse_qs(parts.query)
+    sentinel_options = {
+        SENTINEL_OPTIONS[name]: query.pop(name)[-1] for name in list(query) if name in SENTINEL_OPTIONS
+    }
+    # The primary's options are read as redis-py reads a redis:// URL's (types, db).
+    primary_options: dict[str, Any] = parse_url(  # type: ignore[no-untyped-call]
+        "redis://localhost?" + urlencode(query, doseq=True)
+    )
+    primary_options.pop("host", None)
+    if len(path) == 2 and "db" not in primary_options:
+        if not (path[1].isascii() and path[1].isdigit()):
+            raise ValueError(f"a sentinel URL's database after the service is a number: {SENTINEL_URL_FORM}")
+        primary_options["db"] = int(path[1])
+    username, colon, password = userinfo.partition(":")
+    if username:
+        primary_options["username"] = unquote(username)
+    if colon and password:
+        primary_options["password"] = unquote(password)
+    if SENTINEL_SCHEMES[parts.scheme.lower()]:
+        primary_options["ssl"] = True
+    return SentinelURL(sentinels, service, primary_options, sentinel_options)
+
+
+def sentinel_address(text: str) -> tuple[str, int]:
+    """``(host, port)`` of one ``HOST[:PORT]`` (``[IPv6]:PORT``) of a sentinel URL."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else rest
+    else:
+        host, _, port = text.partition(":")
+    if not host:
+        raise ValueError(f"a sentinel URL names each sentinel by HOST[:PORT]: {SENTINEL_URL_FORM}")
+    if not port:
+        return unquote(host), DEFAULT_SENTINEL_PORT
+    if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"a sentinel's port is a number from 1 to 65535: {SENTINEL_URL_FORM}")
+    return unquote(host), int(port)
+
+
 def describe_redis_error(error: BaseException, address: str) -> str:
     """One line for a failed Redis conversation, naming the server by its redacted address."""
     if isinstance(error, LedgerError) and error.__cause__ is not None:
         error = error.__cause__
+    if isinstance(error, redis.exceptions.RedisClusterException) and isinstance(
+        error.__cause__, redis.RedisError
+    ):
+        error = error.__cause__  # no node could be asked for the slot map: why
+    if isinstance(error, MasterNotFoundError):
+        # Its text lists every sentinel client's repr: too long for one line, and says no more.
+        why = (
+            "a sentinel could not be asked (unreachable, or refusing its credentials), and none that "
+            "answered named a primary of that service that is up"
+            if " : " in str(error)
+            else "the sentinels know no primary of that service that is up"
+        )
+        return f"no primary found at {address}: {why} (MasterNotFoundError)"
     detail = f"{type(error).__name__}: {error}"
     if isinstance(error, redis.AuthenticationError):
         return f"Redis at {address} refused the credentials ({detail})"
@@ -212,11 +395,11 @@ def describe_redis_error(error: BaseException, address: str) -> str:
     return f"Redis at {address} failed ({detail})"
 
 
-def talking_to(client: redis.Redis, action: Callable[[], Any]) -> Any:
+def talking_to(client: RedisClient, action: Callable[[], Any]) -> Any:
     """``action()``, with Redis errors turned into a :class:`Failure` naming the server."""
     try:
         return action()
-    except (redis.RedisError, LedgerError) as e:
+    except (redis.RedisError, redis.exceptions.RedisClusterException, LedgerError) as e:
         raise Failure(describe_redis_error(e, redacted_address(client))) from e
 
 
@@ -251,7 +434,7 @@ def render_table(
     views: Sequence[LedgerView], *, address: str, prefix: str, at: float, keys_by_ledger: dict[str, str]
 ) -> str:
     """The status table: a header line, then one block per ledger with a line per holder."""
-    lines = [f"{local_time(at)}  {address}  prefix {clean(prefix)}"]
+    lines = [f"{local_time(at)}  {clean(address)}  prefix {clean(prefix)}"]
     if not views:
         lines.append(f"no ledger holds anything under prefix {clean(prefix)}")
         return "\n".join(lines) + "\n"
@@ -281,7 +464,7 @@ def status_document(views: Sequence[LedgerView], *, address: str, prefix: str, a
     return {"server": address, "prefix": prefix, "at": round(at, 3), "ledgers": ledgers}
 
 
-def status_command(args: argparse.Namespace, client: redis.Redis) -> int:
+def status_command(args: argparse.Namespace, client: RedisClient) -> int:
     inspector = Inspector(client, key_prefix=args.prefix)
     address = redacted_address(client)
     keys_by_ledger = {inspector.key_ledger(text): text for text in args.key}
@@ -375,7 +558,7 @@ def confirm(question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def release_command(args: argparse.Namespace, client: redis.Redis, parser: argparse.ArgumentParser) -> int:
+def release_command(args: argparse.Namespace, client: RedisClient, parser: argparse.ArgumentParser) -> int:
     inspector = Inspector(client, key_prefix=args.prefix)
     words: list[str] = list(args.names)
     if args.key is not None:
@@ -483,7 +666,14 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> Non
         "--url",
         default=default,
         metavar="URL",
-        help=f"the ledger's Redis (default: ${URL_ENV}, else $REDIS_URL, else {DEFAULT_URL})",
+        help=f"the ledger's Redis: redis://, rediss://, unix://, redis+cluster://, redis+sentinel:// "
+        f"(see below; default: ${URL_ENV}, else $REDIS_URL, else {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="the URL (redis:// or rediss://) names a node of a Redis Cluster, like redis+cluster://",
     )
     parser.add_argument(
         "--prefix",
@@ -548,7 +738,7 @@ def build_parser() -> argparse.ArgumentParser:
             "instead of when it expires."
         ),
         usage=(
-            "%(prog)s [-h] [--url URL] [--prefix PREFIX] [--yes] [--force]\n"
+            "%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes] [--force]\n"
             "       (LEDGER | --key TEXT) (TOKEN [TOKEN ...] | --all)"
         ),
         epilog=RELEASE_EPILOG,
@@ -587,7 +777,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             KeySpace(args.prefix)
         except ValueError as e:
             raise Failure(f"bad --prefix: {e}") from e
-        client = connect(url, source)
+        client = connect(url, source, cluster=args.cluster)
         try:
             if args.command == "status":
                 return status_command(args, client)

@@ -177,6 +177,8 @@ class Inspector:
     def processes(self) -> dict[str, ProcessReport]:
         """Every live process report, by ``<host>:<pid>``."""
         pattern = self.keys.process_pattern()
+        # On a cluster, SCAN goes to every primary: the reports live on the prefix's slot, and
+        # a slot being migrated has keys on two nodes.
         with self.ledger._translated("status"):
             found = sorted({_text(k) for k in self.client.scan_iter(match=pattern, count=500)})
             if not found:
@@ -253,7 +255,12 @@ class Inspector:
     def _now(self) -> float:
         """The Redis server's clock (s): every age is measured against one clock."""
         with self.ledger._translated("status"):
-            seconds, micros = self.client.time()
+            if isinstance(self.client, RedisCluster):
+                # The node serving the prefix's slot: the clock its scripts read.
+                owner = self.client.get_node_from_key(self.keys.tag)  # type: ignore[no-untyped-call]
+                seconds, micros = self.client.time(target_nodes=owner)
+            else:
+                seconds, micros = self.client.time()
         return int(seconds) + int(micros) / 1e6
 
     # -- releasing by hand -----------------------------------------------------------------

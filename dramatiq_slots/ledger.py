@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 import redis
 from redis.cluster import RedisCluster
+from redis.sentinel import SentinelConnectionPool
 
 from .errors import LedgerArgumentError, LedgerError, LedgerUnavailable
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
@@ -208,14 +209,32 @@ def _text(value: Any) -> str:
 
 
 def redacted_address(client: Any) -> str:
-    """Where a client points, for log lines: host, port and db, never credentials."""
+    """Where a client points, for log lines: host, port and db, never credentials.
+
+    A cluster client is named by the nodes it was given (``cluster via host:port``), a
+    Sentinel-managed primary by its service, db and sentinels (``sentinel NAME/0 via host:port``).
+    """
+    if isinstance(client, RedisCluster):
+        nodes = getattr(client, "startup_nodes", None) or []
+        return "cluster via " + (",".join(_host_port(n.host, n.port) for n in nodes) or "?")
     pool = getattr(client, "connection_pool", None)
     kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", {}) or {}
+    if isinstance(pool, SentinelConnectionPool):
+        sentinels = ",".join(
+            _host_port(node.get("host", "?"), node.get("port", "?"))
+            for node in (s.connection_pool.connection_kwargs for s in pool.sentinel_manager.sentinels)
+        )
+        return f"sentinel {pool.service_name}/{kwargs.get('db', 0)} via {sentinels}"
     if "path" in kwargs:
         return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
     host = kwargs.get("host", "?")
     port = kwargs.get("port", "?")
     return f"{host}:{port}/{kwargs.get('db', 0)}"
+
+
+def _host_port(host: object, port: object) -> str:
+    """``host:port``, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
 #: Every script, by the name of the :class:`Ledger` method that calls it (``scripts/<name>.lua``).
@@ -296,7 +315,7 @@ class Ledger:
             # A slot moving (its keys split: TRYAGAIN until redis-py's redirections run
             # out), a failover, a slot nobody serves yet: the cluster will answer again.
             raise LedgerUnavailable(
-                f"ledger {operation} failed: the Redis Cluster at {redacted_address(self.client)} "
+                f"ledger {operation} failed: Redis at {redacted_address(self.client)} "
                 f"cannot serve the ledger's slot now ({type(e).__name__}: {e})"
             ) from e
         except redis.ResponseError as e:

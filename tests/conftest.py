@@ -12,6 +12,9 @@ Servers (see :mod:`tests.support.servers`):
     ``CI=true``: then every engine must be there and a missing one fails.
 ``server_factory`` (function)
     Private servers for one test (``--requirepass``, chaos); stopped after it.
+``local_cluster``, ``local_sentinel`` (module)
+    A Redis Cluster (:mod:`tests.support.redis_cluster`), a Sentinel setup
+    (:mod:`tests.support.sentinel`), started for the module that uses them.
 
 Tests isolate by unique key prefixes (``key_prefix``), never by flushing:
 the keys of a test's prefix are deleted after it, nothing else is touched.
@@ -29,6 +32,8 @@ import pytest
 import redis
 
 from dramatiq_slots.ledger import Ledger
+from tests.support.redis_cluster import LocalCluster
+from tests.support.sentinel import LocalSentinel
 from tests.support.servers import (
     ENGINE_MEANING,
     ENGINES,
@@ -151,6 +156,30 @@ def server_factory() -> Iterator[Callable[..., Server]]:
                 errors.append(e)
         if errors:  # pragma: no cover
             raise errors[0]
+
+
+@pytest.fixture(scope="module")
+def local_cluster() -> Iterator[LocalCluster]:
+    for kind in ("redis7", "valkey"):
+        engine = find_engine(kind)
+        if not isinstance(engine, str):
+            break
+    else:
+        pytest.fail("no Redis 7 or Valkey for a cluster (--cluster-port needs 7.0+)")
+    with LocalCluster(engine) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def local_sentinel() -> Iterator[LocalSentinel]:
+    for kind in ("redis7", "valkey", "redis6"):
+        engine = find_engine(kind)
+        if not isinstance(engine, str):
+            break
+    else:
+        pytest.fail("no Redis-protocol server for a Sentinel setup")
+    with LocalSentinel(engine) as setup:
+        yield setup
 
 
 @pytest.fixture

@@ -75,6 +75,10 @@ def row(stdout: str, token: str) -> list[str]:
 
 @pytest.fixture
 def busy_queue(ledger: Ledger) -> str:
+    return plant_busy_queue(ledger)
+
+
+def plant_busy_queue(ledger: Ledger) -> str:
     """``queue:emails``, capacity 2 (reported by a live worker): one live hold, one of a dead process,
     and one claim in line."""
     emails = ledger.keys.queue("emails")

@@ -10,7 +10,6 @@ the ledger's slot is SIGKILLed and its replica promoted.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 from dramatiq.brokers.redis import RedisBroker
@@ -22,25 +21,13 @@ from dramatiq_slots.ledger import Ledger, Limit, Line
 from tests.support.failover import caps_through_failover
 from tests.support.in_process import RunRecorder
 from tests.support.redis_cluster import LocalCluster
-from tests.support.servers import Server, find_engine
+from tests.support.servers import Server
 from tests.support.waiting import WaitTimeout, wait_until
 
 pytestmark = pytest.mark.slow
 
 #: The error replies of a Redis Cluster node that redirect a client.
 REDIRECTS = ("ASK", "TRYAGAIN", "MOVED")
-
-
-@pytest.fixture(scope="module")
-def local_cluster() -> Iterator[LocalCluster]:
-    for kind in ("redis7", "valkey"):
-        engine = find_engine(kind)
-        if not isinstance(engine, str):
-            break
-    else:
-        pytest.fail("no Redis 7 or Valkey for a cluster (--cluster-port needs 7.0+)")
-    with LocalCluster(engine) as cluster:
-        yield cluster
 
 
 @pytest.mark.timeout(120)

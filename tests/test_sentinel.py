@@ -8,7 +8,7 @@ its replica.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import dramatiq
 import pytest
@@ -23,18 +23,6 @@ from tests.support.servers import Server, find_engine
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def local_sentinel() -> Iterator[LocalSentinel]:
-    for kind in ("redis7", "valkey", "redis6"):
-        engine = find_engine(kind)
-        if not isinstance(engine, str):
-            break
-    else:
-        pytest.fail("no Redis-protocol server for a Sentinel setup")
-    with LocalSentinel(engine) as setup:
-        yield setup
 
 
 @pytest.mark.timeout(120)
