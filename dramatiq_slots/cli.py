@@ -1,4 +1,5 @@
-"""The ``dramatiq-slots`` command: ``status`` shows the ledgers, ``release`` frees holds by hand.
+"""The ``dramatiq-slots`` command: ``status`` shows the ledgers, ``release`` frees holds by hand,
+``set-capacity``, ``reset-capacity``, ``pause`` and ``resume`` set the operators' controls.
 
 ::
 
@@ -8,6 +9,10 @@
     dramatiq-slots status --key sync:42           # the ledger of one runtime key
     dramatiq-slots release queue:emails TOKEN     # asks first; --yes does not
     dramatiq-slots release queue:emails --all
+    dramatiq-slots set-capacity queue:emails 2    # an override, on every worker (asks first)
+    dramatiq-slots reset-capacity queue:emails    # back to the declared capacity
+    dramatiq-slots pause queue:emails             # nothing new starts; resume starts it again
+    dramatiq-slots resume --key sync:42
 
 Everything it reads comes from :class:`~dramatiq_slots.inspection.Inspector`, on one
 server, a Redis Cluster (``redis+cluster://``) or a Sentinel-managed primary
@@ -37,6 +42,7 @@ from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel
 
 from . import __version__
+from .controls import MAX_CAPACITY, Change
 from .errors import LedgerError
 from .inspection import HolderView, Inspector, LedgerView, Released, age_text
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
@@ -117,11 +123,15 @@ a report); LEFT, seconds until the hold expires unless its heartbeat refreshes i
 ALIVE, whether its process reports (a live worker: a worker writes its report at
 boot and every beat, and it expires 2.5 beat intervals later, so a killed worker shows
 "no" within about two beats; a stopped one removes it); TOKEN, what release takes.
-Capacity is the one live workers declare (- when none does): a queue's from any live
-worker that caps it, a runtime key's from the reported holds of that key.
+Capacity is the one in force: an operator's override (shown as "N (override; declared
+M)", see set-capacity), else the one live workers declare (- when none does): a queue's
+from any live worker that caps it, a runtime key's from the reported holds of that key.
+PAUSED: an operator paused the ledger (see pause); a paused or overridden ledger is
+listed even when it holds nothing.
 
 --json prints one document: {{"server", "prefix", "at", "ledgers": [{{"ledger", "kind",
-"name", "short", "capacity", "in_use", "waiting", "holders": [{{"token", "host", "pid",
+"name", "short", "capacity", "in_use", "waiting", "declared", "override", "paused",
+"paused_at", "holders": [{{"token", "host", "pid",
 "thread", "seconds_left", "age", "actor", "label", "process_alive"}}]}}]}}; with --watch,
 one such document per line and refresh. Unknown values are null.
 
@@ -422,9 +432,21 @@ def holder_row(holder: HolderView) -> tuple[str, ...]:
     )
 
 
+def capacity_text(view: LedgerView) -> str:
+    """``5``, ``2 (override; declared 5)``, ``-``: the capacity in force and where it comes from."""
+    if view.override is None:
+        return "-" if view.capacity is None else str(view.capacity)
+    declared = "" if view.declared is None else f"; declared {view.declared}"
+    return f"{view.override} (override{declared})"
+
+
 def ledger_heading(view: LedgerView, keys_by_ledger: dict[str, str]) -> str:
-    capacity = "-" if view.capacity is None else str(view.capacity)
-    heading = f"{clean(view.short)}  capacity {capacity}  in use {view.in_use}  waiting {view.waiting}"
+    heading = (
+        f"{clean(view.short)}  capacity {capacity_text(view)}  in use {view.in_use}  waiting {view.waiting}"
+    )
+    if view.paused:
+        since = "" if view.paused_at is None else f" since {local_time(view.paused_at)}"
+        heading += f"  PAUSED{since}"
     if view.ledger in keys_by_ledger:
         heading += f"  (key {clean(keys_by_ledger[view.ledger])})"
     return heading
@@ -638,6 +660,112 @@ def release_command(args: argparse.Namespace, client: RedisClient, parser: argpa
     return EXIT_OK if removed else EXIT_NOTHING_DONE
 
 
+# -- controls ------------------------------------------------------------------------------------
+
+
+CONTROL_EPILOG = f"""\
+{LEDGER_NAMES}
+A control is kept in the ledger's Redis and wins over the capacity the code declares,
+on every worker, for the next admission, release and beat of each (workers listening
+for changes beat at once, so room a raise or a resume makes goes to the first messages
+in line at once); it stays until it is changed again, through worker restarts and
+deploys. Workers log one INFO line for each change.
+
+  set-capacity    admit at most N at once, across every worker; below the holds in use,
+                  no running job is stopped: new admissions wait until fewer than N run
+  reset-capacity  drop the override: the declared capacity is in force again
+  pause           admit nothing new; running jobs finish, waiting messages keep their
+                  places in line and are not deferred while it lasts
+  resume          admit again
+
+The change is shown, then confirmed on the terminal, unless --yes. Without a terminal
+on stdin and without --yes nothing is changed. The Redis user needs the operator's
+rules (docs/operations.md); the workers' own user cannot write the controls.
+
+{EXIT_CODES}"""
+
+CONTROL_COMMANDS = {
+    "set-capacity": "override the capacity of a ledger, on every worker",
+    "reset-capacity": "drop the override: the declared capacity is in force again",
+    "pause": "admit nothing new on a ledger (running jobs finish, waiting messages wait)",
+    "resume": "admit again on a paused ledger",
+}
+
+
+def control_line(view: LedgerView) -> str:
+    """One ledger's controls and use, for the control commands."""
+    paused = "  PAUSED" if view.paused else ""
+    return (
+        f"{clean(view.short)}: capacity {capacity_text(view)}, in use {view.in_use}, "
+        f"waiting {view.waiting}{paused}"
+    )
+
+
+def control_command(args: argparse.Namespace, client: RedisClient, parser: argparse.ArgumentParser) -> int:
+    inspector = Inspector(client, key_prefix=args.prefix)
+    controls = inspector.controls
+    if (args.ledger is None) == (args.key is None):
+        parser.error("give the LEDGER (as status prints it) or --key TEXT")
+    if args.key is not None:
+        ledger = inspector.key_ledger(args.key)
+    else:
+        try:
+            ledger = inspector.resolve(args.ledger)
+        except ValueError as e:
+            raise Failure(str(e)) from e
+    view: LedgerView = talking_to(client, lambda: inspector.ledgers([ledger])[0])
+    name = clean(view.short)
+    command = args.command
+    if command == "set-capacity":
+        wanted = f"capacity {args.capacity} (override)"
+        done = view.override == args.capacity
+        if args.capacity < view.in_use:
+            wanted += (
+                f"; {view.in_use} run now: none is stopped, new admissions wait until fewer than "
+                f"{args.capacity} run"
+            )
+    elif command == "reset-capacity":
+        declared = "-" if view.declared is None else str(view.declared)
+        wanted, done = f"the declared capacity ({declared}) in force", view.override is None
+    elif command == "pause":
+        wanted, done = "paused: nothing new is admitted", view.paused
+    else:
+        wanted, done = "admitting again", not view.paused
+    print(control_line(view))
+    if done:
+        print(f"nothing to change: {name} is already so")
+        return EXIT_NOTHING_DONE
+    print(f"after: {wanted}")
+    sys.stdout.flush()
+    if not args.yes:
+        if not sys.stdin.isatty():
+            err(
+                "nothing changed: stdin is not a terminal to confirm on; pass --yes to change it "
+                "without asking"
+            )
+            return EXIT_NOTHING_DONE
+        if not confirm(f"{command} {name}?"):
+            err("nothing changed")
+            return EXIT_NOTHING_DONE
+
+    def apply() -> Change:
+        if command == "set-capacity":
+            return controls.set_capacity(ledger, args.capacity)
+        if command == "reset-capacity":
+            return controls.reset_capacity(ledger)
+        if command == "pause":
+            return controls.pause(ledger)
+        return controls.resume(ledger)
+
+    change: Change = talking_to(client, apply)
+    after: LedgerView = talking_to(client, lambda: inspector.ledgers([ledger])[0])
+    print(control_line(after))
+    if not change.changed:
+        err(f"{name} was already so (changed meanwhile by someone else)")
+        return EXIT_NOTHING_DONE
+    return EXIT_OK
+
+
 def err(message: str) -> None:
     print(message, file=sys.stderr)
 
@@ -652,6 +780,18 @@ def positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def capacity_argument(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_CAPACITY:
+        raise argparse.ArgumentTypeError(
+            f"a capacity is from 1 to {MAX_CAPACITY}, got {text!r} (pause admits nothing new)"
+        )
     return value
 
 
@@ -762,6 +902,34 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument(
         "--force", action="store_true", help="remove holds of live worker processes too (see below)"
     )
+
+    for command, summary in CONTROL_COMMANDS.items():
+        control = commands.add_parser(
+            command,
+            help=summary,
+            description=summary[0].upper() + summary[1:] + ".",
+            usage="%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes] (LEDGER | --key TEXT)"
+            + (" N" if command == "set-capacity" else ""),
+            epilog=CONTROL_EPILOG,
+            formatter_class=formatter,
+            allow_abbrev=False,
+        )
+        add_connection_options(control, top=False)
+        control.set_defaults(command_parser=control)
+        control.add_argument(
+            "ledger",
+            nargs="?",
+            metavar="LEDGER",
+            help="the ledger as status prints it (queue:<name>, key:<digest>)",
+        )
+        if command == "set-capacity":
+            control.add_argument(
+                "capacity", type=capacity_argument, metavar="N", help="the new capacity (>= 1)"
+            )
+        control.add_argument(
+            "--key", metavar="TEXT", help="the ledger of this runtime key (instead of LEDGER)"
+        )
+        control.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     return parser
 
 
@@ -781,6 +949,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if args.command == "status":
                 return status_command(args, client)
+            if args.command in CONTROL_COMMANDS:
+                return control_command(args, client, args.command_parser)
             return release_command(args, client, args.command_parser)
         finally:
             client.close()

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from redis.cluster import RedisCluster
 
 from .claims import process_part
+from .controls import Control, Controls
 from .keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
 from .ledger import Ledger, Limit, RedisClient, _text
 
@@ -101,7 +102,11 @@ class HolderView:
 
 @dataclass(frozen=True)
 class LedgerView:
-    """One ledger: its capacity (where a live process reports it), holds in use and line."""
+    """One ledger: its capacity, holds in use, line and holders.
+
+    ``capacity`` is the one in force: the operator's ``override`` when there is one,
+    else ``declared`` (what live processes report; None: none does).
+    """
 
     ledger: str
     kind: LedgerKind
@@ -111,6 +116,11 @@ class LedgerView:
     in_use: int
     waiting: int
     holders: list[HolderView]
+    declared: int | None = None
+    override: int | None = None
+    #: Whether an operator paused it, and since when (Redis clock, s).
+    paused: bool = False
+    paused_at: float | None = None
 
     @property
     def short(self) -> str:
@@ -148,6 +158,7 @@ class Inspector:
         self.ledger = Ledger(client, key_prefix=key_prefix)
         self.keys: KeySpace = self.ledger.keys
         self.client = client
+        self.controls = Controls(client, key_prefix=key_prefix)
 
     # -- names ------------------------------------------------------------------------
 
@@ -201,12 +212,18 @@ class Inspector:
         ``reports``: the process reports, when the caller has just read them.
         """
         reports = self.processes() if reports is None else reports
-        keys = sorted(set(names)) if names is not None else self.ledger.ledgers()
+        controls = self.controls.read()
+        if names is not None:
+            keys = sorted(set(names))
+        else:  # a paused or overridden ledger is shown, holding or not
+            keys = sorted({*self.ledger.ledgers(), *(k for k in controls if self.keys.parse(k) is not None)})
         now = self._now() if keys else 0.0  # one clock reading for every age on the page
-        views = [self._view(key, reports, now) for key in keys]
+        views = [self._view(key, reports, now, controls.get(key, Control())) for key in keys]
         return sorted(views, key=lambda v: (v.kind != "queue", v.name))
 
-    def _view(self, ledger: str, reports: Mapping[str, ProcessReport], now: float) -> LedgerView:
+    def _view(
+        self, ledger: str, reports: Mapping[str, ProcessReport], now: float, control: Control
+    ) -> LedgerView:
         parsed = self.keys.parse(ledger)
         if parsed is None:
             raise ValueError(f"not a ledger under prefix {self.keys.prefix!r}: {ledger!r}")
@@ -230,20 +247,24 @@ class Inspector:
                     process_alive=alive,
                 )
             )
-        capacity = self._capacity(ledger, reports)
+        declared = self._capacity(ledger, reports)
         return LedgerView(
             ledger=ledger,
             kind=kind,
             name=name,
-            capacity=capacity,
+            capacity=control.capacity if control.capacity is not None else declared,
             in_use=len(holders),
             waiting=self._waiting(ledger),
             holders=holders,
+            declared=declared,
+            override=control.capacity,
+            paused=control.paused,
+            paused_at=control.paused_at,
         )
 
     @staticmethod
     def _capacity(ledger: str, reports: Mapping[str, ProcessReport]) -> int | None:
-        """The capacity live processes report for ``ledger`` (the largest, if they disagree)."""
+        """The capacity live processes declare for ``ledger`` (the largest, if they disagree)."""
         seen = [r.capacities[ledger] for r in reports.values() if ledger in r.capacities]
         seen += [h.ledgers[ledger] for r in reports.values() for h in r.holds if ledger in h.ledgers]
         return max(seen) if seen else None
@@ -280,8 +301,9 @@ class Inspector:
         holders = {h.token: h for h in view.holders}
         hold_ttl = max((r.hold_ttl for r in reports.values()), default=60_000)
         released = Released(removed=[])
-        # Capacity 0: unknown, so the freed slot is handed to nobody (see Ledger.leave).
-        limit = Limit(ledger, view.capacity or 0)
+        # Capacity 0: unknown, so the freed slot is handed to nobody (see Ledger.leave), unless
+        # an override says it: leave.lua reads the controls itself.
+        limit = Limit(ledger, view.declared or 0)
         for token in tokens:
             holder = holders.get(token)
             if holder is not None and holder.process_alive and not force:

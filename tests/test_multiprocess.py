@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 import redis
 
-from tests.support.probe import max_overlap
+from dramatiq_slots.controls import Controls
+from tests.support.probe import Run, max_overlap
 from tests.support.servers import RedisTarget
 from tests.support.waiting import wait_until
 from tests.support.worker_groups import (
@@ -302,3 +303,94 @@ def test_a_process_killed_while_its_messages_are_parked_loses_none(
     assert cluster.probe.peak(CAPPED_SCOPE) <= CAP
     assert max_overlap(runs) <= CAP
     assert set(sent) <= cluster.completed_ids(CAPPED_SCOPE), "a parked message was lost with its process"
+
+
+# -- e. operators' controls, followed by every host --------------------------------------------
+
+
+def _starts_over(runs: list[Run], since_us: int, until_us: int, capacity: int) -> list[tuple[str, int]]:
+    """Runs that started in ``[since_us, until_us)`` while more than ``capacity`` ran (itself included):
+    ``(message id, how many ran)``."""
+    found = []
+    for run in runs:
+        if since_us <= run.start < until_us:
+            open_then = sum(1 for r in runs if r.start <= run.start and (r.end is None or r.end > run.start))
+            if open_then > capacity:
+                found.append((run.message_id, open_then))
+    return found
+
+
+@pytest.mark.timeout(240)
+def test_capacity_changes_and_a_pause_are_followed_on_every_host_within_a_beat(
+    make_cluster: Callable[..., WorkerFleet],
+) -> None:
+    cluster = make_cluster(job_ms=400, max_wait=1_500, broker_heartbeat_timeout=30_000)
+    controls = Controls(cluster.ledger.client, key_prefix=cluster.ledger.keys.prefix)
+    ledger = controls.queue(CAPPED_QUEUE)
+    backlog = Backlog(cluster, depth=24)
+    _start(cluster, "g1", "g2")  # 2 hosts x 4 threads, cap 3 declared
+    tolerance_us = (BEAT + 250) * 1000  # one beat, plus this loaded machine's scheduling
+
+    def running_at(count: int, what: str) -> float:
+        def reached() -> float:
+            backlog.top_up()
+            return time.monotonic() if cluster.probe.running(CAPPED_SCOPE) == count else 0.0
+
+        return float(
+            wait_until(reached, timeout=RUN_TIMEOUT, what=what, interval=0.02, context=cluster.tails)
+        )
+
+    running_at(CAP, f"both hosts to run {CAP} at once")
+
+    # Lowered below the holds in use: nothing is stopped, new starts wait until one runs.
+    lowered_us = cluster.probe.now_us()
+    controls.set_capacity(ledger, 1)
+    running_at(1, "the lowered capacity to drain to 1")
+    wait_until(
+        lambda: (
+            backlog.top_up() is not None
+            and len([r for r in cluster.probe.runs(CAPPED_SCOPE) if r.start > lowered_us]) >= 4
+        ),
+        timeout=RUN_TIMEOUT,
+        what="4 starts under the lowered capacity",
+        context=cluster.tails,
+    )
+
+    # Raised: the new room goes to the waiting messages at once (each host beats on the change).
+    raised_us, raised_at = cluster.probe.now_us(), time.monotonic()
+    controls.set_capacity(ledger, 5)
+    at_five = running_at(5, "the raised capacity to be used")
+    raise_took = at_five - raised_at
+
+    # Paused: no new start on any host; the waiting messages keep their places past max_wait.
+    paused_us = cluster.probe.now_us()
+    controls.pause(ledger)
+    running_at(0, "the running jobs to finish after the pause")
+    line_at_pause = cluster.ledger.line(ledger)
+    time.sleep(2.0)  # longer than max_wait=1.5 s: what is measured is that nothing happens meanwhile
+    line_before_resume = cluster.ledger.line(ledger)
+    resumed_us, resumed_at = cluster.probe.now_us(), time.monotonic()
+    controls.resume(ledger)
+    back = running_at(5, "the queue back at its capacity after resume") - resumed_at
+
+    controls.reset_capacity(ledger)
+    cluster.wait_all_ran(backlog.sent, timeout=RUN_TIMEOUT)
+    runs = cluster.probe.runs(CAPPED_SCOPE)
+    started_paused = [r.message_id for r in runs if paused_us + tolerance_us <= r.start < resumed_us]
+    print(
+        f"\nMEASURE controls: raise used in {raise_took:.3f}s, back at cap {back:.3f}s after resume "
+        f"(beat {BEAT} ms); {len(line_at_pause)} in line through the pause; {len(runs)} runs"
+    )
+    assert _starts_over(runs, lowered_us + tolerance_us, raised_us, 1) == [], cluster.tails()
+    assert _starts_over(runs, raised_us, paused_us, 5) == [], cluster.tails()
+    assert _starts_over(runs, resumed_us, 2**62, 5) == [], cluster.tails()
+    assert started_paused == [], f"{len(started_paused)} jobs started while paused\n{cluster.tails()}"
+    assert raise_took * 1000 <= BEAT + 250, f"the raised capacity took {raise_took:.3f}s to be used"
+    assert back * 1000 <= BEAT + 250, f"the queue took {back:.3f}s to come back after resume"
+    assert line_at_pause and line_before_resume == line_at_pause, (
+        "the waiting messages did not keep their places through the pause"
+    )
+    assert set(backlog.sent) <= cluster.completed_ids(CAPPED_SCOPE), "a message was lost"
+    logs = cluster.tails(lines=400)
+    assert logs.count("controls changed: capacity 1 in force (override; declared 3)") >= 2, logs
+    assert "paused: nothing new is admitted" in logs and "resumed" in logs

@@ -1,0 +1,226 @@
+"""Operators' controls: the Python API, the command line, and what one worker process does with them.
+
+The ledger's side (every script obeys an override and a pause) is driven at
+random in ``test_ledger_model.py``; the fleet's side (real ``dramatiq``
+processes following a change within a beat) in ``test_multiprocess.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pty
+import subprocess
+from typing import Any
+
+import pytest
+
+from dramatiq_slots.controls import Control, Controls, ControlsSeen, parse_controls
+from dramatiq_slots.ledger import Ledger, Limit, Line
+from dramatiq_slots.process import control_text
+from tests.support.command import MODULE, RUN_TIMEOUT, run_command, user_env
+from tests.test_cli import Run, plant_busy_queue, tokens
+
+
+@pytest.fixture
+def cli(redis_server: Any, key_prefix: str) -> Run:
+    def run(subcommand: str, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return run_command(subcommand, "--url", redis_server.url, "--prefix", key_prefix, *args, **kwargs)
+
+    return run
+
+
+@pytest.fixture
+def controls(ledger: Ledger) -> Controls:
+    return Controls(ledger.client, key_prefix=ledger.keys.prefix)
+
+
+# -- the Python API ------------------------------------------------------------------------------
+
+
+def test_an_override_wins_over_the_declared_capacity_and_reset_drops_it(
+    ledger: Ledger, controls: Controls
+) -> None:
+    queue = controls.queue("q")
+    assert ledger.enter("h:1:1:1", [Limit(queue, 1)], ttl_ms=60_000).admitted
+    assert not ledger.enter("h:1:1:2", [Limit(queue, 1)], ttl_ms=60_000).admitted
+    change = controls.set_capacity(queue, 2)
+    assert change.changed and change.before == Control() and change.after == Control(capacity=2)
+    entered = ledger.enter("h:1:1:2", [Limit(queue, 1)], ttl_ms=60_000)
+    assert entered.admitted and entered.capacities == (2,)
+    assert not controls.set_capacity(queue, 2).changed  # already so
+    assert controls.reset_capacity(queue).after == Control()
+    assert not ledger.enter("h:1:1:3", [Limit(queue, 2)], ttl_ms=60_000).admitted, "2 declared, 2 held"
+    assert controls.read() == {}
+
+
+def test_a_pause_refuses_newcomers_keeps_the_line_and_resume_reads_as_before(
+    ledger: Ledger, controls: Controls
+) -> None:
+    key = controls.runtime_key("account:42")
+    assert controls.pause(key).after.paused
+    (paused_at,) = [c.paused_at for c in controls.read().values()]
+    assert paused_at is not None
+    refused = ledger.enter("h:1:1:1", [Limit(key, 5)], ttl_ms=60_000, line=Line.JOIN, place=1)
+    assert (refused.admitted, refused.waiting, refused.paused) == (False, True, True)
+    again = ledger.enter("h:1:1:1", [Limit(key, 5)], ttl_ms=60_000, line=Line.KEEP, place=1)
+    assert again.paused and ledger.line(key) == ["h:1:1:1"]
+    assert not controls.pause(key).changed, "a second pause keeps the first one's time"
+    assert controls.of(key).paused_at == paused_at
+    assert controls.resume(key).after == Control()
+    assert ledger.enter("h:1:1:1", [Limit(key, 5)], ttl_ms=60_000, line=Line.KEEP, place=1).admitted
+
+
+def test_a_release_on_a_paused_ledger_hands_nothing_on(ledger: Ledger, controls: Controls) -> None:
+    queue = controls.queue("q")
+    assert ledger.enter("h:1:1:1", [Limit(queue, 1)], ttl_ms=60_000).admitted
+    assert ledger.enter("h:1:1:2", [Limit(queue, 1)], ttl_ms=60_000, line=Line.JOIN, place=1).waiting
+    controls.pause(queue)
+    assert ledger.leave("h:1:1:1", [Limit(queue, 1)], ttl_ms=60_000, own_process="h:1") == (1, ())
+    assert ledger.line(queue) == ["h:1:1:2"] and ledger.in_use(queue) == 0
+    # The resume's room is handed on by the next beat of a process waiting in that line.
+    controls.resume(queue)
+    beaten = ledger.beat([], ttl_ms=60_000, lines=[Limit(queue, 1)], own_process="h:1")
+    assert [h.token for h in beaten.handoffs] == ["h:1:1:2"]
+
+
+def test_bad_capacities_and_ledgers_are_refused(controls: Controls) -> None:
+    for bad in (0, -1, 2**31, True, 1.5):
+        with pytest.raises(ValueError, match="capacity must be an int"):
+            controls.set_capacity(controls.queue("q"), bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"not a ledger.*Controls.queue"):
+        controls.pause("emails")
+    assert controls.read() == {}
+
+
+def test_the_hash_is_read_leniently() -> None:
+    fields = {
+        "capacity:p:queue:a": "3",
+        "paused:p:queue:a": "1700000000000",
+        "capacity:p:queue:b": "x",
+        "junk": "1",
+    }
+    assert parse_controls(fields) == {"p:queue:a": Control(3, 1_700_000_000.0)}
+
+
+def test_a_process_logs_each_change_once_in_words() -> None:
+    seen = ControlsSeen()
+    assert seen.update({}) == []
+    (change,) = seen.update({"capacity:{p}:queue:a": "2"})
+    assert change == ("{p}:queue:a", Control(), Control(capacity=2))
+    assert seen.update({"capacity:{p}:queue:a": "2"}) == []
+    assert control_text("queue:a", Control(), Control(2), 5, False) == (
+        "Ledger queue:a: controls changed: capacity 2 in force (override; declared 5)."
+    )
+    assert control_text("queue:a", Control(2), Control(), 5, False).endswith(
+        "override cleared: declared 5 in force."
+    )
+    assert "paused: nothing new is admitted" in control_text(
+        "queue:a", Control(), Control(None, 1.0), 5, True
+    )
+    assert control_text("queue:a", Control(None, 1.0), Control(), 5, False).endswith("resumed.")
+    assert seen.paused(["{p}:queue:a"]) is False
+
+
+def test_declare_tells_a_process_what_others_declare(ledger: Ledger, controls: Controls) -> None:
+    queue = controls.queue("q")
+    assert ledger.declare([Limit(queue, 3)], ttl_ms=60_000).others == {}
+    other = ledger.declare([Limit(queue, 5)], ttl_ms=60_000)
+    assert other.others == {queue: (3,)}
+    assert ledger.declare([Limit(queue, 3)], ttl_ms=60_000).others == {queue: (5,)}
+    controls.set_capacity(queue, 4)
+    assert ledger.declare([], ttl_ms=60_000).controls == {f"capacity:{queue}": "4"}
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def test_set_capacity_then_status_then_reset(cli: Run, ledger: Ledger) -> None:
+    plant_busy_queue(ledger)  # queue:emails, declared 2, 2 in use, 1 in line
+    done = cli("set-capacity", "queue:emails", "1", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "after: capacity 1 (override); 2 run now: none is stopped" in done.stdout
+    assert "queue:emails: capacity 1 (override; declared 2), in use 2" in done.stdout
+    status = cli("status", "queue:emails")
+    assert "capacity 1 (override; declared 2)" in status.stdout
+    document = json.loads(cli("status", "--json").stdout)
+    (emails,) = [v for v in document["ledgers"] if v["short"] == "queue:emails"]
+    assert (emails["capacity"], emails["declared"], emails["override"], emails["paused"]) == (1, 2, 1, False)
+    assert cli("set-capacity", "queue:emails", "1", "--yes").returncode == 1  # nothing to change
+    reset = cli("reset-capacity", "queue:emails", "--yes")
+    assert reset.returncode == 0, reset.stderr
+    assert "queue:emails: capacity 2, in use 2" in reset.stdout
+
+
+def test_pause_and_resume_by_runtime_key_and_a_paused_idle_ledger_is_listed(cli: Run, ledger: Ledger) -> None:
+    paused = cli("pause", "--key", "account:42", "--yes")
+    assert paused.returncode == 0, paused.stderr
+    status = cli("status")
+    assert "PAUSED since" in status.stdout, "a paused ledger that holds nothing is listed"
+    resumed = cli("resume", "--key", "account:42", "--yes")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "PAUSED" not in cli("status").stdout
+    assert Controls(ledger.client, key_prefix=ledger.keys.prefix).read() == {}
+
+
+def test_a_control_needs_a_confirmation_it_cannot_get_without_a_terminal(cli: Run, ledger: Ledger) -> None:
+    done = cli("pause", "queue:emails", stdin="y\n")
+    assert done.returncode == 1
+    assert "--yes" in done.stderr and "after: paused" in done.stdout
+    assert Controls(ledger.client, key_prefix=ledger.keys.prefix).read() == {}
+
+
+@pytest.mark.parametrize(("answer", "paused"), [("y", True), ("n", False)])
+def test_a_control_asks_on_a_terminal(
+    redis_server: Any, key_prefix: str, ledger: Ledger, answer: str, paused: bool
+) -> None:
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [*MODULE, "pause", "--url", redis_server.url, "--prefix", key_prefix, "queue:emails"],
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=user_env(),
+        )
+        os.close(terminal)
+        terminal = -1
+        os.write(controller, f"{answer}\n".encode())
+        _, errors = process.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if terminal >= 0:
+            os.close(terminal)
+        os.close(controller)
+    assert "pause queue:emails? [y/N]" in errors
+    assert process.returncode == (0 if paused else 1), errors
+    controls = Controls(ledger.client, key_prefix=ledger.keys.prefix)
+    assert controls.of(controls.queue("emails")).paused is paused
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "two", "2147483648"])
+def test_a_bad_capacity_is_a_usage_error(cli: Run, bad: str) -> None:
+    done = cli("set-capacity", "queue:emails", bad, "--yes")
+    assert done.returncode == 2
+    assert "capacity" in done.stderr or "whole number" in done.stderr
+
+
+def test_a_control_needs_exactly_one_ledger(cli: Run) -> None:
+    assert cli("pause", "--yes").returncode == 2
+    both = cli("pause", "queue:emails", "--key", "k", "--yes")
+    assert both.returncode == 2 and "LEDGER" in both.stderr
+
+
+def test_a_release_by_hand_hands_on_when_an_override_says_the_capacity(
+    cli: Run, ledger: Ledger, controls: Controls, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = controls.queue("nobody-declares")
+    assert ledger.enter("gone:1:1:1", [Limit(queue, 1)], ttl_ms=60_000).admitted
+    assert ledger.enter("gone:2:1:1", [Limit(queue, 1)], ttl_ms=60_000, line=Line.JOIN, place=1).waiting
+    controls.set_capacity(queue, 1)
+    caplog.set_level(logging.INFO)
+    done = cli("release", "queue:nobody-declares", "gone:1:1:1", "--yes")
+    assert done.returncode == 0, done.stderr
+    # Handed to the claim in line; nobody listens for it (a dead process), so it is taken back.
+    assert tokens(ledger, queue) == set() and ledger.line(queue) == []
