@@ -12,6 +12,7 @@
 """
 
 from .admission import AdmissionError
+from .controls import Control, Controls
 from .deferral import DEFERRALS, MessageDeferred
 from .errors import LedgerArgumentError, LedgerError, LedgerUnavailable, SlotsError
 from .interrupts import HoldLost
@@ -30,6 +31,8 @@ __all__ = [
     "URL_ENV",
     "AdmissionError",
     "ConfigurationError",
+    "Control",
+    "Controls",
     "HoldLost",
     "Holder",
     "KeySpace",

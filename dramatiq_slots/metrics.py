@@ -4,7 +4,8 @@ When the broker has dramatiq's ``Prometheus`` middleware (which needs
 ``prometheus_client``), each worker process counts, per ledger:
 
 ``dramatiq_slots_holds_in_use``  (gauge) holds this process's jobs have now
-``dramatiq_slots_capacity``  (gauge) the ledger's capacity, as this process enforces it
+``dramatiq_slots_capacity``  (gauge) the ledger's capacity, as this process's code declares it
+                            (an operator's override: the next gauge)
 ``dramatiq_slots_messages_parked``  (gauge) messages of this process waiting for a slot of
                                   the ledger (unacked, no thread held; parked or held back)
 ``dramatiq_slots_capacity_override``  (gauge) an operator's override of the ledger's
@@ -150,7 +151,7 @@ class PrometheusMetrics(Metrics):
         )
         self.capacity = prom.Gauge(
             "dramatiq_slots_capacity",
-            "Capacity of the ledger, as the processes enforce it.",
+            "Capacity of the ledger, as the processes declare it (see also the _override gauge).",
             labels,
             registry=registry,
             multiprocess_mode="livemax",

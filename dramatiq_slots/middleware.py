@@ -34,6 +34,7 @@ from dramatiq.worker import WorkerThread
 from . import options as opt
 from .admission import Admission, AdmissionError
 from .claims import HoldRegistry, this_process
+from .controls import Controls
 from .declarations import Declarations, Request
 from .deferral import DEFERRALS, backoff_ms, clear_deferred, defer, quiet_deferrals, requeue
 from .errors import LedgerError
@@ -133,6 +134,12 @@ class Slots(Middleware):
     def ledger(self) -> Ledger:
         """The ledger (created on first use, from the settings)."""
         return self.process.ledger
+
+    @property
+    def controls(self) -> Controls:
+        """The operators' controls on this middleware's ledger (docs/operations.md); writing them needs
+        the operator's ACL, which the workers' user lacks."""
+        return Controls(self.ledger.client, key_prefix=self.keys.prefix)
 
     @property
     def heartbeat(self) -> Heartbeat:

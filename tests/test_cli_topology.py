@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dramatiq_slots.cli import parse_sentinel_url
-from dramatiq_slots.ledger import Ledger
+from dramatiq_slots.ledger import Ledger, Limit
 from tests.support.command import run_command, user_env
 from tests.support.ports import free_port
 from tests.support.redis_cluster import LocalCluster
@@ -96,6 +96,26 @@ def test_release_on_a_cluster_frees_a_dead_hold(
     assert_dead_hold_released(done, cluster_ledger, emails)
 
 
+def test_the_controls_on_a_cluster_are_obeyed_by_a_cluster_ledger(
+    cluster_ledger: Ledger, cluster_node: int, key_prefix: str
+) -> None:
+    emails = plant_busy_queue(cluster_ledger)  # declared 2, 2 in use, 1 in line
+    url = f"redis+cluster://127.0.0.1:{cluster_node}"
+    raised = cli(url, key_prefix, "set-capacity", "queue:emails", "3", "--yes")
+    assert raised.returncode == 0, raised.stderr
+    assert "capacity 3 (override; declared 2)" in cli(url, key_prefix, "status").stdout
+    assert cluster_ledger.enter("web-2:1:1:1", [Limit(emails, 2)], ttl_ms=60_000).admitted
+    paused = cli(url, key_prefix, "pause", "queue:emails", "--yes")
+    assert paused.returncode == 0, paused.stderr
+    assert "PAUSED" in cli(url, key_prefix, "status").stdout
+    refused = cluster_ledger.enter("web-2:1:1:2", [Limit(emails, 9)], ttl_ms=60_000)
+    assert not refused.admitted and refused.paused
+    for command in ("resume", "reset-capacity"):
+        done = cli(url, key_prefix, command, "queue:emails", "--yes")
+        assert done.returncode == 0, done.stderr
+    assert cli(url, key_prefix, "status", "--json").stdout.count('"override": null') == 1
+
+
 def test_a_cluster_from_the_environment_or_by_the_cluster_flag(
     cluster_ledger: Ledger, cluster_node: int, key_prefix: str
 ) -> None:
@@ -161,6 +181,19 @@ def test_release_on_a_sentinel_managed_primary_frees_a_dead_hold(
     env = user_env(DRAMATIQ_SLOTS_REDIS_URL=f"redis+sentinel://{sentinel_hosts}/{MASTER_NAME}")
     done = run_command("release", "--prefix", key_prefix, "queue:emails", DEAD, "--yes", env=env)
     assert_dead_hold_released(done, sentinel_ledger, emails)
+
+
+def test_pause_and_resume_through_the_sentinels(
+    sentinel_ledger: Ledger, sentinel_hosts: str, key_prefix: str
+) -> None:
+    emails = plant_busy_queue(sentinel_ledger)
+    url = f"redis+sentinel://{sentinel_hosts}/{MASTER_NAME}"
+    paused = cli(url, key_prefix, "pause", "queue:emails", "--yes")
+    assert paused.returncode == 0, paused.stderr
+    assert sentinel_ledger.enter("web-2:1:1:1", [Limit(emails, 9)], ttl_ms=60_000).paused
+    resumed = cli(url, key_prefix, "resume", "queue:emails", "--yes")
+    assert resumed.returncode == 0, resumed.stderr
+    assert sentinel_ledger.enter("web-2:1:1:1", [Limit(emails, 9)], ttl_ms=60_000).admitted
 
 
 def test_a_service_the_sentinels_do_not_know_is_an_error(sentinel_hosts: str, key_prefix: str) -> None:

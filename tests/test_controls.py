@@ -14,12 +14,15 @@ import pty
 import subprocess
 from typing import Any
 
+import dramatiq
 import pytest
+from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_slots.controls import Control, Controls, ControlsSeen, parse_controls
 from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.process import control_text
 from tests.support.command import MODULE, RUN_TIMEOUT, run_command, user_env
+from tests.support.in_process import SlotsFactory, running_worker
 from tests.test_cli import Run, plant_busy_queue, tokens
 
 
@@ -224,3 +227,36 @@ def test_a_release_by_hand_hands_on_when_an_override_says_the_capacity(
     assert done.returncode == 0, done.stderr
     # Handed to the claim in line; nobody listens for it (a dead process), so it is taken back.
     assert tokens(ledger, queue) == set() and ledger.line(queue) == []
+
+
+# -- one worker process -----------------------------------------------------------------------
+
+
+def test_a_process_warns_when_another_declares_another_capacity_until_an_override_settles_it(
+    broker: RedisBroker, add_slots: SlotsFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    slots = add_slots(queue_capacities={"q": 3})
+
+    @dramatiq.actor(queue_name="q", broker=broker)
+    def job() -> None: ...
+
+    other = Ledger(slots.ledger.client, key_prefix=slots.keys.prefix)
+    queue = slots.keys.queue("q")
+    other.declare([Limit(queue, 5)], ttl_ms=60_000)  # an older deploy, still live
+    caplog.set_level(logging.INFO, logger="dramatiq_slots")
+    with running_worker(broker, threads=1):
+        slots.heartbeat.tick()
+        slots.heartbeat.tick()
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warnings == [
+            "Ledger queue:q: this process declares capacity 3, and other live worker processes declare 5; "
+            "each admits against its own until they agree (a rolling deploy). `dramatiq-slots "
+            "set-capacity queue:q N` makes every process use N now."
+        ], "one WARNING, not one per beat"
+        caplog.clear()
+        Controls(slots.ledger.client, key_prefix=slots.keys.prefix).set_capacity(queue, 4)
+        slots.heartbeat.tick()
+        infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+        assert "Ledger queue:q: controls changed: capacity 4 in force (override; declared 3)." in infos
+        assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert slots.process.controls.get(queue).capacity == 4

@@ -29,6 +29,7 @@ import redis
 
 from dramatiq_slots import Slots
 from dramatiq_slots.claims import Hold
+from dramatiq_slots.controls import Controls
 from dramatiq_slots.keys import KeySpace, key_digest
 from dramatiq_slots.ledger import Limit
 from dramatiq_slots.metrics import Metrics, PrometheusMetrics, metrics_for
@@ -301,6 +302,26 @@ def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redi
     }, slots_lines(text)
     assert secret not in text
     assert key_digest(secret) not in text
+    assert queue(samples, "dramatiq_slots_paused") is None, "no control set, no controls gauge"
+
+    # 5. An operator's controls: every process shows them from its next beat (or at once, told).
+    controls = Controls(redis_client, key_prefix=cluster.config.key_prefix)
+    controls.set_capacity(controls.queue(CAPPED_QUEUE), 4)
+    controls.pause(controls.queue(CAPPED_QUEUE))
+    scraped_when(
+        lambda s: (
+            queue(s, "dramatiq_slots_capacity_override") == 4 and queue(s, "dramatiq_slots_paused") == 1
+        ),
+        "the scrape to show the override and the pause",
+    )
+    controls.reset_capacity(controls.queue(CAPPED_QUEUE))
+    controls.resume(controls.queue(CAPPED_QUEUE))
+    scraped_when(
+        lambda s: (
+            queue(s, "dramatiq_slots_capacity_override") == 0 and queue(s, "dramatiq_slots_paused") == 0
+        ),
+        "the scrape to show the controls cleared",
+    )
 
 
 #: Capped messages queued before the workers of the backlog test start.

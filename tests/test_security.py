@@ -41,6 +41,7 @@ from redis.retry import Retry
 
 from dramatiq_slots import AdmissionError, LedgerError, LedgerUnavailable, Slots
 from dramatiq_slots.claims import this_process
+from dramatiq_slots.controls import Control, Controls
 from dramatiq_slots.ledger import Ledger, Limit, Line, Member
 from dramatiq_slots.wakeups import Wakeups
 from tests.support.in_process import RunRecorder, running_worker, stop_threads
@@ -612,15 +613,16 @@ def test_no_password_in_any_log_record_or_error(
     assert all(f"127.0.0.1:{port}" in text for text in errors if "unreachable" in text)
 
 
-def test_the_workers_acl_plus_scan_and_mget_runs_status_and_release(
+def test_the_workers_acl_plus_the_operators_rules_runs_status_release_and_the_controls(
     server_factory: Callable[..., Server],
 ) -> None:
-    """docs/operations.md: the command needs the workers' rules plus +scan +mget, nothing more."""
+    """docs/operations.md: the command needs the workers' rules plus +scan +mget, and +hget +hset
+    +hdel for the controls, nothing more."""
     server = server_factory("redis7")
     with server.client() as admin:
         words = readme_acl()
         words[2] = "dramatiq-slots-ops"  # a user of its own, as the page says
-        admin.execute_command(*words, "+scan", "+mget")
+        admin.execute_command(*words, "+scan", "+mget", "+hget", "+hset", "+hdel")
         password = next(word[1:] for word in words if word.startswith(">"))
         lg = Ledger(admin)  # the README line's prefix: the default one
         queue = lg.keys.queue("ops")
@@ -641,5 +643,11 @@ def test_the_workers_acl_plus_scan_and_mget_runs_status_and_release(
         )
         assert release.returncode == 0, release.stderr
         assert lg.holders(queue) == []
+        for control in (["set-capacity", "queue:ops", "1"], ["pause", "queue:ops"], ["resume", "queue:ops"]):
+            done = subprocess.run(
+                [*command, *control, "--yes"], capture_output=True, text=True, env=env, timeout=60
+            )
+            assert done.returncode == 0, done.stderr
+        assert Controls(admin).of(queue) == Control(capacity=1)
         assert refusals(admin) == []
         assert password not in status.stdout + status.stderr + release.stdout + release.stderr
