@@ -102,7 +102,8 @@ for k = 1, w do
     swept[ledger] = true
     redis.call('ZREMRANGEBYSCORE', ledger, '-inf', now)
   end
-  local cap, paused = control(KEYS[#KEYS], ledger, caps[k])
+  local c, p = control(KEYS[#KEYS], {ledger}, {caps[k]})
+  local cap, paused = c[1], p[1]
   while not paused do
     local members = redis.call('ZCARD', ledger)
     if members >= cap then break end

@@ -64,14 +64,14 @@ if line ~= 0 and line ~= 1 and line ~= 2 then return {-1, 3} end
 if not place then return {-1, 4} end
 -- include: control
 local controls = KEYS[2 * n + 1]
-local caps, paused = {}, {}
+local caps, paused = {}, nil
 for i = 1, n do
   caps[i] = tonumber(ARGV[4 + i])
   if not caps[i] or caps[i] < 1 or caps[i] ~= math.floor(caps[i]) then return {-1, 4 + i} end
 end
-for i = 1, n do
-  caps[i], paused[i] = control(controls, KEYS[i], caps[i])
-end
+local ledgers = {}
+for i = 1, n do ledgers[i] = KEYS[i] end
+caps, paused = control(controls, ledgers, caps)
 
 -- A first call (line 1) skips the replay check: its token is fresh, and if
 -- redis-py resent it after a lost reply that had admitted it, the claim

@@ -67,10 +67,9 @@ local renewed
 
 local removed, handed = 0, {}
 for i = 1, n do
-  local ledger, line, cap, paused = KEYS[i], KEYS[n + i], caps[i], false
+  local ledger, line, cap, paused = KEYS[i], KEYS[n + i], nil, nil
   local expiry = redis.call('ZSCORE', ledger, token)
-  if expiry then cap, paused = control(controls, ledger, cap) end
-  if expiry and cap > 0 and not paused then
+  if expiry then
     -- The waiter's hold is written before the leaving member is removed, so
     -- the key never empties on the way (an emptied key is deleted, and the
     -- new member would land in a key without an expiry).
@@ -78,8 +77,14 @@ for i = 1, n do
       local first = redis.call('ZPOPMIN', line)
       local waiter, place = first[1], first[2]
       if not waiter then break end
+      -- The controls are read only when somebody waits: a release nobody waits
+      -- for costs nothing more.
+      if not cap then
+        local c, p = control(controls, {ledger}, {caps[i]})
+        cap, paused = c[1], p[1]
+      end
       -- Room once the leaving member is gone: members - 1 < capacity.
-      if redis.call('ZCARD', ledger) > cap then
+      if cap == 0 or paused or redis.call('ZCARD', ledger) > cap then
         redis.call('ZADD', line, place, waiter)
         -- Popping the last claim deleted the line: the new key needs an expiry.
         if redis.call('PTTL', line) == -1 then redis.call('PEXPIRE', line, ttl) end

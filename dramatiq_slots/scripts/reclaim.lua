@@ -42,10 +42,12 @@ end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
+local ledgers = {}
+for i = 1, n do ledgers[i] = KEYS[i] end
+caps = control(KEYS[n + 1], ledgers, caps)
 local members = {}
 for i = 1, n do
   local ledger = KEYS[i]
-  caps[i] = control(KEYS[n + 1], ledger, caps[i])
   redis.call('ZREMRANGEBYSCORE', ledger, '-inf', now)
   members[i] = redis.call('ZCARD', ledger)
   if members[i] >= caps[i] and not redis.call('ZSCORE', ledger, token) then
