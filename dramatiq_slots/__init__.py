@@ -20,6 +20,7 @@ from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .ledger import Holder, Ledger, Limit
 from .middleware import Slots
 from .options import MAX_RUNTIME_KEY_BYTES, ConfigurationError, RuntimeKeyError
+from .process import CurrentHold, current_hold
 from .settings import URL_ENV
 
 __version__ = "0.1.0.dev0"
@@ -33,6 +34,7 @@ __all__ = [
     "ConfigurationError",
     "Control",
     "Controls",
+    "CurrentHold",
     "HoldLost",
     "Holder",
     "KeySpace",
@@ -46,4 +48,5 @@ __all__ = [
     "Slots",
     "SlotsError",
     "__version__",
+    "current_hold",
 ]

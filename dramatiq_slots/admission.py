@@ -298,17 +298,19 @@ class Admission:
         """A parked claim asks again, keeping its place in line (still owned by PARKED)."""
         return self._enter(hold, request, Line.KEEP, "re-ask", owner=PARKED)
 
-    def leave_line(self, hold: Hold, request: Request) -> bool:
-        """Take a parked claim out of its line (max_wait passed, or the worker stops); whether it
-        holds every slot (handed meanwhile, or taken now when it held some): then it is admitted."""
-        held = self.process.ledger.withdraw(hold.token, request.limits)
+    def leave_line(self, hold: Hold, request: Request) -> Hold | None:
+        """Take a parked claim out of its line (max_wait passed, or the worker stops); the hold, with
+        its fences, when it holds every slot (handed meanwhile, or taken now when it held some):
+        then it is admitted. None: it holds nothing."""
+        withdrawn = self.process.ledger.withdraw(hold.token, request.limits, ttl_ms=self.settings.hold_ttl)
         reach("withdraw")
-        if held == len(request.limits):
-            return True
-        if held == 0:
+        if withdrawn.held == len(request.limits):
+            return hold.fenced(withdrawn.fences)
+        if withdrawn.held == 0:
             self.process.registry.settle(hold.token)
-            return False
-        return self._enter(hold, request, Line.NONE, "give-back", owner=PARKED).entered.admitted
+            return None
+        entered = self._enter(hold, request, Line.NONE, "give-back", owner=PARKED).entered
+        return hold.fenced(entered.fences) if entered.admitted else None
 
     def wait_in_line(self, hold: Hold, request: Request, waiter: Waiter) -> Answer:
         """Join the line and wait there until admitted, ``max_wait`` passed, or the worker stops."""
@@ -321,11 +323,11 @@ class Admission:
                 deadline = clock.monotonic() + self.settings.max_wait / 1000  # no max_wait while paused
             remaining = deadline - clock.monotonic()
             if remaining <= 0 or self.process.stopping.is_set():
-                held = ledger.withdraw(hold.token, request.limits)
+                withdrawn = ledger.withdraw(hold.token, request.limits, ttl_ms=self.settings.hold_ttl)
                 reach("withdraw")
-                if held == len(request.limits):
-                    return Answer(Entered(admitted=True, replayed=True), None)
-                if held == 0:
+                if withdrawn.held == len(request.limits):
+                    return Answer(Entered(admitted=True, replayed=True, fences=withdrawn.fences), None)
+                if withdrawn.held == 0:
                     self.process.registry.settle(hold.token)  # out of every line, holding nothing
                     return Answer(replace(answer.entered, waiting=False), None)
                 # Handed one slot of several: take the rest now, or give it back.
@@ -356,7 +358,8 @@ class Admission:
             return None
         age = waiter.age_ms
         written_at = None if age < 0 else self.clock.monotonic() - age / 1000
-        return Answer(Entered(admitted=True, replayed=True), written_at)
+        fences = (waiter.fence,) if waiter.fence else ()
+        return Answer(Entered(admitted=True, replayed=True, fences=fences), written_at)
 
     def _take(self, hold: Hold, request: Request, message_key: int, answer: Answer) -> str | None:
         """An admitted claim: on record as running (kept reusable where there is room), or, when it
@@ -366,6 +369,7 @@ class Admission:
         if distrust is not None:
             process.release(process.registry.begin_release(hold.token) or hold)
             return distrust
+        hold = hold.fenced(answer.entered.fences)
         if self.settings.reuse_window and roomy(answer.entered.capacities, answer.entered.members):
             process.lingering.reusable(hold, self.settings.reuse_window)
         process.running(message_key, hold, answer.written_at)

@@ -36,7 +36,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .ledger import Limit, Member
 
@@ -91,6 +91,12 @@ class Hold:
     strict: bool = False
     #: The actor whose message holds it (for reports and metrics).
     actor: str = ""
+    #: Its fencing token on each of its ledgers, once admitted (docs/design.md, "Fencing tokens").
+    fences: tuple[int, ...] = ()
+
+    def fenced(self, fences: Sequence[int]) -> Hold:
+        """This hold with these fencing tokens (one per limit; none given: as it is)."""
+        return replace(self, fences=tuple(fences)) if fences else self
 
     @property
     def ledgers(self) -> tuple[str, ...]:
@@ -326,6 +332,12 @@ class HoldRegistry:
                 for token, hold in self._held.items()
                 if token not in self._owed
             ]
+
+    def since(self, token: str) -> float | None:
+        """When a hold was taken (wall clock s), if it is on record."""
+        with self._lock:
+            self._check_fork()
+            return self._since.get(token)
 
     def is_held(self, token: str) -> bool:
         with self._lock:

@@ -31,6 +31,11 @@ can tell::
     {<prefix>}:controls                     hash: capacity:<ledger> and paused:<ledger> fields
     {<prefix>}:declared:<kind>:<name>       capacities live processes declare for a ledger
 
+Each ledger's last fencing token (docs/design.md, "Fencing tokens"), expiring
+``hold_ttl`` after it was last given::
+
+    {<prefix>}:fence:<kind>:<name>          the last fence given on a ledger
+
 The ``-line`` kinds, reports, controls and declarations never parse as ledgers,
 whatever the name holds.
 
@@ -120,6 +125,10 @@ class KeySpace:
             raise ValueError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
         kind, name = parsed
         return f"{self.tag}:declared:{kind}:{name}"
+
+    def fence(self, ledger: str) -> str:
+        """The key of a ledger's last fencing token."""
+        return f"{self.tag}:fence:{self.short(ledger)}"
 
     def short(self, ledger: str) -> str:
         """``queue:<name>`` or ``key:<digest>``: how logs and the command line name a ledger."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from importlib import resources
 from typing import Any, NamedTuple
@@ -133,15 +133,29 @@ class Entered:
     #: declared one); when refused, whether the refusing ledger is paused.
     capacities: tuple[int, ...] = ()
     paused: bool = False
+    #: When admitted, the fencing token of each ledger (docs/design.md, "Fencing tokens"). Left
+    #: out of comparisons: it is a number given out, not part of the answer's meaning.
+    fences: tuple[int, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
 class Handoff:
-    """A slot :meth:`Ledger.leave` handed to a claim in line: its token, the ledger, the expiry's age (ms)."""
+    """A slot :meth:`Ledger.leave` handed to a claim in line: its token, the ledger, the expiry's age
+    (ms), and the fencing token it was given."""
 
     token: str
     ledger: str
     age_ms: int
+    #: Left out of comparisons, as :attr:`Entered.fences`.
+    fence: int = field(default=0, compare=False)
+
+
+class Withdrawn(NamedTuple):
+    """What :meth:`Ledger.withdraw` answers: how many of its ledgers the claim holds, and when it
+    holds them all, a fresh fencing token for each."""
+
+    held: int
+    fences: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -352,14 +366,13 @@ class Ledger:
         pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
 
     def _with_controls(self, limits: Sequence[Limit]) -> list[str]:
-        """Ledgers, then their lines, then the controls (what enter.lua and leave.lua take)."""
-        return [*self._with_lines(limits), self.keys.controls()]
+        """Ledgers, their lines, the controls, the fence keys (what enter.lua and leave.lua take)."""
+        fences = [self.keys.fence(limit.ledger) for limit in limits]
+        return [*self._with_lines(limits), self.keys.controls(), *fences]
 
-    def _with_lines(self, limits: Sequence[Limit], *, paired: bool = False) -> list[str]:
-        """Ledgers, then their lines; ``paired``: each ledger followed by its line."""
+    def _with_lines(self, limits: Sequence[Limit]) -> list[str]:
+        """Ledgers, then their lines."""
         ledgers = [limit.ledger for limit in limits]
-        if paired:
-            return [key for ledger in ledgers for key in (ledger, self.keys.line(ledger))]
         return [*ledgers, *map(self.keys.line, ledgers)]
 
     def enter(
@@ -403,6 +416,7 @@ class Ledger:
                 members=tuple(int(m) for m in reply[2 : 2 + n]),
                 replicated=replicated,
                 capacities=tuple(int(c) for c in reply[2 + n : 2 + 2 * n]),
+                fences=tuple(int(f) for f in reply[2 + 2 * n : 2 + 3 * n]),
             )
         return Entered(
             admitted=False,
@@ -452,16 +466,19 @@ class Ledger:
             reply = self._run("leave", self._with_controls(limits), args)
         rest = reply[1:]
         return int(reply[0]), tuple(
-            Handoff(_text(rest[k]), limits[int(rest[k + 1]) - 1].ledger, int(rest[k + 2]))
-            for k in range(0, len(rest), 3)
+            Handoff(_text(rest[k]), limits[int(rest[k + 1]) - 1].ledger, int(rest[k + 2]), int(rest[k + 3]))
+            for k in range(0, len(rest), 4)
         )
 
-    def withdraw(self, token: str, limits: Sequence[Limit]) -> int:
-        """Take ``token`` out of every line; how many of the ledgers it holds now (all: it is admitted)."""
+    def withdraw(self, token: str, limits: Sequence[Limit], *, ttl_ms: int) -> Withdrawn:
+        """Take ``token`` out of every line; how many of the ledgers it holds now (all: it is
+        admitted, and gets a fresh fence on each)."""
         if not limits:
-            return 0
+            return Withdrawn(0)
+        keys = [*self._with_lines(limits), *(self.keys.fence(limit.ledger) for limit in limits)]
         with self._translated("withdraw"):
-            return int(self._run("withdraw", self._with_lines(limits), [token]))
+            reply = self._run("withdraw", keys, [token, ttl_ms])
+        return Withdrawn(int(reply[0]), tuple(int(f) for f in reply[1:]))
 
     def line(self, ledger: str) -> list[str]:
         """The claims in ``ledger``'s line, first in line first."""
@@ -509,7 +526,11 @@ class Ledger:
         keys = [
             *(m.ledger for m in refresh),
             *(key for m in owed for key in (m.ledger, self.keys.line(m.ledger))),
-            *self._with_lines(waited, paired=True),
+            *(
+                key
+                for limit in waited
+                for key in (limit.ledger, self.keys.line(limit.ledger), self.keys.fence(limit.ledger))
+            ),
             self.keys.controls(),
         ]
         args: list[Any] = [
@@ -570,8 +591,8 @@ class Ledger:
         return Beaten(
             (refresh[int(i) - 1] for i in lost),
             handoffs=tuple(
-                Handoff(_text(handed[k]), waited[int(handed[k + 1]) - 1].ledger, 0)
-                for k in range(0, len(handed), 2)
+                Handoff(_text(handed[k]), waited[int(handed[k + 1]) - 1].ledger, 0, int(handed[k + 2]))
+                for k in range(0, len(handed), 3)
             ),
             declared=declared,
         )
@@ -689,4 +710,5 @@ __all__ = [
     "Limit",
     "Line",
     "Member",
+    "Withdrawn",
 ]

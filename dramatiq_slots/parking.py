@@ -176,9 +176,11 @@ class Parking:
             self._poke.set()
             return
         self._count(ticket, -1)
-        self._admitted(ticket, handed.written_at)
+        self._admitted(ticket, handed)
 
-    def _admitted(self, ticket: Ticket, written_at: float | None) -> None:
+    def _admitted(self, ticket: Ticket, answer: Answer) -> None:
+        written_at = answer.written_at
+        ticket.hold = ticket.hold.fenced(answer.entered.fences)
         self.process.wakeups.forget(ticket.hold.token)
         self.process.registry.add(ticket.hold, written_at=written_at)
         self.process.heartbeat.ensure_started()
@@ -243,7 +245,7 @@ class Parking:
         if answer is not None and answer.entered.admitted:
             if self._unparked(ticket):
                 if self.admission.distrust(answer.entered, answer.written_at) is None:
-                    self._admitted(ticket, answer.written_at)
+                    self._admitted(ticket, answer)
                 else:
                     self.process.wakeups.forget(ticket.hold.token)
                     self.process.release(
@@ -270,11 +272,14 @@ class Parking:
         """Out of its line (``max_wait``, or shutdown); whether it holds its slots after all."""
         self.process.wakeups.forget(ticket.hold.token)
         try:
-            admitted = self.admission.leave_line(ticket.hold, ticket.request)
+            held = self.admission.leave_line(ticket.hold, ticket.request)
         except LedgerError:
             self.process.registry.owe(ticket.hold)  # the beat takes it out of its line
             self.process.heartbeat.ensure_started()
-            admitted = False
+            held = None
+        admitted = held is not None
+        if held is not None:
+            ticket.hold = held
         if admitted and not self.process.stopping.is_set():
             self.process.registry.add(ticket.hold)
             self.process.heartbeat.ensure_started()

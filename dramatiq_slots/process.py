@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from .claims import Hold, HoldRegistry, process_part, this_process
 from .clock import SYSTEM_CLOCK, Clock
@@ -114,6 +117,7 @@ class SlotsProcess:
         #: The claim token of each running message, and its thread, by ``id(message)``.
         self._running: dict[int, tuple[str, int]] = {}
         self._running_lock = threading.Lock()
+        _PROCESSES.add(self)
 
     # -- the parts, made on first use ----------------------------------------
 
@@ -225,6 +229,13 @@ class SlotsProcess:
         self.heartbeat.ensure_started()
         reach("after-admit")
 
+    def held_here(self) -> Hold | None:
+        """The hold of the message this thread runs now (None: none, or one under no limit)."""
+        me = threading.get_ident()
+        with self._running_lock:
+            token = next((token for token, thread in self._running.values() if thread == me), None)
+        return None if token is None else self.registry.hold(token)
+
     def runs_here(self, message_key: int) -> bool:
         """Whether the message's hold is on record as running in this thread (the gate admitted it)."""
         with self._running_lock:
@@ -335,7 +346,9 @@ class SlotsProcess:
         """Wake the claims of this process that a release (or a beat) here handed slots to."""
         wakeups, own = self._wakeups, this_process()
         for handoff in handoffs:
-            woken = wakeups is not None and wakeups.hand_over(handoff.token, handoff.ledger, handoff.age_ms)
+            woken = wakeups is not None and wakeups.hand_over(
+                handoff.token, handoff.ledger, handoff.age_ms, handoff.fence
+            )
             if not woken and process_part(handoff.token) == own:
                 # Ours, told by nobody else: its waiter left (admitted, or failed) meanwhile.
                 self.give_back(handoff.token, handoff.ledger)
@@ -392,3 +405,41 @@ def control_text(name: str, before: Control, after: Control, declared: int | Non
     elif before.paused and not after.paused:
         parts.append("resumed")
     return f"{head}: {'; '.join(parts)}."
+
+
+#: Every SlotsProcess of this interpreter (one per Slots middleware), for :func:`current_hold`.
+_PROCESSES: weakref.WeakSet[SlotsProcess] = weakref.WeakSet()
+
+
+@dataclass(frozen=True)
+class CurrentHold:
+    """The hold of the message the calling thread runs (see :func:`current_hold`)."""
+
+    token: str
+    #: The hold's ledgers (keys), and its fencing token on each.
+    ledgers: tuple[str, ...]
+    fences: dict[str, int]
+    #: Seconds since it was admitted (this process's wall clock).
+    age: float
+
+    @property
+    def fence(self) -> int | None:
+        """The fencing token of its runtime key's ledger if it has one, else of its queue's (the
+        last ledger of the message; None when not known)."""
+        return self.fences.get(self.ledgers[-1]) if self.ledgers else None
+
+
+def current_hold() -> CurrentHold | None:
+    """The hold of the message this worker thread runs now, with its fencing tokens; None outside
+    a job under a limit (docs/design.md, "Fencing tokens")."""
+    for process in list(_PROCESSES):
+        hold = process.held_here()
+        if hold is not None:
+            since = process.registry.since(hold.token)
+            return CurrentHold(
+                token=hold.token,
+                ledgers=hold.ledgers,
+                fences=dict(zip(hold.ledgers, hold.fences, strict=False)),
+                age=0.0 if since is None else max(0.0, time.time() - since),
+            )
+    return None

@@ -3,8 +3,9 @@
 Every worker process listens on one Redis Pub/Sub channel of its own,
 ``{<prefix>}:wake:<host>:<pid>``, on one connection, in one thread. A release
 that hands a slot to a waiting claim (``leave.lua``) writes the claim's hold
-first and then publishes ``"<token> <age> <ledger>"`` on the channel of the
-claim's process (``<age>``: how old the handed hold's expiry is, in ms); this
+first and then publishes ``"<token> <age> <fence> <ledger>"`` on the channel of the
+claim's process (``<age>``: how old the handed hold's expiry is, in ms;
+``<fence>``: the claim's fencing token on that ledger); this
 thread sets the :class:`threading.Event` its waiting thread blocks on. The
 waiting thread then holds the slot without asking Redis again.
 
@@ -74,21 +75,23 @@ class Waiter:
     claim no thread blocks on (a parked one).
     """
 
-    __slots__ = ("age_ms", "event", "handed", "on_wake", "thread", "token")
+    __slots__ = ("age_ms", "event", "fence", "handed", "on_wake", "thread", "token")
 
     def __init__(self, thread: int | None = None, on_wake: Callable[[Waiter], None] | None = None) -> None:
         self.event = threading.Event()
         self.handed: str | None = None
         self.age_ms = 0
+        #: The fencing token the handed slot came with (0: not told).
+        self.fence = 0
         self.on_wake = on_wake
         #: The thread that waits (:data:`PARKED`: none).
         self.thread = threading.get_ident() if thread is None else thread
         #: The claim it waits for, once :meth:`Wakeups.expect` registered it.
         self.token = ""
 
-    def wake(self, handed: str | None = None, age_ms: int = 0) -> None:
+    def wake(self, handed: str | None = None, age_ms: int = 0, fence: int = 0) -> None:
         if handed is not None:
-            self.handed, self.age_ms = handed, age_ms
+            self.handed, self.age_ms, self.fence = handed, age_ms, fence
         self.event.set()
         if self.on_wake is not None:
             self.on_wake(self)
@@ -178,23 +181,24 @@ class Wakeups:
         for waiter in waiters:
             waiter.wake()
 
-    def hand_over(self, token: str, ledger: str, age_ms: int) -> bool:
+    def hand_over(self, token: str, ledger: str, age_ms: int, fence: int = 0) -> bool:
         """Wake a claim of this process that a release here handed ``ledger``; False if none waits."""
         with self._lock:
             waiter = self._waiting.get(token)
             if waiter is None:
                 return False
-        waiter.wake(ledger, age_ms)
+        waiter.wake(ledger, age_ms, fence)
         return True
 
     def handle(self, data: Any) -> None:
-        """One message of the wake channel: ``"<token> <age ms> <ledger>"``."""
+        """One message of the wake channel: ``"<token> <age ms> <fence> <ledger>"``."""
         token, _, rest = _text(data).partition(" ")
-        age, _, ledger = rest.partition(" ")
+        age, _, rest = rest.partition(" ")
+        fence, _, ledger = rest.partition(" ")
         with self._lock:
             waiter = self._waiting.get(token)
         if waiter is not None:
-            waiter.wake(ledger, int(age) if age.isdigit() else -1)
+            waiter.wake(ledger, int(age) if age.isdigit() else -1, int(fence) if fence.isdigit() else 0)
         elif token and ledger:
             self.on_stray(token, ledger)
 

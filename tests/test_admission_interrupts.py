@@ -34,7 +34,7 @@ from dramatiq_slots.declarations import Request
 from dramatiq_slots.deferral import MessageDeferred
 from dramatiq_slots.failpoints import interrupt_with
 from dramatiq_slots.gate import Gate
-from dramatiq_slots.ledger import Ledger, Limit, Line, Member
+from dramatiq_slots.ledger import Ledger, Limit, Line, Member, Withdrawn
 from dramatiq_slots.process import WaitGate
 from tests.support.in_process import RunRecorder, running_worker, stop_threads
 from tests.support.waiting import wait_until
@@ -52,12 +52,12 @@ class _DeadLetters(Middleware):
 
 
 def _ledger_keys(client: redis.Redis, slots: Slots) -> dict[str, int]:
-    """Every ledger and line key under the prefix, with its member count (reports and declared
-    capacities excluded: both expire with their process)."""
+    """Every ledger and line key under the prefix, with its member count (reports, declared
+    capacities and last fences excluded: they expire by themselves)."""
     found = {}
     for raw in client.scan_iter(match=slots.keys.pattern(), count=1000):
         key = raw.decode() if isinstance(raw, bytes) else str(raw)
-        if ":process:" in key or ":declared:" in key:
+        if ":process:" in key or ":declared:" in key or ":fence:" in key:
             continue
         found[key] = int(client.zcard(key))
     return found
@@ -157,7 +157,7 @@ class Harness:
         """``happen`` between the waiter's last re-ask and its withdrawal."""
         withdraw = self.ledger.withdraw
 
-        def withdraw_after(*args: Any, **kwargs: Any) -> int:
+        def withdraw_after(*args: Any, **kwargs: Any) -> Withdrawn:
             happen()
             return withdraw(*args, **kwargs)
 

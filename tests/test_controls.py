@@ -12,17 +12,20 @@ import logging
 import os
 import pty
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 import dramatiq
 import pytest
 from dramatiq.brokers.redis import RedisBroker
 
+from dramatiq_slots import CurrentHold, current_hold
 from dramatiq_slots.controls import Control, Controls, ControlsSeen, parse_controls
 from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.process import control_text
 from tests.support.command import MODULE, RUN_TIMEOUT, run_command, user_env
 from tests.support.in_process import SlotsFactory, running_worker
+from tests.support.servers import Server
 from tests.test_cli import Run, plant_busy_queue, tokens
 
 
@@ -260,3 +263,57 @@ def test_a_process_warns_when_another_declares_another_capacity_until_an_overrid
         assert "Ledger queue:q: controls changed: capacity 4 in force (override; declared 3)." in infos
         assert not [r for r in caplog.records if r.levelno == logging.WARNING]
         assert slots.process.controls.get(queue).capacity == 4
+
+
+# -- fencing tokens ------------------------------------------------------------------------------
+
+
+def test_fences_grow_with_every_admission_and_handoff_and_after_an_empty_restart(
+    server_factory: Callable[..., Server],
+) -> None:
+    server = server_factory("redis7")
+    client = server.client()
+    try:
+        ledger = Ledger(client, key_prefix="fenced")
+        key = Limit(ledger.keys.runtime_key("account:42"), 1)
+        first = ledger.enter("h:1:1:1", [key], ttl_ms=60_000).fences[0]
+        assert ledger.enter("h:1:1:2", [key], ttl_ms=60_000, line=Line.JOIN, place=1).fences == ()
+        _, (handed,) = ledger.leave("h:1:1:1", [key], ttl_ms=60_000, own_process="h:1")
+        assert handed.fence == first + 1, "a handoff gets the next fence"
+        replayed = ledger.enter("h:1:1:2", [key], ttl_ms=60_000, line=Line.KEEP, place=1)
+        assert replayed.replayed and replayed.fences == (first + 2,), "a replay gets a fresh one"
+        client.close()
+        server.restart()  # the same port, an empty dataset: the last fence is gone
+        client = server.client()
+        ledger = Ledger(client, key_prefix="fenced")
+        assert client.dbsize() == 0
+        after = ledger.enter("h:1:1:3", [key], ttl_ms=60_000).fences[0]
+        assert after > first + 2, "a fence went backwards after the restart"
+    finally:
+        client.close()
+
+
+def test_a_job_reads_its_hold_and_fence(broker: RedisBroker, add_slots: SlotsFactory) -> None:
+    slots = add_slots()
+    seen: list[CurrentHold | None] = []
+
+    @dramatiq.actor(unique_at_runtime_key=lambda account_id: f"sync:{account_id}", broker=broker)
+    def sync(account_id: int) -> None:
+        seen.append(current_hold())
+
+    @dramatiq.actor(broker=broker)
+    def free() -> None:
+        seen.append(current_hold())
+
+    with running_worker(broker, threads=1):
+        sync.send(42)
+        sync.send(42)
+        free.send()
+        broker.join(sync.queue_name, timeout=30_000)
+    first, second, outside = seen
+    assert first is not None and second is not None and outside is None
+    ledger = slots.keys.runtime_key("sync:42")
+    assert first.ledgers == (ledger,) and first.fence == first.fences[ledger]
+    assert second.fence is not None and first.fence is not None and second.fence > first.fence
+    assert first.token != second.token and 0 <= first.age < 30
+    assert current_hold() is None

@@ -164,6 +164,7 @@ def test_a_user_without_set_still_beats_and_warns_once(
         "+zrange",
         "+zremrangebyscore",
         "+pttl",
+        "+pexpire",
         "+pexpireat",
         "+hmget",
     )

@@ -453,7 +453,7 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     limit = Limit(key, 9)
     lg.enter(token(0), [limit], ttl_ms=LONG)  # every script loaded once...
     lg.leave(token(0), [limit], ttl_ms=LONG)
-    lg.withdraw(token(0), [limit])
+    lg.withdraw(token(0), [limit], ttl_ms=LONG)
     lg.beat([Member(key, token(0))], ttl_ms=LONG)
     lg.reassert([Member(key, token(0))], ttl_ms=LONG)
     lg.reclaim(token(0), [limit], ttl_ms=LONG)
@@ -468,7 +468,7 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
 
     assert lg.enter(token(1), [limit], ttl_ms=LONG) == Entered(admitted=True, members=(2,), capacities=(9,))
     assert lg.leave(token(0), [limit], ttl_ms=LONG) == (1, ())
-    assert lg.withdraw(token(1), [limit]) == 1  # not in line; holds its one ledger
+    assert lg.withdraw(token(1), [limit], ttl_ms=LONG).held == 1  # not in line; holds its one ledger
     assert lg.beat([Member(key, token(1)), Member(key, token(7))], ttl_ms=LONG) == [Member(key, token(7))]
     assert lg.reassert([Member(key, token(2))], ttl_ms=LONG) == [2]
     assert lg.reclaim(token(3), [limit], ttl_ms=LONG) is None
@@ -594,7 +594,7 @@ OPERATIONS: list[tuple[str, Callable[[Ledger, str], object]]] = [
     ("enter", lambda lg, k: lg.enter(token(1), [Limit(k, 1)], ttl_ms=LONG)),
     ("enter-join", lambda lg, k: lg.enter(token(1), [Limit(k, 1)], ttl_ms=LONG, line=Line.JOIN, place=1)),
     ("leave", lambda lg, k: lg.leave(token(1), [Limit(k, 1)], ttl_ms=LONG)),
-    ("withdraw", lambda lg, k: lg.withdraw(token(1), [Limit(k, 1)])),
+    ("withdraw", lambda lg, k: lg.withdraw(token(1), [Limit(k, 1)], ttl_ms=LONG)),
     ("line", lambda lg, k: lg.line(k)),
     ("beat", lambda lg, k: lg.beat([Member(k, token(1))], ttl_ms=LONG)),
     ("reassert", lambda lg, k: lg.reassert([Member(k, token(1))], ttl_ms=LONG)),

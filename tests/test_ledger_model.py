@@ -27,7 +27,7 @@ wall clock would produce. Real expiry by the Redis clock is covered in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from uuid import uuid4
 
 import redis
@@ -95,6 +95,7 @@ class LedgerModel(RuleBasedStateMachine):
         self.running: set[str] = set()  # tokens admitted and not left: the heartbeat refreshes them
         self.waiters: set[str] = set()  # tokens that joined a line and neither got in nor withdrew
         self.over: set[str] = set()  # ledgers a reassert pushed over capacity, until they drain
+        self.fences: dict[str, int] = {}  # the last fencing token seen per ledger
         self.counter = 0  # token numbers: the same steps make the same tokens (hypothesis replays them)
         self.pubsub = self.client.pubsub()
         self.pubsub.subscribe(self.ledger.keys.wake_channel_prefix() + LISTENING)
@@ -102,6 +103,24 @@ class LedgerModel(RuleBasedStateMachine):
         assert confirmed is not None and confirmed["type"] == "subscribe"
 
     # -- helpers ---------------------------------------------------------------------
+
+    def fenced(self, key: str, fence: int) -> None:
+        """A fence given on ``key``: greater than every one given before on it."""
+        assert fence > self.fences.get(key, 0), (key, fence, self.fences.get(key))
+        self.fences[key] = fence
+
+    def entered(self, token: str, got: Entered) -> Entered:
+        """``got`` without its fences, checked against every fence given before."""
+        if got.admitted:
+            assert len(got.fences) == len(self.limits[token])
+            for key, fence in zip(self.limits[token], got.fences, strict=True):
+                self.fenced(key, fence)
+        return replace(got, fences=())
+
+    def handed(self, handoffs: tuple[Handoff, ...]) -> tuple[Handoff, ...]:
+        for handoff in handoffs:
+            self.fenced(handoff.ledger, handoff.fence)
+        return tuple(replace(h, fence=0) for h in handoffs)
 
     def asked(self, token: str) -> list[Limit]:
         return [Limit(key, self.state[key].capacity) for key in self.limits[token]]
@@ -217,7 +236,8 @@ class LedgerModel(RuleBasedStateMachine):
             data.draw(st.lists(st.sampled_from(self.keys), min_size=1, max_size=2, unique=True))
         )
         expected = self.model_enter(token, line, place)
-        assert self.ledger.enter(token, self.asked(token), ttl_ms=TTL_MS, line=line, place=place) == expected
+        got = self.ledger.enter(token, self.asked(token), ttl_ms=TTL_MS, line=line, place=place)
+        assert self.entered(token, got) == expected
 
     @rule(
         key=st.sampled_from([0, 1, 2]),
@@ -231,7 +251,7 @@ class LedgerModel(RuleBasedStateMachine):
             self.limits[token] = (self.keys[key],)
             expected = self.model_enter(token, Line.JOIN, place)
             got = self.ledger.enter(token, self.asked(token), ttl_ms=TTL_MS, line=Line.JOIN, place=place)
-            assert got == expected
+            assert self.entered(token, got) == expected
 
     @precondition(lambda self: bool(self.waiting()))
     @rule(data=st.data(), place=st.integers(1, 4))
@@ -240,7 +260,7 @@ class LedgerModel(RuleBasedStateMachine):
         token = data.draw(st.sampled_from(self.waiting()))
         expected = self.model_enter(token, Line.KEEP, place)
         got = self.ledger.enter(token, self.asked(token), ttl_ms=TTL_MS, line=Line.KEEP, place=place)
-        assert got == expected
+        assert self.entered(token, got) == expected
 
     @precondition(lambda self: bool(self.replayable()))
     @rule(data=st.data())
@@ -248,7 +268,7 @@ class LedgerModel(RuleBasedStateMachine):
         # redis-py resends an admitted claim's call after a lost reply: not counted twice.
         token = data.draw(st.sampled_from(self.replayable()))
         expected = self.model_enter(token, Line.NONE, 0)
-        assert self.ledger.enter(token, self.asked(token), ttl_ms=TTL_MS) == expected
+        assert self.entered(token, self.ledger.enter(token, self.asked(token), ttl_ms=TTL_MS)) == expected
 
     @precondition(lambda self: bool(self.waiting()))
     @rule(data=st.data())
@@ -261,7 +281,13 @@ class LedgerModel(RuleBasedStateMachine):
         held = sum(token in self.state[key].members for key in self.limits[token])
         if held == len(self.limits[token]):
             self.running.add(token)
-        assert self.ledger.withdraw(token, self.asked(token)) == held
+        withdrawn = self.ledger.withdraw(token, self.asked(token), ttl_ms=TTL_MS)
+        assert withdrawn.held == held
+        if held == len(self.limits[token]):
+            for key, fence in zip(self.limits[token], withdrawn.fences, strict=True):
+                self.fenced(key, fence)
+        else:
+            assert withdrawn.fences == ()
 
     @precondition(lambda self: bool(self.leavable()))
     @rule(
@@ -274,14 +300,14 @@ class LedgerModel(RuleBasedStateMachine):
         age = -1 if age_ms is None or age_ms * 2 > TTL_MS else age_ms
         expected = self.model_leave(token, age, own)
         got = self.ledger.leave(token, self.asked(token), ttl_ms=TTL_MS, age_ms=age_ms, own_process=own)
-        assert got == expected
-        for handoff in expected[1]:
+        assert (got[0], self.handed(got[1])) == expected
+        for handoff in got[1]:
             if process_of(handoff.token) == LISTENING and own != LISTENING:
                 message = self.pubsub.get_message(timeout=5)
                 assert message is not None and message["type"] == "message"
                 payload = message["data"]
                 text = payload.decode() if isinstance(payload, bytes) else payload
-                assert text == f"{handoff.token} {handoff.age_ms} {handoff.ledger}"
+                assert text == f"{handoff.token} {handoff.age_ms} {handoff.fence} {handoff.ledger}"
         assert self.pubsub.get_message(timeout=0.01) is None  # nothing published to anyone else here
         self.check_drained()
 
@@ -342,12 +368,16 @@ class LedgerModel(RuleBasedStateMachine):
             own_process=own,
         )
         assert got == expected_lost
-        assert got.handoffs == tuple(handed)
+        assert self.handed(got.handoffs) == tuple(handed)
         for text in published:
             message = self.pubsub.get_message(timeout=5)
             assert message is not None and message["type"] == "message"
             payload = message["data"]
-            assert (payload.decode() if isinstance(payload, bytes) else payload) == text
+            waiter, age, fence, ledger = (payload.decode() if isinstance(payload, bytes) else payload).split(
+                " ", 3
+            )
+            assert f"{waiter} {age} {ledger}" == text
+            self.fenced(ledger, int(fence))
         assert self.pubsub.get_message(timeout=0.01) is None
         self.check_drained()
 
@@ -421,7 +451,8 @@ class LedgerModel(RuleBasedStateMachine):
             self.limits[newcomer] = (key,)
             expected = self.model_enter(newcomer, Line.NONE, 0)
             assert expected.admitted
-            assert self.ledger.enter(newcomer, self.asked(newcomer), ttl_ms=TTL_MS) == expected
+            got = self.ledger.enter(newcomer, self.asked(newcomer), ttl_ms=TTL_MS)
+            assert self.entered(newcomer, got) == expected
         self.do_reassert([Member(key, token)])
         assert key in self.over
 

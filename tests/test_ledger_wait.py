@@ -36,12 +36,18 @@ class Listener:
         self.pubsub = client.pubsub()
         self.pubsub.subscribe(ledger.keys.wake_channel_prefix() + process)
         assert self.pubsub.get_message(timeout=5)["type"] == "subscribe"
+        self.fences: list[int] = []
 
     def messages(self) -> list[str]:
+        """The wake-ups received, as ``"<token> <age> <ledger>"``; the fence each carries is kept in
+        :attr:`fences` (fences are checked in test_ledger_model.py)."""
         got = []
         while (message := self.pubsub.get_message(timeout=0.2)) is not None:
             data = message["data"]
-            got.append(data.decode() if isinstance(data, bytes) else data)
+            token, age, fence, ledger = (data.decode() if isinstance(data, bytes) else data).split(" ", 3)
+            assert fence.isdigit(), f"a wake-up without its fence: {data!r}"
+            self.fences.append(int(fence))
+            got.append(f"{token} {age} {ledger}")
         return got
 
 
@@ -178,13 +184,14 @@ def test_withdraw_leaves_the_line_or_reports_a_slot_handed_first(
     q = queue(ledger)
     assert enter(ledger, "a:1:1:1", q).admitted
     assert enter(ledger, "b:1:1:1", q).waiting
-    assert ledger.withdraw("b:1:1:1", [q]) == 0
+    assert ledger.withdraw("b:1:1:1", [q], ttl_ms=60_000).held == 0
     assert ledger.line(q.ledger) == []
     with listening(redis_client, ledger, "c:1"):
         assert enter(ledger, "c:1:1:1", q).waiting
         leave(ledger, "a:1:1:1", q)
         # c gives up a moment too late: the slot is already its own.
-        assert ledger.withdraw("c:1:1:1", [q]) == 1
+        withdrawn = ledger.withdraw("c:1:1:1", [q], ttl_ms=60_000)
+        assert withdrawn.held == 1 and len(withdrawn.fences) == 1
     assert holders(ledger, q) == ["c:1:1:1"]
 
 

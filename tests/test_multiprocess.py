@@ -14,6 +14,8 @@ does see overlap beyond the cap when nothing enforces it.
 
 from __future__ import annotations
 
+import signal
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +31,9 @@ from tests.support.waiting import wait_until
 from tests.support.worker_groups import (
     CAPPED_QUEUE,
     CAPPED_SCOPE,
+    FENCED_ACTOR,
+    FENCED_KEY,
+    FENCED_QUEUE,
     AppConfig,
     Backlog,
     WorkerFleet,
@@ -394,3 +399,51 @@ def test_capacity_changes_and_a_pause_are_followed_on_every_host_within_a_beat(
     logs = cluster.tails(lines=400)
     assert logs.count("controls changed: capacity 1 in force (override; declared 3)") >= 2, logs
     assert "paused: nothing new is admitted" in logs and "resumed" in logs
+
+
+# -- f. fencing tokens: a stale holder's write is refused -----------------------------------------
+
+
+@pytest.mark.timeout(180)
+def test_a_holder_stopped_past_hold_ttl_is_fenced_out_of_the_store(
+    make_cluster: Callable[..., WorkerFleet], tmp_path: Path
+) -> None:
+    cluster = make_cluster(broker_heartbeat_timeout=30_000)  # P's message is not requeued while stopped
+    store, gate = str(tmp_path / "store.db"), cluster.probe.key("fenced-gate")
+    outcomes_key = cluster.probe.key("fenced")
+
+    def outcomes() -> dict[str, str]:
+        raw: dict[bytes, bytes] = cluster.probe.client.hgetall(outcomes_key)  # type: ignore[assignment]
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def wait_for(field: str) -> None:
+        wait_until(lambda: field in outcomes(), timeout=RUN_TIMEOUT, what=field, context=cluster.tails)
+
+    (p,) = _start(cluster, "P", threads=1)
+    cluster.send(FENCED_QUEUE, FENCED_ACTOR, "P", store, gate)
+    wait_for("P-first")
+    key_ledger = cluster.ledger.keys.runtime_key(FENCED_KEY)
+    assert len(cluster.ledger.holders(key_ledger)) == 1
+    p.kill(signal.SIGSTOP)  # a GC pause, a VM migration: P holds the key, and says nothing
+    try:
+        wait_until(
+            lambda: cluster.ledger.holders(key_ledger) == [],
+            timeout=RUN_TIMEOUT,
+            what="P's hold to lapse",
+            context=cluster.tails,
+        )
+        _start(cluster, "B", threads=1)
+        cluster.send(FENCED_QUEUE, FENCED_ACTOR, "B", store, "")
+        wait_for("B-first")
+    finally:
+        p.kill(signal.SIGCONT)
+    cluster.probe.client.set(gate, "1")
+    wait_for("P-second")
+
+    seen = outcomes()
+    print(f"\nMEASURE fencing: {seen}")
+    assert (seen["P-first"], seen["B-first"], seen["P-second"]) == ("written", "written", "refused"), seen
+    assert int(seen["B-fence"]) > int(seen["P-fence"]), "the newcomer's fence is not the greater"
+    with sqlite3.connect(store) as connection:
+        row = connection.execute("SELECT value, fence FROM account WHERE id = 1").fetchone()
+    assert row == ("B-first", int(seen["B-fence"])), "the stale holder's write landed"

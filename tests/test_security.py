@@ -234,7 +234,7 @@ def test_the_readme_acl_allows_every_ledger_operation_and_nothing_more(
                 assert lg.reclaim("gone:1:1:1", [Limit(queue, 2)], ttl_ms=LONG) == queue  # full
                 assert lg.in_use(queue) == 2
                 assert {h.token for h in lg.holders(queue)} == {second, lost}
-                assert lg.withdraw(second, [Limit(queue, 1)]) == 1
+                assert lg.withdraw(second, [Limit(queue, 1)], ttl_ms=LONG).held == 1
                 assert lg.enter(first, [Limit(key, 1)], ttl_ms=LONG, line=Line.NONE).admitted
                 assert lg.leave(first, [Limit(key, 0)], ttl_ms=LONG) == (1, ())  # by hand: no handoff
                 assert lg.leave(lost, [Limit(queue, 0)], ttl_ms=LONG) == (1, ())

@@ -238,12 +238,13 @@ def test_a_wake_up_sets_its_waiters_event_and_names_the_ledger() -> None:
     strays: list[tuple[str, str]] = []
     wakeups = Wakeups(redis.Redis(), "p:wake:", on_stray=lambda t, ledger: strays.append((t, ledger)))
     waiter = wakeups.expect("h:1:2:3")
-    wakeups.handle(b"h:1:2:3 250 p:queue:q")
+    wakeups.handle(b"h:1:2:3 250 7 p:queue:q")
     assert waiter.event.is_set() and waiter.handed == "p:queue:q" and waiter.age_ms == 250
-    wakeups.handle("h:1:2:4 0 p:key:a b")  # nobody waits for it: a stray, ledger names may hold spaces
+    assert waiter.fence == 7
+    wakeups.handle("h:1:2:4 0 8 p:key:a b")  # nobody waits for it: a stray, ledger names may hold spaces
     assert strays == [("h:1:2:4", "p:key:a b")]
     wakeups.forget("h:1:2:3")
-    wakeups.handle("h:1:2:3 0 p:queue:q")
+    wakeups.handle("h:1:2:3 0 9 p:queue:q")
     assert strays[-1] == ("h:1:2:3", "p:queue:q")
 
 
@@ -256,7 +257,7 @@ def test_a_claim_handed_one_ledger_here_is_still_woken_by_another_process_for_th
     assert wakeups.hand_over("h:1:2:3", "p:queue:q", 0)
     assert waiter.event.is_set() and waiter.handed == "p:queue:q"
     waiter.event.clear()  # it asked again, and now waits in the key's line
-    wakeups.handle("h:1:2:3 40 p:key:account-7")
+    wakeups.handle("h:1:2:3 40 10 p:key:account-7")
     assert waiter.event.is_set() and waiter.handed == "p:key:account-7" and waiter.age_ms == 40
     assert strays == []
     assert not wakeups.hand_over("h:1:2:9", "p:queue:q", 0), "nobody here waits for it"
@@ -270,7 +271,7 @@ def test_the_wake_channel_delivers_and_wakes_everyone_on_subscribe(redis_client:
         assert wakeups.listening.wait(5)
         assert first.event.wait(5) and first.handed is None, "a (re)subscribe wakes waiters to ask again"
         second = wakeups.expect("b:1:1:1")
-        receivers = redis_client.publish(wakeups.channel, "b:1:1:1 0 t:queue:q")
+        receivers = redis_client.publish(wakeups.channel, "b:1:1:1 0 5 t:queue:q")
         assert receivers == 1
         assert second.event.wait(5) and second.handed == "t:queue:q"
         assert wakeups.channel == f"t:wake:{this_process()}"

@@ -5,8 +5,8 @@
 --
 -- KEYS[1..r]         ledgers of the holds to refresh
 -- KEYS[r+1..r+2o]    owed releases, two keys each: the ledger, then its line
--- KEYS[r+2o+1..n-1]  lines that claims of this process wait in, two keys
---                    each: the ledger, then its line (w pairs)
+-- KEYS[r+2o+1..n-1]  lines that claims of this process wait in, three keys
+--                    each: the ledger, its line, its fence key (w triples)
 -- KEYS[n]            the operators' controls (hash, lib/control.lua)
 -- ARGV[1]            hold ttl in milliseconds (integer >= 1)
 -- ARGV[2]            r, how many holds to refresh (0 <= r)
@@ -24,7 +24,9 @@
 -- a refresh only extends members that exist (ZADD XX), so a beat racing a
 -- release can never resurrect the released hold. The caller decides, under
 -- its own lock, whether to re-assert (reassert.lua). handed lists, for each
--- slot handed to a claim of the caller's own process, its token and k.
+-- slot handed to a claim of the caller's own process, its token, k and the
+-- fencing token it was given (lib/fence.lua; told to other processes in the
+-- wake-up message).
 -- Returns {-1, j} when ARGV[j] is malformed (j = 0: wrong count); nothing written.
 --
 -- Each refreshed or waited ledger is swept of expired members (holders that
@@ -47,7 +49,7 @@ end
 if not r or r < 0 or r ~= math.floor(r) then
   return {-1, 2}
 end
-local w = (#KEYS - 1 - r - 2 * (o or 0)) / 2
+local w = (#KEYS - 1 - r - 2 * (o or 0)) / 3
 if not o or o < 0 or o ~= math.floor(o) or w < 0 or w ~= math.floor(w) or #ARGV ~= 5 + r + o + w then
   return {-1, 3}
 end
@@ -94,10 +96,12 @@ end
 -- include: outlive
 -- include: tell
 -- include: control
+-- include: fence
 
 local handed = {}
 for k = 1, w do
-  local ledger, line = KEYS[r + 2 * o + 2 * k - 1], KEYS[r + 2 * o + 2 * k]
+  local base = r + 2 * o + 3 * (k - 1)
+  local ledger, line, fences = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3]
   if not swept[ledger] then
     swept[ledger] = true
     redis.call('ZREMRANGEBYSCORE', ledger, '-inf', now)
@@ -113,10 +117,12 @@ for k = 1, w do
     redis.call('ZADD', ledger, expiry, waiter)
     -- A new (or emptied, so deleted) key expires with its first hold.
     if members == 0 then redis.call('PEXPIREAT', ledger, expiry) end
-    local told = tell(channel, own, waiter, 0, ledger)
+    local issued = fence(fences, ttl, tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
+    local told = tell(channel, own, waiter, 0, ledger, issued)
     if told == 'own' then
       handed[#handed + 1] = waiter
       handed[#handed + 1] = k
+      handed[#handed + 1] = issued
     end
     if not told then
       redis.call('ZREM', ledger, waiter)  -- nobody listens: the next in line is served

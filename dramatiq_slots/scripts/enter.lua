@@ -10,6 +10,7 @@
 -- KEYS[n+1..2n]   their lines (sorted sets: member = claim token, score =
 --                 its place, first in line = lowest)
 -- KEYS[2n+1]      the operators' controls (hash, lib/control.lua)
+-- KEYS[2n+2..3n+1] their fence keys (lib/fence.lua)
 -- ARGV[1]         claim token
 -- ARGV[2]         hold ttl, ms (integer >= 1)
 -- ARGV[3]         line: 0 = do not wait; 1 = join the refusing ledger's line;
@@ -23,12 +24,13 @@
 -- ARGV[4+i]       declared capacity of KEYS[i] (integer >= 1); an operator's
 --                 override wins over it
 --
--- Returns {1, replay, m1, .., mn, c1, .., cn}
+-- Returns {1, replay, m1, .., mn, c1, .., cn, f1, .., fn}
 --                       admitted; replay = 1 when the token already held every
 --                       ledger (a retried call, or a slot a release handed over);
 --                       mi = members of KEYS[i] now (its capacity when the token
 --                       already held it: no count was taken); ci = the capacity
---                       in force on KEYS[i]
+--                       in force on KEYS[i]; fi = its fencing token for this
+--                       admission (a replay gets a fresh one too)
 --         {0, i, w, p}  refused at KEYS[i], the first full (or paused) ledger;
 --                       w = 1 when the claim is in that ledger's line now; p = 1
 --                       when that ledger is paused
@@ -53,7 +55,7 @@
 -- live waiters' processes push it on. A line whose waiters all died is gone
 -- within ttl of its last push.
 
-local n = (#KEYS - 1) / 2
+local n = (#KEYS - 1) / 3
 if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 4 then
   return {-1, 0}
 end
@@ -108,6 +110,8 @@ end
 
 local clock = redis.call('TIME')
 local expiry = string.format('%.0f', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + ttl)
+local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+-- include: fence
 
 -- The key must outlive its longest hold: a new key expires with its first
 -- hold; an existing one is only ever pushed later (lib/outlive.lua).
@@ -129,4 +133,5 @@ end
 local reply = {1, replay}
 for i = 1, n do reply[2 + i] = after[i] end
 for i = 1, n do reply[2 + n + i] = caps[i] end
+for i = 1, n do reply[2 + 2 * n + i] = fence(KEYS[2 * n + 1 + i], ttl, now_us) end
 return reply

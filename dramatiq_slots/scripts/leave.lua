@@ -4,6 +4,7 @@
 -- KEYS[1..n]      ledgers the claim holds
 -- KEYS[n+1..2n]   their lines (sorted sets of claim tokens by place)
 -- KEYS[2n+1]      the operators' controls (hash, lib/control.lua)
+-- KEYS[2n+2..3n+1] their fence keys (lib/fence.lua): a handed slot gets the next fence
 -- ARGV[1]         claim token
 -- ARGV[2]         wake channel prefix: a waiter's channel is this prefix
 --                 followed by its process part (the token without its last
@@ -24,7 +25,7 @@
 -- without that member (fewer members than capacity; this also drains a
 -- ledger over capacity after a re-assert or a lowered capacity) and a claim
 -- is in line: pops the first, gives it a hold, and publishes
--- "<token> <age> <ledger>" on the waiter's process wake channel. The hold is
+-- "<token> <age> <fence> <ledger>" on the waiter's process wake channel. The hold is
 -- slot for slot: it keeps the leaving member's expiry, which the key already
 -- outlives, so no TIME and no PEXPIREAT are needed, and <age> passes on how
 -- old that expiry is. Handed on and on between short jobs, an expiry would
@@ -38,13 +39,14 @@
 -- A token without a member (its hold was lost, or released before) frees
 -- nothing, so it hands nothing over.
 --
--- Returns {removed, token, i, age, ...}: members removed, then for each slot
--- handed over the claim's token, the index i of KEYS[i] and the age passed on
--- (at most one per ledger), so a releaser can wake a claim of its own process
--- at once.
+-- Returns {removed, token, i, age, fence, ...}: members removed, then for each
+-- slot handed over the claim's token, the index i of KEYS[i], the age passed on
+-- and the claim's fencing token (at most one per ledger), so a releaser can wake
+-- a claim of its own process at once. The wake-up message carries the fence too:
+-- "<token> <age> <fence> <ledger>".
 -- Costs: docs/design.md, "What each operation costs".
 
-local n = (#KEYS - 1) / 2
+local n = (#KEYS - 1) / 3
 if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 5 then
   return {-1, 0}
 end
@@ -62,6 +64,7 @@ end
 -- include: outlive
 -- include: tell
 -- include: control
+-- include: fence
 local controls = KEYS[2 * n + 1]
 local renewed
 
@@ -99,11 +102,13 @@ for i = 1, n do
         given, passed = renewed, 0
       end
       redis.call('ZADD', ledger, given, waiter)
-      if tell(channel, own, waiter, passed, ledger) then
+      local issued = fence(KEYS[2 * n + 1 + i], ttl, nil)
+      if tell(channel, own, waiter, passed, ledger, issued) then
         if age < 0 then outlive(ledger, renewed, ttl) end
         handed[#handed + 1] = waiter
         handed[#handed + 1] = i
         handed[#handed + 1] = passed
+        handed[#handed + 1] = issued
         break
       end
       redis.call('ZREM', ledger, waiter)

@@ -4,11 +4,20 @@
 --
 -- KEYS[1..n]      the ledgers of the claim
 -- KEYS[n+1..2n]   their lines
+-- KEYS[2n+1..3n]  their fence keys (lib/fence.lua)
 -- ARGV[1]         claim token
+-- ARGV[2]         hold ttl, ms (integer >= 1): how long a fence key lives
 --
--- Returns how many of the ledgers the token holds now (n: it is admitted).
+-- Returns {held, f1, .., fn}: how many of the ledgers the token holds now (n:
+-- it is admitted), and then, only when it holds them all, a fresh fencing token
+-- for each (the ones its handoffs carried may not have reached it).
+-- Returns {-1, j} when ARGV[j] is malformed; nothing written.
 
-local n = #KEYS / 2
+local n = #KEYS / 3
+if n < 1 or n ~= math.floor(n) or #ARGV ~= 2 then return {-1, 0} end
+local ttl = tonumber(ARGV[2])
+if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 2} end
+-- include: fence
 local held = 0
 for i = 1, n do
   redis.call('ZREM', KEYS[n + i], ARGV[1])
@@ -16,4 +25,8 @@ for i = 1, n do
     held = held + 1
   end
 end
-return held
+local reply = {held}
+if held == n then
+  for i = 1, n do reply[1 + i] = fence(KEYS[2 * n + i], ttl, nil) end
+end
+return reply

@@ -12,6 +12,10 @@ Actors:
     runs ``job_ms`` inside probe scope ``queue:mp_capped``.
 ``keyed_job(key, i)`` on queue ``mp_keyed`` (uncapped), runtime key ``mp:<key>``
     runs ``job_ms`` inside probe scope ``key:<key>``.
+``fenced_job(name, db, gate)`` on queue ``mp_fenced``, runtime key ``mp:fenced``
+    writes ``<name>-first`` to the fenced SQLite store ``db`` with its fencing token, then,
+    when ``gate`` is a probe key, waits for it to exist and writes ``<name>-second``; each
+    write's outcome (and the fence) goes to the probe hash ``fenced``.
 
 Each worker process records in the probe that it booted (``after_worker_boot``),
 and each message that runs after a deferral records how many it had.
@@ -20,19 +24,23 @@ and each message that runs after a deferral records how many it had.
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from typing import Any
 
 import dramatiq
 from dramatiq.middleware import CurrentMessage, TimeLimit
 
-from dramatiq_slots import Slots
+from dramatiq_slots import Slots, current_hold
 from dramatiq_slots.deferral import DEFERRALS
 from tests.support.probe import ProcessProbe
 from tests.support.worker_groups import (
     CAPPED_ACTOR,
     CAPPED_QUEUE,
     CAPPED_SCOPE,
+    FENCED_ACTOR,
+    FENCED_KEY,
+    FENCED_QUEUE,
     KEYED_ACTOR,
     KEYED_QUEUE,
     AppConfig,
@@ -110,3 +118,42 @@ def _key_of(key: str, i: int) -> str:
 )
 def keyed_job(key: str, i: int) -> None:
     _work(key_scope(key), f"{key}:{i}")
+
+
+def fenced_write(db: str, value: str, fence: int) -> bool:
+    """Write ``value`` unless a write with a later fence is there already (docs/design.md's store)."""
+    with sqlite3.connect(db, timeout=10) as connection:
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS account (id INTEGER PRIMARY KEY, value TEXT, fence INTEGER NOT NULL)"
+        )
+        written = connection.execute(
+            "INSERT INTO account (id, value, fence) VALUES (1, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET value = excluded.value, fence = excluded.fence "
+            "WHERE excluded.fence > account.fence",
+            (value, fence),
+        )
+        return written.rowcount == 1
+
+
+@dramatiq.actor(
+    actor_name=FENCED_ACTOR,
+    queue_name=FENCED_QUEUE,
+    max_retries=0,
+    **_slot_options(unique_at_runtime_key=FENCED_KEY),
+)
+def fenced_job(name: str, db: str, gate: str) -> None:
+    hold = current_hold()
+    fence = hold.fence if hold is not None else None
+    client = probe().client
+    outcomes = probe().key("fenced")
+    client.hset(outcomes, f"{name}-fence", str(fence))
+    if fence is None:
+        return
+    client.hset(
+        outcomes, f"{name}-first", "written" if fenced_write(db, f"{name}-first", fence) else "refused"
+    )
+    if gate:
+        while not client.exists(gate):
+            time.sleep(0.02)
+        written = fenced_write(db, f"{name}-second", fence)
+        client.hset(outcomes, f"{name}-second", "written" if written else "refused")

@@ -68,6 +68,10 @@ CAPPED_QUEUE = "mp_capped"
 CAPPED_ACTOR = "capped_job"
 KEYED_QUEUE = "mp_keyed"
 KEYED_ACTOR = "keyed_job"
+FENCED_QUEUE = "mp_fenced"
+FENCED_ACTOR = "fenced_job"
+#: The runtime key every ``fenced_job`` holds (one at a time), and the probe hash of its writes.
+FENCED_KEY = "mp:fenced"
 
 
 def queue_scope(queue_name: str) -> str:
@@ -510,7 +514,7 @@ class WorkerFleet:
         A RabbitMQ node serves a whole test session, and its queues have fixed
         names: what an earlier test left there must not run in this one.
         """
-        for queue_name in (CAPPED_QUEUE, KEYED_QUEUE):
+        for queue_name in (CAPPED_QUEUE, KEYED_QUEUE, FENCED_QUEUE):
             self._broker.declare_queue(queue_name, ensure=True)  # type: ignore[call-arg]
             self._broker.flush(queue_name)
 
