@@ -148,8 +148,8 @@ class Declarations:
             actor, key_option, args, kwargs, from_message=options.get(opt.UNIQUE_AT_RUNTIME_KEY) is not None
         )
         if key is not None:
-            capacity = opt.pick(options.get(opt.RUNTIME_KEY_CAPACITY), actor.runtime_key_capacity, 1)
-            limits.append(Limit(self.keys.runtime_key(key), capacity))
+            option = opt.pick(options.get(opt.RUNTIME_KEY_CAPACITY), actor.runtime_key_capacity, 1)
+            limits.append(Limit(self.keys.runtime_key(key), opt.key_capacity(actor, option, args, kwargs)))
         min_backoff, max_backoff = self.backoff(actor, options)
         if not limits:
             return None

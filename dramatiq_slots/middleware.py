@@ -171,6 +171,9 @@ class Slots(Middleware):
         if callable(config.runtime_key) and not isinstance(config.runtime_key, bool):
             where = opt.actor_where(actor.actor_name, opt.UNIQUE_AT_RUNTIME_KEY)
             opt.check_key_signature(config.runtime_key, actor.fn, where)
+        if callable(config.runtime_key_capacity):
+            where = opt.actor_where(actor.actor_name, opt.RUNTIME_KEY_CAPACITY)
+            opt.check_key_signature(config.runtime_key_capacity, actor.fn, where, what="capacity callable")
         if declared.limited or config.queue_capacity is not None or config.capped:
             try:
                 self.ledger  # noqa: B018 -- fail at declaration, not at the first message, when there is no Redis

@@ -54,7 +54,7 @@ class ConfigurationError(SlotsError, MiddlewareError, ValueError):
 
 
 class RuntimeKeyError(SlotsError, MiddlewareError, ValueError):
-    """A message's runtime key could not be computed, or is not a usable key."""
+    """A message's runtime key (or its capacity) could not be computed, or is not usable."""
 
 
 def positive_int(value: Any, where: str) -> int:
@@ -142,7 +142,8 @@ class ActorSlots:
     queue_name: str
     queue_capacity: int | None = None
     runtime_key: KeyOption = None
-    runtime_key_capacity: int | None = None
+    #: An int, or a callable of the message's arguments giving one (a tier per key).
+    runtime_key_capacity: int | Callable[..., Any] | None = None
     defer_min_backoff: int | None = None
     defer_max_backoff: int | None = None
     on_lost_hold: LostHoldMode | None = None
@@ -156,7 +157,12 @@ class ActorSlots:
             return None if value is None else positive_int(value, actor_where(actor_name, option))
 
         key = options.get(UNIQUE_AT_RUNTIME_KEY)
-        key_capacity = number(RUNTIME_KEY_CAPACITY)
+        raw_capacity = options.get(RUNTIME_KEY_CAPACITY)
+        key_capacity: int | Callable[..., Any] | None
+        if callable(raw_capacity) and not isinstance(raw_capacity, (bool, int)):
+            key_capacity = raw_capacity
+        else:
+            key_capacity = number(RUNTIME_KEY_CAPACITY)
         if key_capacity is not None and key is None:
             raise ConfigurationError(
                 f"{actor_where(actor_name, RUNTIME_KEY_CAPACITY)}: the actor has no runtime key for it to "
@@ -186,9 +192,11 @@ class ActorSlots:
         return self.runtime_key is not None and self.runtime_key is not False
 
 
-def check_key_signature(key: Callable[..., Any], actor_fn: Callable[..., Any], where: str) -> None:
-    """ConfigurationError when ``key`` cannot take every call of ``actor_fn`` (where both
-    signatures can be read): the key callable gets exactly the arguments of each message."""
+def check_key_signature(
+    key: Callable[..., Any], actor_fn: Callable[..., Any], where: str, *, what: str = "key callable"
+) -> None:
+    """ConfigurationError when ``key`` (a key or capacity callable, ``what``) cannot take every call
+    of ``actor_fn`` (where both signatures can be read): it gets exactly the arguments of each message."""
     try:
         key_sig, actor_sig = inspect.signature(key), inspect.signature(actor_fn)
     except (TypeError, ValueError):
@@ -218,7 +226,7 @@ def check_key_signature(key: Callable[..., Any], actor_fn: Callable[..., Any], w
         except TypeError as e:
             name = getattr(key, "__name__", type(key).__name__)
             raise ConfigurationError(
-                f"{where}: the key callable {name}{_bare(key_sig)} cannot take every call of the actor "
+                f"{where}: the {what} {name}{_bare(key_sig)} cannot take every call of the actor "
                 f"{getattr(actor_fn, '__name__', '?')}{_bare(actor_sig)} ({e}); it is called with exactly "
                 "the arguments of each message: give it the actor's parameters (same names, same order), "
                 "or *args and **kwargs"
@@ -298,3 +306,30 @@ def runtime_key(
     except Exception as e:
         raise RuntimeKeyError(f"{where}: the key callable raised {type(e).__name__}: {e}") from e
     return check_key(key, f"{where}: the key callable")
+
+
+#: The largest capacity a capacity callable may give (as an operator's override: a Redis integer).
+MAX_KEY_CAPACITY = 2**31 - 1
+
+
+def key_capacity(
+    actor: ActorSlots,
+    option: int | Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> int:
+    """The runtime key capacity of one message: ``option``, or what the capacity callable gives for
+    the message's arguments (RuntimeKeyError naming the actor and the option when it fails)."""
+    if not callable(option):
+        return option
+    where = actor_where(actor.actor_name, RUNTIME_KEY_CAPACITY)
+    try:
+        capacity = option(*args, **kwargs)
+    except Exception as e:
+        raise RuntimeKeyError(f"{where}: the capacity callable raised {type(e).__name__}: {e}") from e
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or not 1 <= capacity <= MAX_KEY_CAPACITY:
+        raise RuntimeKeyError(
+            f"{where}: the capacity callable must give an int from 1 to {MAX_KEY_CAPACITY}, got "
+            f"{type(capacity).__name__} {capacity!r:.80}"
+        )
+    return capacity

@@ -11,7 +11,9 @@ import json
 import logging
 import os
 import pty
+import re
 import subprocess
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,13 +21,15 @@ import dramatiq
 import pytest
 from dramatiq.brokers.redis import RedisBroker
 
-from dramatiq_slots import CurrentHold, current_hold
+from dramatiq_slots import ConfigurationError, CurrentHold, RuntimeKeyError, current_hold
 from dramatiq_slots.controls import Control, Controls, ControlsSeen, parse_controls
 from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.process import control_text
 from tests.support.command import MODULE, RUN_TIMEOUT, run_command, user_env
+from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.servers import Server
+from tests.support.waiting import wait_until
 from tests.test_cli import Run, plant_busy_queue, tokens
 
 
@@ -317,3 +321,93 @@ def test_a_job_reads_its_hold_and_fence(broker: RedisBroker, add_slots: SlotsFac
     assert second.fence is not None and first.fence is not None and second.fence > first.fence
     assert first.token != second.token and 0 <= first.age < 30
     assert current_hold() is None
+
+
+# -- per-key capacity tiers ----------------------------------------------------------------------
+
+
+def _plan_capacity(account: str, plan: str) -> int:
+    return 3 if plan == "premium" else 1
+
+
+def test_a_capacity_callable_gives_each_key_its_tier_and_an_override_wins(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    slots = add_slots()
+
+    @dramatiq.actor(
+        unique_at_runtime_key=lambda account, plan: f"acct:{account}",
+        runtime_key_capacity=_plan_capacity,
+        broker=broker,
+    )
+    def sync(account: str, plan: str) -> None:
+        with probe.running(account, item=plan):
+            time.sleep(0.15)
+
+    # The free account's tier is overridden to 2 for this run: the override wins over the callable.
+    slots.controls.set_capacity(slots.keys.runtime_key("acct:free-1"), 2)
+    for _ in range(6):
+        sync.send("premium-1", "premium")
+        sync.send("free-1", "free")
+        sync.send("free-2", "free")
+    with running_worker(broker, threads=8):
+        probe.wait_runs(18)
+    assert dict(probe.peak) == {"premium-1": 3, "free-1": 2, "free-2": 1}, probe.peak
+
+
+@pytest.mark.parametrize(
+    ("capacity_fn", "pattern"),
+    [
+        (lambda account, plan: 0, r"must give an int from 1 to \d+, got int 0"),
+        (lambda account, plan: "3", r"must give an int from 1 to \d+, got str '3'"),
+        (lambda account, plan: True, r"got bool True"),
+        (lambda account, plan: {}[plan], r"the capacity callable raised KeyError"),
+    ],
+)
+def test_a_bad_capacity_callable_fails_the_message_naming_the_actor_and_the_option(
+    broker: RedisBroker,
+    add_slots: SlotsFactory,
+    probe: Probe,
+    caplog: pytest.LogCaptureFixture,
+    capacity_fn: Callable[[str, str], Any],
+    pattern: str,
+) -> None:
+    add_slots()
+
+    @dramatiq.actor(
+        unique_at_runtime_key=lambda account, plan: f"acct:{account}",
+        runtime_key_capacity=capacity_fn,
+        max_retries=0,
+        broker=broker,
+    )
+    def sync(account: str, plan: str) -> None:
+        probe.record("ran", account)
+
+    caplog.set_level(logging.ERROR)
+    sync.send("a", "gold")
+    with running_worker(broker, threads=1):
+        wait_until(
+            lambda: broker.client.hlen(f"{broker.namespace}:default.XQ.msgs") == 1,
+            timeout=10,
+            what="the message to be dead-lettered",
+        )
+    assert probe.runs == []
+    errors = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeKeyError)]
+    assert errors, [r.getMessage() for r in caplog.records]
+    text = str(errors[0].exc_info[1]) if errors[0].exc_info else ""
+    assert "actor 'sync': option 'runtime_key_capacity'" in text
+    assert re.search(pattern, text), text
+
+
+def test_a_capacity_callable_is_checked_against_the_actor_at_declaration(
+    broker: RedisBroker, add_slots: SlotsFactory
+) -> None:
+    add_slots()
+    with pytest.raises(ConfigurationError, match=r"option 'runtime_key_capacity': the capacity callable"):
+
+        @dramatiq.actor(
+            unique_at_runtime_key=lambda account: f"acct:{account}",
+            runtime_key_capacity=lambda account, plan: 1,
+            broker=broker,
+        )
+        def sync(account: str) -> None: ...

@@ -5,17 +5,18 @@
 -- ledger whose fence key is `key`: the last one + 1 while the key exists, else
 -- the Redis clock in microseconds (TIME, read here when `now`, in us, is nil).
 -- The key is a sorted set whose one member, "last", is scored by the last fence
--- (a score holds any integer below 2^53 exactly; and the workers' ACL has the
--- sorted-set commands already). It is written back with an expiry of ttl ms:
--- ZSCORE, ZADD, PEXPIRE (and TIME when the key is new).
+-- (a score holds any integer below 2^53 exactly, and the workers' ACL has the
+-- sorted-set commands already); a new key expires ttl ms later, and its expiry
+-- is never pushed. ZSCORE and ZADD (and TIME and PEXPIRE for a new key).
 --
 -- Why it never goes backwards: while the key lives, each fence is the last + 1.
--- A fence starts at the clock and grows by one per admission, far slower than
--- the clock's microseconds, so it never runs ahead of the clock; when the key is
--- gone (no admission for ttl, a restart that lost it, a failover that did not
--- replicate it) the next fence is the clock, which is past every fence given
--- before, as long as the server's clock never runs behind the clock of the one
--- that gave the last fence (the one assumption; docs/design.md).
+-- A key starts at the clock, and its fences grow by one per admission, far
+-- slower than the clock's microseconds, so no fence is ahead of the clock (by
+-- more than the few a single beat hands out at once). When the key is gone (ttl
+-- after it was made, a restart that lost it, a failover that did not replicate
+-- it) the next fence is the clock, past every fence given before, as long as the
+-- server's clock never runs behind the clock of the one that gave the last fence
+-- (the one assumption; docs/design.md, "Fencing tokens").
 
 local function fence(key, ttl, now)
   local last = redis.call('ZSCORE', key, 'last')
@@ -30,6 +31,6 @@ local function fence(key, ttl, now)
     next_fence = now
   end
   redis.call('ZADD', key, string.format('%.0f', next_fence), 'last')
-  redis.call('PEXPIRE', key, ttl)
+  if not last then redis.call('PEXPIRE', key, ttl) end
   return next_fence
 end
