@@ -19,7 +19,7 @@ from .interrupts import HoldLost
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .ledger import Holder, Ledger, Limit
 from .middleware import Slots
-from .options import MAX_RUNTIME_KEY_BYTES, ConfigurationError, RuntimeKeyError
+from .options import MAX_KEYS_PER_MESSAGE, MAX_RUNTIME_KEY_BYTES, ConfigurationError, RuntimeKeyError
 from .process import CurrentHold, current_hold
 from .settings import URL_ENV
 
@@ -28,6 +28,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "DEFAULT_KEY_PREFIX",
     "DEFERRALS",
+    "MAX_KEYS_PER_MESSAGE",
     "MAX_RUNTIME_KEY_BYTES",
     "URL_ENV",
     "AdmissionError",

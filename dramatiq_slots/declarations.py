@@ -144,12 +144,18 @@ class Declarations:
         limits: list[Limit] = []
         if queue_capacity is not None:
             limits.append(Limit(self.keys.queue(queue_name), queue_capacity))
-        key = opt.runtime_key(
+        keys = opt.runtime_keys(
             actor, key_option, args, kwargs, from_message=options.get(opt.UNIQUE_AT_RUNTIME_KEY) is not None
         )
-        if key is not None:
-            option = opt.pick(options.get(opt.RUNTIME_KEY_CAPACITY), actor.runtime_key_capacity, 1)
-            limits.append(Limit(self.keys.runtime_key(key), opt.key_capacity(actor, option, args, kwargs)))
+        default: int | None = None
+        for key, capacity in keys:
+            # Every key of the message, admitted together with its queue's cap: all or nothing.
+            if capacity is None:
+                if default is None:
+                    option = opt.pick(options.get(opt.RUNTIME_KEY_CAPACITY), actor.runtime_key_capacity, 1)
+                    default = opt.key_capacity(actor, option, args, kwargs)
+                capacity = default
+            limits.append(Limit(self.keys.runtime_key(key), capacity))
         min_backoff, max_backoff = self.backoff(actor, options)
         if not limits:
             return None

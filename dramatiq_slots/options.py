@@ -46,7 +46,16 @@ INTERRUPT: LostHoldMode = "interrupt"
 #: Longest runtime key accepted, in UTF-8 bytes.
 MAX_RUNTIME_KEY_BYTES = 512
 
-KeyOption: TypeAlias = "str | bool | Callable[..., Any] | None"
+#: The largest runtime key capacity (as an operator's override: a Redis integer).
+MAX_KEY_CAPACITY = 2**31 - 1
+
+#: The most runtime keys one message may hold at once (each is a ledger its admission takes).
+MAX_KEYS_PER_MESSAGE = 8
+
+#: Several runtime keys: each a key, or a key with its own capacity.
+Keys: TypeAlias = "tuple[tuple[str, int | None], ...]"
+
+KeyOption: TypeAlias = "str | Keys | bool | Callable[..., Any] | None"
 
 
 class ConfigurationError(SlotsError, MiddlewareError, ValueError):
@@ -111,18 +120,60 @@ def check_key(key: Any, where: str) -> str:
     return key
 
 
+def check_keys(value: Any, where: str) -> Keys:
+    """Several runtime keys (a tuple or list of keys, each a str or a ``(key, capacity)`` pair):
+    checked, without repeats, in order; RuntimeKeyError naming ``where`` otherwise."""
+    if not isinstance(value, (tuple, list)) or not value:
+        raise RuntimeKeyError(f"{where} gave {value!r:.80}: several keys are a non-empty tuple or list")
+    keys: dict[str, int | None] = {}
+    for item in value:
+        capacity: int | None = None
+        if isinstance(item, (tuple, list)):
+            if len(item) != 2:
+                raise RuntimeKeyError(
+                    f"{where}: a key with its capacity is a pair (key, capacity), got {item!r:.80}"
+                )
+            item, capacity = item
+            if (
+                isinstance(capacity, bool)
+                or not isinstance(capacity, int)
+                or not 1 <= capacity <= MAX_KEY_CAPACITY
+            ):
+                raise RuntimeKeyError(
+                    f"{where}: the capacity of key {item!r:.80} must be an int from 1 to {MAX_KEY_CAPACITY}, "
+                    f"got {capacity!r:.80}"
+                )
+        key = check_key(item, where)
+        if key in keys and keys[key] != capacity:
+            raise RuntimeKeyError(
+                f"{where} gave key {key!r:.80} twice, with capacities {keys[key]} and {capacity}"
+            )
+        keys[key] = capacity
+    if len(keys) > MAX_KEYS_PER_MESSAGE:
+        raise RuntimeKeyError(
+            f"{where} gave {len(keys)} keys; one message holds at most {MAX_KEYS_PER_MESSAGE}"
+        )
+    return tuple(keys.items())
+
+
 def check_key_option(value: Any, where: str, *, allow_callable: bool) -> KeyOption:
     if value is None or isinstance(value, bool):
         return bool(value) if value is not None else None
-    if isinstance(value, str):
-        try:
+    try:
+        if isinstance(value, str):
             return check_key(value, where)
-        except RuntimeKeyError as e:
-            raise ConfigurationError(str(e)) from None
+        if isinstance(value, (tuple, list)):
+            return check_keys(value, where)
+    except RuntimeKeyError as e:
+        raise ConfigurationError(str(e)) from None
     if allow_callable and callable(value):
         key_callable: Callable[..., Any] = value
         return key_callable
-    kinds = "a str, a callable, True or False" if allow_callable else "a str, True or False"
+    kinds = (
+        "a str, several keys, a callable, True or False"
+        if allow_callable
+        else "a str, several keys, True or False"
+    )
     raise ConfigurationError(f"{where} must be {kinds}, got {value!r:.80}")
 
 
@@ -285,31 +336,32 @@ def pick(message_value: Any, actor_value: Any, default: Any) -> Any:
     return default
 
 
-def runtime_key(
+def runtime_keys(
     actor: ActorSlots,
     option: KeyOption,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     *,
     from_message: bool,
-) -> str | None:
-    """The runtime key of one message, or None when it has none."""
+) -> Keys:
+    """The runtime keys of one message, each with its own capacity where it gives one (None: the
+    message's ``runtime_key_capacity``); none when it has no key."""
     if option is None or option is False:
-        return None
+        return ()
     where = (message_where if from_message else actor_where)(actor.actor_name, UNIQUE_AT_RUNTIME_KEY)
     if option is True:
-        return f"actor:{actor.actor_name}"
+        return ((f"actor:{actor.actor_name}", None),)
     if isinstance(option, str):
-        return check_key(option, where)
+        return ((check_key(option, where), None),)
+    if isinstance(option, (tuple, list)):
+        return check_keys(option, where)
     try:
         key = option(*args, **kwargs)
     except Exception as e:
         raise RuntimeKeyError(f"{where}: the key callable raised {type(e).__name__}: {e}") from e
-    return check_key(key, f"{where}: the key callable")
-
-
-#: The largest capacity a capacity callable may give (as an operator's override: a Redis integer).
-MAX_KEY_CAPACITY = 2**31 - 1
+    if isinstance(key, (tuple, list)):
+        return check_keys(key, f"{where}: the key callable")
+    return ((check_key(key, f"{where}: the key callable"), None),)
 
 
 def key_capacity(

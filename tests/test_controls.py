@@ -411,3 +411,41 @@ def test_a_capacity_callable_is_checked_against_the_actor_at_declaration(
             broker=broker,
         )
         def sync(account: str) -> None: ...
+
+
+# -- several limits per message ------------------------------------------------------------------
+
+
+def test_several_keys_and_a_queue_cap_are_held_together_and_a_literal_key_is_shared_by_actors(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    slots = add_slots()
+    partner = ("partner-api", 2)  # a named limit: at most 2 calls to the partner, whichever actor
+
+    @dramatiq.actor(
+        queue_name="syncs",
+        queue_capacity=3,
+        unique_at_runtime_key=lambda account: (f"sync:{account}", partner),
+        broker=broker,
+    )
+    def sync(account: str) -> None:
+        with probe.running("queue", f"account:{account}", "partner", item=account):
+            time.sleep(0.1)
+
+    @dramatiq.actor(queue_name="refunds", unique_at_runtime_key=(partner,), broker=broker)
+    def refund(order: int) -> None:
+        with probe.running("partner", item=order):
+            time.sleep(0.1)
+
+    for account in ["a", "a", "a", "b", "b", "c", "d", "e"]:
+        sync.send(account)
+    for order in range(4):
+        refund.send(order)
+    with running_worker(broker, threads=8):
+        probe.wait_runs(12)
+    peaks = dict(probe.peak)
+    assert peaks["partner"] == 2, peaks  # both actors, one limit
+    assert all(peaks[f"account:{a}"] == 1 for a in "abcde"), peaks
+    assert peaks["queue"] <= 2, "the partner's limit is the tighter one here"
+    assert slots.in_use(key="partner-api") == 0
+    assert sorted(item for label, item in probe.runs if label == "queue") == sorted("aaabbcde")

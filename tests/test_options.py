@@ -50,7 +50,9 @@ def test_backoff_bounds_must_be_ordered(broker: RedisBroker, add_slots: SlotsFac
         dramatiq.actor(actor_name="slow", defer_min_backoff=100, defer_max_backoff=50)(lambda: None)
 
 
-@pytest.mark.parametrize("bad", ["", 3, b"key", ["k"]])
+@pytest.mark.parametrize(
+    "bad", ["", 3, b"key", [], ["k", ""], [("k", 0)], [("k", 1, 2)], [f"k{i}" for i in range(9)]]
+)
 def test_bad_key_options_are_refused_at_declaration(
     broker: RedisBroker, add_slots: SlotsFactory, bad: Any
 ) -> None:
@@ -160,7 +162,7 @@ def test_ledger_url_from_the_environment(
         ({"queue_capacity": 2}, r"message option 'queue_capacity': the capacity belongs to the queue"),
         (
             {"unique_at_runtime_key": 7},
-            r"message option 'unique_at_runtime_key' must be a str, True or False",
+            r"message option 'unique_at_runtime_key' must be a str, several keys, True or False",
         ),
         ({"unique_at_runtime_key": ""}, r"message option 'unique_at_runtime_key' gave an empty key"),
         ({"runtime_key_capacity": 0}, r"message option 'runtime_key_capacity' must be a positive int"),
