@@ -108,11 +108,14 @@ class KeySpace:
 
     def line(self, ledger: str) -> str:
         """The line of a ledger (its claims waiting for a slot)."""
+        kind, name = self._parsed(ledger)
+        return f"{self.tag}:{kind}-line:{name}"
+
+    def _parsed(self, ledger: str) -> tuple[LedgerKind, str]:
         parsed = self.parse(ledger)
         if parsed is None:
             raise ValueError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
-        kind, name = parsed
-        return f"{self.tag}:{kind}-line:{name}"
+        return parsed
 
     def controls(self) -> str:
         """The hash of the operators' controls, and the channel on which their changes are told."""
@@ -120,15 +123,13 @@ class KeySpace:
 
     def declared(self, ledger: str) -> str:
         """The set of capacities live worker processes declare for ``ledger``."""
-        parsed = self.parse(ledger)
-        if parsed is None:
-            raise ValueError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
-        kind, name = parsed
+        kind, name = self._parsed(ledger)
         return f"{self.tag}:declared:{kind}:{name}"
 
     def fence(self, ledger: str) -> str:
         """The key of a ledger's last fencing token."""
-        return f"{self.tag}:fence:{self.short(ledger)}"
+        kind, name = self._parsed(ledger)
+        return f"{self.tag}:fence:{kind}:{name}"
 
     def short(self, ledger: str) -> str:
         """``queue:<name>`` or ``key:<digest>``: how logs and the command line name a ledger."""

@@ -7,8 +7,6 @@ nobody reports; a live one has its process report, as in test_inspection.py).
 from __future__ import annotations
 
 import json
-import os
-import pty
 import queue
 import re
 import signal
@@ -24,7 +22,7 @@ from dramatiq_slots import __version__
 from dramatiq_slots.inspection import ProcessReport, ReportedHold
 from dramatiq_slots.keys import key_digest
 from dramatiq_slots.ledger import Ledger, Limit, Line, redacted_address
-from tests.support.command import MODULE, RUN_TIMEOUT, SCRIPT, run_command, user_env
+from tests.support.command import MODULE, RUN_TIMEOUT, SCRIPT, answer_on_terminal, run_command, user_env
 from tests.support.ports import free_port
 from tests.support.servers import ENGINES
 
@@ -351,36 +349,13 @@ def test_release_needs_a_confirmation_it_cannot_get_without_a_terminal(
 def test_release_asks_on_a_terminal(
     redis_server: Any, key_prefix: str, ledger: Ledger, busy_queue: str, answer: str, removed: bool
 ) -> None:
-    controller, terminal = pty.openpty()
-    try:
-        process = subprocess.Popen(
-            [
-                *MODULE,
-                "release",
-                "--url",
-                redis_server.url,
-                "--prefix",
-                key_prefix,
-                "queue:emails",
-                "gone-host:99:3:1",
-            ],
-            stdin=terminal,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=user_env(),
-        )
-        os.close(terminal)
-        terminal = -1
-        os.write(controller, f"{answer}\n".encode())  # typed ahead: the terminal keeps it for the read
-        out, errors = process.communicate(timeout=RUN_TIMEOUT)
-    finally:
-        if terminal >= 0:
-            os.close(terminal)
-        os.close(controller)
+    code, out, errors = answer_on_terminal(
+        ["release", "--url", redis_server.url, "--prefix", key_prefix, "queue:emails", "gone-host:99:3:1"],
+        answer,
+    )
     assert "Remove 1 hold(s)? [y/N]" in errors
     assert ("removed hold gone-host:99:3:1 from queue:emails" in out) is removed
-    assert process.returncode == (0 if removed else 1), errors
+    assert code == (0 if removed else 1), errors
     assert ("gone-host:99:3:1" in tokens(ledger, busy_queue)) is not removed
 
 

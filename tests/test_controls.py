@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import pty
 import re
 import subprocess
 import time
@@ -25,11 +23,10 @@ from dramatiq_slots import ConfigurationError, CurrentHold, RuntimeKeyError, cur
 from dramatiq_slots.controls import Control, Controls, ControlsSeen, parse_controls
 from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.process import control_text
-from tests.support.command import MODULE, RUN_TIMEOUT, run_command, user_env
+from tests.support.command import answer_on_terminal, run_command
 from tests.support.in_process import RunRecorder as Probe
-from tests.support.in_process import SlotsFactory, running_worker
+from tests.support.in_process import SlotsFactory, dead_letter_error, running_worker
 from tests.support.servers import Server
-from tests.support.waiting import wait_until
 from tests.test_cli import Run, plant_busy_queue, tokens
 
 
@@ -185,26 +182,11 @@ def test_a_control_needs_a_confirmation_it_cannot_get_without_a_terminal(cli: Ru
 def test_a_control_asks_on_a_terminal(
     redis_server: Any, key_prefix: str, ledger: Ledger, answer: str, paused: bool
 ) -> None:
-    controller, terminal = pty.openpty()
-    try:
-        process = subprocess.Popen(
-            [*MODULE, "pause", "--url", redis_server.url, "--prefix", key_prefix, "queue:emails"],
-            stdin=terminal,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=user_env(),
-        )
-        os.close(terminal)
-        terminal = -1
-        os.write(controller, f"{answer}\n".encode())
-        _, errors = process.communicate(timeout=RUN_TIMEOUT)
-    finally:
-        if terminal >= 0:
-            os.close(terminal)
-        os.close(controller)
+    code, _, errors = answer_on_terminal(
+        ["pause", "--url", redis_server.url, "--prefix", key_prefix, "queue:emails"], answer
+    )
     assert "pause queue:emails? [y/N]" in errors
-    assert process.returncode == (0 if paused else 1), errors
+    assert code == (0 if paused else 1), errors
     controls = Controls(ledger.client, key_prefix=ledger.keys.prefix)
     assert controls.of(controls.queue("emails")).paused is paused
 
@@ -383,18 +365,9 @@ def test_a_bad_capacity_callable_fails_the_message_naming_the_actor_and_the_opti
     def sync(account: str, plan: str) -> None:
         probe.record("ran", account)
 
-    caplog.set_level(logging.ERROR)
     sync.send("a", "gold")
-    with running_worker(broker, threads=1):
-        wait_until(
-            lambda: broker.client.hlen(f"{broker.namespace}:default.XQ.msgs") == 1,
-            timeout=10,
-            what="the message to be dead-lettered",
-        )
+    text = dead_letter_error(broker, caplog, RuntimeKeyError)
     assert probe.runs == []
-    errors = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeKeyError)]
-    assert errors, [r.getMessage() for r in caplog.records]
-    text = str(errors[0].exc_info[1]) if errors[0].exc_info else ""
     assert "actor 'sync': option 'runtime_key_capacity'" in text
     assert re.search(pattern, text), text
 

@@ -25,7 +25,7 @@ from dramatiq_slots import (
 from dramatiq_slots.ledger import Limit
 from dramatiq_slots.middleware import AdmissionError
 from tests.support.in_process import RunRecorder as Probe
-from tests.support.in_process import SlotsFactory, running_worker
+from tests.support.in_process import SlotsFactory, dead_letter_error, running_worker
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
@@ -215,18 +215,9 @@ def test_a_bad_key_callable_fails_the_message_and_never_runs_it(
     def sync(account: int) -> None:
         probe.record("ran", account)
 
-    caplog.set_level(logging.ERROR)
     sync.send(7)
-    with running_worker(broker, threads=1):
-        wait_until(
-            lambda: broker.client.hlen(f"{broker.namespace}:default.XQ.msgs") == 1,
-            timeout=10,
-            what="the message to be dead-lettered",
-        )
+    text = dead_letter_error(broker, caplog, RuntimeKeyError)
     assert probe.runs == []
-    errors = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], RuntimeKeyError)]
-    assert errors, [r.getMessage() for r in caplog.records]
-    text = str(errors[0].exc_info[1]) if errors[0].exc_info else ""
     assert "actor 'sync': option 'unique_at_runtime_key'" in text
     assert re.search(pattern, text), text
 

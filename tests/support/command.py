@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -33,3 +34,26 @@ def run_command(
         timeout=RUN_TIMEOUT,
         check=False,
     )
+
+
+def answer_on_terminal(args: list[str], answer: str) -> tuple[int, str, str]:
+    """Run the command with a terminal on stdin, ``answer`` typed ahead; ``(code, stdout, stderr)``."""
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [*MODULE, *args],
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=user_env(),
+        )
+        os.close(terminal)
+        terminal = -1
+        os.write(controller, f"{answer}\n".encode())  # typed ahead: the terminal keeps it for the read
+        out, errors = process.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if terminal >= 0:
+            os.close(terminal)
+        os.close(controller)
+    return process.returncode, out, errors

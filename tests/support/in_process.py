@@ -7,6 +7,7 @@ which records in Redis.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import TimeLimit
 
 from dramatiq_slots import Slots
+from tests.support.waiting import wait_until
 
 #: Short leases so tests that wait for expiry stay quick.
 TEST_HOLD_TTL = 3_000
@@ -126,3 +128,23 @@ def running_worker(broker: dramatiq.Broker, threads: int = 4) -> Iterator[dramat
         yield worker
     finally:
         worker.stop(timeout=10_000)
+
+
+def dead_letter_error(
+    broker: RedisBroker,
+    caplog: pytest.LogCaptureFixture,
+    error: type[BaseException],
+    queue_name: str = "default",
+) -> str:
+    """Run a worker until the one message sent to ``queue_name`` is dead-lettered; the text of the
+    ``error`` dramatiq logged for it."""
+    caplog.set_level(logging.ERROR)
+    with running_worker(broker, threads=1):
+        wait_until(
+            lambda: broker.client.hlen(f"{broker.namespace}:{queue_name}.XQ.msgs") == 1,
+            timeout=10,
+            what="the message to be dead-lettered",
+        )
+    found = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], error)]
+    assert found, [r.getMessage() for r in caplog.records]
+    return str(found[0].exc_info[1]) if found[0].exc_info else ""
