@@ -27,6 +27,7 @@ from tests.support.command import answer_on_terminal, run_command
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, dead_letter_error, running_worker
 from tests.support.servers import Server
+from tests.support.waiting import wait_until
 from tests.test_cli import Run, plant_busy_queue, tokens
 
 
@@ -422,3 +423,31 @@ def test_several_keys_and_a_queue_cap_are_held_together_and_a_literal_key_is_sha
     assert peaks["queue"] <= 2, "the partner's limit is the tighter one here"
     assert slots.in_use(key="partner-api") == 0
     assert sorted(item for label, item in probe.runs if label == "queue") == sorted("aaabbcde")
+
+
+def test_a_worker_booted_after_an_override_follows_it_from_its_first_beat(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, caplog: pytest.LogCaptureFixture
+) -> None:
+    slots = add_slots(queue_capacities={"q": 1})
+    queue = slots.keys.queue("q")
+    slots.controls.set_capacity(queue, 2)  # set before this worker existed: kept in Redis
+    slots.controls.pause(queue)
+
+    @dramatiq.actor(queue_name="q", broker=broker)
+    def job(i: int) -> None:
+        with probe.running("q", item=i):
+            time.sleep(0.1)
+
+    caplog.set_level(logging.INFO, logger="dramatiq_slots")
+    for i in range(4):
+        job.send(i)
+    with running_worker(broker, threads=4):
+        assert slots.process.controls.get(queue) == slots.controls.of(queue)
+        assert any(
+            "is under an operator's control: capacity 2 in force" in r.getMessage() for r in caplog.records
+        )
+        wait_until(lambda: len(slots.ledger.line(queue)) >= 1, timeout=10, what="a message in line")
+        assert probe.runs == [], "a paused queue started a job"
+        slots.controls.resume(queue)
+        probe.wait_runs(4)
+    assert probe.peak["q"] == 2
