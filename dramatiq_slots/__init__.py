@@ -13,7 +13,7 @@
 
 from .admission import AdmissionError
 from .controls import Control, Controls
-from .deferral import DEFERRALS, MessageDeferred
+from .deferral import DEFERRALS, MessageDeferred, MessageDropped
 from .errors import LedgerArgumentError, LedgerError, LedgerUnavailable, SlotsError
 from .interrupts import HoldLost
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
@@ -45,6 +45,7 @@ __all__ = [
     "LedgerUnavailable",
     "Limit",
     "MessageDeferred",
+    "MessageDropped",
     "RuntimeKeyError",
     "Slots",
     "SlotsError",

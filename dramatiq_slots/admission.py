@@ -82,6 +82,13 @@ class InLine:
 
 
 @dataclass(frozen=True)
+class Dropped:
+    """A claim its ``on_busy`` policy dropped (``skip``, ``coalesce``): ``full``'s key is at capacity."""
+
+    full: str | None
+
+
+@dataclass(frozen=True)
 class Refused:
     """A claim refused without joining a line (it holds nothing, nothing is on record): by ``full``."""
 
@@ -101,8 +108,17 @@ class Admission:
         self.clock: Clock = process.clock
         self._outage_warned_at: float | None = None
 
-    def admit(self, request: Request, message_key: int, *, deferrals: int, defer: Defer) -> Hold:
-        """Admit the message (its hold is then on record as running), or raise what ``defer`` returns.
+    def admit(
+        self,
+        request: Request,
+        message_key: int,
+        *,
+        deferrals: int,
+        defer: Defer,
+        drop: Callable[[str], BaseException] | None = None,
+    ) -> Hold:
+        """Admit the message (its hold is then on record as running), or raise what ``defer`` returns
+        (or, when its ``on_busy`` policy dropped it, what ``drop`` returns).
 
         ``message_key``: ``id(message)``, under which the running hold is
         recorded. ``deferrals``: how often the message was deferred before.
@@ -110,7 +126,7 @@ class Admission:
         process = self.process
         process.leftovers()
         try:
-            return self._admit(request, message_key, deferrals=deferrals, defer=defer)
+            return self._admit(request, message_key, deferrals=deferrals, defer=defer, drop=drop)
         finally:
             # Settled on every path but an exception's: then what is in doubt is owed.
             process.abandon()
@@ -130,7 +146,15 @@ class Admission:
         process.running(message_key, hold, None)
         return hold
 
-    def _admit(self, request: Request, message_key: int, *, deferrals: int, defer: Defer) -> Hold:
+    def _admit(
+        self,
+        request: Request,
+        message_key: int,
+        *,
+        deferrals: int,
+        defer: Defer,
+        drop: Callable[[str], BaseException] | None,
+    ) -> Hold:
         process = self.process
         reused = self.reuse(request, message_key)
         if reused is not None:
@@ -163,6 +187,8 @@ class Admission:
                 distrust = self._take(hold, request, message_key, answer) if entered.admitted else None
                 if entered.admitted and distrust is None:
                     return hold
+                if entered.dropped and drop is not None:
+                    raise drop(busy_reason(request, entered.full))
                 if distrust is not None:
                     reason, refused = distrust, request.limits  # given back: come back later
                 else:
@@ -230,7 +256,12 @@ class Admission:
         registry.doubt(hold, owner=owner)
         sent = self.clock.monotonic()
         entered = self.process.ledger.enter(
-            hold.token, request.limits, ttl_ms=self.settings.hold_ttl, line=line, place=request.place
+            hold.token,
+            request.limits,
+            ttl_ms=self.settings.hold_ttl,
+            line=line,
+            place=request.place,
+            busy=request.busy,
         )
         reach(step)
         if not entered.admitted and not entered.waiting:
@@ -244,7 +275,7 @@ class Admission:
 
     def arrive(
         self, request: Request, message_key: int, waiter: Callable[[], Waiter], *, line: Line = Line.JOIN
-    ) -> Hold | InLine | Refused | None:
+    ) -> Hold | InLine | Refused | Dropped | None:
         """Admit a message a worker thread is about to take, or put its claim in line.
 
         Returns the hold when admitted (on record as running in this thread);
@@ -285,6 +316,8 @@ class Admission:
                     )
                     return None
                 return hold
+            if entered.dropped:
+                return Dropped(entered.full)
             if not entered.waiting:
                 return Refused(entered.full) if line is Line.NONE else None
             process.registry.doubt(hold, owner=PARKED)
@@ -403,3 +436,12 @@ class Admission:
         if self._outage_warned_at is None or now - self._outage_warned_at >= 30:
             self._outage_warned_at = now
             logger.warning("%s; deferring capped messages until it answers.", error)
+
+
+def busy_reason(request: Request, full: str | None) -> str:
+    """Why a message was dropped, for its log line and its result."""
+    if request.on_busy == "skip":
+        why = "its runtime key is at capacity"
+    else:
+        why = "its runtime key is at capacity and another message of that key already waits"
+    return f"{why} ({full!r}; on_busy={request.on_busy!r})"

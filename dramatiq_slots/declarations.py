@@ -36,6 +36,11 @@ class Request:
     place: int = 0
     #: ``on_lost_hold="interrupt"`` for this message's actor.
     strict: bool = False
+    #: Per limit, what its ledger does with the claim when full (``enter.lua``'s on_busy codes:
+    #: the message's ``on_busy`` on its runtime keys, 0, wait, on its queue).
+    busy: tuple[int, ...] = ()
+    #: The message's ``on_busy`` (message > actor > "wait").
+    on_busy: str = "wait"
 
 
 class Declarations:
@@ -159,6 +164,8 @@ class Declarations:
         min_backoff, max_backoff = self.backoff(actor, options)
         if not limits:
             return None
+        on_busy = str(opt.pick(options.get(opt.ON_BUSY), actor.on_busy, "wait"))
+        key_code = opt.BUSY_CODES[on_busy]
         return Request(
             limits=tuple(limits),
             label=f"{actor.actor_name}({message_id})",
@@ -167,4 +174,7 @@ class Declarations:
             max_backoff=max_backoff,
             place=place_of(options, message_timestamp),
             strict=self.strict(actor),
+            # The queue's limit comes first, then one per runtime key: the policy is the keys'.
+            busy=(0,) * (len(limits) - len(keys)) + (key_code,) * len(keys) if key_code else (),
+            on_busy=on_busy,
         )

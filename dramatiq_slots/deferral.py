@@ -51,6 +51,11 @@ class MessageDeferred(SkipMessage):
     """Raised from ``before_process_message``: the message was re-enqueued to wait for its slot."""
 
 
+class MessageDropped(SkipMessage):
+    """Raised from ``before_process_message``: its runtime key was at capacity and its ``on_busy``
+    policy (``skip``, ``coalesce``) dropped it: acked, never run. Also what its result holds."""
+
+
 def backoff_ms(deferrals: int, min_ms: int, max_ms: int, rand: Callable[[], float] = random.random) -> int:
     """Delay before deferral number ``deferrals``: ``min * 2**(n-1)``, capped at ``max``, times [0.5, 1)."""
     ceiling = min(max_ms, min_ms * 2 ** min(max(deferrals - 1, 0), 32))
@@ -65,13 +70,14 @@ SKIP_WARNING = "Message %s was skipped."
 _skipping = threading.local()
 
 
-def mark_deferred(message: MessageProxy) -> None:
-    """``message`` is about to be skipped as deferred, on this thread."""
+def mark_deferred(message: MessageProxy, *, dropped: bool = False) -> None:
+    """``message`` is about to be skipped as deferred (or ``dropped``), on this thread."""
     _skipping.message = message
+    _skipping.dropped = dropped
 
 
 def is_deferred(message: object) -> bool:
-    """Whether this thread is skipping ``message`` as deferred."""
+    """Whether this thread is skipping ``message`` as deferred or dropped."""
     return getattr(_skipping, "message", None) is message
 
 
@@ -80,7 +86,7 @@ def clear_deferred(message: MessageProxy) -> bool:
     if not is_deferred(message):
         return False
     _skipping.message = None
-    return True
+    return not getattr(_skipping, "dropped", False)
 
 
 class QuietDeferrals:
@@ -200,3 +206,29 @@ def requeue(broker: dramatiq.Broker, message: MessageProxy, *, delay_ms: int) ->
         message.actor_name,
         delay_ms,
     )
+
+
+def drop(broker: dramatiq.Broker, owner: Middleware, message: MessageProxy, *, reason: str) -> MessageDropped:
+    """Prepare ``message`` to be skipped as dropped by its ``on_busy`` policy; the exception to raise.
+
+    With dramatiq's ``Results`` storing this message's result, the result is the
+    :class:`MessageDropped` error (``get_result`` raises ``ResultFailure`` naming it), never a
+    ``None`` a caller could take for a return value.
+    """
+    text = f"actor {message.actor_name!r}: message {message.message_id} was dropped, not run: {reason}"
+    dropped = MessageDropped(text)
+    from dramatiq.results import Results  # here: most workers never drop a message
+
+    for results in (m for m in broker.middleware if isinstance(m, Results)):
+        actor = broker.get_actor(message.actor_name)
+        options: dict[str, Any] = message.options
+        store = options.get("store_results", actor.options.get("store_results", results.store_results))
+        ttl = options.get("result_ttl", actor.options.get("result_ttl", results.result_ttl))
+        if store:
+            results.backend.store_exception(message, dropped, ttl)
+    for prometheus in _prometheus_after(broker, owner):
+        _call_hook(prometheus, "before_process_message", broker, message)
+    message.options["store_results"] = False  # Results' after_skip_message would store a None
+    mark_deferred(message, dropped=True)
+    logger.info("Dropped message %s (%s): %s.", message.message_id, message.actor_name, reason)
+    return dropped

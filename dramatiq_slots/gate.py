@@ -43,7 +43,7 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Interrupt
 
-from .admission import Admission, InLine, Refused
+from .admission import Admission, Dropped, InLine, Refused, busy_reason
 from .claims import Hold
 from .declarations import Request
 from .ledger import Line
@@ -220,15 +220,20 @@ class Gate:
             if self.admission.reuse(request, id(message)) is not None:
                 return True  # a lingering hold of the same limits: no Redis, no line
             reserved = self._reserve(request)
-            parked_on = None if reserved else self._parked_on(request)
+            # A message with an on_busy policy always asks: Redis decides whether it is dropped.
+            parked_on = None if reserved or request.busy else self._parked_on(request)
             if parked_on is not None:
                 # Its line holds claims of this process already: a newcomer cannot be
                 # admitted before them (a freed slot goes to the line), so do not ask.
-                answer: Hold | InLine | Refused | None = Refused(parked_on)
+                answer: Hold | InLine | Refused | Dropped | None = Refused(parked_on)
             else:
                 line = Line.JOIN if reserved else Line.NONE
                 answer = self.admission.arrive(request, id(message), waiter, line=line)
             if answer is None or isinstance(answer, Hold):
+                return True
+            if isinstance(answer, Dropped):
+                # The worker thread takes it, and before_process_message drops it (acked, never run).
+                self.process.drop_later(id(message), busy_reason(request, answer.full))
                 return True
             consumer = self._unfetch(message, answer.full)
             if isinstance(answer, Refused):

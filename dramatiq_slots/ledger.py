@@ -133,6 +133,8 @@ class Entered:
     #: declared one); when refused, whether the refusing ledger is paused.
     capacities: tuple[int, ...] = ()
     paused: bool = False
+    #: When refused: the claim was dropped by its ledger's on_busy policy (``skip``, ``coalesce``).
+    dropped: bool = False
     #: When admitted, the fencing token of each ledger (docs/design.md, "Fencing tokens"). Left
     #: out of comparisons: it is a number given out, not part of the answer's meaning.
     fences: tuple[int, ...] = field(default=(), compare=False)
@@ -376,7 +378,14 @@ class Ledger:
         return [*ledgers, *map(self.keys.line, ledgers)]
 
     def enter(
-        self, token: str, limits: Sequence[Limit], *, ttl_ms: int, line: Line = Line.NONE, place: int = 0
+        self,
+        token: str,
+        limits: Sequence[Limit],
+        *,
+        ttl_ms: int,
+        line: Line = Line.NONE,
+        place: int = 0,
+        busy: Sequence[int] = (),
     ) -> Entered:
         """Admit ``token`` to every ledger of ``limits``, or to none, and then do ``line`` with it.
 
@@ -385,12 +394,16 @@ class Ledger:
         with :attr:`Line.JOIN`, which skips that check: see ``enter.lua``).
         ``place``: the claim's place in line, an integer below 2**53, the
         lowest first (the middleware passes when the message was first sent,
-        in µs: :mod:`dramatiq_slots.places`).
+        in µs: :mod:`dramatiq_slots.places`). ``busy``: per limit, what a full ledger does with
+        the claim (``enter.lua``'s on_busy codes; none given: it waits).
         """
         if not limits:
             raise ValueError("enter needs at least one limit")
         keys = self._with_controls(limits)
-        args: list[Any] = [token, ttl_ms, int(line), place, *(limit.capacity for limit in limits)]
+        codes = list(busy) or [0] * len(limits)
+        if len(codes) != len(limits):
+            raise ValueError("enter needs one on_busy code per limit")
+        args: list[Any] = [token, ttl_ms, int(line), place, *(limit.capacity for limit in limits), *codes]
         replicated: int | None = None
         with self._translated("enter"):
             if self.replicas:
@@ -423,6 +436,7 @@ class Ledger:
             full=limits[int(reply[1]) - 1].ledger,
             waiting=int(reply[2]) == 1,
             paused=int(reply[3]) == 1,
+            dropped=int(reply[4]) == 1,
         )
 
     def leave(

@@ -34,6 +34,8 @@ And, labelled like dramatiq's own ``dramatiq_messages_total`` (``queue_name``,
 
 ``dramatiq_slots_deferred_messages_total``  (counter) deferrals, each of which dramatiq's
                                           ``Prometheus`` counts as a processed message
+``dramatiq_slots_dropped_messages_total``  (counter) messages dropped, not run, by their
+                                         ``on_busy`` policy (dramatiq counts them as processed too)
 
 The metrics are made at worker boot, before any worker thread exists
 (``before_worker_boot``), so the first message is counted too. A live gauge
@@ -94,6 +96,9 @@ class Metrics:
 
     def controlled(self, ledger: str, control: Control) -> None:
         """A beat read ``ledger``'s controls as ``control`` (a change since the last read)."""
+
+    def dropped_message(self, queue_name: str, actor_name: str) -> None:
+        """A message of ``actor_name`` on ``queue_name`` was dropped by its ``on_busy`` policy."""
 
     def forget_dead_processes(self) -> list[int]:
         """Drop the live gauges of this host's processes that no longer exist; their pids."""
@@ -194,6 +199,12 @@ class PrometheusMetrics(Metrics):
             ["queue_name", "actor_name"],
             registry=registry,
         )
+        self.dropped_messages = prom.Counter(
+            "dramatiq_slots_dropped_messages",
+            "Messages dropped, not run, by their on_busy policy, per queue and actor.",
+            ["queue_name", "actor_name"],
+            registry=registry,
+        )
         #: The tokens of the holds counted in ``holds_in_use``: only those are uncounted, once.
         self._counted: set[str] = set()
         self._counted_lock = threading.Lock()
@@ -253,6 +264,9 @@ class PrometheusMetrics(Metrics):
 
     def deferred_message(self, queue_name: str, actor_name: str) -> None:
         self.deferred_messages.labels(queue_name, actor_name).inc()
+
+    def dropped_message(self, queue_name: str, actor_name: str) -> None:
+        self.dropped_messages.labels(queue_name, actor_name).inc()
 
     def controlled(self, ledger: str, control: Control) -> None:
         parsed = self.keys.parse(ledger)

@@ -36,7 +36,7 @@ from .admission import Admission, AdmissionError
 from .claims import HoldRegistry, this_process
 from .controls import Controls
 from .declarations import Declarations, Request
-from .deferral import DEFERRALS, backoff_ms, clear_deferred, defer, quiet_deferrals, requeue
+from .deferral import DEFERRALS, backoff_ms, clear_deferred, defer, drop, quiet_deferrals, requeue
 from .errors import LedgerError
 from .gate import TESTED_DRAMATIQ, Gate
 from .gate import supported as gate_supported
@@ -334,6 +334,10 @@ class Slots(Middleware):
 
     def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         self._broker = broker
+        dropped = self.process.take_drop(id(message))
+        if dropped is not None:  # the gate's admission found its key busy, and its on_busy policy drops it
+            self.metrics.dropped_message(message.queue_name, message.actor_name)
+            raise drop(broker, self, message, reason=dropped)
         if self.process.runs_here(id(message)):
             return  # admitted by the gate, as this thread took it
         try:
@@ -343,6 +347,10 @@ class Slots(Middleware):
 
             def defer_message(delay_ms: int, reason: str) -> BaseException:
                 return defer(broker, self, message, delay_ms=delay_ms, reason=reason)
+
+            def drop_message(reason: str) -> BaseException:
+                self.metrics.dropped_message(message.queue_name, message.actor_name)
+                return drop(broker, self, message, reason=reason)
 
             # A TimeLimit before Slots has started the actor's clock: stop it while the
             # message waits for its slot, and start it afresh once admitted.
@@ -354,6 +362,7 @@ class Slots(Middleware):
                 id(message),
                 deferrals=int(message.options.get(DEFERRALS, 0)),
                 defer=defer_message,
+                drop=drop_message,
             )
             for timer in timers:
                 timer.before_process_message(broker, message)  # type: ignore[no-untyped-call]

@@ -26,6 +26,7 @@ RUNTIME_KEY_CAPACITY = "runtime_key_capacity"
 DEFER_MIN_BACKOFF = "defer_min_backoff"
 DEFER_MAX_BACKOFF = "defer_max_backoff"
 ON_LOST_HOLD = "on_lost_hold"
+ON_BUSY = "on_busy"
 
 ACTOR_OPTIONS = frozenset(
     {
@@ -35,6 +36,7 @@ ACTOR_OPTIONS = frozenset(
         DEFER_MIN_BACKOFF,
         DEFER_MAX_BACKOFF,
         ON_LOST_HOLD,
+        ON_BUSY,
     }
 )
 
@@ -42,6 +44,19 @@ ACTOR_OPTIONS = frozenset(
 LostHoldMode: TypeAlias = Literal["reassert", "interrupt"]
 REASSERT: LostHoldMode = "reassert"
 INTERRUPT: LostHoldMode = "interrupt"
+
+#: Values of ``on_busy``: what a message whose runtime key is at capacity does.
+BusyPolicy: TypeAlias = Literal["wait", "skip", "coalesce"]
+#: ``enter.lua``'s code of each policy (ARGV[4+n+i]).
+BUSY_CODES: dict[str, int] = {"wait": 0, "skip": 1, "coalesce": 2}
+
+
+def busy_policy(value: Any, where: str) -> BusyPolicy:
+    if value not in BUSY_CODES:
+        raise ConfigurationError(f"{where} must be 'wait', 'skip' or 'coalesce', got {value!r:.80}")
+    policy: BusyPolicy = value
+    return policy
+
 
 #: Longest runtime key accepted, in UTF-8 bytes.
 MAX_RUNTIME_KEY_BYTES = 512
@@ -198,6 +213,7 @@ class ActorSlots:
     defer_min_backoff: int | None = None
     defer_max_backoff: int | None = None
     on_lost_hold: LostHoldMode | None = None
+    on_busy: BusyPolicy | None = None
 
     @classmethod
     def from_options(cls, actor_name: str, queue_name: str, options: Mapping[str, Any]) -> ActorSlots:
@@ -220,9 +236,19 @@ class ActorSlots:
                 f"apply to; set {UNIQUE_AT_RUNTIME_KEY} on the actor too ({UNIQUE_AT_RUNTIME_KEY}=False: "
                 "keys come only from messages, send_with_options(unique_at_runtime_key=...))"
             )
+        on_busy = options.get(ON_BUSY)
+        if on_busy is not None:
+            on_busy = busy_policy(on_busy, actor_where(actor_name, ON_BUSY))
+            if key is None or key is False:
+                raise ConfigurationError(
+                    f"{actor_where(actor_name, ON_BUSY)}: the actor has no runtime key for it to apply to "
+                    f"(it decides what a message does when its key is at capacity); set "
+                    f"{UNIQUE_AT_RUNTIME_KEY} on the actor too"
+                )
         return cls(
             actor_name=actor_name,
             queue_name=queue_name,
+            on_busy=on_busy,
             queue_capacity=number(QUEUE_CAPACITY),
             runtime_key=check_key_option(
                 key, actor_where(actor_name, UNIQUE_AT_RUNTIME_KEY), allow_callable=True
@@ -313,6 +339,8 @@ def check_message_options(actor_name: str, options: Mapping[str, Any]) -> None:
         value = options.get(option)
         if value is not None:
             positive_int(value, message_where(actor_name, option))
+    if options.get(ON_BUSY) is not None:
+        busy_policy(options[ON_BUSY], message_where(actor_name, ON_BUSY))
 
 
 def check_key_capacity(actor: ActorSlots, options: Mapping[str, Any]) -> None:

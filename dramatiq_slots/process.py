@@ -114,6 +114,8 @@ class SlotsProcess:
         self.declared: Callable[[], Sequence[Limit]] = list
         #: Capacities other processes declare that a WARNING named already, per ledger.
         self._disagreements: dict[str, tuple[int, ...]] = {}
+        #: Why each message the gate's admission dropped (on_busy) is dropped, by ``id(message)``.
+        self._drops: dict[int, str] = {}
         #: The claim token of each running message, and its thread, by ``id(message)``.
         self._running: dict[int, tuple[str, int]] = {}
         self._running_lock = threading.Lock()
@@ -235,6 +237,16 @@ class SlotsProcess:
         with self._running_lock:
             token = next((token for token, thread in self._running.values() if thread == me), None)
         return None if token is None else self.registry.hold(token)
+
+    def drop_later(self, message_key: int, reason: str) -> None:
+        """The gate dropped this message: ``before_process_message`` skips it (:meth:`take_drop`)."""
+        with self._running_lock:
+            self._drops[message_key] = reason
+
+    def take_drop(self, message_key: int) -> str | None:
+        """Why the gate dropped this message (None: it did not); forgets it."""
+        with self._running_lock:
+            return self._drops.pop(message_key, None)
 
     def runs_here(self, message_key: int) -> bool:
         """Whether the message's hold is on record as running in this thread (the gate admitted it)."""

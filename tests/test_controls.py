@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,8 @@ from typing import Any
 import dramatiq
 import pytest
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.results import ResultFailure, Results
+from dramatiq.results.backends import RedisBackend
 
 from dramatiq_slots import ConfigurationError, CurrentHold, RuntimeKeyError, current_hold
 from dramatiq_slots.controls import Control, Controls, ControlsSeen, parse_controls
@@ -451,3 +454,96 @@ def test_a_worker_booted_after_an_override_follows_it_from_its_first_beat(
         slots.controls.resume(queue)
         probe.wait_runs(4)
     assert probe.peak["q"] == 2
+
+
+# -- busy-key policies: on_busy ----------------------------------------------------------------------
+
+
+def test_enter_drops_by_policy_only_when_the_key_is_full_and_never_while_paused(
+    ledger: Ledger, controls: Controls
+) -> None:
+    key = Limit(controls.runtime_key("k"), 1)
+    assert ledger.enter("h:1:1:1", [key], ttl_ms=60_000, busy=[1]).admitted, (
+        "free: admitted whatever the policy"
+    )
+    skipped = ledger.enter("h:1:1:2", [key], ttl_ms=60_000, line=Line.JOIN, place=1, busy=[1])
+    assert skipped.dropped and not skipped.waiting and ledger.line(key.ledger) == []
+    first = ledger.enter("h:1:1:3", [key], ttl_ms=60_000, line=Line.JOIN, place=2, busy=[2])
+    assert not first.dropped and first.waiting, "coalesce: the first to wait waits"
+    second = ledger.enter("h:1:1:4", [key], ttl_ms=60_000, line=Line.JOIN, place=3, busy=[2])
+    assert second.dropped and ledger.line(key.ledger) == ["h:1:1:3"]
+    again = ledger.enter("h:1:1:3", [key], ttl_ms=60_000, line=Line.KEEP, place=2, busy=[2])
+    assert again.waiting and not again.dropped, "the waiter itself is never dropped"
+    controls.pause(key.ledger)
+    paused = ledger.enter("h:1:1:5", [key], ttl_ms=60_000, line=Line.JOIN, place=4, busy=[1])
+    assert paused.paused and paused.waiting and not paused.dropped
+    queue = Limit(controls.queue("q"), 1)
+    assert ledger.enter("h:1:2:1", [queue], ttl_ms=60_000).admitted
+    assert ledger.enter(
+        "h:1:2:2",
+        [queue, Limit(controls.runtime_key("j"), 1)],
+        ttl_ms=60_000,
+        line=Line.JOIN,
+        place=1,
+        busy=[0, 1],
+    ).waiting, "a full queue: it waits"
+
+
+def _busy_app(broker: RedisBroker, probe: Probe, on_busy: str) -> tuple[Any, threading.Event]:
+    release = threading.Event()
+
+    @dramatiq.actor(unique_at_runtime_key="account:42", on_busy=on_busy, store_results=True, broker=broker)
+    def refresh(i: int) -> int:
+        with probe.running("account:42", item=i):
+            if i == 0:
+                release.wait(20)
+        return i
+
+    return refresh, release
+
+
+@pytest.fixture
+def results(broker: RedisBroker) -> Results:
+    backend = RedisBackend(client=broker.client, namespace=f"{broker.namespace}-results")
+    middleware = Results(backend=backend)
+    broker.add_middleware(middleware)
+    return middleware
+
+
+@pytest.mark.parametrize(("on_busy", "runs"), [("skip", 1), ("coalesce", 2)])
+def test_a_burst_on_a_busy_key_is_dropped_by_its_policy_and_callers_are_told(
+    broker: RedisBroker,
+    add_slots: SlotsFactory,
+    probe: Probe,
+    results: Results,
+    caplog: pytest.LogCaptureFixture,
+    on_busy: str,
+    runs: int,
+) -> None:
+    slots = add_slots()
+    refresh, release = _busy_app(broker, probe, on_busy)
+    caplog.set_level(logging.INFO, logger="dramatiq_slots")
+    with running_worker(broker, threads=4):
+        first = refresh.send(0)
+        wait_until(lambda: probe.current["account:42"] == 1, timeout=10, what="the first refresh to run")
+        burst = [refresh.send(i) for i in range(1, 11)]
+        wait_until(
+            lambda: sum("Dropped message" in r.getMessage() for r in caplog.records) == 10 - (runs - 1),
+            timeout=10,
+            what="the burst to be dropped",
+        )
+        release.set()
+        probe.wait_runs(runs)
+        broker.join(refresh.queue_name, timeout=10_000)
+    assert len(probe.runs) == runs and probe.peak["account:42"] == 1
+    assert first.get_result(block=True, timeout=5_000) == 0
+    outcomes: list[object] = []
+    for message in burst:
+        try:
+            outcomes.append(message.get_result(block=True, timeout=5_000))
+        except ResultFailure as e:
+            outcomes.append((e.orig_exc_type, "was dropped, not run" in str(e)))
+    assert outcomes.count(("MessageDropped", True)) == 10 - (runs - 1), outcomes
+    assert (
+        slots.in_use(key="account:42") == 0 and slots.ledger.line(slots.keys.runtime_key("account:42")) == []
+    )

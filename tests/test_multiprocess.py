@@ -29,6 +29,9 @@ from tests.support.probe import Run, max_overlap
 from tests.support.servers import RedisTarget
 from tests.support.waiting import wait_until
 from tests.support.worker_groups import (
+    BUSY_ACTOR,
+    BUSY_KEY,
+    BUSY_QUEUE,
     CAPPED_QUEUE,
     CAPPED_SCOPE,
     FENCED_ACTOR,
@@ -447,3 +450,49 @@ def test_a_holder_stopped_past_hold_ttl_is_fenced_out_of_the_store(
     with sqlite3.connect(store) as connection:
         row = connection.execute("SELECT value, fence FROM account WHERE id = 1").fetchone()
     assert row == ("B-first", int(seen["B-fence"])), "the stale holder's write landed"
+
+
+# -- g. a busy key's burst, coalesced across hosts ------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+def test_a_burst_for_a_busy_key_coalesces_to_one_more_run_across_hosts(
+    make_cluster: Callable[..., WorkerFleet],
+) -> None:
+    cluster = make_cluster(broker_heartbeat_timeout=30_000)
+    _start(cluster, "g1", "g2")
+    gate = cluster.probe.key("busy-gate")
+    scope = key_scope(BUSY_KEY)
+    unacked = f"{cluster.config.namespace}:{BUSY_QUEUE}.msgs"
+    cluster.send(BUSY_QUEUE, BUSY_ACTOR, 0, gate)
+    wait_until(
+        lambda: cluster.probe.running(scope) == 1,
+        timeout=RUN_TIMEOUT,
+        what="the first run",
+        context=cluster.tails,
+    )
+    sent = [cluster.send(BUSY_QUEUE, BUSY_ACTOR, i, "") for i in range(1, 51)]
+    # Every message of the burst handled by one host or the other: one waits, 49 are dropped (acked).
+    wait_until(
+        lambda: (
+            cluster.probe.client.hlen(unacked) == 2
+            and cluster.tails(lines=400).count("Dropped message") >= 49
+        ),
+        timeout=RUN_TIMEOUT,
+        what="the burst to settle: the running message and one waiting, the rest dropped",
+        context=cluster.tails,
+    )
+    cluster.probe.client.set(gate, "1")
+    wait_until(
+        lambda: cluster.probe.client.hlen(unacked) == 0,
+        timeout=RUN_TIMEOUT,
+        what="the queue to drain",
+        context=cluster.tails,
+    )
+    runs = cluster.probe.runs(scope)
+    logs = cluster.tails(lines=400)
+    print(f"\nMEASURE coalesce: {len(runs)} runs for 51 messages; {logs.count('Dropped message')} dropped")
+    assert len(runs) == 2, f"{len(runs)} runs: the burst should have added exactly one\n{logs}"
+    assert {r.message_id for r in runs} & set(sent), "the second run is none of the burst"
+    assert logs.count("Dropped message") == 49
+    assert cluster.probe.peak(scope) == 1

@@ -23,6 +23,11 @@
 --                 token). Written as given, never through a Lua number.
 -- ARGV[4+i]       declared capacity of KEYS[i] (integer >= 1); an operator's
 --                 override wins over it
+-- ARGV[4+n+i]     what a full KEYS[i] does with the claim (on_busy): 0 = wait
+--                 (as ARGV[3] says); 1 = drop it (skip); 2 = drop it when a
+--                 claim waits in that line already (coalesce; a claim in line
+--                 itself, ARGV[3] = 2, is never dropped). A paused ledger never
+--                 drops: its claims wait
 --
 -- Returns {1, replay, m1, .., mn, c1, .., cn, f1, .., fn}
 --                       admitted; replay = 1 when the token already held every
@@ -31,9 +36,10 @@
 --                       already held it: no count was taken); ci = the capacity
 --                       in force on KEYS[i]; fi = its fencing token for this
 --                       admission (a replay gets a fresh one too)
---         {0, i, w, p}  refused at KEYS[i], the first full (or paused) ledger;
+--         {0, i, w, p, d} refused at KEYS[i], the first full (or paused) ledger;
 --                       w = 1 when the claim is in that ledger's line now; p = 1
---                       when that ledger is paused
+--                       when that ledger is paused; d = 1 when the claim is
+--                       dropped by its on_busy policy (then w = 0)
 --         {-1, j}       ARGV[j] malformed (j = 0: wrong argument count); nothing written
 --
 -- Counting: a ledger is full when its members (ZCARD) reach capacity. That
@@ -56,7 +62,7 @@
 -- within ttl of its last push.
 
 local n = (#KEYS - 1) / 3
-if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 4 then
+if n < 1 or n ~= math.floor(n) or #ARGV ~= 2 * n + 4 then
   return {-1, 0}
 end
 local token, ttl, line, place = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -67,9 +73,12 @@ if not place then return {-1, 4} end
 -- include: control
 local controls = KEYS[2 * n + 1]
 local caps, paused = {}, nil
+local busy = {}
 for i = 1, n do
   caps[i] = tonumber(ARGV[4 + i])
   if not caps[i] or caps[i] < 1 or caps[i] ~= math.floor(caps[i]) then return {-1, 4 + i} end
+  busy[i] = tonumber(ARGV[4 + n + i])
+  if busy[i] ~= 0 and busy[i] ~= 1 and busy[i] ~= 2 then return {-1, 4 + n + i} end
 end
 local ledgers = {}
 for i = 1, n do ledgers[i] = KEYS[i] end
@@ -94,6 +103,11 @@ if refused > 0 then
   for i = 1, n do
     if held[i] then redis.call('ZREM', KEYS[i], token) end
   end
+  -- on_busy: a full (not paused) ledger drops the claim instead of letting it wait.
+  if not paused[refused] and (busy[refused] == 1 or
+      (busy[refused] == 2 and line ~= 2 and redis.call('ZCARD', KEYS[n + refused]) > 0)) then
+    return {0, refused, 0, 0, 1}
+  end
   if line > 0 then
     local waits = KEYS[n + refused]
     -- A claim new to the line makes the line live at least ttl / 2 more (pushed
@@ -105,7 +119,7 @@ if refused > 0 then
       redis.call('PEXPIRE', waits, ttl)
     end
   end
-  return {0, refused, line > 0 and 1 or 0, paused[refused] and 1 or 0}
+  return {0, refused, line > 0 and 1 or 0, paused[refused] and 1 or 0, 0}
 end
 
 local clock = redis.call('TIME')

@@ -16,6 +16,8 @@ Actors:
     writes ``<name>-first`` to the fenced SQLite store ``db`` with its fencing token, then,
     when ``gate`` is a probe key, waits for it to exist and writes ``<name>-second``; each
     write's outcome (and the fence) goes to the probe hash ``fenced``.
+``busy_job(i, gate)`` on queue ``mp_busy``, runtime key ``mp:busy``, ``on_busy="coalesce"``
+    runs inside probe scope ``key:mp:busy``; with a ``gate`` probe key, until it exists.
 
 Each worker process records in the probe that it booted (``after_worker_boot``),
 and each message that runs after a deferral records how many it had.
@@ -35,6 +37,9 @@ from dramatiq_slots import Slots, current_hold
 from dramatiq_slots.deferral import DEFERRALS
 from tests.support.probe import ProcessProbe
 from tests.support.worker_groups import (
+    BUSY_ACTOR,
+    BUSY_KEY,
+    BUSY_QUEUE,
     CAPPED_ACTOR,
     CAPPED_QUEUE,
     CAPPED_SCOPE,
@@ -157,3 +162,16 @@ def fenced_job(name: str, db: str, gate: str) -> None:
             time.sleep(0.02)
         written = fenced_write(db, f"{name}-second", fence)
         client.hset(outcomes, f"{name}-second", "written" if written else "refused")
+
+
+@dramatiq.actor(
+    actor_name=BUSY_ACTOR,
+    queue_name=BUSY_QUEUE,
+    max_retries=0,
+    **_slot_options(unique_at_runtime_key=BUSY_KEY, on_busy="coalesce"),
+)
+def busy_job(i: int, gate: str) -> None:
+    message = CurrentMessage.get_current_message()
+    with probe().run(key_scope(BUSY_KEY), message.message_id if message else "?", group=config.group, arg=i):
+        while gate and not probe().client.exists(gate):
+            time.sleep(0.02)

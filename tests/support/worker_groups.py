@@ -72,6 +72,10 @@ FENCED_QUEUE = "mp_fenced"
 FENCED_ACTOR = "fenced_job"
 #: The runtime key every ``fenced_job`` holds (one at a time), and the probe hash of its writes.
 FENCED_KEY = "mp:fenced"
+BUSY_QUEUE = "mp_busy"
+BUSY_ACTOR = "busy_job"
+#: The runtime key of every ``busy_job`` (on_busy="coalesce"), and its probe scope.
+BUSY_KEY = "mp:busy"
 
 
 def queue_scope(queue_name: str) -> str:
@@ -514,7 +518,7 @@ class WorkerFleet:
         A RabbitMQ node serves a whole test session, and its queues have fixed
         names: what an earlier test left there must not run in this one.
         """
-        for queue_name in (CAPPED_QUEUE, KEYED_QUEUE, FENCED_QUEUE):
+        for queue_name in (CAPPED_QUEUE, KEYED_QUEUE, FENCED_QUEUE, BUSY_QUEUE):
             self._broker.declare_queue(queue_name, ensure=True)  # type: ignore[call-arg]
             self._broker.flush(queue_name)
 
