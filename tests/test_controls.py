@@ -547,3 +547,21 @@ def test_a_burst_on_a_busy_key_is_dropped_by_its_policy_and_callers_are_told(
     assert (
         slots.in_use(key="account:42") == 0 and slots.ledger.line(slots.keys.runtime_key("account:42")) == []
     )
+
+
+def test_on_busy_is_checked_on_the_actor_and_on_the_message(
+    broker: RedisBroker, add_slots: SlotsFactory
+) -> None:
+    add_slots()
+    with pytest.raises(
+        ConfigurationError, match=r"actor 'a': option 'on_busy' must be 'wait', 'skip' or 'coalesce'"
+    ):
+        dramatiq.actor(actor_name="a", unique_at_runtime_key="k", on_busy="drop", broker=broker)(lambda: None)
+    with pytest.raises(
+        ConfigurationError, match=r"actor 'b': option 'on_busy': the actor has no runtime key"
+    ):
+        dramatiq.actor(actor_name="b", on_busy="skip", broker=broker)(lambda: None)
+    keyed = dramatiq.actor(actor_name="c", unique_at_runtime_key="k", broker=broker)(lambda: None)
+    with pytest.raises(ConfigurationError, match=r"actor 'c': message option 'on_busy' must be"):
+        keyed.send_with_options(on_busy=True)
+    assert keyed.send_with_options(on_busy="coalesce").options["on_busy"] == "coalesce"
