@@ -334,13 +334,13 @@ class Slots(Middleware):
 
     def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         self._broker = broker
-        dropped = self.process.take_drop(id(message))
-        if dropped is not None:  # the gate's admission found its key busy, and its on_busy policy drops it
-            self.metrics.dropped_message(message.queue_name, message.actor_name)
-            raise drop(broker, self, message, reason=dropped)
         if self.process.runs_here(id(message)):
             return  # admitted by the gate, as this thread took it
         try:
+            dropped = self.process.take_drop(id(message))
+            if dropped is not None:  # the gate's admission found its key busy: its on_busy policy drops it
+                self.metrics.dropped_message(message.queue_name, message.actor_name)
+                raise drop(broker, self, message, reason=dropped)
             request = self._request(broker, message)
             if request is None:
                 return
