@@ -322,13 +322,15 @@ class SentinelURL:
 
 def parse_sentinel_url(url: str) -> SentinelURL:
     """What a sentinel URL says; ValueError, never quoting the URL, for one that is malformed."""
-    try:
-        parts = urlsplit(url)
-    except ValueError as e:
-        raise ValueError(f"{e}; expected {SENTINEL_URL_FORM}") from None
-    userinfo, _, hosts = parts.netloc.rpartition("@")
+    # Split by hand: a list of hosts with a bracketed IPv6 one is not one netloc, and patched
+    # Pythons' urlsplit refuses it ("Invalid IPv6 URL").
+    scheme, _, rest = url.partition("://")
+    rest = rest.partition("#")[0]
+    rest, _, query_text = rest.partition("?")
+    netloc, _, path_text = rest.partition("/")
+    userinfo, _, hosts = netloc.rpartition("@")
     sentinels = [sentinel_address(text) for text in hosts.split(",")]
-    path = parts.path.removeprefix("/").removesuffix("/").split("/")
+    path = path_text.removesuffix("/").split("/")
     service = unquote(path[0])
     if not service:
         raise ValueError(
@@ -336,7 +338,7 @@ def parse_sentinel_url(url: str) -> SentinelURL:
         )
     if len(path) > 2:
         raise ValueError(f"a sentinel URL has a service and at most a database after it: {SENTINEL_URL_FORM}")
-    query = parse_qs(parts.query)
+    query = parse_qs(query_text)
     sentinel_options = {
         SENTINEL_OPTIONS[name]: query.pop(name)[-1] for name in list(query) if name in SENTINEL_OPTIONS
     }
@@ -354,7 +356,7 @@ def parse_sentinel_url(url: str) -> SentinelURL:
         primary_options["username"] = unquote(username)
     if colon and password:
         primary_options["password"] = unquote(password)
-    if SENTINEL_SCHEMES[parts.scheme.lower()]:
+    if SENTINEL_SCHEMES[scheme.lower()]:
         primary_options["ssl"] = True
     return SentinelURL(sentinels, service, primary_options, sentinel_options)
 
