@@ -38,6 +38,7 @@ from .errors import LedgerError, LedgerUnavailable, SlotsError
 from .failpoints import reach
 from .ledger import Entered, Limit, Line
 from .lingering import roomy
+from .options import BUSY_CODES
 from .process import SlotsProcess
 from .settings import Settings
 from .wakeups import PARKED, Waiter
@@ -284,12 +285,11 @@ class Admission:
         expecting its wake-up); :class:`Refused` when refused with
         ``line=Line.NONE`` (nothing on record); None when the message should
         go the way of a thread that may not wait (:meth:`admit`: deferred, or
-        failed), which the ledger's error or a distrusted hold calls for.
+        failed), which the ledger's error or a distrusted hold calls for;
+        :class:`Dropped` when its ``on_busy`` policy dropped it. The caller has
+        tried :meth:`reuse` first (a lingering hold needs no Redis).
         """
         process = self.process
-        reused = self.reuse(request, message_key)
-        if reused is not None:
-            return reused
         hold = Hold(new_token(), request.limits, request.label, request.strict, request.actor)
         wakeups = process.wakeups
         if line is not Line.NONE:
@@ -352,8 +352,8 @@ class Admission:
         deadline = clock.monotonic() + self.settings.max_wait / 1000
         pause = REASK_S
         while not answer.entered.admitted and answer.entered.waiting:
-            if answer.entered.paused or self.process.controls.paused([answer.entered.full or ""]):
-                deadline = clock.monotonic() + self.settings.max_wait / 1000  # no max_wait while paused
+            if self.waits_on(answer.entered.full, told=answer.entered.paused):
+                deadline = clock.monotonic() + self.settings.max_wait / 1000
             remaining = deadline - clock.monotonic()
             if remaining <= 0 or self.process.stopping.is_set():
                 withdrawn = ledger.withdraw(hold.token, request.limits, ttl_ms=self.settings.hold_ttl)
@@ -378,6 +378,12 @@ class Admission:
             waiter.handed = None
             answer = self._enter(hold, request, Line.KEEP, "re-ask")
         return answer
+
+    def waits_on(self, full: str | None, *, told: bool = False) -> bool:
+        """Whether ``max_wait`` is suspended for a message waiting for ledger ``full``: the ledger is
+        paused (``told`` by the answer of an ask, or as this process's last beat read it), and then
+        its wait starts again instead of ending in a deferral."""
+        return told or (full is not None and self.process.controls.paused([full]))
 
     def handed(self, request: Request, waiter: Waiter) -> Answer | None:
         """The answer a wake-up that handed ``waiter`` its slot stands for, when no ask is needed.
@@ -440,8 +446,9 @@ class Admission:
 
 def busy_reason(request: Request, full: str | None) -> str:
     """Why a message was dropped, for its log line and its result."""
-    if request.on_busy == "skip":
+    policy = next(name for name, code in BUSY_CODES.items() if code == max(request.busy, default=0))
+    if policy == "skip":
         why = "its runtime key is at capacity"
     else:
         why = "its runtime key is at capacity and another message of that key already waits"
-    return f"{why} ({full!r}; on_busy={request.on_busy!r})"
+    return f"{why} ({full!r}; on_busy={policy!r})"

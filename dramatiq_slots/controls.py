@@ -122,8 +122,12 @@ class Controls:
         return parse_controls({_text(k): _text(v) for k, v in raw.items()})
 
     def of(self, ledger: str) -> Control:
-        """The controls of one ledger."""
-        return self.read().get(self._checked(ledger), Control())
+        """The controls of one ledger (its two fields only, not the whole hash)."""
+        fields = [f"{CAPACITY}:{self._checked(ledger)}", f"{PAUSED}:{ledger}"]
+        with self.ledger._translated("controls"):
+            values = self.ledger.client.hmget(self.keys.controls(), fields)
+        found = {name: _text(value) for name, value in zip(fields, values, strict=True) if value is not None}
+        return parse_controls(found).get(ledger, Control())
 
     def set_capacity(self, ledger: str, capacity: int) -> Change:
         """Override ``ledger``'s capacity on every worker (until :meth:`reset_capacity`)."""

@@ -36,11 +36,10 @@ class Request:
     place: int = 0
     #: ``on_lost_hold="interrupt"`` for this message's actor.
     strict: bool = False
-    #: Per limit, what its ledger does with the claim when full (``enter.lua``'s on_busy codes:
-    #: the message's ``on_busy`` on its runtime keys, 0, wait, on its queue).
+    #: Per limit, what its ledger does with the claim when full: ``enter.lua``'s code of the
+    #: message's ``on_busy`` (message > actor > "wait") on its runtime keys, 0 (wait) on its
+    #: queue; empty when it waits everywhere.
     busy: tuple[int, ...] = ()
-    #: The message's ``on_busy`` (message > actor > "wait").
-    on_busy: str = "wait"
 
 
 class Declarations:
@@ -164,8 +163,7 @@ class Declarations:
         min_backoff, max_backoff = self.backoff(actor, options)
         if not limits:
             return None
-        on_busy = str(opt.pick(options.get(opt.ON_BUSY), actor.on_busy, "wait"))
-        key_code = opt.BUSY_CODES[on_busy]
+        key_code = opt.BUSY_CODES[str(opt.pick(options.get(opt.ON_BUSY), actor.on_busy, "wait"))]
         return Request(
             limits=tuple(limits),
             label=f"{actor.actor_name}({message_id})",
@@ -176,5 +174,4 @@ class Declarations:
             strict=self.strict(actor),
             # The queue's limit comes first, then one per runtime key: the policy is the keys'.
             busy=(0,) * (len(limits) - len(keys)) + (key_code,) * len(keys) if key_code else (),
-            on_busy=on_busy,
         )

@@ -377,10 +377,9 @@ class Gate:
         """Held back for ``max_wait``: the message goes the way of one that may not wait (not while
         its ledger is paused: then its wait starts again)."""
         bound = self.admission.settings.max_wait / 1000
-        controls = self.process.controls
         with self._lock:
             for entry in self._held_back:
-                if now - entry.since >= bound and controls.paused([entry.full or ""]):
+                if now - entry.since >= bound and self.admission.waits_on(entry.full):
                     entry.since = now
             expired = [e for e in self._held_back if now - e.since >= bound]
             for entry in expired:

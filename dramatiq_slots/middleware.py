@@ -339,18 +339,13 @@ class Slots(Middleware):
         try:
             dropped = self.process.take_drop(id(message))
             if dropped is not None:  # the gate's admission found its key busy: its on_busy policy drops it
-                self.metrics.dropped_message(message.queue_name, message.actor_name)
-                raise drop(broker, self, message, reason=dropped)
+                raise self._dropped(broker, message, dropped)
             request = self._request(broker, message)
             if request is None:
                 return
 
             def defer_message(delay_ms: int, reason: str) -> BaseException:
                 return defer(broker, self, message, delay_ms=delay_ms, reason=reason)
-
-            def drop_message(reason: str) -> BaseException:
-                self.metrics.dropped_message(message.queue_name, message.actor_name)
-                return drop(broker, self, message, reason=reason)
 
             # A TimeLimit before Slots has started the actor's clock: stop it while the
             # message waits for its slot, and start it afresh once admitted.
@@ -362,7 +357,7 @@ class Slots(Middleware):
                 id(message),
                 deferrals=int(message.options.get(DEFERRALS, 0)),
                 defer=defer_message,
-                drop=drop_message,
+                drop=lambda reason: self._dropped(broker, message, reason),
             )
             for timer in timers:
                 timer.before_process_message(broker, message)  # type: ignore[no-untyped-call]
@@ -374,6 +369,11 @@ class Slots(Middleware):
                 f"actor {message.actor_name!r}: admission failed unexpectedly ({type(e).__name__}: {e}); "
                 "the actor did not run"
             ) from e
+
+    def _dropped(self, broker: dramatiq.Broker, message: MessageProxy, reason: str) -> BaseException:
+        """Count and prepare a message its ``on_busy`` policy drops; the exception to raise."""
+        self.metrics.dropped_message(message.queue_name, message.actor_name)
+        return drop(broker, self, message, reason=reason)
 
     def _time_limits_before(self, broker: dramatiq.Broker) -> list[TimeLimit]:
         """The TimeLimit middleware that run before this one (their clock would count the wait)."""

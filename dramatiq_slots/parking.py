@@ -221,7 +221,7 @@ class Parking:
             return max(0.0, min(min(t.next_ask, t.deadline) for t in pending) - self.clock.monotonic())
 
     def _ask(self, ticket: Ticket, now: float) -> None:
-        if now >= ticket.deadline and self._paused(ticket):
+        if now >= ticket.deadline and self.admission.waits_on(ticket.full):
             ticket.deadline = now + self.settings.max_wait / 1000
         if now >= ticket.deadline or self.process.stopping.is_set():
             if self._unparked(ticket):
@@ -253,7 +253,7 @@ class Parking:
                     )
                     self.on_ready(ticket, False)
             return
-        if answer is not None and answer.entered.paused:
+        if answer is not None and self.admission.waits_on(ticket.full, told=answer.entered.paused):
             ticket.deadline = max(ticket.deadline, self.clock.monotonic() + self.settings.max_wait / 1000)
         with self._lock:
             ticket.asking = False
@@ -263,10 +263,6 @@ class Parking:
         if answer is not None and not answer.entered.waiting and self._unparked(ticket):
             self.process.wakeups.forget(ticket.hold.token)
             self.on_ready(ticket, False)
-
-    def _paused(self, ticket: Ticket) -> bool:
-        """Whether the ledger the ticket waits for is paused (as this process's last beat read it)."""
-        return self.process.controls.paused([ticket.full or ""])
 
     def _leave_line(self, ticket: Ticket) -> bool:
         """Out of its line (``max_wait``, or shutdown); whether it holds its slots after all."""
