@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .ledger import Ledger, RedisClient
+from .ledger import Ledger, RedisClient, _text
 
 #: The largest capacity an override may set (a Redis integer Lua reads exactly).
 MAX_CAPACITY = 2**31 - 1
@@ -160,10 +160,6 @@ class Controls:
                 "Controls.runtime_key(key) name one)"
             )
         return ledger
-
-
-def _text(value: object) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class ControlsSeen:

@@ -31,8 +31,8 @@ can tell::
     {<prefix>}:controls                     hash: capacity:<ledger> and paused:<ledger> fields
     {<prefix>}:declared:<kind>:<name>       capacities live processes declare for a ledger
 
-Each ledger's last fencing token (docs/design.md, "Fencing tokens"), expiring
-``hold_ttl`` after it was last given::
+Each ledger's last fencing token (docs/design.md, "Fencing tokens"), a sorted
+set of one member expiring ``hold_ttl`` after it was made::
 
     {<prefix>}:fence:<kind>:<name>          the last fence given on a ledger
 

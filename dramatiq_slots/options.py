@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeAlias
 
 from dramatiq.middleware import MiddlewareError
 
+from .controls import MAX_CAPACITY
 from .errors import SlotsError
 
 QUEUE_CAPACITY = "queue_capacity"
@@ -61,8 +62,8 @@ def busy_policy(value: Any, where: str) -> BusyPolicy:
 #: Longest runtime key accepted, in UTF-8 bytes.
 MAX_RUNTIME_KEY_BYTES = 512
 
-#: The largest runtime key capacity (as an operator's override: a Redis integer).
-MAX_KEY_CAPACITY = 2**31 - 1
+#: The largest runtime key capacity: the largest an operator's override may set.
+MAX_KEY_CAPACITY = MAX_CAPACITY
 
 #: The most runtime keys one message may hold at once (each is a ledger its admission takes).
 MAX_KEYS_PER_MESSAGE = 8
