@@ -825,20 +825,33 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> Non
     )
 
 
+def add_subcommand(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """One subcommand: its own ``--url``/``--prefix``/``--cluster``, raw help text, no abbreviations."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False, **kwargs
+    )
+    add_connection_options(parser, top=False)
+    parser.set_defaults(command_parser=parser)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Show and free the holds of dramatiq-slots ledgers (queue capacities, runtime keys).",
+        description=(
+            "Show and free the holds of dramatiq-slots ledgers (queue capacities, runtime keys), and "
+            "set their operators' controls."
+        ),
         epilog=MAIN_EPILOG,
-        formatter_class=formatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add_connection_options(parser, top=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    status = commands.add_parser(
+    status = add_subcommand(
+        commands,
         "status",
         help="show every ledger under the prefix and who holds it",
         description=(
@@ -846,11 +859,7 @@ def build_parser() -> argparse.ArgumentParser:
             "and each holder."
         ),
         epilog=STATUS_EPILOG,
-        formatter_class=formatter,
-        allow_abbrev=False,
     )
-    add_connection_options(status, top=False)
-    status.set_defaults(command_parser=status)
     status.add_argument(
         "ledgers", nargs="*", metavar="LEDGER", help="show only these ledgers (queue:<name>, key:<digest>)"
     )
@@ -872,7 +881,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"redraw every SECONDS (default {DEFAULT_WATCH_INTERVAL:g}) until Ctrl-C",
     )
 
-    release = commands.add_parser(
+    release = add_subcommand(
+        commands,
         "release",
         help="free holds by hand (emergencies)",
         description=(
@@ -884,11 +894,7 @@ def build_parser() -> argparse.ArgumentParser:
             "       (LEDGER | --key TEXT) (TOKEN [TOKEN ...] | --all)"
         ),
         epilog=RELEASE_EPILOG,
-        formatter_class=formatter,
-        allow_abbrev=False,
     )
-    add_connection_options(release, top=False)
-    release.set_defaults(command_parser=release)
     release.add_argument(
         "names",
         nargs="*",
@@ -906,18 +912,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     for command, summary in CONTROL_COMMANDS.items():
-        control = commands.add_parser(
+        control = add_subcommand(
+            commands,
             command,
             help=summary,
             description=summary[0].upper() + summary[1:] + ".",
             usage="%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes] (LEDGER | --key TEXT)"
             + (" N" if command == "set-capacity" else ""),
             epilog=CONTROL_EPILOG,
-            formatter_class=formatter,
-            allow_abbrev=False,
         )
-        add_connection_options(control, top=False)
-        control.set_defaults(command_parser=control)
         control.add_argument(
             "ledger",
             nargs="?",

@@ -37,6 +37,7 @@ from tests.support.sentinel import LocalSentinel
 from tests.support.servers import (
     ENGINE_MEANING,
     ENGINES,
+    Engine,
     ExternalServer,
     RedisTarget,
     Server,
@@ -158,26 +159,27 @@ def server_factory() -> Iterator[Callable[..., Server]]:
             raise errors[0]
 
 
-@pytest.fixture(scope="module")
-def local_cluster() -> Iterator[LocalCluster]:
-    for kind in ("redis7", "valkey"):
+def _first_engine(kinds: tuple[str, ...], missing: str) -> Engine:
+    """The first of ``kinds`` this machine has (``find_engine``'s answer); fails the test with ``missing``."""
+    for kind in kinds:
         engine = find_engine(kind)
         if not isinstance(engine, str):
-            break
-    else:
-        pytest.fail("no Redis 7 or Valkey for a cluster (--cluster-port needs 7.0+)")
+            return engine
+    pytest.fail(missing)
+
+
+@pytest.fixture(scope="module")
+def local_cluster() -> Iterator[LocalCluster]:
+    engine = _first_engine(
+        ("redis7", "valkey"), "no Redis 7 or Valkey for a cluster (--cluster-port needs 7.0+)"
+    )
     with LocalCluster(engine) as cluster:
         yield cluster
 
 
 @pytest.fixture(scope="module")
 def local_sentinel() -> Iterator[LocalSentinel]:
-    for kind in ("redis7", "valkey", "redis6"):
-        engine = find_engine(kind)
-        if not isinstance(engine, str):
-            break
-    else:
-        pytest.fail("no Redis-protocol server for a Sentinel setup")
+    engine = _first_engine(("redis7", "valkey", "redis6"), "no Redis-protocol server for a Sentinel setup")
     with LocalSentinel(engine) as setup:
         yield setup
 
