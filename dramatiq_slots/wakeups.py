@@ -247,6 +247,8 @@ class Wakeups:
 
     def _run(self) -> None:
         failures = 0
+        #: A subscription before this one: messages of the controls channel may have been missed.
+        resubscribed = False
         while not self._stop.is_set():
             pubsub = self.client.pubsub()  # type: ignore[no-untyped-call]
             try:
@@ -267,8 +269,9 @@ class Wakeups:
                         self.listening.set()
                         # Anything published before this moment was lost.
                         self.wake_all()
-                        if self.on_control is not None:
+                        if resubscribed and self.on_control is not None:
                             self.on_control("")  # a control may have changed unheard: beat now
+                        resubscribed = True
                     elif message.get("type") == "message":
                         if self.controls_channel is not None and _text(message.get("channel")) == (
                             self.controls_channel

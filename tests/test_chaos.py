@@ -165,11 +165,18 @@ def _start(cluster: ChaosFleet, *names: str, processes: int = 1, threads: int = 
     return groups
 
 
-def _at_cap_with(cluster: ChaosFleet, group: WorkerGroup, what: str) -> set[str]:
-    """Wait until the cap is in use and ``group`` holds at least one slot; its held tokens."""
+def _at_cap_with(
+    cluster: ChaosFleet, group: WorkerGroup, what: str, backlog: Backlog | None = None
+) -> set[str]:
+    """Wait until the cap is in use and ``group`` holds at least one slot; its held tokens.
+
+    ``backlog``: kept topped up meanwhile, so the other groups cannot drain the queue before
+    ``group`` gets a slot (the wait would then never end)."""
     pids = cluster.pids_of(group)
 
     def ready() -> set[str]:
+        if backlog is not None:
+            backlog.top_up()
         held = {h.token for h in cluster.holders_of(pids)}
         return held if held and cluster.probe.running(CAPPED_SCOPE) == CAP else set()
 
@@ -271,7 +278,7 @@ def test_a_killed_host_leaks_no_capacity_and_loses_no_message(
     for round_ in range(3):
         (victim,) = _start(cluster, f"A{round_}", processes=2, threads=2)
         backlog.top_up()
-        _at_cap_with(cluster, victim, f"victim A{round_} to hold a slot")
+        _at_cap_with(cluster, victim, f"victim A{round_} to hold a slot", backlog)
         kill = cluster.kill_group(victim)
         assert kill.held, "the victim held nothing when it was killed"
         recoveries.append(cluster.wait_holds_gone(kill, timeout=RECOVERY_BOUND_S + 5))

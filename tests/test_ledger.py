@@ -17,7 +17,7 @@ from redis.retry import Retry
 from dramatiq_slots.errors import LedgerArgumentError, LedgerError, LedgerUnavailable
 from dramatiq_slots.ledger import SCRIPTS, Entered, Ledger, Limit, Line, Member, RedisClient
 from tests.support.ports import free_port
-from tests.support.servers import Server
+from tests.support.servers import ENGINES, Server
 from tests.support.waiting import wait_until
 
 LONG = 60_000  # ms; never expires during a test
@@ -340,27 +340,30 @@ def _calls(client: RedisClient) -> Counter[str]:
     return Counter({name: int(stat["calls"]) for name, stat in client.info("commandstats").items()})
 
 
+@pytest.mark.parametrize("kind", ENGINES)
 def test_a_pipelined_beat_or_waited_enter_is_one_round_trip_and_survives_a_script_flush(
-    engine_ledger: Ledger,
+    kind: str, server_factory: Callable[..., Server], key_prefix: str
 ) -> None:
-    """No SCRIPT EXISTS before each pipeline (redis-py's script objects send one)."""
-    lg, client = engine_ledger, engine_ledger.client
-    key = lg.keys.queue("q")
-    lg.preload()
-    lg.enter(token(1), [Limit(key, 2)], ttl_ms=LONG)
-    waited = Ledger(client, key_prefix=lg.keys.prefix, replicas=1, replicas_timeout_ms=1)
-    before = _calls(client)
-    for _ in range(3):
+    """No SCRIPT EXISTS before each pipeline (redis-py's script objects send one). On a server of
+    its own: the counts are the server's, and no other test's thread may add to them."""
+    with server_factory(kind).client() as client:
+        lg = Ledger(client, key_prefix=key_prefix)
+        key = lg.keys.queue("q")
+        lg.preload()
+        lg.enter(token(1), [Limit(key, 2)], ttl_ms=LONG)
+        waited = Ledger(client, key_prefix=lg.keys.prefix, replicas=1, replicas_timeout_ms=1)
+        before = _calls(client)
+        for _ in range(3):
+            assert lg.beat([Member(key, token(1))], ttl_ms=LONG, report=(lg.keys.process("h:1"), "{}")) == []
+        assert waited.enter(token(2), [Limit(key, 2)], ttl_ms=LONG).admitted
+        delta = _calls(client) - before
+        assert not [name for name in delta if name.startswith("cmdstat_script")], delta
+        assert delta["cmdstat_evalsha"] == 4 and delta["cmdstat_set"] == 3
+        client.script_flush()
         assert lg.beat([Member(key, token(1))], ttl_ms=LONG, report=(lg.keys.process("h:1"), "{}")) == []
-    assert waited.enter(token(2), [Limit(key, 2)], ttl_ms=LONG).admitted
-    delta = _calls(client) - before
-    assert not [name for name in delta if name.startswith("cmdstat_script")], delta
-    assert delta["cmdstat_evalsha"] == 4 and delta["cmdstat_set"] == 3
-    client.script_flush()
-    assert lg.beat([Member(key, token(1))], ttl_ms=LONG, report=(lg.keys.process("h:1"), "{}")) == []
-    assert waited.leave(token(2), [Limit(key, 2)], ttl_ms=LONG)[0] == 1
-    assert waited.enter(token(3), [Limit(key, 2)], ttl_ms=LONG).admitted
-    assert tokens_of(lg, key) == {token(1), token(3)}
+        assert waited.leave(token(2), [Limit(key, 2)], ttl_ms=LONG)[0] == 1
+        assert waited.enter(token(3), [Limit(key, 2)], ttl_ms=LONG).admitted
+        assert tokens_of(lg, key) == {token(1), token(3)}
 
 
 def test_beat_with_only_releases(engine_ledger: Ledger) -> None:
