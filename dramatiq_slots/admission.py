@@ -263,6 +263,7 @@ class Admission:
             line=line,
             place=request.place,
             busy=request.busy,
+            settle_ms=self.settings.settle_ms,
         )
         reach(step)
         if not entered.admitted and not entered.waiting:

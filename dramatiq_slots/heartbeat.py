@@ -51,8 +51,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .claims import Hold, HoldRegistry, this_process
-from .errors import LedgerError
-from .ledger import Declared, Handoff, Ledger, Limit, Member
+from .errors import LedgerError, LedgerUnavailable
+from .ledger import Beaten, Declared, Handoff, Ledger, Limit, Member
 from .metrics import Metrics
 
 logger = logging.getLogger("dramatiq_slots.heartbeat")
@@ -77,6 +77,8 @@ class BeatReport:
     reclaimed: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     error: LedgerError | None = None
+    #: Ledgers Redis refused this beat (ledger -> error): their holds were not refreshed.
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 class Heartbeat:
@@ -94,6 +96,7 @@ class Heartbeat:
         :mod:`dramatiq_slots.inspection`).
       declared: gives the capacities this process declares, sent with every beat;
         ``on_declared`` is called with what the ledger answered, and them.
+      settle_ms: how long a missing epoch keeps newcomers out (``lib/epoch.lua``; 0: off).
     """
 
     def __init__(
@@ -109,6 +112,7 @@ class Heartbeat:
         metrics: Metrics | None = None,
         declared: Callable[[], Sequence[Limit]] | None = None,
         on_declared: Callable[[Declared, Sequence[Limit]], None] | None = None,
+        settle_ms: int = 0,
     ) -> None:
         if beat_interval >= hold_ttl:
             raise ValueError(f"beat_interval ({beat_interval} ms) must be < hold_ttl ({hold_ttl} ms)")
@@ -121,6 +125,11 @@ class Heartbeat:
         self.report = report
         self.declared = declared
         self.on_declared = on_declared
+        self.settle_ms = settle_ms
+        #: Ledgers whose keys Redis refuses (ledger -> the error), each logged once: beaten
+        #: on their own (a key the process may not touch fails the whole script call) until
+        #: one answers again.
+        self.refused: dict[str, str] = {}
         #: Milliseconds a report lives after it was written: :data:`REPORT_BEATS` beats.
         self.report_ttl = int(beat_interval * REPORT_BEATS)
         self.metrics = metrics if metrics is not None else Metrics()
@@ -144,7 +153,8 @@ class Heartbeat:
         from their lines), keep alive the lines this process's claims wait in, re-assert lost holds.
 
         With nothing held, owed or waiting it writes the report and the declaration
-        alone, or sends nothing when it has neither.
+        alone, or sends nothing when it has neither. A ledger Redis refuses costs the
+        process the refresh of its holds there, and of nothing else (:meth:`_beat`).
         """
         report = BeatReport()
         held, owed = self.registry.snapshot()
@@ -163,22 +173,14 @@ class Heartbeat:
         lines = [limit for hold in waiting for limit in hold.limits]
         sent = self.registry.monotonic()
         try:
-            lost = self.ledger.beat(
-                refresh,
-                release,
-                ttl_ms=self.hold_ttl,
-                report=written,
-                report_ttl_ms=self.report_ttl,
-                lines=lines,
-                own_process=this_process() if lines else "",
-                declare=declare,
-            )
+            lost = self._beat(refresh, release, lines, written, declare)
         except LedgerError as e:
             self._failed(e, held, owed)
             report.error = e
             report.stopped = self._lapsing([hold for hold in held if hold.strict], e)
             return report
         self.beats += 1
+        self._refusals(lost.refused, held)
         if lost.handoffs and self.on_handed is not None:
             self.on_handed(lost.handoffs)
         if lost.declared is not None and self.on_declared is not None and declare is not None:
@@ -196,10 +198,23 @@ class Heartbeat:
         if self._failures:
             logger.info("Ledger reachable again after %d failed beat(s).", self._failures)
             self._failures = 0
-        self.registry.confirm([hold.token for hold in owed])
+        refused = lost.refused
+        self.registry.confirm([hold.token for hold in owed if not set(hold.ledgers) & refused.keys()])
         lost_tokens = {token for _, token in lost}
-        self.registry.written([hold.token for hold in held if hold.token not in lost_tokens], sent)
-        report.refreshed, report.released, report.lost = len(refresh) - len(lost), len(release), lost
+        self.registry.written(
+            [
+                hold.token
+                for hold in held
+                if hold.token not in lost_tokens and not set(hold.ledgers) & refused.keys()
+            ],
+            sent,
+        )
+        report.refreshed = len(refresh) - len(lost) - sum(1 for m in refresh if m.ledger in refused)
+        report.released, report.lost, report.refused = len(release), lost, dict(refused)
+        if refused:
+            unrefreshed = [hold for hold in held if hold.strict and set(hold.ledgers) & refused.keys()]
+            error = LedgerError(f"Redis refused ledger(s) {', '.join(map(repr, sorted(refused)))}")
+            report.stopped = self._lapsing(unrefreshed, error)
         if lost:
             strict = {hold.token: hold for hold in held if hold.strict}
             try:
@@ -210,6 +225,106 @@ class Heartbeat:
             lost_strict = {strict[token].token: strict[token] for _, token in lost if token in strict}
             report.reclaimed, report.stopped = self._reclaim(list(lost_strict.values()))
         return report
+
+    def _beat(
+        self,
+        refresh: Sequence[Member],
+        release: Sequence[Member],
+        lines: Sequence[Limit],
+        written: tuple[str, str] | None,
+        declare: Sequence[Limit] | None,
+    ) -> Beaten:
+        """One beat's calls: one round trip, plus one per ledger Redis refuses.
+
+        A ledger whose key is of another type is refused inside ``beat.lua``, which
+        serves the others. A key the process may not touch (ACL) fails the whole call:
+        then each ledger is beaten on its own, to find which, and a ledger found
+        refused is beaten on its own from then on, until it answers again. Only an
+        outage (:class:`LedgerUnavailable`) fails the beat.
+        """
+        apart = set(self.refused)
+
+        def of(ledgers: set[str], keep: bool) -> tuple[list[Member], list[Member], list[Limit]]:
+            return (
+                [m for m in refresh if (m.ledger in ledgers) is keep],
+                [m for m in release if (m.ledger in ledgers) is keep],
+                [limit for limit in lines if (limit.ledger in ledgers) is keep],
+            )
+
+        together = of(apart, False)
+        try:
+            beaten = self._call(*together, written, declare)
+        except LedgerUnavailable:
+            raise
+        except LedgerError:
+            if not any(together):
+                raise
+            # One of its keys is refused: the report and the declaration alone, then each
+            # ledger alone (below).
+            apart |= {m.ledger for m in [*together[0], *together[1]]} | {lim.ledger for lim in together[2]}
+            beaten = Beaten()
+            if written is not None or declare is not None:
+                try:
+                    beaten = self._call([], [], [], written, declare)
+                except LedgerUnavailable:
+                    raise
+                except LedgerError as e:
+                    logger.warning("Could not write this process's report or declaration (%s).", e)
+        ledgers = {m.ledger for m in [*refresh, *release]} | {limit.ledger for limit in lines}
+        for ledger in sorted(ledgers & apart):
+            try:
+                alone = self._call(*of({ledger}, True), None, None)
+            except LedgerUnavailable:
+                raise
+            except LedgerError as e:
+                alone = Beaten(refused={ledger: str(e)})
+            beaten.extend(alone)
+            beaten.handoffs += alone.handoffs
+            beaten.refused.update(alone.refused)
+        return beaten
+
+    def _call(
+        self,
+        refresh: Sequence[Member],
+        release: Sequence[Member],
+        lines: Sequence[Limit],
+        written: tuple[str, str] | None,
+        declare: Sequence[Limit] | None,
+    ) -> Beaten:
+        return self.ledger.beat(
+            refresh,
+            release,
+            ttl_ms=self.hold_ttl,
+            report=written,
+            report_ttl_ms=self.report_ttl,
+            lines=lines,
+            own_process=this_process() if lines else "",
+            declare=declare,
+            settle_ms=self.settle_ms,
+        )
+
+    def _refusals(self, refused: dict[str, str], held: Sequence[Hold]) -> None:
+        """Log a ledger Redis refuses once (ERROR, with its name), and once more when it answers."""
+        beaten = {limit.ledger for hold in held for limit in hold.limits}
+        for ledger, error in refused.items():
+            if ledger in self.refused:
+                continue
+            holds = sum(1 for hold in held if ledger in hold.ledgers)
+            logger.error(
+                "Redis refuses ledger %r (%s): this process's %d hold(s) on it are not refreshed and "
+                "age out within hold_ttl=%d ms unless it answers again; every other ledger is beaten "
+                "as usual. A key of another type under the ledger's name, or an ACL without it?",
+                ledger,
+                error,
+                holds,
+                self.hold_ttl,
+            )
+        for ledger in list(self.refused):
+            if ledger not in refused and ledger in beaten:
+                logger.info("Ledger %r answers the heartbeat again.", ledger)
+        self.refused = {
+            ledger: error for ledger, error in {**self.refused, **refused}.items() if ledger in refused
+        }
 
     def _reclaim(self, holds: Sequence[Hold]) -> tuple[list[str], list[str]]:
         """Take strict holds back where they fit; give the others to ``on_lost``."""

@@ -36,7 +36,13 @@ set of one member expiring ``hold_ttl`` after it was made::
 
     {<prefix>}:fence:<kind>:<name>          the last fence given on a ledger
 
-The ``-line`` kinds, reports, controls and declarations never parse as ledgers,
+The epoch of the prefix (docs/design.md, "Restarted empty: the epoch"), a sorted set
+of one member that every beat keeps alive: when it is missing, the ledgers may have
+lost the holds of running jobs, and admit nothing new while those re-assert::
+
+    {<prefix>}:epoch                        when the ledgers settled (ms, Redis clock)
+
+The ``-line`` kinds, reports, controls, declarations and the epoch never parse as ledgers,
 whatever the name holds.
 
 **Runtime keys are hashed.** A runtime key comes from message arguments, that
@@ -120,6 +126,10 @@ class KeySpace:
     def controls(self) -> str:
         """The hash of the operators' controls, and the channel on which their changes are told."""
         return f"{self.tag}:controls"
+
+    def epoch(self) -> str:
+        """The epoch of the prefix: whether its ledgers are settling (``lib/epoch.lua``)."""
+        return f"{self.tag}:epoch"
 
     def declared(self, ledger: str) -> str:
         """The set of capacities live worker processes declare for ``ledger``."""

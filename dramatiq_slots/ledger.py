@@ -24,7 +24,7 @@ Requires Redis >= 6.2 or Valkey >= 7.2 (scripts replicated by effects, so
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -135,6 +135,9 @@ class Entered:
     paused: bool = False
     #: When refused: the claim was dropped by its ledger's on_busy policy (``skip``, ``coalesce``).
     dropped: bool = False
+    #: When refused because the ledgers are settling (the epoch was missing, see
+    #: ``lib/epoch.lua``): the ms left of it; 0 otherwise.
+    settling_ms: int = 0
     #: When admitted, the fencing token of each ledger (docs/design.md, "Fencing tokens"). Left
     #: out of comparisons: it is a number given out, not part of the answer's meaning.
     fences: tuple[int, ...] = field(default=(), compare=False)
@@ -168,12 +171,16 @@ class Declared:
 
     controls: dict[str, str]
     others: dict[str, tuple[int, ...]]
+    #: The ms left of the epoch's settling (0: settled, or the epoch was not asked about).
+    settling_ms: int = 0
 
 
 class Beaten(list[Member]):
     """What :meth:`Ledger.beat` answers: the members whose hold was lost, ``handoffs``, the
-    slots freed by expiry that it handed to claims of the caller's process, and ``declared``,
-    the answer of the :meth:`Ledger.declare` sent in the same round trip (None: not asked)."""
+    slots freed by expiry that it handed to claims of the caller's process, ``declared``,
+    the answer of the :meth:`Ledger.declare` sent in the same round trip (None: not asked),
+    and ``refused``: the ledgers whose keys Redis refused (ledger -> its error; their holds
+    were neither refreshed nor found lost, see ``beat.lua``)."""
 
     def __init__(
         self,
@@ -181,10 +188,12 @@ class Beaten(list[Member]):
         *,
         handoffs: tuple[Handoff, ...] = (),
         declared: Declared | None = None,
+        refused: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(lost)
         self.handoffs = handoffs
         self.declared = declared
+        self.refused: dict[str, str] = dict(refused or {})
 
 
 @dataclass(frozen=True)
@@ -265,6 +274,7 @@ SCRIPTS = (
     "in_use",
     "declare",
     "control",
+    "settle",
 )
 
 
@@ -386,6 +396,7 @@ class Ledger:
         line: Line = Line.NONE,
         place: int = 0,
         busy: Sequence[int] = (),
+        settle_ms: int = 0,
     ) -> Entered:
         """Admit ``token`` to every ledger of ``limits``, or to none, and then do ``line`` with it.
 
@@ -395,15 +406,24 @@ class Ledger:
         ``place``: the claim's place in line, an integer below 2**53, the
         lowest first (the middleware passes when the message was first sent,
         in µs: :mod:`dramatiq_slots.places`). ``busy``: per limit, what a full ledger does with
-        the claim (``enter.lua``'s on_busy codes; none given: it waits).
+        the claim (``enter.lua``'s on_busy codes; none given: it waits). ``settle_ms``: how long
+        a missing epoch keeps newcomers out (``lib/epoch.lua``; 0: the epoch is not read).
         """
         if not limits:
             raise ValueError("enter needs at least one limit")
-        keys = self._with_controls(limits)
+        keys = [*self._with_controls(limits), self.keys.epoch()]
         codes = list(busy) or [0] * len(limits)
         if len(codes) != len(limits):
             raise ValueError("enter needs one on_busy code per limit")
-        args: list[Any] = [token, ttl_ms, int(line), place, *(limit.capacity for limit in limits), *codes]
+        args: list[Any] = [
+            token,
+            ttl_ms,
+            int(line),
+            place,
+            *(limit.capacity for limit in limits),
+            *codes,
+            settle_ms,
+        ]
         replicated: int | None = None
         with self._translated("enter"):
             if self.replicas:
@@ -437,6 +457,7 @@ class Ledger:
             waiting=int(reply[2]) == 1,
             paused=int(reply[3]) == 1,
             dropped=int(reply[4]) == 1,
+            settling_ms=int(reply[5]),
         )
 
     def leave(
@@ -510,6 +531,7 @@ class Ledger:
         lines: Sequence[Limit] = (),
         own_process: str = "",
         declare: Sequence[Limit] | None = None,
+        settle_ms: int = 0,
     ) -> Beaten:
         """Refresh holds, send owed releases, keep lines alive and hand expired slots on, in one round trip.
 
@@ -530,7 +552,8 @@ class Ledger:
         ``declare``: the capacities this process declares, sent as :meth:`declare`
         (expiring with the report) in the same round trip; its answer is the
         result's ``declared``. With nothing to refresh, release or keep alive,
-        the report and the declaration are all that is sent.
+        the report and the declaration are all that is sent. ``settle_ms``: as
+        :meth:`enter`'s (nothing is handed on while the ledgers settle).
         """
         refresh = [Member(*m) for m in refresh]
         owed = [Member(*m) for m in release]
@@ -545,6 +568,7 @@ class Ledger:
                 for limit in waited
                 for key in (limit.ledger, self.keys.line(limit.ledger), self.keys.fence(limit.ledger))
             ),
+            self.keys.epoch(),
             self.keys.controls(),
         ]
         args: list[Any] = [
@@ -554,9 +578,10 @@ class Ledger:
             *(m.token for m in [*refresh, *owed]),
             self.keys.wake_channel_prefix(),
             own_process,
+            settle_ms,
             *(limit.capacity for limit in waited),
         ]
-        declared_keys, declared_args = self._declaration(declare or (), report_px)
+        declared_keys, declared_args = self._declaration(declare or (), report_px, settle_ms)
         reply: Any = None
         declared: Declared | None = None
         with self._translated("beat"):
@@ -601,7 +626,7 @@ class Ledger:
                     _check_codes("beat", reply)
         if reply is None:
             return Beaten(declared=declared)
-        lost, handed = reply
+        lost, handed, bad = reply
         return Beaten(
             (refresh[int(i) - 1] for i in lost),
             handoffs=tuple(
@@ -609,13 +634,20 @@ class Ledger:
                 for k in range(0, len(handed), 3)
             ),
             declared=declared,
+            refused={_text(bad[k]): _text(bad[k + 1]) for k in range(0, len(bad), 2)},
         )
 
-    def _declaration(self, limits: Sequence[Limit], ttl_ms: int) -> tuple[list[str], list[Any]]:
+    def _declaration(
+        self, limits: Sequence[Limit], ttl_ms: int, settle_ms: int
+    ) -> tuple[list[str], list[Any]]:
         """declare.lua's keys and arguments."""
         return (
-            [self.keys.controls(), *(self.keys.declared(limit.ledger) for limit in limits)],
-            [ttl_ms, *(limit.capacity for limit in limits)],
+            [
+                self.keys.controls(),
+                self.keys.epoch(),
+                *(self.keys.declared(limit.ledger) for limit in limits),
+            ],
+            [ttl_ms, settle_ms, *(limit.capacity for limit in limits)],
         )
 
     @staticmethod
@@ -625,15 +657,17 @@ class Ledger:
             controls=dict(zip(flat[0::2], flat[1::2], strict=True)),
             others={
                 limit.ledger: tuple(int(c) for c in others)
-                for limit, others in zip(limits, reply[1:], strict=True)
+                for limit, others in zip(limits, reply[2:], strict=True)
                 if others
             },
+            settling_ms=int(reply[1]),
         )
 
-    def declare(self, limits: Sequence[Limit], *, ttl_ms: int) -> Declared:
+    def declare(self, limits: Sequence[Limit], *, ttl_ms: int, settle_ms: int = 0) -> Declared:
         """Say which capacities this process declares (each counts ``ttl_ms``); read the controls
-        and the other capacities live processes declare (``declare.lua``; read-only on the controls)."""
-        keys, args = self._declaration(limits, ttl_ms)
+        and the other capacities live processes declare (``declare.lua``; read-only on the controls);
+        with ``settle_ms``, keep the epoch alive (made when missing: ``lib/epoch.lua``)."""
+        keys, args = self._declaration(limits, ttl_ms, settle_ms)
         with self._translated("declare"):
             return self._declared(limits, self._run("declare", keys, args))
 
@@ -643,6 +677,13 @@ class Ledger:
         with self._translated("control"):
             reply = self._run("control", [self.keys.controls()], [ledger, which, value, self.keys.controls()])
         return int(reply[0]) == 1, _text(reply[1])
+
+    def settle(self) -> int:
+        """Declare the ledgers settled now (``settle.lua``): no newcomer waits for a missing epoch
+        (docs/design.md, "Restarted empty: the epoch"). Only for when no job of the prefix runs.
+        Returns the ms that were left of a settling (0: none was in course)."""
+        with self._translated("settle"):
+            return int(self._run("settle", [self.keys.epoch()], []))
 
     def _write_report(self, report: tuple[str, str], ttl_ms: int) -> None:
         """``SET`` a process report with ``PX``; a refusal that is not "try later" goes to report_error."""

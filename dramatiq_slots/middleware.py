@@ -84,6 +84,7 @@ class Slots(Middleware):
         wait_replicas: int = 0,
         wait_replicas_timeout: int = 100,
         on_lost_hold: opt.LostHoldMode = opt.REASSERT,
+        restart_settle: int | None = None,
     ) -> None:
         self.settings = Settings(
             client=client,
@@ -100,6 +101,7 @@ class Slots(Middleware):
             wait_replicas=wait_replicas,
             wait_replicas_timeout=wait_replicas_timeout,
             on_lost_hold=on_lost_hold,
+            restart_settle=restart_settle,
         )
         self.keys: KeySpace = self.settings.keys
         self.declarations = Declarations(self.settings)

@@ -114,6 +114,10 @@ class SlotsProcess:
         self.declared: Callable[[], Sequence[Limit]] = list
         #: Capacities other processes declare that a WARNING named already, per ledger.
         self._disagreements: dict[str, tuple[int, ...]] = {}
+        #: Whether the last beat found the ledgers settling (lib/epoch.lua), and whether any
+        #: beat found them settled (after which a settling means the ledger lost its data).
+        self._settling = False
+        self._settled_once = False
         #: Why each message the gate's admission dropped (on_busy) is dropped, by ``id(message)``.
         self._drops: dict[int, str] = {}
         #: The claim token of each running message, and its thread, by ``id(message)``.
@@ -148,6 +152,7 @@ class SlotsProcess:
                         metrics=self.metrics,
                         declared=lambda: self.declared(),
                         on_declared=self.follow,
+                        settle_ms=self.settings.settle_ms,
                     )
         return self._heartbeat
 
@@ -189,6 +194,7 @@ class SlotsProcess:
     def follow(self, declared: Declared, mine: Sequence[Limit]) -> None:
         """Take in what a beat read: the controls (one INFO line per change, the metrics), and
         the capacities other live processes declare for this one's queues (a WARNING)."""
+        self._follow_epoch(declared.settling_ms)
         capacities = {limit.ledger: limit.capacity for limit in mine}
         first = not self.controls.known
         for ledger, before, after in self.controls.update(declared.controls):
@@ -215,6 +221,25 @@ class SlotsProcess:
                 " and ".join(map(str, others)),
                 self.ledger.keys.short(ledger),
             )
+
+    def _follow_epoch(self, settling_ms: int) -> None:
+        """Log the start of a settling once: INFO for a first one (a new deployment, most likely),
+        WARNING when this process saw the ledgers settled before (their Redis lost its data)."""
+        if settling_ms and not self._settling:
+            lost = self._settled_once
+            logger.log(
+                logging.WARNING if lost else logging.INFO,
+                "The ledgers of prefix %r have no epoch: %s. No newcomer is admitted for %d ms "
+                "(restart_settle), while the jobs that still run re-assert their holds.",
+                self.ledger.keys.prefix,
+                "their Redis lost its data (restarted without persistence, or failed over to a "
+                "replica without it)"
+                if lost
+                else "a new deployment, or their Redis lost its data",
+                settling_ms,
+            )
+        self._settling = settling_ms > 0
+        self._settled_once = self._settled_once or not settling_ms
 
     # -- a job's hold ---------------------------------------------------------
 

@@ -18,6 +18,7 @@ from dramatiq.brokers.redis import RedisBroker
 from redis.connection import parse_url
 
 from . import options as opt
+from .heartbeat import REPORT_BEATS
 from .keys import KeySpace
 from .ledger import RedisClient
 
@@ -54,6 +55,8 @@ class Settings:
     wait_replicas: int
     wait_replicas_timeout: int
     on_lost_hold: opt.LostHoldMode
+    #: None: :data:`~.heartbeat.REPORT_BEATS` beat intervals.
+    restart_settle: int | None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
@@ -89,6 +92,14 @@ class Settings:
         opt.non_negative_int(self.wait_replicas, _setting("wait_replicas"))
         opt.positive_int(self.wait_replicas_timeout, _setting("wait_replicas_timeout"))
         opt.lost_hold_mode(self.on_lost_hold, _setting("on_lost_hold"))
+        if self.restart_settle is not None:
+            where = _setting("restart_settle")
+            settle = opt.non_negative_int(self.restart_settle, where)
+            if settle > hold_ttl:
+                raise opt.ConfigurationError(
+                    f"{where}: must be at most hold_ttl ({hold_ttl} ms), got {settle} ms: every hold "
+                    "a restart lost has expired by then"
+                )
         capacities: dict[str, int] = {}
         for queue_name, capacity in dict(self.queue_capacities or {}).items():
             if not isinstance(queue_name, str) or not queue_name:
@@ -103,6 +114,13 @@ class Settings:
     def beat_ms(self) -> int:
         """The beat interval in force: ``beat_interval``, else ``hold_ttl // 6``."""
         return self.beat_interval if self.beat_interval is not None else max(1, self.hold_ttl // 6)
+
+    @property
+    def settle_ms(self) -> int:
+        """The settling time in force: ``restart_settle``, else as long as a process report lives."""
+        if self.restart_settle is not None:
+            return self.restart_settle
+        return int(self.beat_ms * REPORT_BEATS)
 
 
 def check_url(url: str, where: str) -> None:

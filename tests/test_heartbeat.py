@@ -169,6 +169,7 @@ class _ReleaseDuringBeat(Ledger):
         lines: Sequence[Limit] = (),
         own_process: str = "",
         declare: Sequence[Limit] | None = None,
+        settle_ms: int = 0,
     ) -> Beaten:
         self.before_beat()
         return super().beat(
@@ -179,6 +180,7 @@ class _ReleaseDuringBeat(Ledger):
             report_ttl_ms=report_ttl_ms,
             lines=lines,
             own_process=own_process,
+            settle_ms=settle_ms,
             declare=declare,
         )
 
@@ -414,3 +416,90 @@ def test_the_heartbeat_starts_lazily_when_a_hold_exists_without_it(
     slots.after_process_message(broker, message)
     slots.after_process_message(broker, message)  # twice, as TimeLimit can make dramatiq do
     assert slots.in_use("lazy") == 0 and len(slots.registry) == 0
+
+
+# -- one ledger Redis refuses ---------------------------------------------------------------------
+
+
+def _refusals(caplog: pytest.LogCaptureFixture, ledger: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "dramatiq_slots.heartbeat"
+        and r.levelno == logging.ERROR
+        and repr(ledger) in r.getMessage()
+    ]
+
+
+def test_a_ledger_of_the_wrong_type_costs_only_its_own_holds_and_is_logged_once(
+    ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = HoldRegistry()
+    good, poisoned = _hold(ledger, "good"), _hold(ledger, "poisoned")
+    for hold in (good, poisoned):
+        _take(ledger, registry, hold, ttl_ms=1_000)
+    bad = poisoned.limits[0].ledger
+    ledger.client.delete(bad)
+    ledger.client.set(bad, "an operator's mistake")
+    heartbeat = Heartbeat(ledger, registry, hold_ttl=8_000, beat_interval=1_000)
+    with caplog.at_level(logging.INFO, logger="dramatiq_slots.heartbeat"):
+        for _ in range(3):
+            report = heartbeat.tick()
+            assert report.error is None and report.lost == [] and set(report.refused) == {bad}
+            assert report.refreshed == 1 and _seconds_left(ledger, good) > 7.0
+    assert len(_refusals(caplog, bad)) == 1, "logged once, with the ledger's name"
+    assert registry.is_held(poisoned.token), "its job still runs: the hold stays on record"
+    # The key is mended (emptied): the hold is found lost, re-asserted, and the ledger logged as back.
+    ledger.client.delete(bad)
+    with caplog.at_level(logging.INFO, logger="dramatiq_slots.heartbeat"):
+        report = heartbeat.tick()
+    assert report.refused == {} and [m.token for m in report.reasserted] == [poisoned.token]
+    assert _seconds_left(ledger, poisoned) > 7.0
+    assert any(f"Ledger {bad!r} answers the heartbeat again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_ledger_the_acl_refuses_costs_only_its_own_holds_and_is_beaten_apart_until_allowed(
+    redis_client: redis.Redis, redis_server: Any, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key the process may not touch fails a whole script call (Redis checks a script's keys
+    first): the heartbeat finds it ledger by ledger, and beats it apart from then on."""
+    admin = Ledger(redis_client, key_prefix=key_prefix)
+    denied, allowed = admin.keys.queue("denied"), admin.keys.queue("allowed")
+    tag = admin.keys.tag
+    user, password = f"hb-{key_prefix}", "hb-secret"
+    # Every key of the prefix but the denied ledger (ACL patterns cannot subtract).
+    patterns = [f"{tag}:{kind}*" for kind in ("key", "queue-line", "fence", "epoch", "controls", "process")]
+    redis_client.acl_setuser(
+        user, enabled=True, passwords=[f"+{password}"], keys=[allowed, *patterns], commands=["+@all"]
+    )
+    worker = redis_server.client(username=user, password=password)
+    try:
+        lg = Ledger(worker, key_prefix=key_prefix)
+        registry = HoldRegistry()
+        ok, refused = Hold(new_token(), (Limit(allowed, 1),)), Hold(new_token(), (Limit(denied, 1),))
+        for hold in (ok, refused):
+            _take(admin, registry, hold, ttl_ms=1_000)
+        heartbeat = Heartbeat(
+            lg,
+            registry,
+            hold_ttl=8_000,
+            beat_interval=1_000,
+            report=lambda: (admin.keys.process("hb:1"), "{}"),
+        )
+        with caplog.at_level(logging.INFO, logger="dramatiq_slots.heartbeat"):
+            for _ in range(3):
+                report = heartbeat.tick()
+                assert report.error is None and set(report.refused) == {denied}
+                assert "NOPERM" in report.refused[denied] or "permission" in report.refused[denied].lower()
+                assert _seconds_left(admin, ok) > 7.0
+        assert len(_refusals(caplog, denied)) == 1
+        assert redis_client.exists(admin.keys.process("hb:1")), "the report was written all the same"
+        redis_client.acl_setuser(user, keys=[denied])  # allowed again (rules add up)
+        with caplog.at_level(logging.INFO, logger="dramatiq_slots.heartbeat"):
+            report = heartbeat.tick()
+        assert report.refused == {} and report.refreshed == 2
+        assert _seconds_left(admin, refused) > 7.0
+        assert any(f"Ledger {denied!r} answers the heartbeat again" in r.getMessage() for r in caplog.records)
+    finally:
+        worker.close()
+        redis_client.acl_deluser(user)

@@ -336,6 +336,119 @@ def test_an_owed_release_on_a_key_of_the_wrong_type_does_not_fail_the_beat(engin
     assert client.get(bad) == b"not a sorted set"
 
 
+def test_a_refresh_on_a_key_of_the_wrong_type_is_reported_and_the_others_are_refreshed(
+    engine_ledger: Ledger,
+) -> None:
+    """One ledger key Redis refuses (another type under its name) costs its own holds' refresh,
+    nothing else: the beat refreshes the others, reports that ledger, and loses nothing."""
+    lg, client = engine_ledger, engine_ledger.client
+    good, bad, other = lg.keys.queue("good"), lg.keys.queue("bad"), lg.keys.runtime_key("other")
+    for key in (good, other):
+        assert lg.enter(token(1), [Limit(key, 1)], ttl_ms=1_000).admitted
+    client.set(bad, "not a sorted set")
+    beaten = lg.beat([Member(good, token(1)), Member(bad, token(1)), Member(other, token(1))], ttl_ms=LONG)
+    assert beaten == []  # nothing reported lost: the bad ledger's hold is neither refreshed nor lost
+    assert set(beaten.refused) == {bad}
+    assert "WRONGTYPE" in beaten.refused[bad]
+    for key in (good, other):
+        (refreshed,) = lg.holders(key)
+        assert refreshed.seconds_left > (LONG - 5_000) / 1000
+    assert client.get(bad) == b"not a sorted set"
+
+
+@pytest.mark.parametrize("poisoned", ["line", "fence"])
+def test_a_waited_line_whose_line_or_fence_key_is_refused_hands_nothing_and_the_rest_is_served(
+    engine_ledger: Ledger, poisoned: str
+) -> None:
+    lg, client = engine_ledger, engine_ledger.client
+    bad, good = lg.keys.queue("bad"), lg.keys.queue("good")
+    for key in (bad, good):
+        assert lg.enter(token(9), [Limit(key, 1)], ttl_ms=SHORT).admitted
+        assert not lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG, line=Line.JOIN).admitted
+    wait_until(lambda: lg.in_use(bad) == lg.in_use(good) == 0, timeout=5.0, what="the holds to expire")
+    client.delete(lg.keys.line(bad) if poisoned == "line" else lg.keys.fence(bad))
+    client.set(lg.keys.line(bad) if poisoned == "line" else lg.keys.fence(bad), "not a sorted set")
+    beaten = lg.beat([], ttl_ms=LONG, lines=[Limit(bad, 1), Limit(good, 1)], own_process="host-a:1001")
+    assert set(beaten.refused) == {bad}
+    # The good ledger's expired slot went to its first claim; the bad one's to nobody (no hold
+    # written for a waiter that would not be told), and its waiter is still in line.
+    assert tokens_of(lg, good) == {token(1)}
+    assert tokens_of(lg, bad) == set()
+    if poisoned == "fence":
+        assert lg.line(bad) == [token(1)]
+
+
+# -- the epoch: a ledger restarted empty -----------------------------------------------------
+
+SETTLE = 400  # ms
+
+
+def test_a_missing_epoch_keeps_newcomers_out_while_it_settles_then_admits(engine_ledger: Ledger) -> None:
+    lg, client = engine_ledger, engine_ledger.client
+    key = lg.keys.queue("q")
+    refused = lg.enter(token(1), [Limit(key, 3)], ttl_ms=LONG, line=Line.JOIN, settle_ms=SETTLE)
+    assert not refused.admitted and refused.waiting and refused.full == key
+    assert 0 < refused.settling_ms <= SETTLE
+    assert lg.line(key) == [token(1)] and lg.in_use(key) == 0
+    # The epoch was made, and lives on its own (a day), whatever the ledgers do.
+    assert client.exists(lg.keys.epoch()) and client.pttl(lg.keys.epoch()) > 3_600_000
+    # A claim that already holds every ledger (a replay) is not a newcomer.
+    held = lg.keys.runtime_key("held")
+    assert lg.enter(token(2), [Limit(held, 1)], ttl_ms=LONG).admitted  # no settle_ms: epoch not read
+    assert lg.enter(token(2), [Limit(held, 1)], ttl_ms=LONG, settle_ms=SETTLE).admitted
+    # Without a line it is refused and written nowhere; on_busy never drops while settling.
+    skipped = lg.enter(token(3), [Limit(key, 3)], ttl_ms=LONG, settle_ms=SETTLE, busy=[1])
+    assert not skipped.admitted and not skipped.waiting and not skipped.dropped
+    assert skipped.full == key and skipped.settling_ms > 0
+    assert score(client, key, token(3)) is None
+    wait_until(
+        lambda: lg.enter(token(1), [Limit(key, 3)], ttl_ms=LONG, line=Line.KEEP, settle_ms=SETTLE).admitted,
+        timeout=5.0,
+        interval=0.05,
+        what="the settling to end",
+    )
+    assert lg.line(key) == [] and tokens_of(lg, key) == {token(1)}
+
+
+def test_settle_zero_neither_reads_nor_makes_the_epoch(engine_ledger: Ledger) -> None:
+    lg = engine_ledger
+    assert lg.enter(token(1), [Limit(lg.keys.queue("q"), 1)], ttl_ms=LONG).admitted
+    lg.beat([Member(lg.keys.queue("q"), token(1))], ttl_ms=LONG, declare=[])
+    assert not lg.client.exists(lg.keys.epoch())
+
+
+def test_settle_ends_a_settling_at_once(engine_ledger: Ledger) -> None:
+    lg, key = engine_ledger, engine_ledger.keys.queue("q")
+    assert lg.declare([], ttl_ms=LONG, settle_ms=LONG).settling_ms > LONG - 5_000  # made by a beat
+    assert not lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG, settle_ms=LONG).admitted
+    left = lg.settle()
+    assert LONG - 5_000 < left <= LONG
+    assert lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG, settle_ms=LONG).admitted
+    assert lg.settle() == 0  # nothing left to settle
+    assert lg.declare([], ttl_ms=LONG, settle_ms=LONG).settling_ms == 0
+
+
+def test_a_beat_hands_nothing_on_while_the_ledgers_settle(engine_ledger: Ledger) -> None:
+    lg, client = engine_ledger, engine_ledger.client
+    key = lg.keys.queue("q")
+    lg.settle()
+    assert lg.enter(token(9), [Limit(key, 1)], ttl_ms=SHORT, settle_ms=SETTLE).admitted
+    assert not lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG, line=Line.JOIN, settle_ms=SETTLE).admitted
+    wait_until(lambda: lg.in_use(key) == 0, timeout=5.0, what="the hold to expire")
+    client.delete(lg.keys.epoch())  # the server lost it (a restart, as far as the epoch can tell)
+    lines = [Limit(key, 1)]
+    assert lg.beat([], ttl_ms=LONG, lines=lines, own_process="host-a:1001", settle_ms=SETTLE).handoffs == ()
+    assert tokens_of(lg, key) == set() and lg.line(key) == [token(1)]
+    handed = wait_until(
+        lambda: lg.beat([], ttl_ms=LONG, lines=lines, own_process="host-a:1001", settle_ms=SETTLE).handoffs,
+        timeout=5.0,
+        interval=0.05,
+        what="the settling to end and the beat to hand the slot on",
+    )
+    assert [h.token for h in handed] == [token(1)]
+    assert tokens_of(lg, key) == {token(1)}
+
+
 def _calls(client: RedisClient) -> Counter[str]:
     return Counter({name: int(stat["calls"]) for name, stat in client.info("commandstats").items()})
 
@@ -464,6 +577,7 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     lg.in_use(key)
     lg.declare([limit], ttl_ms=LONG)
     lg.control(key, "capacity", "")
+    lg.settle()
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
     client.script_flush()  # ...then forgotten: every EVALSHA now answers NOSCRIPT
@@ -479,6 +593,7 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     assert lg.in_use(key) == 3
     assert lg.declare([limit], ttl_ms=LONG).controls == {}
     assert lg.control(key, "paused", "1")[0]
+    assert lg.settle() == 0
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
 
@@ -530,6 +645,12 @@ BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int]] 
         "enter",
         5,
     ),
+    (
+        "enter-settle-negative",
+        lambda lg, a, b: lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG, settle_ms=-1),
+        "enter",
+        9,
+    ),
     # leave.lua: ARGV = token, wake channel prefix, ttl, age, own process, capacities (0 allowed)...
     ("leave-ttl-0", lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=0), "leave", 3),
     ("leave-ttl-negative", lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=-5), "leave", 3),
@@ -557,6 +678,18 @@ BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int]] 
         lambda lg, a, b: lg.beat([Member(a, token(1))], [Member(b, token(2))], ttl_ms=0),
         "beat",
         1,
+    ),
+    (
+        "beat-settle-negative",
+        lambda lg, a, b: lg.beat([Member(a, token(1))], [Member(b, token(2))], ttl_ms=LONG, settle_ms=-1),
+        "beat",
+        8,
+    ),
+    (
+        "beat-settle-fraction",
+        lambda lg, a, b: lg.beat([], ttl_ms=LONG, lines=[Limit(a, 1)], settle_ms=0.5),  # type: ignore[arg-type]
+        "beat",
+        6,
     ),
     (
         "reassert-ttl-0",

@@ -395,7 +395,10 @@ def test_capacity_changes_and_a_pause_are_followed_on_every_host_within_a_beat(
     assert started_paused == [], f"{len(started_paused)} jobs started while paused\n{cluster.tails()}"
     assert raise_took * 1000 <= BEAT + 250, f"the raised capacity took {raise_took:.3f}s to be used"
     assert back * 1000 <= BEAT + 250, f"the queue took {back:.3f}s to come back after resume"
-    assert line_at_pause and line_before_resume == line_at_pause, (
+    # Every claim in line at the pause is still there, in the same order (a message held back in
+    # its worker may join behind them as the running jobs end: that is no loss of place).
+    kept = [token for token in line_before_resume if token in set(line_at_pause)]
+    assert line_at_pause and kept == line_at_pause, (
         "the waiting messages did not keep their places through the pause"
     )
     assert set(backlog.sent) <= cluster.completed_ids(CAPPED_SCOPE), "a message was lost"

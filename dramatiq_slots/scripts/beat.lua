@@ -5,8 +5,9 @@
 --
 -- KEYS[1..r]         ledgers of the holds to refresh
 -- KEYS[r+1..r+2o]    owed releases, two keys each: the ledger, then its line
--- KEYS[r+2o+1..n-1]  lines that claims of this process wait in, three keys
+-- KEYS[r+2o+1..n-2]  lines that claims of this process wait in, three keys
 --                    each: the ledger, its line, its fence key (w triples)
+-- KEYS[n-1]          the epoch (lib/epoch.lua)
 -- KEYS[n]            the operators' controls (hash, lib/control.lua)
 -- ARGV[1]            hold ttl in milliseconds (integer >= 1)
 -- ARGV[2]            r, how many holds to refresh (0 <= r)
@@ -15,10 +16,13 @@
 --                    at ARGV[3+r+j] (1 <= j <= o)
 -- ARGV[4+r+o]        wake channel prefix (as leave.lua's ARGV[2])
 -- ARGV[5+r+o]        the caller's own process part (as leave.lua's ARGV[5])
--- ARGV[5+r+o+k]      declared capacity of the k-th waited ledger (integer >= 1);
+-- ARGV[6+r+o]        settling time, ms (integer >= 0; as enter.lua's): while the
+--                    epoch says the ledgers are settling (a missing epoch is made),
+--                    nothing is handed on from a line; 0 = the epoch is not read
+-- ARGV[6+r+o+k]      declared capacity of the k-th waited ledger (integer >= 1);
 --                    an override wins, and a paused ledger hands nothing on
 --
--- Returns {lost, handed}: lost lists the indexes i (1 <= i <= r) whose hold
+-- Returns {lost, handed, bad}: lost lists the indexes i (1 <= i <= r) whose hold
 -- was lost: the member was gone (Redis lost it) or had already expired (the
 -- holder was silent longer than the ttl). A lost hold is NOT re-created here:
 -- a refresh only extends members that exist (ZADD XX), so a beat racing a
@@ -26,7 +30,13 @@
 -- its own lock, whether to re-assert (reassert.lua). handed lists, for each
 -- slot handed to a claim of the caller's own process, its token, k and the
 -- fencing token it was given (lib/fence.lua; told to other processes in the
--- wake-up message).
+-- wake-up message). bad lists, for each ledger whose keys Redis refused (a key
+-- of another type, set by mistake), the ledger and the error, in turn: its
+-- holds are neither refreshed nor reported lost, nothing is handed on there,
+-- and every other ledger of the beat is served as usual (one bad key must not
+-- cost a process the refresh of its other holds). A key the caller may not
+-- touch (ACL) fails the whole call before it runs; the heartbeat then beats
+-- each ledger on its own to find it.
 -- Returns {-1, j} when ARGV[j] is malformed (j = 0: wrong count); nothing written.
 --
 -- Each refreshed or waited ledger is swept of expired members (holders that
@@ -49,30 +59,47 @@ end
 if not r or r < 0 or r ~= math.floor(r) then
   return {-1, 2}
 end
-local w = (#KEYS - 1 - r - 2 * (o or 0)) / 3
-if not o or o < 0 or o ~= math.floor(o) or w < 0 or w ~= math.floor(w) or #ARGV ~= 5 + r + o + w then
+local w = (#KEYS - 2 - r - 2 * (o or 0)) / 3
+if not o or o < 0 or o ~= math.floor(o) or w < 0 or w ~= math.floor(w) or #ARGV ~= 6 + r + o + w then
   return {-1, 3}
 end
-local channel, own = ARGV[4 + r + o], ARGV[5 + r + o]
+local channel, own, settle = ARGV[4 + r + o], ARGV[5 + r + o], tonumber(ARGV[6 + r + o])
+if not settle or settle < 0 or settle ~= math.floor(settle) then return {-1, 6 + r + o} end
 local caps = {}
 for k = 1, w do
-  caps[k] = tonumber(ARGV[5 + r + o + k])
-  if not caps[k] or caps[k] < 1 or caps[k] ~= math.floor(caps[k]) then return {-1, 5 + r + o + k} end
+  caps[k] = tonumber(ARGV[6 + r + o + k])
+  if not caps[k] or caps[k] < 1 or caps[k] ~= math.floor(caps[k]) then return {-1, 6 + r + o + k} end
 end
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local expiry = string.format('%.0f', now + ttl)
 
-local lost, swept = {}, {}
+-- The first command on each ledger is a pcall: a ledger whose key Redis refuses
+-- goes to `bad` and is skipped from then on (what follows on a key that
+-- answered it is a sorted set's command on a sorted set, or on nothing).
+local lost, swept, bad, refused = {}, {}, {}, {}
+local function refused_by(ledger, err)
+  bad[#bad + 1] = ledger
+  bad[#bad + 1] = type(err) == 'table' and err.err or tostring(err)
+  refused[ledger] = true
+end
+
+local function sweep(ledger)
+  if swept[ledger] == nil then
+    local answer = redis.pcall('ZREMRANGEBYSCORE', ledger, '-inf', now)
+    swept[ledger] = type(answer) ~= 'table' or not answer.err
+    if not swept[ledger] then refused_by(ledger, answer) end
+  end
+  return swept[ledger]
+end
+
 for i = 1, r do
   local ledger, token = KEYS[i], ARGV[3 + i]
-  if not swept[ledger] then
-    swept[ledger] = true
-    redis.call('ZREMRANGEBYSCORE', ledger, '-inf', now)
-  end
-  local score = redis.call('ZSCORE', ledger, token)
-  if score and tonumber(score) > now then
+  local score = sweep(ledger) and redis.call('ZSCORE', ledger, token)
+  if refused[ledger] then
+    -- neither refreshed nor lost: the caller reports the ledger
+  elseif score and tonumber(score) > now then
     redis.call('ZADD', ledger, 'XX', expiry, token)
     local last = redis.call('ZRANGE', ledger, -1, -1, 'WITHSCORES')
     redis.call('PEXPIREAT', ledger, last[2])
@@ -97,27 +124,49 @@ end
 -- include: tell
 -- include: control
 -- include: fence
+-- include: epoch
 
+-- The epoch and the controls are the prefix's own keys, not a ledger's: one Redis
+-- refuses (another type) hands nothing on anywhere, and is reported as a bad ledger
+-- by its key's name; the refreshes above stand.
+local unsettled = false
+if w > 0 and settle > 0 then
+  local read, left = pcall(settling, KEYS[#KEYS - 1], now, settle)
+  if not read then refused_by(KEYS[#KEYS - 1], left) end
+  unsettled = not read or left > 0
+end
+local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local handed = {}
 for k = 1, w do
   local base = r + 2 * o + 3 * (k - 1)
   local ledger, line, fences = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3]
-  if not swept[ledger] then
-    swept[ledger] = true
-    redis.call('ZREMRANGEBYSCORE', ledger, '-inf', now)
+  local cap, paused = 0, true
+  if sweep(ledger) and not refused[KEYS[#KEYS]] then
+    local read, c, p = pcall(control, KEYS[#KEYS], {ledger}, {caps[k]})
+    if read then
+      cap, paused = c[1], p[1] or unsettled
+    else
+      refused_by(KEYS[#KEYS], c)
+    end
   end
-  local c, p = control(KEYS[#KEYS], {ledger}, {caps[k]})
-  local cap, paused = c[1], p[1]
   while not paused do
     local members = redis.call('ZCARD', ledger)
     if members >= cap then break end
-    local first = redis.call('ZPOPMIN', line)
+    -- A line or a fence key Redis refuses makes its ledger bad too; both are tried
+    -- (pcall) before the waiter's hold is written, so no hold is given untold.
+    local first = redis.pcall('ZPOPMIN', line)
+    if first.err then refused_by(ledger, first) break end
     local waiter = first[1]
     if not waiter then break end
+    local fenced, issued = pcall(fence, fences, ttl, now_us)
+    if not fenced then
+      redis.call('ZADD', line, first[2], waiter)
+      refused_by(ledger, issued)
+      break
+    end
     redis.call('ZADD', ledger, expiry, waiter)
     -- A new (or emptied, so deleted) key expires with its first hold.
     if members == 0 then redis.call('PEXPIREAT', ledger, expiry) end
-    local issued = fence(fences, ttl, tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
     local told = tell(channel, own, waiter, 0, ledger, issued)
     if told == 'own' then
       handed[#handed + 1] = waiter
@@ -137,4 +186,4 @@ for k = 1, w do
   end
 end
 
-return {lost, handed}
+return {lost, handed, bad}

@@ -11,6 +11,7 @@
 --                 its place, first in line = lowest)
 -- KEYS[2n+1]      the operators' controls (hash, lib/control.lua)
 -- KEYS[2n+2..3n+1] their fence keys (lib/fence.lua)
+-- KEYS[3n+2]      the epoch (lib/epoch.lua)
 -- ARGV[1]         claim token
 -- ARGV[2]         hold ttl, ms (integer >= 1)
 -- ARGV[3]         line: 0 = do not wait; 1 = join the refusing ledger's line;
@@ -28,6 +29,9 @@
 --                 claim waits in that line already (coalesce; a claim in line
 --                 itself, ARGV[3] = 2, is never dropped). A paused ledger never
 --                 drops: its claims wait
+-- ARGV[2n+5]      settling time, ms (integer >= 0): how long no newcomer is
+--                 admitted after the epoch is found missing (lib/epoch.lua);
+--                 0 = the epoch is neither read nor made
 --
 -- Returns {1, replay, m1, .., mn, c1, .., cn, f1, .., fn}
 --                       admitted; replay = 1 when the token already held every
@@ -36,10 +40,12 @@
 --                       already held it: no count was taken); ci = the capacity
 --                       in force on KEYS[i]; fi = its fencing token for this
 --                       admission (a replay gets a fresh one too)
---         {0, i, w, p, d} refused at KEYS[i], the first full (or paused) ledger;
+--         {0, i, w, p, d, s} refused at KEYS[i], the first full (or paused) ledger;
 --                       w = 1 when the claim is in that ledger's line now; p = 1
 --                       when that ledger is paused; d = 1 when the claim is
---                       dropped by its on_busy policy (then w = 0)
+--                       dropped by its on_busy policy (then w = 0); s = the ms
+--                       left of a settling that refused it (then i is the first
+--                       ledger it did not hold; 0: not settling)
 --         {-1, j}       ARGV[j] malformed (j = 0: wrong argument count); nothing written
 --
 -- Counting: a ledger is full when its members (ZCARD) reach capacity. That
@@ -52,6 +58,13 @@
 -- Controls: a paused ledger refuses every claim it does not hold already (it
 -- may join the line, and keeps its place there); an override is the capacity.
 --
+-- Settling (lib/epoch.lua): while the epoch says the ledgers may have lost the
+-- holds of running jobs, a claim that would be admitted is refused as by a
+-- paused ledger (it may wait in line, and is never dropped), so a ledger that
+-- restarted empty admits nothing over its capacity while those jobs' heartbeats
+-- re-assert their holds. Read only on the admission path (a refusal costs
+-- nothing more), with the TIME that path reads anyway.
+--
 -- All or nothing: a claim refused on any ledger holds none of them; a slot
 -- it was handed on another ledger is given back (to whoever asks next).
 --
@@ -61,8 +74,8 @@
 -- live waiters' processes push it on. A line whose waiters all died is gone
 -- within ttl of its last push.
 
-local n = (#KEYS - 1) / 3
-if n < 1 or n ~= math.floor(n) or #ARGV ~= 2 * n + 4 then
+local n = (#KEYS - 2) / 3
+if n < 1 or n ~= math.floor(n) or #ARGV ~= 2 * n + 5 then
   return {-1, 0}
 end
 local token, ttl, line, place = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -70,6 +83,8 @@ if token == '' then return {-1, 1} end
 if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 2} end
 if line ~= 0 and line ~= 1 and line ~= 2 then return {-1, 3} end
 if not place then return {-1, 4} end
+local settle = tonumber(ARGV[2 * n + 5])
+if not settle or settle < 0 or settle ~= math.floor(settle) then return {-1, 2 * n + 5} end
 -- include: control
 local controls = KEYS[2 * n + 1]
 local caps, paused = {}, nil
@@ -88,10 +103,11 @@ caps, paused = control(controls, ledgers, caps)
 -- redis-py resent it after a lost reply that had admitted it, the claim
 -- queues up while holding its slot and finds that out when it asks again
 -- (line 2), a few seconds later. That case is rare; the check is not free.
-local held, members, replay, refused = {}, {}, 1, 0
+local held, members, replay, refused, new = {}, {}, 1, 0, 0
 for i = 1, n do
   if line ~= 1 then held[i] = redis.call('ZSCORE', KEYS[i], token) end
   if not held[i] then
+    if new == 0 then new = i end
     members[i] = redis.call('ZCARD', KEYS[i])
     if refused == 0 and (paused[i] or members[i] >= caps[i]) then
       refused = i
@@ -99,14 +115,25 @@ for i = 1, n do
   end
 end
 
+-- include: epoch
+local clock, now_ms, unsettled = nil, nil, 0
+if refused == 0 then
+  clock = redis.call('TIME')
+  now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  if new > 0 and settle > 0 then
+    unsettled = settling(KEYS[3 * n + 2], now_ms, settle)
+    if unsettled > 0 then refused = new end
+  end
+end
+
 if refused > 0 then
   for i = 1, n do
     if held[i] then redis.call('ZREM', KEYS[i], token) end
   end
-  -- on_busy: a full (not paused) ledger drops the claim instead of letting it wait.
-  if not paused[refused] and (busy[refused] == 1 or
+  -- on_busy: a full (not paused, not settling) ledger drops the claim instead of letting it wait.
+  if not paused[refused] and unsettled == 0 and (busy[refused] == 1 or
       (busy[refused] == 2 and line ~= 2 and redis.call('ZCARD', KEYS[n + refused]) > 0)) then
-    return {0, refused, 0, 0, 1}
+    return {0, refused, 0, 0, 1, 0}
   end
   if line > 0 then
     local waits = KEYS[n + refused]
@@ -119,11 +146,10 @@ if refused > 0 then
       redis.call('PEXPIRE', waits, ttl)
     end
   end
-  return {0, refused, line > 0 and 1 or 0, paused[refused] and 1 or 0, 0}
+  return {0, refused, line > 0 and 1 or 0, paused[refused] and 1 or 0, 0, unsettled}
 end
 
-local clock = redis.call('TIME')
-local expiry = string.format('%.0f', tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) + ttl)
+local expiry = string.format('%.0f', now_ms + ttl)
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 -- include: fence
 

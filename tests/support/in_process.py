@@ -19,7 +19,7 @@ import pytest
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import TimeLimit
 
-from dramatiq_slots import Slots
+from dramatiq_slots import Ledger, Slots
 from tests.support.waiting import wait_until
 
 #: Short leases so tests that wait for expiry stay quick.
@@ -70,8 +70,14 @@ class RunRecorder:
 
 @pytest.fixture
 def broker(redis_server: Any, key_prefix: str) -> Iterator[RedisBroker]:
-    """A RedisBroker in its own namespace on the test server, with default middleware."""
+    """A RedisBroker in its own namespace on the test server, with default middleware.
+
+    The ledgers of ``key_prefix`` on that server are settled (``Ledger.settle``): the test runs
+    as in a deployment that has been up for a while, not a brand-new one (a test of a brand-new
+    deployment's settling makes its own prefix).
+    """
     broker = RedisBroker(url=redis_server.url, namespace=f"{key_prefix}-q")
+    Ledger(broker.client, key_prefix=key_prefix).settle()
     broker.emit_after("process_boot")
     dramatiq.set_broker(broker)
     yield broker

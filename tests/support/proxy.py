@@ -8,7 +8,10 @@ next command of that name is swallowed and the connection reset, both sides:
 the server has executed the command, the client never learns the outcome (the
 case a lease must survive without a leaked or doubled member). After
 :meth:`FaultProxy.delay_reply`, the reply is held back for a while (a slow
-network: the hold was written long before its holder hears of it).
+network: the hold was written long before its holder hears of it). After
+:meth:`FaultProxy.blackhole`, nothing crosses the proxy either way for a while, on any
+connection, old or new: bytes wait there (a partition that heals; a client whose socket
+timeout fired has gone by then).
 
 A connection that subscribes (Pub/Sub) receives pushes without requests; it
 is forwarded blindly from then on, and never has a reply dropped.
@@ -107,6 +110,7 @@ class _Pair:
                         if name in (b"SUBSCRIBE", b"PSUBSCRIBE", b"SSUBSCRIBE"):
                             self.blind = True
                         self.pending.append((name, words[1] if len(words) > 1 else b""))
+                self.proxy.wait_open()
                 self.server.sendall(data)
         except OSError:
             pass
@@ -120,6 +124,7 @@ class _Pair:
                 data = self.server.recv(65536)
                 if not data:
                     break
+                self.proxy.wait_open()
                 if self.blind:
                     self.client.sendall(data)
                     continue
@@ -166,6 +171,10 @@ class FaultProxy:
         self.dropped: list[tuple[str, str]] = []
         self._pairs: list[_Pair] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
+        #: Set while bytes may cross (cleared by :meth:`blackhole`).
+        self._open = threading.Event()
+        self._open.set()
+        self._closes_at = 0.0
 
     @property
     def url(self) -> str:
@@ -182,6 +191,24 @@ class FaultProxy:
         """Hold back the reply to the next command named ``command`` (first argument ``arg``)."""
         with self._lock:
             self._delays.append((command.upper().encode(), arg.encode(), seconds))
+
+    def blackhole(self, seconds: float) -> None:
+        """Let nothing cross, either way, for ``seconds`` (then everything held back flows)."""
+        with self._lock:
+            self._closes_at = max(self._closes_at, time.monotonic() + seconds)
+            self._open.clear()
+        timer = threading.Timer(seconds, self._reopen)
+        timer.daemon = True
+        timer.start()
+
+    def _reopen(self) -> None:
+        with self._lock:
+            if time.monotonic() >= self._closes_at - 0.001:
+                self._open.set()
+
+    def wait_open(self) -> None:
+        """Block while the proxy is blackholed (the fault itself)."""
+        self._open.wait()
 
     def delay_for(self, name: bytes, arg: bytes) -> float:
         """Seconds to hold this reply back (0: none); counts an armed delay down."""
@@ -222,6 +249,7 @@ class FaultProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._open.set()
         with contextlib.suppress(OSError):
             self._listener.close()
         for pair in self._pairs:

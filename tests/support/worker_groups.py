@@ -508,6 +508,13 @@ class WorkerFleet:
         if self.sends_with_slots:
             # A producer with the middleware, as an app's own: it stamps each message's place in line.
             self._broker.add_middleware(self.config.slots_middleware())
+        self.settle()
+
+    def settle(self) -> None:
+        """Settle the fleet's ledgers (``Ledger.settle``): its workers boot as into a deployment
+        that has been up for a while (a test of a brand-new one's settling does not call this)."""
+        if self.config.slots:
+            self.ledger.settle()
 
     #: Whether the sender's broker has the Slots middleware (the workers' app limits with it).
     sends_with_slots = True
