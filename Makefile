@@ -7,6 +7,9 @@
 #   make clean   remove the venvs, caches and build artifacts
 #   make bench   the side-by-side benchmark (BENCH_ARGS=--quick for a smoke run; not part of test)
 #   make reliability  run the chaos suite and regenerate docs/reliability.md from its verdicts
+#   make soak    faults at random on real worker groups, judged from the whole history (not part of
+#                test): SOAK_SECONDS (default 1200), SOAK_SEED (default: a random one, printed),
+#                SOAK_REPORT=1 writes docs/soak.json and docs/reliability.md's soak section
 #
 # The venv (.venv: the package with its dev extra, i.e. the test extra plus ruff, mypy and
 # pre-commit) is built with the python3 on PATH (3.10+), and rebuilt
@@ -18,7 +21,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-from-pyproject
 
 .DEFAULT_GOAL := test
-.PHONY: test lint typecheck pytest quick venv clean demo bench reliability
+.PHONY: test lint typecheck pytest quick venv clean demo bench reliability soak
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dramatiq-slots needs Python >= 3.10; $(PYTHON) is " + sys.version.split()[0])'
@@ -77,3 +80,8 @@ reliability: $(STAMP)
 	SLOTS_CHAOS_RESULTS=$(CURDIR)/.chaos-results.jsonl $(BIN)/python -m pytest -m chaos -q
 	$(BIN)/python -m tests.support.chaos_report .chaos-results.jsonl docs/reliability.md
 	rm -f .chaos-results.jsonl
+
+SOAK_SECONDS ?= 1200
+soak: $(STAMP)
+	$(BIN)/python -m soak.run --seconds $(SOAK_SECONDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) \
+		$(if $(SOAK_REPORT),--report docs/reliability.md)

@@ -66,6 +66,10 @@ class ProcessReport:
     #: ``{ledger key: capacity}`` of the queue ledgers this process enforces.
     capacities: dict[str, int] = field(default_factory=dict)
     holds: list[ReportedHold] = field(default_factory=list)
+    #: Tokens of the claims whose release Redis has not confirmed yet (retried every beat), and of
+    #: the claims being admitted or waiting in line: members of this process that are no hold.
+    owed: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps({"version": REPORT_VERSION, **asdict(self)}, separators=(",", ":"))

@@ -431,6 +431,8 @@ class Slots(Middleware):
                 )
                 for hold, since in self.registry.held_since()
             ],
+            owed=[hold.token for hold in self.registry.snapshot()[1]],
+            waiting=[hold.token for hold in self.registry.waiting()],
         )
         return self.keys.process(process), report.to_json()
 

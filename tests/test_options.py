@@ -104,6 +104,12 @@ def test_actor_capacity_must_agree_with_queue_capacities(
         ),
         ({"url": "redis://:s3cret@host:port/0"}, r"^Slots\(url=\.\.\.\): not a Redis URL: Port could not"),
         ({"key_prefix": "a{b}"}, r"^Slots\(key_prefix=\.\.\.\): must not contain braces, got 'a\{b\}'"),
+        ({"restart_settle": -1}, r"^Slots\(restart_settle=\.\.\.\): must be an int >= 0 \(ms\), got -1"),
+        ({"restart_settle": 1.5}, r"^Slots\(restart_settle=\.\.\.\): must be an int >= 0"),
+        (
+            {"hold_ttl": 3_000, "restart_settle": 3_001},
+            r"^Slots\(restart_settle=\.\.\.\): must be at most hold_ttl \(3000 ms\), got 3001 ms",
+        ),
     ],
 )
 def test_bad_middleware_settings(settings: dict[str, Any], pattern: str) -> None:
@@ -115,6 +121,12 @@ def test_bad_middleware_settings(settings: dict[str, Any], pattern: str) -> None
 def test_default_beat_is_a_sixth_of_the_ttl() -> None:
     assert Slots(hold_ttl=60_000).settings.beat_ms == 10_000
     assert Slots().settings.hold_ttl == 60_000
+
+
+def test_the_default_settling_lasts_as_long_as_a_process_report() -> None:
+    assert Slots().settings.settle_ms == 25_000
+    assert Slots(hold_ttl=3_000, beat_interval=300).settings.settle_ms == 750
+    assert Slots(restart_settle=0).settings.settle_ms == 0
 
 
 def test_no_redis_for_a_non_redis_broker_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

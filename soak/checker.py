@@ -1,0 +1,581 @@
+"""The checker: a verdict read from a soak's whole history (:class:`soak.history.Record`).
+
+Pure: no server, no clock; tests build histories by hand (``tests/test_soak_checker.py``). Each
+invariant is a function of the record, and :func:`check` gathers their findings into a
+:class:`Verdict`, which passes only when every invariant holds:
+
+messages
+    every message sent completed at least once, or was dropped by its ``on_busy`` policy (only a
+    coalescing actor's may be); every extra run is counted and attributed to a fault that can
+    cause one (a kill, a stop, a pause past the broker's heartbeat timeout, a broker restart, a
+    strict job stopped for its hold); none is left unattributed.
+caps
+    per limited scope, real concurrency (the runs' own intervals) never exceeded the capacity in
+    force at the start of a run (an operator's override or pause, taken with a grace of
+    :data:`GRACE_US` for a message admitted just before a change), except in an over-cap interval
+    attributed to a documented kind of fault: a host paused past ``hold_ttl`` (a lease's limit),
+    or a host paused across a ledger restart that lost its holds (it could not re-assert them
+    while the ledgers settled); each such interval is listed with its length.
+strict
+    a strict actor's over-cap interval ends within one beat (+ :data:`STRICT_MARGIN_US`) after
+    the end of the fault it is attributed to.
+fences
+    the fenced store never accepted a write with a fence below one it had accepted, never refused
+    one that was not, and no two runs had the same fence.
+leaks
+    after the run, nothing under the prefix lives for ever (the runner's scan: keys without an
+    expiry, live members, claims in line), and no hold was live while its process was live and did
+    not have it on record (an orphan: capacity nobody frees until ``hold_ttl``).
+recovery
+    the capped queue's throughput was back at its capacity within ``hold_ttl + beat_interval``
+    (+ :data:`RECOVERY_MARGIN_S`) after every fault that no other fault followed first (after a
+    broker restart, counted from when dramatiq's consumers fetch again: they wait
+    ``CONSUMER_RESTART_DELAY_SECS`` after losing their broker).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dramatiq.worker import CONSUMER_RESTART_DELAY_SECS
+
+from .config import ACTORS, CAPPED, COALESCE, queue_scope
+from .history import COMPLETED, KILLED, RAISED, Event, Record, Run, read
+
+#: A run may start this long (us) after a change of its capacity under the old one: it was
+#: admitted (or handed its slot while parked) before the change, and waited for a thread.
+GRACE_US = 1_000_000
+#: How far past its fault a strict job's over-cap may go beyond one beat (scheduling, us).
+STRICT_MARGIN_US = 300_000
+#: The scheduling margin on the recovery bound (s): a run starts a poll or a thread hand-off after
+#: its admission, on a loaded 2-core machine.
+RECOVERY_MARGIN_S = 0.5
+#: An orphan is a hold seen live, unrefreshed and unreported for longer than this many beats.
+ORPHAN_BEATS = 2.5
+
+#: The fault kinds that excuse an over-cap interval, and why (docs/reliability.md lists them).
+DOCUMENTED_OVER_CAP = {
+    "pause-past-ttl": "a holder paused past hold_ttl: its lease ran out while its job was frozen",
+    "pause-across-empty-restart": (
+        "a holder paused while the ledger's Redis restarted empty: it could not re-assert its hold "
+        "before the ledgers settled"
+    ),
+}
+
+#: Fault kinds that can make a message run again, for each way its earlier run ended.
+_REDELIVERS = {
+    KILLED: {"kill", "graceful-restart"},
+    RAISED: {
+        "pause-past-ttl",
+        "pause-under-ttl",
+        "blackhole",
+        "delayed-reply",
+        "lost-replies",
+        "ledger-restart-empty",
+        "ledger-restart-durable",
+        "client-pause",
+    },
+    COMPLETED: {"kill", "graceful-restart", "pause-past-ttl", "pause-under-ttl", "broker-restart"},
+}
+
+
+@dataclass(frozen=True)
+class Window:
+    """One injected fault's span (us), from the nemesis's start and end events."""
+
+    n: int
+    kind: str
+    target: str
+    start: int
+    end: int
+
+
+@dataclass
+class OverCap:
+    scope: str
+    start: int
+    end: int
+    excess: int
+    strict: bool
+    attributed: str | None = None
+    fault: int | None = None
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start) / 1e6
+
+
+@dataclass
+class Verdict:
+    """Findings per invariant (``failures``: what broke; empty when the soak passes), and figures."""
+
+    failures: list[str] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passed": self.passed, "failures": self.failures, "figures": self.figures}
+
+
+# -- the fault windows and the capacities in force --------------------------------------------------
+
+
+def windows(events: Iterable[Event]) -> list[Window]:
+    """The nemesis's faults (control events apart), by start; a fault with no end lasts for ever."""
+    starts: dict[int, Event] = {}
+    ends: dict[int, int] = {}
+    for event in events:
+        if event.kind == "control":
+            continue
+        if event.phase == "start":
+            starts[event.fault] = event
+        elif event.phase == "end":
+            ends[event.fault] = event.at
+    return sorted(
+        (Window(n, e.kind, e.target, e.at, ends.get(n, 2**62)) for n, e in starts.items()),
+        key=lambda w: (w.start, w.n),
+    )
+
+
+class Capacities:
+    """The capacity in force of each scope over time: declared, or an operator's override; 0 while
+    paused (for runs starting then)."""
+
+    def __init__(self, declared: Mapping[str, int], events: Iterable[Event]) -> None:
+        self.declared = dict(declared)
+        self._changes: dict[str, list[tuple[int, int | None, bool]]] = defaultdict(list)
+        state: dict[str, tuple[int | None, bool]] = {}
+        for event in sorted((e for e in events if e.kind == "control"), key=lambda e: e.at):
+            override, paused = state.get(event.target, (None, False))
+            value = event.params.get("value")
+            if event.phase == "capacity":
+                override = None if value is None else int(value)
+            else:
+                paused = value is not None
+            state[event.target] = (override, paused)
+            self._changes[event.target].append((event.at, override, paused))
+
+    def at(self, scope: str, t: int) -> int:
+        override, paused = None, False
+        for at, o, p in self._changes.get(scope, ()):
+            if at > t:
+                break
+            override, paused = o, p
+        if paused:
+            return 0
+        return override if override is not None else self.declared.get(scope, 1)
+
+    def allowed(self, scope: str, t: int) -> int:
+        """The most a run starting at ``t`` may find running (itself included): the largest
+        capacity in force over the grace before it."""
+        points = [t - GRACE_US] + [at for at, _, _ in self._changes.get(scope, ()) if t - GRACE_US < at <= t]
+        return max(self.at(scope, p) for p in points)
+
+
+def capacity_of(record: Record, scope: str) -> int | None:
+    """The declared capacity of a scope (facts), None when it has no limit."""
+    declared: dict[str, int] = record.facts.get("declared", {})
+    if scope in declared:
+        return declared[scope]
+    return 1 if scope.startswith("key:") else None
+
+
+# -- messages --------------------------------------------------------------------------------------
+
+
+def _attribute_rerun(first: Run, later: Run, faults: Sequence[Window], slack_us: int) -> Window | None:
+    """The fault that made ``later`` (a run of the same message) happen, if one could."""
+    kinds = _REDELIVERS.get(first.outcome or KILLED, set())
+    for fault in faults:
+        if fault.kind not in kinds:
+            continue
+        on_its_host = fault.target == first.group or fault.kind == "broker-restart"
+        # The earlier run's own host, around the earlier run; or any kill or stop while the message
+        # was between runs (a deferral whose ack was cut short redelivers the original).
+        if (
+            on_its_host
+            and fault.start <= (first.end or 2**62) + slack_us
+            and fault.end >= first.start - slack_us
+        ):
+            return fault
+        if fault.kind in ("kill", "graceful-restart") and first.start <= fault.start <= later.start:
+            return fault
+    # A host paused past the broker's heartbeat timeout has its unacked messages requeued to the
+    # others; it runs them again once resumed (the later run is on the paused host).
+    for fault in faults:
+        if (
+            fault.kind in ("pause-past-ttl", "pause-under-ttl")
+            and fault.target == later.group
+            and fault.start <= later.start
+            and fault.end >= first.start - slack_us
+        ):
+            return fault
+    return None
+
+
+def check_messages(record: Record, faults: Sequence[Window], verdict: Verdict) -> None:
+    runs_of: dict[str, list[Run]] = defaultdict(list)
+    for run in record.runs:
+        runs_of[run.message_id].append(run)
+    sent = {s.message_id: s for s in record.sent}
+    completed = {m for m, runs in runs_of.items() if any(r.completed for r in runs)}
+    dropped = set(record.drops)
+    lost = sorted(set(sent) - completed - dropped)
+    wrongly_dropped = sorted(m for m in dropped if m in sent and sent[m].actor != ACTORS[COALESCE])
+    beat_us = int(record.facts.get("beat_interval", 500)) * 1000
+    slack = 2 * beat_us + int(record.facts.get("broker_heartbeat_timeout", 5_000)) * 1000
+    extra, unattributed = Counter[str](), []
+    for message_id, runs in runs_of.items():
+        for first, later in itertools.pairwise(runs):
+            fault = _attribute_rerun(first, later, faults, slack)
+            if fault is None:
+                unattributed.append(
+                    f"{message_id} ({first.actor}: {first.outcome} on {first.group}, again on {later.group})"
+                )
+            else:
+                extra[fault.kind] += 1
+    verdict.figures["messages"] = {
+        "sent": len(sent),
+        "completed": len(completed & set(sent)),
+        "dropped": len(dropped & set(sent)),
+        "runs": len(record.runs),
+        "extra_runs": sum(extra.values()) + len(unattributed),
+        "extra_runs_by_fault": dict(extra),
+        "unattributed_extra_runs": unattributed[:20],
+        "lost": lost[:20],
+    }
+    if lost:
+        verdict.failures.append(
+            f"messages: {len(lost)} sent and never completed nor dropped (e.g. {lost[:3]})"
+        )
+    if wrongly_dropped:
+        verdict.failures.append(f"messages: {len(wrongly_dropped)} dropped that no on_busy policy may drop")
+    if unattributed:
+        verdict.failures.append(
+            f"messages: {len(unattributed)} extra run(s) no fault explains (e.g. {unattributed[:2]})"
+        )
+
+
+# -- caps ------------------------------------------------------------------------------------------
+
+
+def over_caps(record: Record, capacities: Capacities) -> list[OverCap]:
+    """Every interval in which a scope had more runs open than a run starting then may find."""
+    by_scope: dict[str, list[Run]] = defaultdict(list)
+    for run in record.runs:
+        for scope in run.scopes:
+            if capacity_of(record, scope) is not None:
+                by_scope[scope].append(run)
+    found: list[OverCap] = []
+    for scope, runs in sorted(by_scope.items()):
+        events = sorted(
+            [(r.start, 1, r) for r in runs] + [(r.end if r.end is not None else 2**62, -1, r) for r in runs],
+            key=lambda e: (e[0], e[1]),  # at one instant, ends before starts
+        )
+        open_runs = 0
+        episode: OverCap | None = None
+        for at, delta, run in events:
+            open_runs += delta
+            if delta == 1 and open_runs > capacities.allowed(scope, at):
+                if episode is None:
+                    episode = OverCap(scope, at, at, 0, run.strict)
+                episode.excess = max(episode.excess, open_runs - capacities.at(scope, at))
+                episode.strict = episode.strict or run.strict
+            elif episode is not None and open_runs <= capacities.at(scope, at):
+                episode.end = at
+                found.append(episode)
+                episode = None
+        if episode is not None:
+            episode.end = 2**62
+            found.append(episode)
+    return found
+
+
+def attribute_over_cap(episode: OverCap, record: Record, faults: Sequence[Window]) -> None:
+    """Name the documented fault an over-cap interval comes from, if there is one."""
+    ttl_us = int(record.facts.get("hold_ttl", 3_000)) * 1000
+    beat_us = int(record.facts.get("beat_interval", 500)) * 1000
+    open_then = [
+        r
+        for r in record.runs
+        if episode.scope in r.scopes and r.start <= episode.start and (r.end or 2**62) > episode.start
+    ]
+    for fault in faults:
+        if fault.kind not in ("pause-past-ttl", "pause-under-ttl"):
+            continue
+        # Its runs open then: frozen in their bodies, or admitted before the stop and started as
+        # the host came back (within a beat and the grace).
+        frozen = [
+            r for r in open_then if r.group == fault.target and r.start < fault.end + beat_us + GRACE_US
+        ]
+        if not frozen or fault.start > episode.start:
+            continue
+        if fault.kind == "pause-past-ttl" and episode.start >= fault.start + ttl_us // 2:
+            episode.attributed, episode.fault = fault.kind, fault.n
+            return
+        restarted = [
+            f
+            for f in faults
+            if f.kind == "ledger-restart-empty" and fault.start - ttl_us <= f.start <= fault.end
+        ]
+        if restarted:
+            episode.attributed, episode.fault = "pause-across-empty-restart", fault.n
+            return
+
+
+def check_caps(record: Record, capacities: Capacities, faults: Sequence[Window], verdict: Verdict) -> None:
+    episodes = over_caps(record, capacities)
+    by_n = {f.n: f for f in faults}
+    beat_us = int(record.facts.get("beat_interval", 500)) * 1000
+    for episode in episodes:
+        attribute_over_cap(episode, record, faults)
+    unexplained = [e for e in episodes if e.attributed is None]
+    strict_late = [
+        e
+        for e in episodes
+        if e.strict and e.fault is not None and e.end > by_n[e.fault].end + beat_us + STRICT_MARGIN_US
+    ]
+    start = int(record.facts.get("start_us", 0))
+    verdict.figures["over_cap"] = [
+        {
+            "scope": e.scope,
+            "at_s": round((e.start - start) / 1e6, 2),
+            "seconds": round(e.seconds, 3),
+            "excess": e.excess,
+            "strict": e.strict,
+            "attributed": e.attributed,
+            "fault": e.fault,
+        }
+        for e in episodes
+    ]
+    if unexplained:
+        first = unexplained[0]
+        verdict.failures.append(
+            f"caps: {len(unexplained)} over-cap interval(s) no documented fault explains (first: "
+            f"{first.scope} at {(first.start - start) / 1e6:.2f} s for {first.seconds:.3f} s, "
+            f"{first.excess} over)"
+        )
+    if strict_late:
+        verdict.failures.append(
+            f"strict: {len(strict_late)} strict over-cap interval(s) outlived their fault by more "
+            "than one beat"
+        )
+
+
+# -- fences --------------------------------------------------------------------------------------------
+
+
+def check_fences(record: Record, verdict: Verdict) -> None:
+    best: int | None = None
+    wrong: list[str] = []
+    for write in sorted(record.writes, key=lambda w: w.at):  # the store's own order
+        current = best is None or write.fence >= best
+        if write.accepted and not current:
+            wrong.append(f"accepted fence {write.fence} after {best}")
+        if not write.accepted and current:
+            wrong.append(f"refused fence {write.fence}, not below any accepted one ({best})")
+        if write.accepted:
+            best = write.fence
+    fences = Counter(r.fence for r in record.runs if r.fence is not None)
+    shared = sorted(f for f, n in fences.items() if n > 1)
+    verdict.figures["fences"] = {
+        "writes": len(record.writes),
+        "accepted": sum(1 for w in record.writes if w.accepted),
+        "refused": sum(1 for w in record.writes if not w.accepted),
+        "runs_fenced": sum(fences.values()),
+    }
+    if wrong:
+        verdict.failures.append(f"fences: the store broke its rule {len(wrong)} time(s) (e.g. {wrong[:2]})")
+    if shared:
+        verdict.failures.append(
+            f"fences: {len(shared)} fence(s) given to more than one run (e.g. {shared[:3]})"
+        )
+
+
+# -- leaks ----------------------------------------------------------------------------------------
+
+
+def orphans(record: Record) -> list[dict[str, Any]]:
+    """Holds live, never refreshed and in no report of their live process, for ORPHAN_BEATS beats."""
+    beat_ms = int(record.facts.get("beat_interval", 500))
+    first_seen: dict[tuple[str, str], tuple[int, int]] = {}
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for sample in record.samples:
+        for scope, members in sample.members.items():
+            for token, score in members.items():
+                process = token.rsplit(":", 2)[0]
+                reported = sample.reports.get(process)
+                key = (scope, token)
+                if reported is None or token in reported:
+                    first_seen.pop(key, None)  # its process is gone (it ages out) or has it on record
+                    continue
+                seen = first_seen.setdefault(key, (sample.ledger_now_ms, score))
+                if seen[1] != score:
+                    first_seen[key] = (sample.ledger_now_ms, score)  # refreshed: somebody beats it
+                elif sample.ledger_now_ms - seen[0] >= ORPHAN_BEATS * beat_ms:
+                    found[key] = {"scope": scope, "token": token, "for_ms": sample.ledger_now_ms - seen[0]}
+    return sorted(found.values(), key=lambda o: -int(o["for_ms"]))
+
+
+def check_leaks(record: Record, verdict: Verdict) -> None:
+    leaks = list(record.facts.get("leaks", []))
+    orphaned = orphans(record)
+    verdict.figures["leaks"] = {"after_run": leaks, "orphan_holds": orphaned[:20], "orphans": len(orphaned)}
+    if leaks:
+        verdict.failures.append(
+            f"leaks: {len(leaks)} thing(s) left under the prefix after the run (e.g. {leaks[:3]})"
+        )
+    if orphaned:
+        verdict.failures.append(
+            f"leaks: {len(orphaned)} hold(s) live while their process was, on no record of it "
+            f"(e.g. {orphaned[:2]})"
+        )
+
+
+# -- recovery ----------------------------------------------------------------------------------------
+
+
+def recoveries(
+    record: Record, capacities: Capacities, faults: Sequence[Window]
+) -> tuple[list[tuple[str, float]], int]:
+    """Seconds from each fault's end until the capped queue ran at its capacity in force again, for
+    faults no other fault followed before that; and how many were cut short by another fault."""
+    scope = queue_scope(CAPPED)
+    runs = [r for r in record.runs if scope in r.scopes]
+    changes = sorted(
+        [(r.start, 1) for r in runs] + [(r.end if r.end is not None else 2**62, -1) for r in runs]
+    )
+    drained = int(record.facts.get("drain_us", 2**62))
+    out: list[tuple[str, float]] = []
+    overlapped = 0
+    starts = [f.start for f in faults]
+    for fault in faults:
+        if fault.end >= drained:
+            continue
+        since = fault.end
+        if fault.kind == "broker-restart":
+            # dramatiq's consumers wait this long after losing their broker before they fetch again.
+            since = max(since, fault.start + int(CONSUMER_RESTART_DELAY_SECS * 1e6))
+        following = [s for s in starts if fault.end < s]
+        horizon = min(following, default=drained)
+        at = _first_at_capacity(changes, capacities, scope, since, horizon)
+        if at is None:
+            overlapped += 1
+        else:
+            out.append((fault.kind, (at - since) / 1e6))
+    return out, overlapped
+
+
+def _first_at_capacity(
+    changes: Sequence[tuple[int, int]], capacities: Capacities, scope: str, since: int, until: int
+) -> int | None:
+    open_runs = 0
+    for at, delta in changes:
+        if at > until:
+            break
+        open_runs += delta
+        if at >= since and open_runs >= capacities.at(scope, at):
+            return at
+    if open_runs >= capacities.at(scope, since):
+        return since  # already at capacity at the fault's end, and nothing changed since
+    return None
+
+
+def check_recovery(
+    record: Record, capacities: Capacities, faults: Sequence[Window], verdict: Verdict
+) -> None:
+    measured, overlapped = recoveries(record, capacities, faults)
+    times = [t for _, t in measured]
+    bound = (int(record.facts.get("hold_ttl", 3_000)) + int(record.facts.get("beat_interval", 500))) / 1000
+    late = [t for t in times if t > bound + RECOVERY_MARGIN_S]
+    worst: dict[str, float] = {}
+    for kind, t in measured:
+        worst[kind] = round(max(worst.get(kind, 0.0), t), 3)
+    verdict.figures["recovery"] = {
+        "measured": len(times),
+        "max_s_by_fault": worst,
+        "cut_short_by_another_fault": overlapped,
+        "p50_s": round(statistics.median(times), 3) if times else None,
+        "p99_s": round(_quantile(times, 0.99), 3) if times else None,
+        "max_s": round(max(times), 3) if times else None,
+        "bound_s": bound,
+    }
+    if late:
+        verdict.failures.append(
+            f"recovery: {len(late)} fault(s) after which the capped queue took longer than "
+            f"hold_ttl + beat ({bound:.1f} s, + {RECOVERY_MARGIN_S} s) to reach its capacity "
+            f"(max {max(late):.2f} s)"
+        )
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# -- the whole --------------------------------------------------------------------------------------
+
+
+def check(record: Record) -> Verdict:
+    """The verdict on a whole history."""
+    verdict = Verdict()
+    faults = windows(record.events)
+    capacities = Capacities(record.facts.get("declared", {}), record.events)
+    verdict.figures["faults"] = dict(Counter(f.kind for f in faults))
+    verdict.figures["faults_total"] = len(faults)
+    check_messages(record, faults, verdict)
+    check_caps(record, capacities, faults, verdict)
+    check_fences(record, verdict)
+    check_leaks(record, verdict)
+    check_recovery(record, capacities, faults, verdict)
+    return verdict
+
+
+def summary(verdict: Verdict) -> dict[str, Any]:
+    """The verdict as JSON-able data (what docs/reliability.md's soak section is made from)."""
+    return asdict(verdict) | {"passed": verdict.passed}
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m soak.checker HISTORY.json [AT_S]``: the verdict on a kept history; with ``AT_S``
+    (seconds after the start), the faults, controls and runs of the limited scopes around then."""
+    record = read(argv[0])
+    verdict = check(record)
+    print(json.dumps(verdict.to_json(), indent=1, default=str))
+    if len(argv) > 1:
+        start = int(record.facts.get("start_us", 0))
+        at = start + int(float(argv[1]) * 1e6)
+        near = 4_000_000
+        for w in windows(record.events):
+            if w.start - near <= at <= w.end + near:
+                print(
+                    f"fault #{w.n} {w.kind} {w.target} "
+                    f"{(w.start - start) / 1e6:.3f}..{(w.end - start) / 1e6:.3f}"
+                )
+        for e in record.events:
+            if e.kind == "control" and abs(e.at - at) <= near:
+                print(f"control {e.phase} {e.target} {e.params} at {(e.at - start) / 1e6:.3f}")
+        for r in record.runs:
+            if r.start - near <= at <= (r.end or 2**62) + near and any(
+                capacity_of(record, s) for s in r.scopes
+            ):
+                print(
+                    f"run {r.run_id} {r.actor} {r.scopes} {r.group}/{r.pid} "
+                    f"{(r.start - start) / 1e6:.3f}..{((r.end or 2**62) - start) / 1e6:.3f} {r.outcome}"
+                )
+    return 0 if verdict.passed else 1
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,328 @@
+"""The soak's checker and schedule, on histories built by hand: each invariant catches its breach.
+
+A clean history passes; each test breaks one thing the way a bug would, and the checker must name
+it (or, for a documented fault, attribute it and pass). No servers: the checker is pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from soak import checker
+from soak.config import SoakConfig
+from soak.history import COMPLETED, KILLED, Event, Record, Run, Sample, Sent, Write
+from soak.nemesis import KINDS, Nemesis, resource, schedule
+
+S = 1_000_000  # one second, in us
+T0 = 1_000 * S  # the soak's start
+CAPPED = "queue:soak_capped"
+STRICT = "queue:soak_strict"
+
+
+def facts(**more: Any) -> dict[str, Any]:
+    return {
+        "hold_ttl": 3_000,
+        "beat_interval": 500,
+        "broker_heartbeat_timeout": 5_000,
+        "declared": {CAPPED: 3, STRICT: 2, "key:partner": 2},
+        "start_us": T0,
+        "drain_us": T0 + 1_000 * S,
+        "leaks": [],
+        **more,
+    }
+
+
+class History:
+    """A small history: messages sent and run, faults, controls."""
+
+    def __init__(self) -> None:
+        self.record = Record(facts=facts())
+        self._runs = 0
+
+    def run(
+        self,
+        start_s: float,
+        end_s: float,
+        *,
+        scope: str = CAPPED,
+        group: str = "A",
+        message: str | None = None,
+        outcome: str = COMPLETED,
+        strict: bool = False,
+        fence: int | None = None,
+        actor: str = "capped_job",
+    ) -> Run:
+        self._runs += 1
+        message_id = message or f"m{self._runs}"
+        if not any(s.message_id == message_id for s in self.record.sent):
+            self.record.sent.append(Sent(message_id, actor, (scope,), T0 + int(start_s * S) - 1))
+        run = Run(
+            self._runs,
+            message_id,
+            actor,
+            (scope,),
+            group,
+            100,
+            T0 + int(start_s * S),
+            T0 + int(end_s * S),
+            outcome,
+            fence,
+            strict,
+        )
+        self.record.runs.append(run)
+        return run
+
+    def fault(self, n: int, kind: str, target: str, start_s: float, end_s: float) -> None:
+        self.record.events += [
+            Event(n, kind, "start", target, T0 + int(start_s * S)),
+            Event(n, kind, "end", target, T0 + int(end_s * S)),
+        ]
+
+    def control(self, scope: str, which: str, value: int | None, at_s: float) -> None:
+        self.record.events.append(Event(0, "control", which, scope, T0 + int(at_s * S), {"value": value}))
+
+    def verdict(self) -> checker.Verdict:
+        self.record.runs.sort(key=lambda r: r.start)
+        return checker.check(self.record)
+
+
+def failures(history: History, prefix: str) -> list[str]:
+    return [f for f in history.verdict().failures if f.startswith(prefix)]
+
+
+def at_cap(history: History, start_s: float, end_s: float, *, scope: str = CAPPED, n: int = 3) -> None:
+    for _ in range(n):
+        history.run(start_s, end_s, scope=scope)
+
+
+# -- a clean history ---------------------------------------------------------------------------------
+
+
+def test_a_history_within_every_invariant_passes() -> None:
+    h = History()
+    at_cap(h, 0, 1)
+    at_cap(h, 1, 2)
+    verdict = h.verdict()
+    assert verdict.passed, verdict.failures
+    assert verdict.figures["messages"]["sent"] == 6 == verdict.figures["messages"]["completed"]
+    assert verdict.figures["over_cap"] == []
+
+
+# -- messages ----------------------------------------------------------------------------------------
+
+
+def test_a_message_that_never_completed_is_lost() -> None:
+    h = History()
+    h.run(0, 1, message="gone", outcome=KILLED)
+    assert failures(h, "messages: 1 sent and never completed")
+
+
+def test_only_a_coalescing_actors_message_may_be_dropped() -> None:
+    h = History()
+    h.record.sent += [Sent("c", "coalesce_job", ("key:sync",), T0), Sent("k", "keyed_job", ("key:hot",), T0)]
+    h.record.drops = {"c": T0 + S}
+    assert failures(h, "messages: 1 sent and never completed")  # k: neither ran nor may be dropped
+    h.record.drops["k"] = T0 + S
+    assert failures(h, "messages: 1 dropped that no on_busy policy may drop")
+
+
+def test_an_extra_run_is_attributed_to_the_kill_that_cut_the_first_short() -> None:
+    h = History()
+    h.run(0, 1, message="m", group="A", outcome=KILLED)
+    h.run(7, 8, message="m", group="B")
+    assert failures(h, "messages: 1 extra run(s) no fault explains")
+    h.fault(1, "kill", "A", 1, 3)
+    verdict = h.verdict()
+    assert verdict.passed, verdict.failures
+    assert verdict.figures["messages"]["extra_runs_by_fault"] == {"kill": 1}
+
+
+def test_an_extra_run_on_a_host_paused_past_the_brokers_heartbeat_is_attributed_to_the_pause() -> None:
+    h = History()
+    h.run(6, 6.3, message="m", group="A")  # requeued by the broker while C was stopped
+    h.run(6.5, 6.8, message="m", group="C")  # C runs its copy once resumed
+    assert failures(h, "messages: 1 extra run(s)")
+    h.fault(1, "pause-past-ttl", "C", 0.5, 6.4)
+    assert h.verdict().passed
+
+
+# -- caps --------------------------------------------------------------------------------------------
+
+
+def test_one_run_over_the_cap_with_no_fault_fails() -> None:
+    h = History()
+    at_cap(h, 0, 2)
+    h.run(1, 1.5)
+    assert failures(h, "caps: 1 over-cap interval(s) no documented fault explains")
+    (episode,) = h.verdict().figures["over_cap"]
+    assert episode["excess"] == 1 and episode["seconds"] == pytest.approx(0.5)
+
+
+def test_an_over_cap_behind_a_holder_paused_past_hold_ttl_is_attributed_to_it() -> None:
+    h = History()
+    h.run(0, 8, group="C")  # frozen with its hold, which lapses while C is stopped
+    at_cap(h, 0, 6, n=2)
+    h.run(4, 5, group="A")  # admitted once C's hold expired
+    h.fault(1, "pause-past-ttl", "C", 0.5, 5.5)
+    verdict = h.verdict()
+    assert verdict.passed, verdict.failures
+    (episode,) = verdict.figures["over_cap"]
+    assert episode["attributed"] == "pause-past-ttl" and episode["fault"] == 1
+
+
+def test_a_strict_over_cap_must_end_within_a_beat_of_its_fault() -> None:
+    h = History()
+    h.run(0, 5.7, scope=STRICT, group="C", strict=True)  # stopped 0.2 s after SIGCONT: a beat
+    h.run(0, 7, scope=STRICT, strict=True)
+    h.run(4, 7, scope=STRICT, strict=True)  # admitted once C's hold expired
+    h.fault(1, "pause-past-ttl", "C", 0.5, 5.5)
+    assert h.verdict().passed
+    h.record.runs[0] = dataclasses.replace(h.record.runs[0], end=T0 + int(6.5 * S))  # ran on 1 s
+    assert failures(h, "strict: 1 strict over-cap interval(s) outlived their fault")
+
+
+def test_a_lowered_capacity_is_in_force_for_runs_that_start_after_its_grace() -> None:
+    h = History()
+    at_cap(h, 0, 10, n=2)
+    h.control(CAPPED, "capacity", 1, 2)
+    h.run(2.5, 3)  # admitted just before the change, started within the grace: allowed
+    assert h.verdict().passed, h.verdict().failures
+    h.run(5, 6)  # the ledger held 2 of 1: it must not have admitted this one
+    assert failures(h, "caps: 1 over-cap interval(s)")
+
+
+def test_a_raised_capacity_counts_from_when_it_was_sent_and_a_pause_admits_nothing() -> None:
+    h = History()
+    h.control(CAPPED, "capacity", 5, 1)
+    at_cap(h, 1.01, 3, n=5)
+    assert h.verdict().passed
+    h.control(CAPPED, "paused", 1, 4)
+    h.run(6, 7)
+    assert failures(h, "caps: 1 over-cap interval(s)")
+
+
+# -- fences ------------------------------------------------------------------------------------------
+
+
+def test_the_store_may_never_take_a_lower_fence_and_no_two_runs_share_one() -> None:
+    h = History()
+    first, second = h.run(0, 1, fence=10), h.run(1, 2, fence=11)
+    h.record.writes = [
+        Write(first.run_id, 10, True, 1),
+        Write(first.run_id, 10, True, 2),  # a holder writes again: taken
+        Write(second.run_id, 11, True, 3),
+        Write(first.run_id, 10, False, 4),  # the stale holder: refused
+    ]
+    assert h.verdict().passed, h.verdict().failures
+    h.record.writes.append(Write(first.run_id, 10, True, 5))
+    assert failures(h, "fences: the store broke its rule 1 time(s)")
+    h.record.writes.pop()
+    h.run(2, 3, fence=11)
+    assert failures(h, "fences: 1 fence(s) given to more than one run")
+
+
+# -- leaks -------------------------------------------------------------------------------------------
+
+
+def _sample(at_ms: int, members: dict[str, int], reports: dict[str, tuple[str, ...]]) -> Sample:
+    return Sample(T0 + at_ms * 1000, at_ms, {CAPPED: members}, reports)
+
+
+def test_a_hold_live_and_unrefreshed_on_no_record_of_its_live_process_is_an_orphan() -> None:
+    """The lead of the reliability issue: holds nobody has on record block their ledger for hold_ttl."""
+    h = History()
+    h.record.samples = [
+        _sample(t, {"vm:7:1:5": 9_000}, {"vm:7": ("vm:7:1:6",)}) for t in range(0, 2_000, 250)
+    ]
+    (orphan,) = h.verdict().figures["leaks"]["orphan_holds"]
+    assert orphan["token"] == "vm:7:1:5" and orphan["for_ms"] >= 1_250
+    assert failures(h, "leaks: 1 hold(s) live while their process was")
+
+
+@pytest.mark.parametrize(
+    "why",
+    ["on record (held, owed or waiting)", "refreshed", "its process is gone"],
+)
+def test_a_hold_its_process_has_refreshes_or_left_is_no_orphan(why: str) -> None:
+    h = History()
+    samples = []
+    for t in range(0, 2_000, 250):
+        reports: dict[str, tuple[str, ...]] = {"vm:7": ("vm:7:1:5",) if why.startswith("on record") else ()}
+        if why == "its process is gone":
+            reports = {}
+        score = 9_000 + (t if why == "refreshed" else 0)
+        samples.append(_sample(t, {"vm:7:1:5": score}, reports))
+    h.record.samples = samples
+    assert h.verdict().passed, h.verdict().failures
+
+
+def test_what_is_left_under_the_prefix_after_the_run_is_a_leak() -> None:
+    h = History()
+    h.record.facts["leaks"] = ["{soak}:queue-line:soak_capped: 1 claim(s) in line after every worker stopped"]
+    assert failures(h, "leaks: 1 thing(s) left under the prefix")
+
+
+# -- recovery ----------------------------------------------------------------------------------------
+
+
+def test_the_capped_queue_must_be_back_at_its_capacity_within_hold_ttl_and_a_beat() -> None:
+    h = History()
+    h.fault(1, "kill", "A", 0, 1)
+    at_cap(h, 3, 6)  # 2 s after the fault's end: within 3.5 s
+    verdict = h.verdict()
+    assert verdict.passed and verdict.figures["recovery"]["max_s"] == pytest.approx(2.0)
+    h = History()
+    h.fault(1, "kill", "A", 0, 1)
+    at_cap(h, 6, 8)  # 5 s: too late
+    assert failures(h, "recovery: 1 fault(s)")
+
+
+# -- the schedule ------------------------------------------------------------------------------------
+
+
+def _config() -> SoakConfig:
+    return SoakConfig("b", "l", "o", "ns", "p", "h", "/tmp")
+
+
+def test_a_schedule_is_replayed_from_its_seed_and_draws_every_kind() -> None:
+    config = _config()
+    faults = schedule(7, 1_200, config)
+    assert faults == schedule(7, 1_200, config)
+    assert faults != schedule(8, 1_200, config)
+    assert 200 <= len(faults) <= 290  # mean gap 5 s over 1,190 s
+    assert {f.kind for f in faults} == set(KINDS)
+    assert all(5 <= f.at_s <= 1_195 for f in faults)
+    past = [f.duration_s for f in faults if f.kind == "pause-past-ttl"]
+    under = [f.duration_s for f in faults if f.kind == "pause-under-ttl"]
+    assert min(past) > 3.0 and max(under) <= 2.5
+
+
+def test_faults_on_one_resource_wait_for_each_other_and_others_overlap() -> None:
+    """Two stops of one host never overlap (the second would be undone by the first's SIGCONT)."""
+    config = _config()
+    faults = [f for f in schedule(3, 600, config) if f.kind in ("pause-under-ttl", "client-pause")][:6]
+    calls: list[tuple[str, str]] = []
+
+    class Target:
+        history = type("H", (), {"event": staticmethod(lambda *a, **k: 0)})()
+
+        def stop_host(self, host: str, *, stopped: bool) -> None:
+            calls.append((f"host:{host}", "stop" if stopped else "cont"))
+
+        def pause_ledger_clients(self, seconds: float) -> None:
+            calls.append(("ledger", "pause"))
+
+    timed = [
+        dataclasses.replace(f, at_s=0.0, duration_s=0.05, target="A" if f.target != "ledger" else f.target)
+        for f in faults
+    ]
+    nemesis = Nemesis(timed, Target())  # type: ignore[arg-type]
+    nemesis.start()
+    nemesis.join()
+    host_calls = [c for c in calls if c[0] == "host:A"]
+    assert host_calls == [("host:A", "stop"), ("host:A", "cont")] * (len(host_calls) // 2)
+    assert {resource(f) for f in timed} <= {"host:A", "ledger"}
+    assert nemesis.injected == len(timed) and not nemesis.errors
