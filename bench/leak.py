@@ -3,8 +3,8 @@
 A workload with ``own_ledger`` gives the Slots ledger a throwaway server of its
 own (the broker and the probe keep theirs), so that whatever is left there
 afterwards is the ledger's. :class:`LedgerCheck` holds four readings of it
-(:class:`Reading`: ``DBSIZE`` and ``INFO memory``, each after a ``CONFIG
-RESETSTAT``, see below):
+(:class:`Reading`: ``DBSIZE`` and ``INFO memory``, each once Lua's garbage
+is collected and after a ``CONFIG RESETSTAT``, see below):
 
 cold
     the fresh server;
@@ -26,11 +26,14 @@ after
 leak; one with a TTL is still expiring (a coming ``{<prefix>}:epoch`` key
 lives as long as workers beat, plus a TTL, and is allowed).
 
-Two costs of a server's use are no leak, and are kept out of the
-comparison: Redis (7 and later, ``latency-tracking`` on by default) makes a
-latency histogram of about 24 KB for each command name at its first call,
-kept until ``CONFIG RESETSTAT``: each reading resets them first
-(``stats_memory``: what that freed). And a fresh server's first use costs
+Three costs of a server's use are no leak, and are kept out of the
+comparison. The scripts' Lua heap (on Redis 8, part of ``used_memory``)
+holds garbage until Lua's collector gets to it, tens of KB that differ from
+one moment to the next: each reading collects it first. Redis (7 and later,
+``latency-tracking`` on by default) makes a latency histogram of about 24 KB
+for each command name at its first call, kept until ``CONFIG RESETSTAT``:
+each reading resets them next (``freed_memory``: what the two freed). And a
+fresh server's first use costs
 about 100 KB once (measured on Redis 8.2: the script cache, about 53 KB, and
 as much again that stays once the first claim's keys are gone), the same
 after 1,000 keys as after 10,000: the warm-up pays it before ``before``
@@ -39,6 +42,7 @@ after 1,000 keys as after 10,000: the warm-up pays it before ``before``
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -72,27 +76,36 @@ class Reading:
     scripts_memory: int
     #: ``number_of_cached_scripts``.
     scripts: int
-    #: What ``CONFIG RESETSTAT`` freed just before (the per-command statistics; a few KB either
-    #: way: the reading's own commands' histograms are made and freed in between).
-    stats_memory: int
+    #: ``used_memory_vm_eval``: the scripts' Lua heap, once collected.
+    lua_memory: int
+    #: What collecting Lua's garbage, then ``CONFIG RESETSTAT`` (the per-command statistics),
+    #: freed just before (a few tens of KB either way: the reading's own commands' histograms are
+    #: made and freed in between).
+    freed_memory: int
+
+
+#: Collects the Lua heap's garbage (the scripts' sandbox allows ``collectgarbage``).
+_COLLECT = "collectgarbage('collect') return 0"
 
 
 def read(client: redis.Redis) -> Reading:
-    """``CONFIG RESETSTAT``, then ``DBSIZE`` and ``INFO memory``, in one round trip (see the
-    module docstring)."""
+    """Collect Lua's garbage, ``CONFIG RESETSTAT``, then ``DBSIZE`` and ``INFO memory``, in one
+    round trip (see the module docstring)."""
     pipe = client.pipeline(transaction=False)
     pipe.info("memory")
+    pipe.eval(_COLLECT, 0)
     pipe.config_resetstat()
     pipe.dbsize()
     pipe.info("memory")
-    unreset, _, keys, memory = pipe.execute()
+    unread, _, _, keys, memory = pipe.execute()
     used = int(memory["used_memory"])
     return Reading(
         keys=int(keys),
         used_memory=used,
         scripts_memory=int(memory.get("used_memory_scripts_eval", 0)),
         scripts=int(memory.get("number_of_cached_scripts", 0)),
-        stats_memory=int(unreset["used_memory"]) - used,
+        lua_memory=int(memory.get("used_memory_vm_eval", 0)),
+        freed_memory=int(unread["used_memory"]) - used,
     )
 
 
@@ -233,6 +246,8 @@ class OwnLedger:
         cold = read(self.client)
         warm(self.client)
         self.check = LedgerCheck(self.server.version, KeySpace(key_prefix), cold, read(self.client))
+        self._stopped_at: float | None = None
+        self._watch: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -242,16 +257,37 @@ class OwnLedger:
         """Every worker booted: read ``booted``."""
         self.check.booted = read(self.client)
 
+    @property
+    def stopped_at(self) -> float | None:
+        """When :meth:`stopped` was called (``time.monotonic()``; None: never)."""
+        return self._stopped_at
+
     def stopped(self, *, wait_s: float) -> None:
-        """The workers stopped gracefully: count the process reports left, then read ``after``
-        and list the keys left once ``wait_s`` have passed (``hold_ttl`` + a beat; 0 when
-        Slots never ran)."""
+        """The workers stopped gracefully: count the process reports left, and watch the key
+        count for ``wait_s`` (``hold_ttl`` + a beat; 0 when Slots never ran) on a thread of its
+        own, so the next runs need not wait; :meth:`finish` reads ``after``."""
         check = self.check
         check.reports_after_stop = count_matching(self.client, check.keys.process_pattern())
-        check.waited_s = wait_s
-        check.back_after_s = wait_expired(self.client, check.before.keys, wait_s)
-        check.after = read(self.client)
-        check.left = keys_left(self.client)
+        self._stopped_at = time.monotonic()
+        self._watch = threading.Thread(target=self._watch_keys, args=(wait_s,), daemon=True)
+        self._watch.start()
+
+    def _watch_keys(self, wait_s: float) -> None:
+        with self.server.client() as client:
+            self.check.back_after_s = wait_expired(client, self.check.before.keys, wait_s)
+
+    def finish(self) -> None:
+        """Once ``wait_s`` has passed since :meth:`stopped`: read ``after``, list the keys left,
+        and stop the server."""
+        try:
+            if self._watch is not None:
+                self._watch.join()
+            if self._stopped_at is not None:
+                self.check.waited_s = time.monotonic() - self._stopped_at
+            self.check.after = read(self.client)
+            self.check.left = keys_left(self.client)
+        finally:
+            self.close()
 
     def close(self) -> None:
         self.client.close()
