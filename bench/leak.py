@@ -19,8 +19,10 @@ after
     once the workers stopped gracefully (SIGTERM: each removes its process
     report) and ``hold_ttl`` + one ``beat_interval`` passed since, by when
     every fence key, line and declaration the run wrote has expired (a key
-    ledger goes with its last hold); a way without Slots never writes there,
-    so its ``after`` is read at once, an idle server's noise.
+    ledger goes with its last hold), read while the next runs go on
+    (:meth:`OwnLedger.stopped`, :meth:`OwnLedger.finish`); a way without
+    Slots never writes there, so its ``after`` needs no wait: an idle
+    server's noise.
 
 ``left`` lists every key still there with its TTL: one with no TTL is a
 leak; one with a TTL is still expiring (a coming ``{<prefix>}:epoch`` key
@@ -33,11 +35,10 @@ one moment to the next: each reading collects it first. Redis (7 and later,
 ``latency-tracking`` on by default) makes a latency histogram of about 24 KB
 for each command name at its first call, kept until ``CONFIG RESETSTAT``:
 each reading resets them next (``freed_memory``: what the two freed). And a
-fresh server's first use costs
-about 100 KB once (measured on Redis 8.2: the script cache, about 53 KB, and
-as much again that stays once the first claim's keys are gone), the same
-after 1,000 keys as after 10,000: the warm-up pays it before ``before``
-(``cold`` to ``before`` shows it).
+fresh server's first use costs about 100 KB once, the same after 1,000 keys
+as after 10,000 (the script cache and the Lua heap; docs/design.md,
+"Performance, measured"): the warm-up pays it before ``before`` (``cold`` to
+``before`` shows it).
 """
 
 from __future__ import annotations
