@@ -5,7 +5,8 @@
 #   make quick   pytest without the slow multi-process suites
 #   make demo    the example project on real worker groups, one SIGKILLed mid-run (own venv: .venv-demo)
 #   make clean   remove the venvs, caches and build artifacts
-#   make bench   the side-by-side benchmark (BENCH_ARGS=--quick for a smoke run; not part of test)
+#   make bench   the side-by-side benchmark (BENCH_ARGS=--quick for a smoke run; not part of test;
+#                BENCH_ARGS='--only W8' for the 10,000-runtime-key load and leak check alone)
 #   make reliability  run the chaos suite and regenerate docs/reliability.md from its verdicts
 #   make soak    faults at random on real worker groups, judged from the whole history (not part of
 #                test): SOAK_SECONDS (default 1200), SOAK_SEED (default: a random one, printed),

@@ -12,13 +12,14 @@ threads: ``cap`` threads consume only the capped queue, the others only the
 other queue, ``dramatiq --queues``; the operator's workaround for mixed
 queues, W6 only), ``crl-default`` and ``crl-tuned`` (dramatiq's
 ``ConcurrentRateLimiter``) and ``slots``. A workload may also name its own
-ways (W6: nocap, separate, crl-tuned, slots; W7: nocap, crl-tuned, slots).
+ways (W6: nocap, separate, crl-tuned, slots; W7: nocap, crl-tuned, slots;
+W8: nocap, slots).
 
 The workloads (:func:`workloads`): W1 a capped queue, W2 runtime keys, W3
 the starvation case (keys A, A, B on two threads), W4 a burst of short jobs
-on a capped queue, W5 no contention (cap above the threads, no-op jobs), and
-two workloads of *parts*, shares of their jobs with figures of their own
-(:class:`Part`):
+on a capped queue, W5 no contention (cap above the threads, no-op jobs), W8
+load and leak at many runtime keys (below), and two workloads of *parts*,
+shares of their jobs with figures of their own (:class:`Part`):
 
 W6, mixed queues on one fleet
     a capped queue (cap 2) with a backlog of long jobs enqueued first, then
@@ -33,6 +34,18 @@ W7, one hot runtime key and many cold keys in one queue
     job``: one at a time) and ``cold`` (ideal ``ceil(cold jobs / (threads -
     1)) x job``: the hot key may take one thread), whose makespan is
     reported as a ratio to its ideal.
+
+W8, load and leak at 10,000 runtime keys (``--quick``: 1,000)
+    3 short jobs per key (2 ms), interleaved (every key's first job, then
+    every key's second...), so a key's jobs never wait for each other: each
+    is a fresh admission and release on a key ledger of its own. Its Slots
+    ledger has a Redis server of its own (:mod:`bench.leak`), read fresh,
+    before the workers start (once warmed up), at the release, and after
+    the run, once the workers were stopped gracefully (SIGTERM) and
+    ``hold_ttl`` + a beat had passed: keys, ``used_memory`` and every key
+    left with its TTL; its commands and CPU per job are given per server.
+    No ``fifo`` (a key's jobs are all the other keys' jobs apart: the queue,
+    not the key, is what they wait for).
 
 For every workload and every way, one run, or ``Workload.repeats`` runs for
 the tiny ones whose makespan is mostly dramatiq's idle poll (W3; the table
@@ -49,7 +62,9 @@ every repeat's start order):
    *release*, where the clock of every makespan starts;
 4. wait until every job completed, or until ``--timeout`` (then the run is
    reported unfinished, with lower bounds);
-5. the command counters read again, the groups SIGKILLed, the probe read.
+5. the command counters read again, the groups SIGKILLed (W8: SIGTERMed,
+   and its ledger's server read once what the run wrote has expired), the
+   probe read.
 
 The figures are defined in :mod:`bench.metrics`, the ``fifo`` column among
 them (worst measured / ideal first-in-first-out wait); a part's figures are
@@ -67,8 +82,9 @@ unless a run errored: the bench reports, it does not gate.
 Two throwaway ``redis-server`` processes (:class:`tests.support.servers.Server`,
 free ports, no persistence) serve the whole bench: one for the broker, the
 Slots ledger and the CRL limiter (its commands are counted), one for the
-probe only (never counted). Both are stopped at exit, and every worker
-group is killed (``try/finally`` and ``atexit``).
+probe only (never counted); a W8 run starts a third for its ledger alone
+(counted too: the cmds/job columns are both servers'). All are stopped at
+exit, and every worker group is killed (``try/finally`` and ``atexit``).
 """
 
 from __future__ import annotations
@@ -124,6 +140,7 @@ from bench.config import (  # noqa: E402
     key_scope,
     other_label,
 )
+from bench.leak import LedgerCheck, OwnLedger, Reading  # noqa: E402
 from bench.metrics import Figures, Job, figures, jobs_in_lines  # noqa: E402
 from tests.support.probe import Probe, Run  # noqa: E402
 from tests.support.servers import Server  # noqa: E402
@@ -215,7 +232,10 @@ class Workload:
     ``repeats``: how many times each way is run (the table shows the median).
     ``parts``: shares of the jobs with figures of their own (W6, W7: the
     table shows them instead of the whole's). ``ways``: the only ways run
-    (empty: every way that applies).
+    (empty: every way that applies). ``own_ledger``: the Slots ledger on a
+    server of its own, read before and after the run (:mod:`bench.leak`;
+    W8). ``fifo``: whether the ``fifo`` figures mean anything (False when
+    the line of a job is never what it waits for: W8's keys are far apart).
     """
 
     name: str
@@ -238,6 +258,14 @@ class Workload:
     other_job_ms: int = 0
     parts: tuple[Part, ...] = ()
     ways: tuple[str, ...] = ()
+    own_ledger: bool = False
+    fifo: bool = True
+
+    @property
+    def fifo_job_ms(self) -> int:
+        """The job time the whole's ``fifo`` is computed with (0: none; a workload of parts has
+        fifo per part only, their rounds and job times differ)."""
+        return self.job_ms if self.fifo and not self.parts else 0
 
     @property
     def threads_total(self) -> int:
@@ -461,9 +489,16 @@ def hot_and_cold(name: str, title: str, *, hot: int, cold: int, job_ms: int, **k
     return replace(w, parts=parts)
 
 
+#: W8's runtime keys (``--quick``: a tenth), jobs per key, and job time (ms).
+W8_KEYS = 10_000
+W8_JOBS_PER_KEY = 3
+W8_JOB_MS = 2
+
+
 def workloads(quick: bool) -> list[Workload]:
-    """W1..W7 at full size, or small for ``--quick``."""
+    """W1..W8 at full size, or small for ``--quick``."""
     keys4 = ("k1", "k2", "k3", "k4")
+    many_keys = [f"k{n:05d}" for n in range(W8_KEYS // 10 if quick else W8_KEYS)]
     return [
         capped("W1", "queue cap 3, 200 ms jobs", cap=3, jobs=30 if quick else 150, job_ms=200),
         keyed(
@@ -510,6 +545,19 @@ def workloads(quick: bool) -> list[Workload]:
             hot=12 if quick else 30,
             cold=20 if quick else 40,
             job_ms=200,
+        ),
+        keyed(
+            "W8",
+            f"{len(many_keys):,} runtime keys x {W8_JOBS_PER_KEY} jobs, interleaved, {W8_JOB_MS} ms jobs; "
+            "the ledger on a server of its own, read before and after",
+            jobs=interleaved(many_keys, W8_JOBS_PER_KEY),
+            job_ms=W8_JOB_MS,
+            ways=(NOCAP, SLOTS),
+            own_ledger=True,
+            fifo=False,
+            # Its ratio to nocap on this shared 2-core machine: the median of 3 (each run's ledger
+            # is read after its keys expired while the next runs go on, see run_once).
+            repeats=1 if quick else 3,
         ),
     ]
 
@@ -561,6 +609,24 @@ class BenchFleet(WorkerFleet):
         for group in self.groups:
             os.killpg(group.pid, sig)
 
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of every live process of the groups (``/proc/<pid>/stat``)."""
+        ticks = 0
+        for group in self.groups:
+            for pid in group.members():
+                with contextlib.suppress(OSError):  # gone meanwhile
+                    raw = Path(f"/proc/{pid}/stat").read_text()
+                    fields = raw[raw.rindex(")") + 2 :].split()
+                    ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def stop_gracefully(self) -> None:
+        """SIGTERM each group's main process, one group after the other (it drains and stops its
+        workers, which remove their process reports); what is left after its stop timeout is
+        SIGKILLed."""
+        for group in self.groups:
+            group.terminate()
+
 
 #: Clusters whose groups may still run (a list: dataclasses with ``eq`` are unhashable).
 _open_clusters: list[BenchFleet] = []
@@ -593,6 +659,27 @@ class Result:
     error: str = ""
     #: The figures of each of the workload's parts (W6, W7), by part name.
     parts: dict[str, Figures] = field(default_factory=dict)
+    #: What each counted server did from the release to the end: ``broker`` (with the ledger
+    #: and the CRL limiter on it), and ``ledger`` when the ledger has a server of its own.
+    servers: dict[str, ServerCost] = field(default_factory=dict)
+    #: The ledger's own server before and after the run (``Workload.own_ledger``).
+    ledger: LedgerCheck | None = None
+    #: CPU seconds of the worker processes from the release to the end.
+    workers_cpu_s: float = math.nan
+
+    def per_job(self, server: str) -> tuple[float, float]:
+        """Commands and CPU microseconds per completed job on ``server`` (nan: not counted)."""
+        cost = self.servers.get(server)
+        done = self.figures.completed if self.figures is not None else 0
+        if cost is None or not done:
+            return math.nan, math.nan
+        return cost.commands / done, cost.cpu_s * 1e6 / done
+
+    @property
+    def workers_cpu_us_per_job(self) -> float:
+        """CPU microseconds of the worker processes per completed job (nan: none completed)."""
+        done = self.figures.completed if self.figures is not None else 0
+        return self.workers_cpu_s * 1e6 / done if done else math.nan
 
 
 def way_config(way: str, base: BenchConfig) -> BenchConfig:
@@ -610,12 +697,42 @@ def way_config(way: str, base: BenchConfig) -> BenchConfig:
     raise ValueError(f"unknown way {way!r}; known: {', '.join(WAYS)}")
 
 
-def command_counts(client: redis.Redis) -> tuple[int, Counter[str]]:
-    """``total_commands_processed`` (Lua's inner calls included) and calls per command."""
-    total = int(client.info("stats")["total_commands_processed"])
-    stats = client.info("commandstats")
-    per = Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
-    return total, per
+@dataclass(frozen=True)
+class Counters:
+    """One server's counters at one moment, read by :func:`command_counts`."""
+
+    #: ``total_commands_processed`` (Lua's inner calls included).
+    total: int
+    #: Calls per command.
+    per: Counter[str]
+    #: ``used_cpu_sys`` + ``used_cpu_user`` (s).
+    cpu_s: float
+
+
+@dataclass(frozen=True)
+class ServerCost:
+    """What one server did between two :class:`Counters`, less the bench's own read."""
+
+    commands: int
+    cpu_s: float
+
+
+def command_counts(client: redis.Redis) -> Counters:
+    """The server's :class:`Counters`, from one ``INFO all`` (which the next reading counts)."""
+    info = client.info("all")
+    per = Counter(
+        {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in info.items() if k.startswith("cmdstat_")}
+    )
+    cpu = float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+    return Counters(int(info["total_commands_processed"]), per, cpu)
+
+
+def server_cost(before: Counters, after: Counters) -> tuple[ServerCost, Counter[str]]:
+    """The commands (less the reading ``before``) and CPU between two readings, and the calls
+    per command (``info`` left out)."""
+    per = after.per - before.per
+    per.pop("info", None)
+    return ServerCost(after.total - before.total - 1, after.cpu_s - before.cpu_s), per
 
 
 def run_once(
@@ -629,16 +746,24 @@ def run_once(
     worker_timeout: int,
     repeat: int = 1,
     dump_dir: Path | None = None,
+    settling: list[tuple[OwnLedger, Result]] | None = None,
 ) -> Result:
-    """Run ``workload`` one ``way`` (see the module docstring); never longer than boot + ``timeout``."""
+    """Run ``workload`` one ``way`` (see the module docstring); never longer than boot + ``timeout``.
+
+    A workload with its own ledger's server: once its workers stopped, the server is added to
+    ``settling`` with the result, whose ``after`` reading :func:`finish_ledgers` takes once
+    ``hold_ttl`` + a beat have passed (the next runs need not wait); without ``settling``, here.
+    """
     began = time.monotonic()
     tag = f"bench-{uuid.uuid4().hex[:8]}-{workload.name}-{way}-{repeat}"
+    own = OwnLedger(f"{tag}-slots") if workload.own_ledger else None
     base = BenchConfig(
         redis_url=broker_server.url,
         namespace=f"{tag}-broker",
         key_prefix=f"{tag}-slots",
         probe_prefix=f"{tag}-probe",
         probe_url=probe_server.url,
+        ledger_url=own.url if own is not None else None,
         capacity=workload.cap,
         job_ms=workload.job_ms,
         broker_heartbeat_timeout=BROKER_HEARTBEAT_TIMEOUT,
@@ -655,7 +780,8 @@ def run_once(
     probe_client = probe_server.client()
     cluster = BenchFleet(config, broker_client, run_dir, probe_client=probe_client)
     _open_clusters.append(cluster)
-    result = Result(workload.name, way, None, repeat=repeat)
+    result = Result(workload.name, way, None, repeat=repeat, ledger=own.check if own is not None else None)
+    counted = {"broker": broker_client, **({"ledger": own.client} if own is not None else {})}
     try:
         for plan in workload.groups(way):
             cluster.start_bench_group(
@@ -664,7 +790,10 @@ def run_once(
         cluster.wait_ready(*cluster.groups, timeout=BOOT_TIMEOUT)
 
         cluster.signal_all(signal.SIGSTOP)
-        total_before, per_before = command_counts(broker_client)
+        if own is not None:
+            own.booted()
+        before = {name: command_counts(client) for name, client in counted.items()}
+        workers_before = cluster.cpu_s()
         sent = [cluster.send(queue, actor, *args) for queue, actor, args in workload.messages()]
         released = time.time_ns() // 1000
         cluster.signal_all(signal.SIGCONT)
@@ -672,7 +801,11 @@ def run_once(
 
         finished = _wait_done(cluster, set(available), deadline=time.monotonic() + timeout)
         stopped = time.time_ns() // 1000
-        total_after, per_after = command_counts(broker_client)
+        after = {name: command_counts(client) for name, client in counted.items()}
+        result.workers_cpu_s = cluster.cpu_s() - workers_before
+        if own is not None:
+            cluster.stop_gracefully()
+            own.stopped(wait_s=(config.hold_ttl + config.beat_interval) / 1000 if config.slots else 0.0)
         cluster.close()
         queues = {queue for queue, _, _ in workload.messages()}
         dead_letters = sum(int(broker_client.zcard(f"{config.namespace}:{q}.XQ")) for q in queues)
@@ -695,17 +828,18 @@ def run_once(
             ledger_of={},  # each scope is its own ledger: the capped queue, the other queue, each key
             jobs=jobs,
             per_round=workload.per_round,
-            # A workload of parts has fifo per part only (its parts' rounds and job times differ).
-            job_ms=0 if workload.parts else workload.job_ms,
+            job_ms=workload.fifo_job_ms,
         )
         result.parts = part_figures(
             workload, runs, jobs, available_us=available, released_us=released, deadline_us=stopped
         )
         done = max(fig.completed, 1)
-        per_delta = per_after - per_before
-        per_delta.pop("info", None)  # the bench's own two reads
+        per_delta: Counter[str] = Counter()
+        for name in counted:
+            result.servers[name], per = server_cost(before[name], after[name])
+            per_delta += per
         result.figures = fig
-        result.commands = total_after - total_before - 2
+        result.commands = sum(cost.commands for cost in result.servers.values())
         result.commands_per_job = result.commands / done
         result.top_commands_per_job = {k: round(v / done, 2) for k, v in per_delta.most_common()}
         result.dead_letters = dead_letters
@@ -719,7 +853,26 @@ def run_once(
         broker_client.close()
         probe_client.close()
         result.wall_s = time.monotonic() - began
+        if own is not None and own.stopped_at is not None and not result.error:
+            pending = [(own, result)]
+            if settling is None:
+                finish_ledgers(pending)
+            else:
+                settling += pending
+        elif own is not None:
+            own.close()
     return result
+
+
+def finish_ledgers(settling: list[tuple[OwnLedger, Result]]) -> None:
+    """Read each settling ledger server's ``after`` (waiting as long as it needs), then stop it;
+    a failure is its result's error. Empties ``settling``."""
+    while settling:
+        own, result = settling.pop(0)
+        try:
+            own.finish()
+        except Exception as e:
+            result.error = f"ledger check: {type(e).__name__}: {e}".splitlines()[0][:200]
 
 
 def part_figures(
@@ -982,6 +1135,56 @@ def table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
                     f"{'':12}  ^ repeat {x.repeat}: {state}, eff {_num(wr.score(x))}: "
                     + " -> ".join(x.figures.order)
                 )
+    if workload.own_ledger:
+        lines += ledger_rows(runs)
+    return lines
+
+
+def ledger_rows(runs: Sequence[WayRuns]) -> list[str]:
+    """Per run: the readings of the ledger's own server (:mod:`bench.leak`), the keys left, and
+    what each server did per job; for each way's median run, what its memory holds."""
+    lines: list[str] = []
+    for wr in runs:
+        for r in wr.results:
+            check = r.ledger
+            if check is None or check.after is None:
+                continue
+            if not lines:
+                lines.append(
+                    f"  the ledger's own server ({check.version}), read cold / before the workers start "
+                    "(warm) / booted / after (SIGTERM, then hold_ttl + a beat for slots; at once for nocap):"
+                )
+            readings = [x for x in check.readings().values() if x is not None]
+
+            def each(pick: Callable[[Reading], int], readings: Sequence[Reading] = readings) -> str:
+                return " / ".join(f"{pick(x):,}" for x in readings)
+
+            back = (
+                f"back to {check.before.keys} after {check.back_after_s:.1f} s"
+                if check.back_after_s is not None
+                else "never back"
+            )
+            which = f"{wr.way} #{r.repeat}" if len(wr.results) > 1 else wr.way
+            lines.append(
+                f"  {which.ljust(10)}keys {each(lambda x: x.keys)} ({back}, read after "
+                f"{check.waited_s:.0f} s); used_memory {each(lambda x: x.used_memory)} B (after - before "
+                f"{check.memory_growth or 0:+,} B)"
+            )
+            if r is wr.median:
+                lines.append(
+                    f"  {'':10}of which the script cache {each(lambda x: x.scripts_memory)} B, Lua's heap "
+                    f"{each(lambda x: x.lua_memory)} B; freed before each reading (Lua's garbage, "
+                    f"per-command stats) {each(lambda x: x.freed_memory)} B"
+                )
+            costs = []
+            for server in r.servers:
+                commands, cpu_us = r.per_job(server)
+                costs.append(f"{server} {_num(commands, '{:.1f}')} cmds, {_num(cpu_us, '{:.0f}')} us CPU")
+            costs.append(f"workers {_num(r.workers_cpu_us_per_job, '{:.0f}')} us CPU")
+            lines.append(
+                f"  {'':10}process reports left at the stop {check.reports_after_stop}; keys left: "
+                f"{check.left_words()}; per job: {'; '.join(costs)}"
+            )
     return lines
 
 
@@ -1076,7 +1279,11 @@ LEGEND = (
     "W6/W7 (parts): <part> mksp = release to the part's last completion; <part> eff = the part's "
     "ideal / its mksp; <part>/separate = its mksp / separate's; <part>/ideal = its mksp / its ideal; "
     "peak = most running at once in one limited ledger (the capped queue, or one key); "
-    "defer/job over every job of the workload."
+    "defer/job over every job of the workload. "
+    "W8: cmds/job = broker and ledger servers together; the ledger's own server: keys and used_memory "
+    "fresh / before the workers start (warmed up) / at the release / after (SIGTERM, then hold_ttl + a "
+    "beat), each after a Lua garbage collection and CONFIG RESETSTAT (bench/leak.py), the keys left with "
+    "their TTLs, and per job each server's commands and CPU (used_cpu_sys + used_cpu_user)."
 )
 
 
@@ -1124,9 +1331,13 @@ class TargetReport:
 
 #: Workloads whose backlog fits in slots' max_wait (30 s): their messages should wait in line, not be
 #: deferred (W3's and W5's trivially: three jobs, and no contention).
-NO_DEFERRAL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
+NO_DEFERRAL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8")
 #: Most deferrals per job for those.
 MAX_DEFERRALS_PER_JOB = 0.05
+#: How much more memory the ledger's server may have allocated after W8 than before (KiB): above
+#: the run-to-run noise (docs/design.md, "Performance, measured"), below what the smallest leak
+#: per runtime key would add at 10,000 keys (one 8-byte allocation each: 78 KiB).
+LEDGER_MEMORY_MARGIN_KIB = 32
 
 
 def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
@@ -1137,9 +1348,11 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
     completed; W4 efficiency >= 0.95 x dedicated's; W5 throughput >= 0.9 x
     nocap's; W6 other work's makespan <= 1.3 x separate's, capped efficiency
     >= 0.95; W7 cold keys' makespan <= 1.5 x their ideal, hot key efficiency
-    >= 0.95; deferrals per job <= 0.05 in every workload whose backlog fits
-    in max_wait (all of them; W6: over its capped jobs); fifo_worst <= 2 in
-    W1, W2, W4.
+    >= 0.95; W8 makespan <= 1.5 x nocap's, and after each of its slots runs
+    its ledger's server as many keys as before (keys still expiring, with a
+    TTL, aside) and at most LEDGER_MEMORY_MARGIN_KIB more used_memory; deferrals per job <= 0.05 in
+    every workload whose backlog fits in max_wait (all of them; W6: over its
+    capped jobs); fifo_worst <= 2 in W1, W2, W4.
 
     Every figure is of this one run (the median repeat of each way); a target
     comparing slots with another way gives both sides in its detail.
@@ -1316,6 +1529,56 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
     )
     part_efficiency("W7", "hot", "W7 hot key efficiency")
 
+    # W8: 10,000 runtime keys cost little time, and leave nothing behind on the ledger's server.
+    w8_value, w8_detail = versus("W8", NOCAP, lambda f: f.makespan_s, "{:.1f} s")
+    add("W8 makespan vs nocap", [("W8", SLOTS), ("W8", NOCAP)], w8_value, "<=", 1.5, detail=w8_detail)
+
+    def ledgers(way: str) -> list[LedgerCheck]:
+        """The ledger checks of every repeat of W8 run ``way`` (a leak in any is a leak)."""
+        wr = runs.get("W8", {}).get(way)
+        return [r.ledger for r in wr.results if r.ledger is not None] if wr is not None else []
+
+    def worst(values: Sequence[float | None]) -> float | None:
+        return None if not values or None in values else max(v for v in values if v is not None)
+
+    def w8_keys_detail() -> str:
+        def each(pick: Callable[[LedgerCheck], int | None]) -> str:
+            return "/".join("-" if (v := pick(c)) is None else str(v) for c in ledgers(SLOTS))
+
+        return (
+            f"per run: before {each(lambda c: c.before.keys)}, after "
+            f"{each(lambda c: c.after.keys if c.after else None)}, left with a TTL "
+            f"{each(lambda c: len(c.expiring))}, without {each(lambda c: len(c.leaked))}"
+        )
+
+    add(
+        "W8 ledger keys after - before (worst run)",
+        [("W8", SLOTS)],
+        lambda: worst([c.unexplained_keys() for c in ledgers(SLOTS)]),
+        "==",
+        0,
+        " (keys still expiring, with a TTL, aside)",
+        w8_keys_detail,
+    )
+
+    def growth_kib(way: str) -> list[float | None]:
+        return [None if c.memory_growth is None else c.memory_growth / 1024 for c in ledgers(way)]
+
+    def w8_memory_detail() -> str:
+        def kib(way: str) -> str:
+            return ", ".join(_num(math.nan if g is None else g, "{:+.1f}") for g in growth_kib(way))
+
+        return f"slots {kib(SLOTS)} KiB; nocap's (an idle server) {kib(NOCAP)} KiB"
+
+    add(
+        "W8 ledger used_memory growth, KiB (worst run)",
+        [("W8", SLOTS)],
+        lambda: worst(growth_kib(SLOTS)),
+        "<=",
+        LEDGER_MEMORY_MARGIN_KIB,
+        detail=w8_memory_detail,
+    )
+
     # Backlogs that fit in max_wait wait in line: (almost) never deferred. Over the jobs that wait
     # for a slot: W6's capped ones (its uncapped jobs are never deferred and would dilute it 9-fold).
     for name in NO_DEFERRAL_WORKLOADS:
@@ -1424,10 +1687,24 @@ def figures_json(f: Figures) -> dict[str, Any]:
 
 def as_json(r: Result) -> dict[str, Any]:
     out: dict[str, Any] = {
-        k: _rounded(v) for k, v in asdict(r).items() if k not in ("figures", "workload", "way", "parts")
+        k: _rounded(v)
+        for k, v in asdict(r).items()
+        if k not in ("figures", "workload", "way", "parts", "servers", "ledger")
     }
     if r.figures is not None:
         out.update(figures_json(r.figures))
+    out["servers"] = {}
+    for name, cost in r.servers.items():
+        commands, cpu_us = r.per_job(name)
+        out["servers"][name] = {
+            "commands": cost.commands,
+            "cpu_s": _rounded(cost.cpu_s),
+            "commands_per_job": _rounded(commands),
+            "cpu_us_per_job": _rounded(cpu_us),
+        }
+    out["workers_cpu_us_per_job"] = _rounded(r.workers_cpu_us_per_job)
+    if r.ledger is not None:
+        out["ledger"] = r.ledger.as_json()
     if r.parts:
         out["parts"] = {name: figures_json(f) for name, f in r.parts.items()}
     return out
@@ -1483,7 +1760,12 @@ def _rounded(value: Any) -> Any:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in under 3 minutes")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes: a smoke run in about 3 minutes, and 1.5 more for W8 (its leak check waits "
+        "hold_ttl + a beat)",
+    )
     parser.add_argument("--only", default="", help="workloads to run, e.g. W1,W3 (default: all)")
     parser.add_argument(
         "--ways", default="", help=f"ways to run, e.g. nocap,slots (default: {','.join(WAYS)})"
@@ -1591,6 +1873,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         print(f"  {workload.name} {way}: skipped ({reason})")  # else not a way of it
                 # Repeats interleave the ways (a, b, a, b, ...), so a noisy stretch of this shared
                 # machine hits every way alike rather than all the repeats of one.
+                settling: list[tuple[OwnLedger, Result]] = []
                 for repeat in range(1, workload.repeats + 1):
                     for way in applicable:
                         r = run_once(
@@ -1603,6 +1886,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             worker_timeout=args.worker_timeout,
                             repeat=repeat,
                             dump_dir=args.dump_runs,
+                            settling=settling,
                         )
                         per_way[way].results.append(r)
                         f = r.figures
@@ -1613,6 +1897,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         )
                         which = f" #{repeat}" if workload.repeats > 1 else ""
                         print(f"  {workload.name} {way}{which}: {state} (wall {r.wall_s:.0f} s)", flush=True)
+                if settling:
+                    print(f"  {workload.name}: its ledger servers, once the runs' keys expired", flush=True)
+                    finish_ledgers(settling)
                 nocap = per_way[NOCAP].median if NOCAP in per_way else None
                 for runs in per_way.values():
                     for r in runs.ok:
