@@ -492,7 +492,7 @@ def hot_and_cold(name: str, title: str, *, hot: int, cold: int, job_ms: int, **k
 #: W8's runtime keys (``--quick``: a tenth), jobs per key, and job time (ms).
 W8_KEYS = 10_000
 W8_JOBS_PER_KEY = 3
-W8_JOB_MS = 2
+W8_JOB_MS = 10
 
 
 def workloads(quick: bool) -> list[Workload]:

@@ -42,13 +42,18 @@ def section(figures: dict[str, Any]) -> str:
     )
     by_kind = messages["extra_runs_by_fault"]
     extra = ", ".join(f"{n} after `{kind}`" for kind, n in sorted(by_kind.items())) or "none"
+    # One row per limit and fault: an interval may come and go while a stale job runs on.
+    grouped: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for o in over:
+        grouped.setdefault((o["scope"], o["fault"]), []).append(o)
     over_rows = (
         "\n".join(
-            f"| {o['scope']} | {o['at_s']:.1f} s | {o['seconds']:.3f} s | +{o['excess']} | "
-            f"{'strict' if o['strict'] else 'default'} | `{o['attributed']}` (fault #{o['fault']}) |"
-            for o in over
+            f"| {scope} | {rows[0]['at_s']:.1f} s | {len(rows)} | {sum(o['seconds'] for o in rows):.3f} s | "
+            f"+{max(o['excess'] for o in rows)} | {'strict' if rows[0]['strict'] else 'default'} | "
+            f"`{rows[0]['attributed']}` (fault #{fault}) |"
+            for (scope, fault), rows in sorted(grouped.items(), key=lambda item: item[1][0]["at_s"])
         )
-        or "| — | | | | | none |"
+        or "| — | | | | | | none |"
     )
     documented = "\n".join(f"- `{kind}`: {why}." for kind, why in DOCUMENTED_OVER_CAP.items())
     worst = ", ".join(f"`{k}` {v:.2f} s" for k, v in sorted(recovery["max_s_by_fault"].items()) if v > 0)
@@ -81,8 +86,8 @@ attributed to a fault that makes one ({extra}); unattributed: {len(messages["una
 included, with {GRACE_US // 1000} ms of grace for a message admitted just before a change). Over-cap
 intervals, each attributed to a documented kind of fault:
 
-| limit | at | length | excess | mode | attributed to |
-|---|---|---|---|---|---|
+| limit | from | intervals | total length | most over | mode | attributed to |
+|---|---|---|---|---|---|---|
 {over_rows}
 
 {documented}

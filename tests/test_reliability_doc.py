@@ -1,13 +1,18 @@
-"""docs/reliability.md is generated from the chaos suite: it lists exactly the suite's scenarios."""
+"""docs/reliability.md is generated: its table from the chaos suite (exactly the suite's scenarios), its
+soak section from docs/soak.json (the verdict of the documented soak)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+from soak import report
+from tests.support import chaos_report
 from tests.support.chaos import SCENARIOS
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
+SOAK = PAGE.parent / "soak.json"
 
 
 def test_the_reliability_page_has_one_measured_row_per_chaos_scenario() -> None:
@@ -16,3 +21,18 @@ def test_the_reliability_page_has_one_measured_row_per_chaos_scenario() -> None:
     assert [name for name, _ in rows] == list(SCENARIOS), "regenerate it: make reliability"
     unmeasured = [name for name, rest in rows if "not run" in rest]
     assert not unmeasured, f"rows without figures: {unmeasured}; regenerate it: make reliability"
+
+
+def test_the_soak_section_is_what_the_documented_soaks_verdict_renders_to() -> None:
+    figures = json.loads(SOAK.read_text("utf-8"))
+    assert report.kept(PAGE.read_text("utf-8")) == report.section(figures), (
+        "regenerate it: make soak SOAK_REPORT=1 (or edit nothing between the soak markers)"
+    )
+    assert figures["passed"] and figures["seconds"] >= 1_200 and figures["injected"] >= 200
+
+
+def test_the_chaos_generator_keeps_the_soak_section() -> None:
+    page = PAGE.read_text("utf-8")
+    kept = report.kept(page)
+    assert kept and kept in chaos_report.render({}, "today", kept)
+    assert report.splice(page, kept) == page

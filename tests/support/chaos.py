@@ -222,7 +222,6 @@ class ChaosFleet(WorkerFleet):
             self.probe = Probe(self.oracle_client, self.config.probe_prefix)
         if self.ledger_client is not None:
             self.ledger = type(self.ledger)(self.ledger_client, key_prefix=self.config.key_prefix)
-            self.settle()
 
 
 class LedgerWatch:

@@ -7,7 +7,7 @@
 :data:`tests.support.chaos.SCENARIOS`, with the figures of its last
 verdict in the file. Exits 1, after writing, when a scenario has no verdict
 (its row then says so): the page never claims a figure the run did not
-measure.
+measure. The page's soak section (``make soak SOAK_REPORT=1``) is kept as it stands.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from soak import report
 from tests.support.chaos import SCENARIOS
 
 HEADER = """# Reliability: what breaks, and what still holds
@@ -82,12 +83,14 @@ def row(number: str, scenario: str, induced: str, guaranteed: str, verdict: dict
     return "| " + " | ".join([number, f"`{scenario}`", induced, guaranteed, *figures]) + " |"
 
 
-def render(verdicts: dict[str, dict[str, Any]], date: str) -> str:
+def render(verdicts: dict[str, dict[str, Any]], date: str, soak_section: str = "") -> str:
+    """The page: the chaos table, then the soak's section as it stands (``make soak`` writes it)."""
     rows = [
         row(n, name, induced, guaranteed, verdicts.get(name))
         for name, (n, induced, guaranteed) in SCENARIOS.items()
     ]
-    return HEADER.format(date=date, columns=COLUMNS) + "\n".join(rows) + "\n" + FOOTER
+    page = HEADER.format(date=date, columns=COLUMNS) + "\n".join(rows) + "\n" + FOOTER
+    return page + ("\n" + soak_section + "\n" if soak_section else "")
 
 
 def main(argv: list[str]) -> int:
@@ -99,7 +102,9 @@ def main(argv: list[str]) -> int:
         if line.strip():
             record = json.loads(line)
             verdicts[record["scenario"]] = record
-    Path(argv[1]).write_text(render(verdicts, time.strftime("%Y-%m-%d")), "utf-8")
+    page = Path(argv[1])
+    soak_section = report.kept(page.read_text("utf-8")) if page.exists() else ""
+    page.write_text(render(verdicts, time.strftime("%Y-%m-%d"), soak_section), "utf-8")
     missing = sorted(set(SCENARIOS) - set(verdicts))
     if missing:
         print(f"chaos_report: no verdict for {', '.join(missing)}", file=sys.stderr)

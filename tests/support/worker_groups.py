@@ -513,8 +513,16 @@ class WorkerFleet:
     def settle(self) -> None:
         """Settle the fleet's ledgers (``Ledger.settle``): its workers boot as into a deployment
         that has been up for a while (a test of a brand-new one's settling does not call this)."""
-        if self.config.slots:
+        if not self.config.slots:
+            return
+        if self.config.ledger_url is None:
             self.ledger.settle()
+            return
+        client = redis.Redis.from_url(self.config.ledger_url)
+        try:
+            Ledger(client, key_prefix=self.config.key_prefix).settle()
+        finally:
+            client.close()
 
     #: Whether the sender's broker has the Slots middleware (the workers' app limits with it).
     sends_with_slots = True
