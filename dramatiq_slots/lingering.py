@@ -99,19 +99,27 @@ class LingeringHolds:
             self._windows[hold.token] = (ends, limits)
             return hold
 
-    def park(self, hold: Hold) -> bool:
+    def park(self, hold: Hold, parked: Callable[[Hold], None] | None = None) -> bool:
         """At the end of a job: keep ``hold`` lingering if its window is open (True), else False.
 
-        Parking a hold that lingers already says True again (a job's end run twice).
+        ``parked`` is called with the hold once it lingers, before another claim
+        can take it over (which puts it on record again), so what it takes off
+        a record (the registry's holds, for a job's end) stays off only while
+        the hold lingers. Parking a hold that lingers already says True again
+        (a job's end run twice).
         """
         with self._cond:
             self._check_fork()
-            if any(parked.token == hold.token for _, parked in self._idle.get(hold.limits, ())):
+            if any(idle.token == hold.token for _, idle in self._idle.get(hold.limits, ())):
+                if parked is not None:
+                    parked(hold)
                 return True
             ends = self._windows.pop(hold.token, (0.0, ()))[0]
             if self._stop or ends <= time.monotonic():
                 return False
             self._idle.setdefault(hold.limits, []).append((ends, hold))
+            if parked is not None:
+                parked(hold)
             self._ensure_thread()
             if ends < self._wakes_at:
                 self._cond.notify()  # only when the thread would wake too late: a wake-up is not free

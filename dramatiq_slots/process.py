@@ -294,10 +294,10 @@ class SlotsProcess:
         hold = self.registry.hold(token)
         if hold is None or hold.strict:  # a strict hold (or one given up as lost) was bound
             self.bodies.unbind()
-        if hold is not None and self.lingering.park(hold):
-            # Kept for the next message of the same ledgers (its window is open);
-            # not refreshed meanwhile: the window is far shorter than hold_ttl.
-            self.registry.discard(token)
+        # Kept for the next message of the same ledgers (its window is open); not refreshed
+        # meanwhile (the window is far shorter than hold_ttl): the registry discards it under
+        # lingering's lock, so never after another thread took it over and holds it again.
+        if hold is not None and self.lingering.park(hold, parked=lambda h: self.registry.discard(h.token)):
             self._ended(message_key, hold)
             self._tell_ended(hold)
             return

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 import dramatiq
 import pytest
@@ -14,11 +17,14 @@ from redis.cluster import RedisCluster
 
 from dramatiq_slots import Slots
 from dramatiq_slots.claims import Hold
-from dramatiq_slots.ledger import Limit
+from dramatiq_slots.deferral import MessageDeferred
+from dramatiq_slots.ledger import Ledger, Limit
 from dramatiq_slots.lingering import LingeringHolds, roomy
+from dramatiq_slots.process import SlotsProcess
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
 from tests.support.servers import Server
 from tests.support.waiting import wait_until
+from tests.test_admission import make, request_for
 
 Q = (Limit("p:queue:q", 8),)
 
@@ -72,6 +78,79 @@ def test_a_lingering_hold_is_released_by_the_thread_when_its_window_ends() -> No
     assert got == [hold] and time.monotonic() - began >= 0.04
     assert holds.take(Q) is None
     assert len(holds) == 0
+
+
+def _take_over_at(ledger: Ledger, queue: Limit, at: int) -> tuple[int, bool]:
+    """One job's end on this thread, with another thread taking its lingering hold over at the
+    ``at``-th line of ``SlotsProcess.finished``; then the next job's end. How many lines there
+    were, and whether the hold was taken over."""
+    admission, _ = make(ledger, reuse_window=20_000)
+    process = admission.process
+    request = request_for(queue)
+    finished = SlotsProcess.finished.__code__
+    reused: list[Hold | None] = []
+    lines = 0
+
+    def take_over() -> None:
+        reused.append(admission.reuse(request, 2))
+
+    def each_line(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal lines
+        # Not while finished() holds the lock of the running messages (reuse takes it).
+        if event == "line" and lines == at and not process._running_lock.locked():
+            other = threading.Thread(target=take_over)
+            other.start()
+            other.join(10)
+            assert not other.is_alive(), f"line {at}: the takeover did not end"
+        lines += event == "line"
+        return each_line
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        return each_line if frame.f_code is finished else None
+
+    try:
+        hold = admission.admit(request, 1, deferrals=0, defer=lambda ms, why: MessageDeferred(why))
+        previous = sys.gettrace()
+        sys.settrace(trace)
+        try:
+            process.finished(1)  # the job's end, on this thread
+        finally:
+            sys.settrace(previous)
+        taken = bool(reused) and reused[0] is not None
+        if taken:
+            assert process.registry.is_held(hold.token), f"taken over at line {at}: held, not on record"
+            process.finished(2)  # the next job's end
+        process.lingering.release_all()
+        process.lingering.join()
+        assert ledger.holders(queue.ledger) == [], f"taken over at line {at}: left in the ledger"
+        assert len(process.registry) == 0
+        return lines, taken
+    finally:
+        process.lingering.release_all()
+        heartbeat, _ = process.started
+        if heartbeat is not None:
+            heartbeat.stop()
+
+
+def test_a_hold_taken_over_while_its_job_ends_is_released_wherever_the_takeover_comes(ledger: Ledger) -> None:
+    # A job's end parks its hold to linger, and another worker thread, taking the next message of
+    # the same ledgers, may take it over at any moment of that end. At each line of
+    # SlotsProcess.finished in turn, the other thread takes it there (when it lingers by then):
+    # the hold stays on record, and once both jobs ended nothing is left in the ledger. (A hold
+    # the registry forgot after the takeover was never refreshed nor released: it kept its slot
+    # for hold_ttl.)
+    ledger.settle()  # a deployment that has been up a while (no settling to wait out)
+    queue = Limit(ledger.keys.queue("roomy"), 8)
+    taken_at = []
+    at = 0
+    while True:
+        lines, taken = _take_over_at(ledger, queue, at)
+        if taken:
+            taken_at.append(at)
+        if at >= lines:
+            break
+        at += 1
+    assert taken_at, "the hold was never taken over"
 
 
 def commands(client: redis.Redis | RedisCluster) -> int:
