@@ -9,6 +9,8 @@ A mixed workload on one fleet, every actor recording its runs in the history
 ``coalesce_job(i, ms)``        queue ``soak_coalesce``, key ``sync``, ``on_busy="coalesce"``;
                                its results are stored, so a drop is seen as its caller sees it
 ``free_job(i, ms)``            queue ``soak_free``, no limit
+``roomy_job(i, ms)``           queue ``soak_roomy``, a cap with room to spare: holds linger between
+                               jobs (``reuse_window``) and are taken over by the next ones
 ``strict_job(i, ms)``          queue ``soak_strict``, ``queue_capacity``, ``on_lost_hold="interrupt"``
 ``fenced_job(i, ms)``          queue ``soak_fenced``, key ``fenced``: writes to a SQLite store with
                                its fencing token when it starts and when it ends (:mod:`soak.store`)
@@ -46,6 +48,7 @@ from .config import (
     MULTI,
     PARTNER_KEY,
     RESULT_TTL_MS,
+    ROOMY,
     STRICT,
     SoakConfig,
     key_scope,
@@ -167,6 +170,11 @@ def multi_job(account: int, i: int, ms: int) -> None:
 )
 def coalesce_job(i: int, ms: int) -> None:
     _work("coalesce_job", [key_scope(COALESCE_KEY)], ms)
+
+
+@dramatiq.actor(queue_name=ROOMY, queue_capacity=config.roomy_capacity, **_retries)
+def roomy_job(i: int, ms: int) -> None:
+    _work("roomy_job", [queue_scope(ROOMY)], ms)
 
 
 @dramatiq.actor(queue_name=FREE, **_retries)

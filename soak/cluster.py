@@ -49,6 +49,7 @@ from .config import (
     FENCED_KEY,
     HOT_KEY,
     PARTNER_KEY,
+    ROOMY,
     STRICT,
     SoakConfig,
 )
@@ -331,7 +332,7 @@ class Cluster:
     def watched(self) -> dict[str, str]:
         """The ledger of every limited scope of the workload: ledger key -> scope."""
         config = self.config
-        scopes = [f"queue:{CAPPED}", f"queue:{STRICT}"]
+        scopes = [f"queue:{CAPPED}", f"queue:{STRICT}", f"queue:{ROOMY}"]
         keys = [HOT_KEY, PARTNER_KEY, COALESCE_KEY, FENCED_KEY]
         keys += [f"c{i}" for i in range(config.cold_keys)] + [f"acct:{i}" for i in range(config.accounts)]
         scopes += [f"key:{k}" for k in keys]

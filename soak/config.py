@@ -30,7 +30,8 @@ COALESCE = "soak_coalesce"  # on_busy="coalesce" on one key
 FREE = "soak_free"  # no limit at all
 STRICT = "soak_strict"  # a capped queue of strict actors (on_lost_hold="interrupt")
 FENCED = "soak_fenced"  # one key, fenced writes to a store
-QUEUES = (CAPPED, KEYED, MULTI, COALESCE, FREE, STRICT, FENCED)
+ROOMY = "soak_roomy"  # a capped queue with room to spare: its holds linger and are reused
+QUEUES = (CAPPED, KEYED, MULTI, COALESCE, FREE, STRICT, FENCED, ROOMY)
 #: The actor of each queue.
 ACTORS = {
     CAPPED: "capped_job",
@@ -40,6 +41,7 @@ ACTORS = {
     FREE: "free_job",
     STRICT: "strict_job",
     FENCED: "fenced_job",
+    ROOMY: "roomy_job",
 }
 
 HOT_KEY = "hot"
@@ -93,6 +95,7 @@ class SoakConfig:
     capped_capacity: int = 3
     strict_capacity: int = 2
     partner_capacity: int = 2
+    roomy_capacity: int = 40
     cold_keys: int = 30
     accounts: int = 10
     #: How many capped and strict messages are kept unfinished (the backlogs).
@@ -100,7 +103,7 @@ class SoakConfig:
     strict_backlog: int = 6
     #: Messages per second sent to each other queue (Poisson), and job times (ms, uniform).
     rates: Mapping[str, float] = field(
-        default_factory=lambda: {KEYED: 4.0, MULTI: 1.5, COALESCE: 0.5, FREE: 4.0, FENCED: 0.8}
+        default_factory=lambda: {KEYED: 4.0, MULTI: 1.5, COALESCE: 0.5, FREE: 4.0, FENCED: 0.8, ROOMY: 6.0}
     )
     job_ms: Mapping[str, tuple[int, int]] = field(
         default_factory=lambda: {
@@ -111,6 +114,7 @@ class SoakConfig:
             FREE: (10, 50),
             STRICT: (200, 500),
             FENCED: (100, 300),
+            ROOMY: (5, 30),
         }
     )
     #: How many coalesce messages are sent at once (a burst).
@@ -135,6 +139,7 @@ class SoakConfig:
         return {
             queue_scope(CAPPED): self.capped_capacity,
             queue_scope(STRICT): self.strict_capacity,
+            queue_scope(ROOMY): self.roomy_capacity,
             key_scope(PARTNER_KEY): self.partner_capacity,
         }
 

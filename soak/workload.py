@@ -89,7 +89,7 @@ class Workload:
             args, scopes = (i, ms), [key_scope(COALESCE_KEY)]
         elif queue_name == FENCED:
             args, scopes = (i, ms), [key_scope(FENCED_KEY)]
-        else:  # capped, strict, free: the queue is the limit (or no limit at all)
+        else:  # capped, strict, roomy, free: the queue is the limit (or no limit at all)
             args, scopes = (i, ms), [queue_scope(queue_name)]
         message: Message[Any] = Message(
             queue_name=queue_name, actor_name=ACTORS[queue_name], args=args, kwargs={}, options={}
