@@ -65,8 +65,9 @@ def section(figures: dict[str, Any]) -> str:
 {figures["threads"]} threads each, real `dramatiq` command lines) serve one mixed workload (a
 capped queue with a backlog, hot and cold runtime keys, two keys per message, an
 `on_busy="coalesce"` actor, an uncapped queue, strict actors with a backlog, fenced writes to a
-SQLite store, a capped queue with room to spare, whose holds linger and are reused) for {figures["seconds"]:g} s, while a seeded nemesis injects faults at random
-(exponential gaps, mean 5 s; they overlap, each waits only for its own target). Every job records
+SQLite store, a capped queue with room to spare, whose holds linger and are reused) for
+{figures["seconds"]:g} s, while a seeded nemesis injects faults at random (exponential gaps, mean
+5 s; they overlap, each waits only for its own target). Every job records
 its interval on an oracle server no fault touches; a checker reads the whole history afterwards.
 hold_ttl {figures["hold_ttl"]} ms, beat {figures["beat_interval"]} ms. Seed {figures["seed"]}:
 `make soak SOAK_SEED={figures["seed"]} SOAK_SECONDS={figures["seconds"]:g}` replays the schedule.

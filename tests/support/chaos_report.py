@@ -53,13 +53,13 @@ FOOTER = """
 live holds the ledger had at one sample (— for in-process scenarios, not sampled). "capacity
 back": seconds from the end of the fault until the capacity it held was free again (the kill,
 the exit, the restart, the first run after the ledger came back), where the scenario measures
-it. Over-cap rows are the documented windows of a lease: a holder paused past hold_ttl, and
-holds lost by a ledger restarted without persistence, until its heartbeat re-asserts them;
-both are bounded by the jobs that lost their holds, and logged. With
-`on_lost_hold="interrupt"` (S2, S3) the ledger stays at the cap, and the jobs whose slots were
-taken are stopped at their next beat: "overrun after resume" is how long the paused host's jobs
-ran on after SIGCONT, "over cap" the total time more jobs than the cap were open after the
-restart (in the default mode too, for comparison). A job frozen by SIGSTOP still counts as
+it. Over-cap rows are the documented window of a lease: a holder paused past hold_ttl, bounded
+by the jobs that lost their holds, and logged. A ledger restarted without persistence is no
+longer one (its ledgers settle while the holds come back: docs/design.md, "Restarted empty: the
+epoch"). With `on_lost_hold="interrupt"` (S2, S3) the ledger stays at the cap, and the jobs whose
+slots were taken are stopped at their next beat: "overrun after resume" is how long the paused
+host's jobs ran on after SIGCONT, "over cap" the total time more jobs than the cap were open after
+the restart. A job frozen by SIGSTOP still counts as
 open for the oracle, so the real peak of S2 includes the pause itself.
 """
 
