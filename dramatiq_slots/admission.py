@@ -396,10 +396,10 @@ class Admission:
         """
         if waiter.handed is None or len(request.limits) != 1 or self.settings.wait_replicas:
             return None
-        age = waiter.age_ms
-        written_at = None if age < 0 else self.clock.monotonic() - age / 1000
+        if waiter.written_at is None:
+            return None  # how old its expiry is nobody can tell: ask (a replay says, and renews it)
         fences = (waiter.fence,) if waiter.fence else ()
-        return Answer(Entered(admitted=True, replayed=True, fences=fences), written_at)
+        return Answer(Entered(admitted=True, replayed=True, fences=fences), waiter.written_at)
 
     def _take(self, hold: Hold, request: Request, message_key: int, answer: Answer) -> str | None:
         """An admitted claim: on record as running (kept reusable where there is room), or, when it

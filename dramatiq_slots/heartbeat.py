@@ -107,7 +107,7 @@ class Heartbeat:
         hold_ttl: int,
         beat_interval: int,
         on_lost: Callable[[Hold, str], None] | None = None,
-        on_handed: Callable[[Sequence[Handoff]], None] | None = None,
+        on_handed: Callable[[Sequence[Handoff], float], None] | None = None,
         report: Callable[[], tuple[str, str]] | None = None,
         metrics: Metrics | None = None,
         declared: Callable[[], Sequence[Limit]] | None = None,
@@ -126,6 +126,8 @@ class Heartbeat:
         self.declared = declared
         self.on_declared = on_declared
         self.settle_ms = settle_ms
+        #: The Redis clock (ms) the last beat read, and when that beat was sent (monotonic).
+        self._redis_clock: tuple[int, float] | None = None
         #: Ledgers whose keys Redis refuses (ledger -> the error), each logged once: beaten
         #: on their own (a key the process may not touch fails the whole script call) until
         #: one answers again.
@@ -181,8 +183,10 @@ class Heartbeat:
             return report
         self.beats += 1
         self._refusals(lost.refused, held)
+        if lost.redis_ms is not None:
+            self._redis_clock = (lost.redis_ms, sent)
         if lost.handoffs and self.on_handed is not None:
-            self.on_handed(lost.handoffs)
+            self.on_handed(lost.handoffs, sent)
         if lost.declared is not None and self.on_declared is not None and declare is not None:
             try:
                 self.on_declared(lost.declared, declare)
@@ -325,6 +329,17 @@ class Heartbeat:
         self.refused = {
             ledger: error for ledger, error in {**self.refused, **refused}.items() if ledger in refused
         }
+
+    def written_at(self, expiry_ms: int) -> float | None:
+        """When (monotonic) a hold expiring at ``expiry_ms`` by the Redis clock was written, at the
+        earliest: the Redis clock is read as the last beat saw it, as if it had read it when it was
+        sent (so it errs towards less time left). None before any beat read it."""
+        if self._redis_clock is None:
+            return None
+        redis_ms, sent = self._redis_clock
+        now = self.registry.monotonic()
+        left_ms = expiry_ms - (redis_ms + (now - sent) * 1000)
+        return now - (self.hold_ttl - min(left_ms, self.hold_ttl)) / 1000
 
     def _reclaim(self, holds: Sequence[Hold]) -> tuple[list[str], list[str]]:
         """Take strict holds back where they fit; give the others to ``on_lost``."""

@@ -189,11 +189,14 @@ class Beaten(list[Member]):
         handoffs: tuple[Handoff, ...] = (),
         declared: Declared | None = None,
         refused: Mapping[str, str] | None = None,
+        redis_ms: int | None = None,
     ) -> None:
         super().__init__(lost)
         self.handoffs = handoffs
         self.declared = declared
         self.refused: dict[str, str] = dict(refused or {})
+        #: The Redis clock the beat read (ms; None: ``beat.lua`` did not run).
+        self.redis_ms = redis_ms
 
 
 @dataclass(frozen=True)
@@ -626,7 +629,7 @@ class Ledger:
                     _check_codes("beat", reply)
         if reply is None:
             return Beaten(declared=declared)
-        lost, handed, bad = reply
+        lost, handed, bad, now_ms = reply
         return Beaten(
             (refresh[int(i) - 1] for i in lost),
             handoffs=tuple(
@@ -635,6 +638,7 @@ class Ledger:
             ),
             declared=declared,
             refused={_text(bad[k]): _text(bad[k + 1]) for k in range(0, len(bad), 2)},
+            redis_ms=int(now_ms),
         )
 
     def _declaration(

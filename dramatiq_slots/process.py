@@ -168,6 +168,7 @@ class SlotsProcess:
                         on_stray=self.give_back,
                         controls_channel=ledger.keys.controls(),
                         on_control=self.control_changed,
+                        expiry_to_written=lambda expiry_ms: self.heartbeat.written_at(expiry_ms),
                     )
         return self._wakeups
 
@@ -357,6 +358,7 @@ class SlotsProcess:
         """Release ``hold`` in Redis, handing its slots to the lines; owed to the heartbeat on failure."""
         age = self.registry.age_ms(hold.token)
         self.registry.owe(hold)
+        sent = self.registry.monotonic()
         try:
             own = this_process() if self._wakeups is not None else ""
             _, handoffs = self.ledger.leave(
@@ -377,14 +379,15 @@ class SlotsProcess:
         reach("release")
         self.registry.confirm([hold.token])
         if handoffs and self._wakeups is not None:
-            self.hand_over(handoffs)
+            self.hand_over(handoffs, sent)
 
-    def hand_over(self, handoffs: Sequence[Handoff]) -> None:
-        """Wake the claims of this process that a release (or a beat) here handed slots to."""
+    def hand_over(self, handoffs: Sequence[Handoff], sent: float) -> None:
+        """Wake the claims of this process that a release (or a beat) here, sent at ``sent``
+        (monotonic), handed slots to; each expiry's age counts from then (the reply may be late)."""
         wakeups, own = self._wakeups, this_process()
         for handoff in handoffs:
             woken = wakeups is not None and wakeups.hand_over(
-                handoff.token, handoff.ledger, handoff.age_ms, handoff.fence
+                handoff.token, handoff.ledger, sent - handoff.age_ms / 1000, handoff.fence
             )
             if not woken and process_part(handoff.token) == own:
                 # Ours, told by nobody else: its waiter left (admitted, or failed) meanwhile.

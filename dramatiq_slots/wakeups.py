@@ -3,8 +3,9 @@
 Every worker process listens on one Redis Pub/Sub channel of its own,
 ``{<prefix>}:wake:<host>:<pid>``, on one connection, in one thread. A release
 that hands a slot to a waiting claim (``leave.lua``) writes the claim's hold
-first and then publishes ``"<token> <age> <fence> <ledger>"`` on the channel of the
-claim's process (``<age>``: how old the handed hold's expiry is, in ms;
+first and then publishes ``"<token> <expiry> <fence> <ledger>"`` on the channel of the
+claim's process (``<expiry>``: the handed hold's, in ms by the Redis clock, read with
+``expiry_to_written`` into when it was written: a message can arrive late;
 ``<fence>``: the claim's fencing token on that ledger); this
 thread sets the :class:`threading.Event` its waiting thread blocks on. The
 waiting thread then holds the slot without asking Redis again.
@@ -70,17 +71,17 @@ PARKED = 0
 class Waiter:
     """One claim in line: ``event`` is set to wake it; ``handed`` names the ledger a release handed it.
 
-    ``age_ms``: how old the handed hold's expiry was when it was handed over.
-    ``on_wake``: called (in the waking thread) after ``event`` is set, for a
-    claim no thread blocks on (a parked one).
+    ``written_at``: when the handed hold's expiry was written (monotonic, at the earliest;
+    None: not known, the claim must ask). ``on_wake``: called (in the waking thread) after
+    ``event`` is set, for a claim no thread blocks on (a parked one).
     """
 
-    __slots__ = ("age_ms", "event", "fence", "handed", "on_wake", "thread", "token")
+    __slots__ = ("event", "fence", "handed", "on_wake", "thread", "token", "written_at")
 
     def __init__(self, thread: int | None = None, on_wake: Callable[[Waiter], None] | None = None) -> None:
         self.event = threading.Event()
         self.handed: str | None = None
-        self.age_ms = 0
+        self.written_at: float | None = None
         #: The fencing token the handed slot came with (0: not told).
         self.fence = 0
         self.on_wake = on_wake
@@ -89,9 +90,9 @@ class Waiter:
         #: The claim it waits for, once :meth:`Wakeups.expect` registered it.
         self.token = ""
 
-    def wake(self, handed: str | None = None, age_ms: int = 0, fence: int = 0) -> None:
+    def wake(self, handed: str | None = None, written_at: float | None = None, fence: int = 0) -> None:
         if handed is not None:
-            self.handed, self.age_ms, self.fence = handed, age_ms, fence
+            self.handed, self.written_at, self.fence = handed, written_at, fence
         self.event.set()
         if self.on_wake is not None:
             self.on_wake(self)
@@ -112,6 +113,8 @@ class Wakeups:
         nobody here waits for.
       controls_channel: the operators' controls channel; ``on_control`` is called
         with the ledger each of its messages names.
+      expiry_to_written: when (monotonic) a hold expiring at this Redis millisecond was
+        written, at the earliest; None when it cannot tell (see :class:`Waiter`).
     """
 
     def __init__(
@@ -122,8 +125,10 @@ class Wakeups:
         on_stray: Callable[[str, str], None],
         controls_channel: str | None = None,
         on_control: Callable[[str], None] | None = None,
+        expiry_to_written: Callable[[int], float | None] = lambda expiry_ms: None,
     ) -> None:
         self.client = client
+        self.expiry_to_written = expiry_to_written
         self.channel_prefix = channel_prefix
         self.on_stray = on_stray
         self.controls_channel = controls_channel
@@ -181,24 +186,25 @@ class Wakeups:
         for waiter in waiters:
             waiter.wake()
 
-    def hand_over(self, token: str, ledger: str, age_ms: int, fence: int = 0) -> bool:
+    def hand_over(self, token: str, ledger: str, written_at: float | None, fence: int = 0) -> bool:
         """Wake a claim of this process that a release here handed ``ledger``; False if none waits."""
         with self._lock:
             waiter = self._waiting.get(token)
             if waiter is None:
                 return False
-        waiter.wake(ledger, age_ms, fence)
+        waiter.wake(ledger, written_at, fence)
         return True
 
     def handle(self, data: Any) -> None:
-        """One message of the wake channel: ``"<token> <age ms> <fence> <ledger>"``."""
+        """One message of the wake channel: ``"<token> <expiry ms> <fence> <ledger>"``."""
         token, _, rest = _text(data).partition(" ")
-        age, _, rest = rest.partition(" ")
+        expiry, _, rest = rest.partition(" ")
         fence, _, ledger = rest.partition(" ")
         with self._lock:
             waiter = self._waiting.get(token)
         if waiter is not None:
-            waiter.wake(ledger, int(age) if age.isdigit() else -1, int(fence) if fence.isdigit() else 0)
+            written_at = self.expiry_to_written(int(expiry)) if expiry.isdigit() else None
+            waiter.wake(ledger, written_at, int(fence) if fence.isdigit() else 0)
         elif token and ledger:
             self.on_stray(token, ledger)
 

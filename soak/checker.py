@@ -28,9 +28,9 @@ leaks
     not have it on record (an orphan: capacity nobody frees until ``hold_ttl``).
 recovery
     the capped queue's throughput was back at its capacity within ``hold_ttl + beat_interval``
-    (+ :data:`RECOVERY_MARGIN_S`) after every fault that no other fault followed first (after a
-    broker restart, counted from when dramatiq's consumers fetch again: they wait
-    ``CONSUMER_RESTART_DELAY_SECS`` after losing their broker).
+    (+ :data:`RECOVERY_MARGIN_S`) after every fault, counted from the end of the last fault that
+    overlapped it, unless another fault started first (after a broker restart, from when
+    dramatiq's consumers fetch again: they wait ``CONSUMER_RESTART_DELAY_SECS`` after losing it).
 """
 
 from __future__ import annotations
@@ -461,11 +461,15 @@ def recoveries(
     for fault in faults:
         if fault.end >= drained:
             continue
-        since = fault.end
-        if fault.kind == "broker-restart":
-            # dramatiq's consumers wait this long after losing their broker before they fetch again.
-            since = max(since, fault.start + int(CONSUMER_RESTART_DELAY_SECS * 1e6))
-        following = [s for s in starts if fault.end < s]
+        # From the end of the last fault in force with this one (they overlap: the recovery is
+        # theirs together), to the first capacity reached before any later fault starts.
+        since = _over(fault)
+        while True:
+            later = max((_over(f) for f in faults if f.start <= since), default=since)
+            if later <= since:
+                break
+            since = later
+        following = [s for s in starts if since < s]
         horizon = min(following, default=drained)
         at = _first_at_capacity(changes, capacities, scope, since, horizon)
         if at is None:
@@ -473,6 +477,14 @@ def recoveries(
         else:
             out.append((fault.kind, (at - since) / 1e6))
     return out, overlapped
+
+
+def _over(fault: Window) -> int:
+    """When a fault is over for the capped queue: its end; after a broker restart, once dramatiq's
+    consumers fetch again (they wait ``CONSUMER_RESTART_DELAY_SECS`` after losing their broker)."""
+    if fault.kind == "broker-restart":
+        return max(fault.end, fault.start + int(CONSUMER_RESTART_DELAY_SECS * 1e6))
+    return fault.end
 
 
 def _first_at_capacity(

@@ -21,7 +21,7 @@ from dramatiq_slots.declarations import Request
 from dramatiq_slots.deferral import MessageDeferred
 from dramatiq_slots.ledger import Entered, Ledger, Limit, Line
 from dramatiq_slots.process import SlotsProcess
-from dramatiq_slots.wakeups import Waiter
+from dramatiq_slots.wakeups import PARKED, Waiter
 
 
 class FakeClock:
@@ -90,8 +90,8 @@ def test_a_wake_up_with_a_handed_slot_admits_without_asking_and_keeps_the_expiry
     def release_and_wake() -> None:
         _, handoffs = ledger.leave("other:1:1:1", [queue], ttl_ms=60_000, age_ms=1_500, own_process="me:1")
         (handoff,) = handoffs
-        # What Wakeups.hand_over does for a claim of the releaser's own process.
-        waiter.handed, waiter.age_ms = handoff.ledger, handoff.age_ms
+        # What SlotsProcess.hand_over does for a claim of the releaser's own process.
+        waiter.handed, waiter.written_at = handoff.ledger, clock.now - handoff.age_ms / 1000
         waiter.event.set()
 
     clock.during[1] = release_and_wake  # during the second wait
@@ -158,3 +158,42 @@ def test_a_broker_that_cannot_take_the_deferral_is_retried_after_a_pause(
     (pause,) = clock.sleeps
     assert 0.05 <= pause < 0.1  # the first outage pause: defer_min_backoff 100 ms, with jitter
     assert ledger.line(queue.ledger) == []  # max_wait=0: it never joined a line
+
+
+def test_a_wake_up_that_arrives_late_is_read_by_the_expiry_it_carries(ledger: Ledger) -> None:
+    """Found by the soak: a host cut off for 2.2 s got its wake-ups afterwards, and ran a job on a
+    handed hold that expired before its first refresh. The message carries the hold's expiry by the
+    Redis clock, read against the clock the last beat saw: late, it is not trusted."""
+    ledger.settle()
+    admission, clock = make(ledger, hold_ttl=3_000, beat_interval=500)
+    process = admission.process
+    queue = Limit(ledger.keys.queue("q"), 1)
+    hold = Hold("me:1:1:1", (queue,))
+    assert ledger.enter("other:1:1:1", [queue], ttl_ms=3_000).admitted
+    assert ledger.enter(hold.token, [queue], ttl_ms=3_000, line=Line.JOIN).waiting
+    process.registry.doubt(hold, owner=PARKED)
+    process.heartbeat.tick()  # a claim waits: beat.lua runs, and its answer says the Redis clock
+    _, handoffs = ledger.leave("other:1:1:1", [queue], ttl_ms=3_000, age_ms=0, own_process="me:1")
+    (handoff,) = handoffs
+    expiry = int(ledger.client.zscore(queue.ledger, hold.token) or 0)
+    message = f"{hold.token} {expiry} {handoff.fence} {queue.ledger}"
+    waiter = process.wakeups.expect(hold.token, Waiter(thread=PARKED))
+
+    process.wakeups.handle(message)  # on time
+    answer = admission.handed(request_for(queue), waiter)
+    assert answer is not None and admission.distrust(answer.entered, answer.written_at) is None
+
+    clock.now += 2.6  # the same message, 2.6 s late: 0.4 s of the hold left, less than a beat
+    process.wakeups.handle(message)
+    answer = admission.handed(request_for(queue), waiter)
+    assert answer is not None
+    why = admission.distrust(answer.entered, answer.written_at)
+    assert why is not None and "too late to trust the hold" in why
+
+
+def test_a_wake_up_before_any_beat_read_the_redis_clock_makes_its_claim_ask(ledger: Ledger) -> None:
+    admission, _ = make(ledger)
+    waiter = admission.process.wakeups.expect("me:1:1:2", Waiter(thread=PARKED))
+    admission.process.wakeups.handle(f"me:1:1:2 99999999999999 1 {ledger.keys.queue('q')}")
+    assert waiter.handed is not None and waiter.written_at is None
+    assert admission.handed(request_for(Limit(ledger.keys.queue("q"), 1)), waiter) is None

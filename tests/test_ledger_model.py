@@ -307,7 +307,10 @@ class LedgerModel(RuleBasedStateMachine):
                 assert message is not None and message["type"] == "message"
                 payload = message["data"]
                 text = payload.decode() if isinstance(payload, bytes) else payload
-                assert text == f"{handoff.token} {handoff.age_ms} {handoff.fence} {handoff.ledger}"
+                # The handed hold's expiry itself (ms, Redis clock), not its age: a late message
+                # still says how much of it is left.
+                expiry = int(self.client.zscore(handoff.ledger, handoff.token) or -1)
+                assert text == f"{handoff.token} {expiry} {handoff.fence} {handoff.ledger}"
         assert self.pubsub.get_message(timeout=0.01) is None  # nothing published to anyone else here
         self.check_drained()
 
@@ -357,7 +360,7 @@ class LedgerModel(RuleBasedStateMachine):
                 if process_of(waiter) == own:
                     handed.append(Handoff(waiter, key, 0))
                 elif process_of(waiter) == LISTENING:
-                    published.append(f"{waiter} 0 {key}")
+                    published.append(f"{waiter} {key}")
                 else:
                     del state.members[waiter]  # nobody listens for it: the next in line is served
         got = self.ledger.beat(
@@ -373,10 +376,11 @@ class LedgerModel(RuleBasedStateMachine):
             message = self.pubsub.get_message(timeout=5)
             assert message is not None and message["type"] == "message"
             payload = message["data"]
-            waiter, age, fence, ledger = (payload.decode() if isinstance(payload, bytes) else payload).split(
-                " ", 3
-            )
-            assert f"{waiter} {age} {ledger}" == text
+            waiter, expiry, fence, ledger = (
+                payload.decode() if isinstance(payload, bytes) else payload
+            ).split(" ", 3)
+            assert f"{waiter} {ledger}" == text
+            assert int(expiry) == int(self.client.zscore(ledger, waiter) or -1), "the handed hold's expiry"
             self.fenced(ledger, int(fence))
         assert self.pubsub.get_message(timeout=0.01) is None
         self.check_drained()

@@ -37,17 +37,20 @@ class Listener:
         self.pubsub.subscribe(ledger.keys.wake_channel_prefix() + process)
         assert self.pubsub.get_message(timeout=5)["type"] == "subscribe"
         self.fences: list[int] = []
+        self.expiries: list[int] = []
 
     def messages(self) -> list[str]:
-        """The wake-ups received, as ``"<token> <age> <ledger>"``; the fence each carries is kept in
-        :attr:`fences` (fences are checked in test_ledger_model.py)."""
+        """The wake-ups received, as ``"<token> <ledger>"``; the expiry (ms, Redis clock) and the
+        fence each carries are kept in :attr:`expiries` and :attr:`fences` (fences are checked in
+        test_ledger_model.py)."""
         got = []
         while (message := self.pubsub.get_message(timeout=0.2)) is not None:
             data = message["data"]
-            token, age, fence, ledger = (data.decode() if isinstance(data, bytes) else data).split(" ", 3)
-            assert fence.isdigit(), f"a wake-up without its fence: {data!r}"
+            token, expiry, fence, ledger = (data.decode() if isinstance(data, bytes) else data).split(" ", 3)
+            assert fence.isdigit() and expiry.isdigit(), f"a wake-up without its expiry or fence: {data!r}"
             self.fences.append(int(fence))
-            got.append(f"{token} {age} {ledger}")
+            self.expiries.append(int(expiry))
+            got.append(f"{token} {ledger}")
         return got
 
 
@@ -96,7 +99,7 @@ def test_a_release_hands_its_slot_to_the_first_in_line_not_to_a_newcomer(
         assert ledger.line(q.ledger) == ["b:1:1:1"]
         assert leave(ledger, "a:1:1:1", q) == (1, (("b:1:1:1", q.ledger),))
         assert holders(ledger, q) == ["b:1:1:1"]
-        assert heard["b:1"].messages() == [f"b:1:1:1 0 {q.ledger}"]
+        assert heard["b:1"].messages() == [f"b:1:1:1 {q.ledger}"]
     assert ledger.line(q.ledger) == []
     assert not enter(ledger, "c:1:1:1", q, line=Line.NONE).admitted
     # The handed slot is the waiter's own: asking again is a replay, counted once.
@@ -129,7 +132,7 @@ def test_a_waiter_nobody_listens_for_is_skipped(ledger: Ledger, redis_client: re
     with listening(redis_client, ledger, "b:1") as heard:
         assert enter(ledger, "b:1:1:1", q).waiting
         assert leave(ledger, "a:1:1:1", q) == (1, (("b:1:1:1", q.ledger),))
-        assert heard["b:1"].messages() == [f"b:1:1:1 0 {q.ledger}"]
+        assert heard["b:1"].messages() == [f"b:1:1:1 {q.ledger}"]
     assert holders(ledger, q) == ["b:1:1:1"]
     assert ledger.line(q.ledger) == []
 
@@ -174,7 +177,7 @@ def test_no_slot_is_handed_over_while_the_ledger_is_over_capacity(
         assert leave(ledger, "b:1:1:1", new) == (1, ())
         assert ledger.line(new.ledger) == ["w:1:1:1"]  # kept its place
         assert leave(ledger, "c:1:1:1", new) == (1, (("w:1:1:1", new.ledger),))
-        assert heard["w:1"].messages() == [f"w:1:1:1 0 {new.ledger}"]
+        assert heard["w:1"].messages() == [f"w:1:1:1 {new.ledger}"]
     assert holders(ledger, new) == ["w:1:1:1"]
 
 
@@ -285,13 +288,15 @@ def test_a_handed_hold_keeps_a_young_expiry_and_gets_a_fresh_one_when_old(
     with listening(redis_client, ledger, "b:1", "c:1") as heard:
         assert enter(ledger, "b:1:1:1", q).waiting
         assert leave(ledger, "a:1:1:1", q, age_ms=1_000) == (1, (("b:1:1:1", q.ledger),))
-        assert heard["b:1"].messages() == [f"b:1:1:1 1000 {q.ledger}"]
+        assert heard["b:1"].messages() == [f"b:1:1:1 {q.ledger}"]
         kept = ledger.holders(q.ledger)[0].seconds_left
-        assert 8 < kept <= 10, "slot for slot: the leaving hold's expiry, and its age, passed on"
+        assert 8 < kept <= 10, "slot for slot: the leaving hold's expiry passed on"
+        assert heard["b:1"].expiries == [int(redis_client.zscore(q.ledger, "b:1:1:1") or 0)]
         assert enter(ledger, "c:1:1:1", q).waiting
         # b's expiry is older than half the ttl (or of unknown age): c gets now + ttl.
         assert leave(ledger, "b:1:1:1", q, age_ms=None) == (1, (("c:1:1:1", q.ledger),))
-        assert heard["c:1"].messages() == [f"c:1:1:1 0 {q.ledger}"]
+        assert heard["c:1"].messages() == [f"c:1:1:1 {q.ledger}"]
+        assert heard["c:1"].expiries == [int(redis_client.zscore(q.ledger, "c:1:1:1") or 0)]
     renewed = ledger.holders(q.ledger)[0].seconds_left
     assert TTL / 1000 - 2 < renewed <= TTL / 1000
     assert redis_client.pttl(q.ledger) >= renewed * 1000 - 50, "the key outlives the renewed hold"

@@ -86,7 +86,7 @@ def test_a_slot_handed_by_a_release_makes_the_parked_message_ready_without_askin
     # A release in this process: the slot is handed over, and the releaser wakes the waiter.
     removed, handoffs = ledger.leave(OTHER, [queue], ttl_ms=60_000, age_ms=0, own_process=this_process())
     assert removed == 1 and [h.token for h in handoffs] == [ticket.hold.token]
-    admission.process.hand_over(handoffs)
+    admission.process.hand_over(handoffs, admission.clock.monotonic())
     assert ready == [(ticket, True)]
     assert asked == []
     assert admission.process.registry.is_held(ticket.hold.token)

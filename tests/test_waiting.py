@@ -108,9 +108,11 @@ def test_a_burst_sent_within_one_millisecond_is_served_in_send_order(
     assert started == [0, 1, 2, 3, 4]
 
 
-def test_a_handed_hold_carries_the_age_of_its_expiry(
+def test_a_hold_handed_by_another_process_is_as_old_as_its_expiry_says(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
 ) -> None:
+    """The wake-up carries the handed hold's expiry by the Redis clock (not an age, which a late
+    message would understate): the parked claim's record of it is at least as old as it is."""
     slots = add_slots()
     limit = Limit(slots.keys.queue("aged"), 1)
     ages: list[int | None] = []
@@ -122,14 +124,18 @@ def test_a_handed_hold_carries_the_age_of_its_expiry(
         probe.record("aged")
 
     assert slots.ledger.enter("elsewhere:1:1:1", [limit], ttl_ms=3_000, line=Line.NONE).admitted
+    written = time.monotonic()
     with running_worker(broker, threads=1):
         job.send()
         wait_until(
             lambda: len(slots.ledger.line(limit.ledger)) == 1, timeout=10.0, what="the job to join the line"
         )
-        slots.ledger.leave("elsewhere:1:1:1", [limit], ttl_ms=3_000, age_ms=1_400)
+        # Another process releases, claiming a fresh expiry (age 0): the message says the truth.
+        slots.ledger.leave("elsewhere:1:1:1", [limit], ttl_ms=3_000, age_ms=0)
+        left = time.monotonic()
         probe.wait_runs(1)
-    assert ages and ages[0] is not None and 1_400 <= ages[0] < 2_400
+    assert ages and ages[0] is not None
+    assert (left - written) * 1000 <= ages[0] < (left - written) * 1000 + 1_000
 
 
 def test_a_message_waits_at_most_max_wait_then_is_deferred(
@@ -236,10 +242,17 @@ def test_a_slot_handed_to_a_claim_nobody_waits_for_is_given_back(
 
 def test_a_wake_up_sets_its_waiters_event_and_names_the_ledger() -> None:
     strays: list[tuple[str, str]] = []
-    wakeups = Wakeups(redis.Redis(), "p:wake:", on_stray=lambda t, ledger: strays.append((t, ledger)))
+    read: list[int] = []
+    wakeups = Wakeups(
+        redis.Redis(),
+        "p:wake:",
+        on_stray=lambda t, ledger: strays.append((t, ledger)),
+        expiry_to_written=lambda ms: read.append(ms) or 12.5,  # type: ignore[func-returns-value]
+    )
     waiter = wakeups.expect("h:1:2:3")
-    wakeups.handle(b"h:1:2:3 250 7 p:queue:q")
-    assert waiter.event.is_set() and waiter.handed == "p:queue:q" and waiter.age_ms == 250
+    wakeups.handle(b"h:1:2:3 1764700000250 7 p:queue:q")
+    assert waiter.event.is_set() and waiter.handed == "p:queue:q" and waiter.written_at == 12.5
+    assert read == [1764700000250], "the expiry is read against the Redis clock"
     assert waiter.fence == 7
     wakeups.handle("h:1:2:4 0 8 p:key:a b")  # nobody waits for it: a stray, ledger names may hold spaces
     assert strays == [("h:1:2:4", "p:key:a b")]
@@ -254,13 +267,14 @@ def test_a_claim_handed_one_ledger_here_is_still_woken_by_another_process_for_th
     strays: list[tuple[str, str]] = []
     wakeups = Wakeups(redis.Redis(), "p:wake:", on_stray=lambda t, ledger: strays.append((t, ledger)))
     waiter = wakeups.expect("h:1:2:3")
-    assert wakeups.hand_over("h:1:2:3", "p:queue:q", 0)
+    assert wakeups.hand_over("h:1:2:3", "p:queue:q", 5.0)
     assert waiter.event.is_set() and waiter.handed == "p:queue:q"
     waiter.event.clear()  # it asked again, and now waits in the key's line
     wakeups.handle("h:1:2:3 40 10 p:key:account-7")
-    assert waiter.event.is_set() and waiter.handed == "p:key:account-7" and waiter.age_ms == 40
+    # No clock to read the expiry against (the default): unknown, so the claim will ask.
+    assert waiter.event.is_set() and waiter.handed == "p:key:account-7" and waiter.written_at is None
     assert strays == []
-    assert not wakeups.hand_over("h:1:2:9", "p:queue:q", 0), "nobody here waits for it"
+    assert not wakeups.hand_over("h:1:2:9", "p:queue:q", 5.0), "nobody here waits for it"
 
 
 def test_the_wake_channel_delivers_and_wakes_everyone_on_subscribe(redis_client: redis.Redis) -> None:

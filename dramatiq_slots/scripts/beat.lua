@@ -22,7 +22,7 @@
 -- ARGV[6+r+o+k]      declared capacity of the k-th waited ledger (integer >= 1);
 --                    an override wins, and a paused ledger hands nothing on
 --
--- Returns {lost, handed, bad}: lost lists the indexes i (1 <= i <= r) whose hold
+-- Returns {lost, handed, bad, now}: lost lists the indexes i (1 <= i <= r) whose hold
 -- was lost: the member was gone (Redis lost it) or had already expired (the
 -- holder was silent longer than the ttl). A lost hold is NOT re-created here:
 -- a refresh only extends members that exist (ZADD XX), so a beat racing a
@@ -36,7 +36,8 @@
 -- and every other ledger of the beat is served as usual (one bad key must not
 -- cost a process the refresh of its other holds). A key the caller may not
 -- touch (ACL) fails the whole call before it runs; the heartbeat then beats
--- each ledger on its own to find it.
+-- each ledger on its own to find it. now is the Redis clock (ms) the beat read:
+-- how a process reads the expiry a wake-up message carries.
 -- Returns {-1, j} when ARGV[j] is malformed (j = 0: wrong count); nothing written.
 --
 -- Each refreshed or waited ledger is swept of expired members (holders that
@@ -167,7 +168,7 @@ for k = 1, w do
     redis.call('ZADD', ledger, expiry, waiter)
     -- A new (or emptied, so deleted) key expires with its first hold.
     if members == 0 then redis.call('PEXPIREAT', ledger, expiry) end
-    local told = tell(channel, own, waiter, 0, ledger, issued)
+    local told = tell(channel, own, waiter, expiry, ledger, issued)
     if told == 'own' then
       handed[#handed + 1] = waiter
       handed[#handed + 1] = k
@@ -186,4 +187,4 @@ for k = 1, w do
   end
 end
 
-return {lost, handed, bad}
+return {lost, handed, bad, string.format('%.0f', now)}

@@ -25,7 +25,7 @@
 -- without that member (fewer members than capacity; this also drains a
 -- ledger over capacity after a re-assert or a lowered capacity) and a claim
 -- is in line: pops the first, gives it a hold, and publishes
--- "<token> <age> <fence> <ledger>" on the waiter's process wake channel. The hold is
+-- "<token> <expiry> <fence> <ledger>" on the waiter's process wake channel. The hold is
 -- slot for slot: it keeps the leaving member's expiry, which the key already
 -- outlives, so no TIME and no PEXPIREAT are needed, and <age> passes on how
 -- old that expiry is. Handed on and on between short jobs, an expiry would
@@ -43,7 +43,8 @@
 -- slot handed over the claim's token, the index i of KEYS[i], the age passed on
 -- and the claim's fencing token (at most one per ledger), so a releaser can wake
 -- a claim of its own process at once. The wake-up message carries the fence too:
--- "<token> <age> <fence> <ledger>".
+-- "<token> <expiry> <fence> <ledger>", <expiry> the handed hold's score (ms): a late
+-- message still says how much of the hold is left.
 -- Costs: docs/design.md, "What each operation costs".
 
 local n = (#KEYS - 1) / 3
@@ -103,7 +104,7 @@ for i = 1, n do
       end
       redis.call('ZADD', ledger, given, waiter)
       local issued = fence(KEYS[2 * n + 1 + i], ttl, nil)
-      if tell(channel, own, waiter, passed, ledger, issued) then
+      if tell(channel, own, waiter, given, ledger, issued) then
         if age < 0 then outlive(ledger, renewed, ttl) end
         handed[#handed + 1] = waiter
         handed[#handed + 1] = i
