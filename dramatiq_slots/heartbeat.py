@@ -183,8 +183,9 @@ class Heartbeat:
             return report
         self.beats += 1
         self._refusals(lost.refused, held)
-        if lost.redis_ms is not None:
-            self._redis_clock = (lost.redis_ms, sent)
+        redis_ms = lost.redis_ms or (lost.declared.redis_ms if lost.declared is not None else None)
+        if redis_ms is not None:
+            self._redis_clock = (redis_ms, sent)
         if lost.handoffs and self.on_handed is not None:
             self.on_handed(lost.handoffs, sent)
         if lost.declared is not None and self.on_declared is not None and declare is not None:

@@ -173,6 +173,8 @@ class Declared:
     others: dict[str, tuple[int, ...]]
     #: The ms left of the epoch's settling (0: settled, or the epoch was not asked about).
     settling_ms: int = 0
+    #: The Redis clock the script read (ms; None: it read none).
+    redis_ms: int | None = None
 
 
 class Beaten(list[Member]):
@@ -661,10 +663,11 @@ class Ledger:
             controls=dict(zip(flat[0::2], flat[1::2], strict=True)),
             others={
                 limit.ledger: tuple(int(c) for c in others)
-                for limit, others in zip(limits, reply[2:], strict=True)
+                for limit, others in zip(limits, reply[3:], strict=True)
                 if others
             },
             settling_ms=int(reply[1]),
+            redis_ms=int(reply[2]) or None,
         )
 
     def declare(self, limits: Sequence[Limit], *, ttl_ms: int, settle_ms: int = 0) -> Declared:

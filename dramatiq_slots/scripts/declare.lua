@@ -17,10 +17,12 @@
 --               neither read nor made
 -- ARGV[2+i]     the capacity this process declares for ledger i (integer >= 1)
 --
--- Returns {controls, settling, others1, .., othersn}: controls is the hash as a
--- flat list {field1, value1, ...}; settling the ms left of the epoch's settling
--- (0: settled, or not read); othersi lists the other capacities that live
--- processes declare for ledger i.
+-- Returns {controls, settling, now, others1, .., othersn}: controls is the hash as
+-- a flat list {field1, value1, ...}; settling the ms left of the epoch's settling
+-- (0: settled, or not read); now the Redis clock (ms; 0: not read, when there is
+-- nothing to declare and no epoch to keep), by which the process reads the expiry a
+-- wake-up carries; othersi lists the other capacities that live processes declare
+-- for ledger i.
 -- Returns {-1, j} when ARGV[j] is malformed (j = 0: wrong count); nothing written.
 
 local n = #KEYS - 2
@@ -34,10 +36,11 @@ for i = 1, n do
 end
 
 -- include: epoch
-local reply = {redis.call('HGETALL', KEYS[1]), 0}
+local reply = {redis.call('HGETALL', KEYS[1]), 0, 0}
 if n == 0 and settle == 0 then return reply end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+reply[3] = string.format('%.0f', now)
 if settle > 0 then
   reply[2] = settling(KEYS[2], now, settle)
   keep_epoch(KEYS[2])
@@ -52,6 +55,6 @@ for i = 1, n do
   for _, cap in ipairs(redis.call('ZRANGE', key, 0, -1)) do
     if cap ~= mine then others[#others + 1] = cap end
   end
-  reply[2 + i] = others
+  reply[3 + i] = others
 end
 return reply
