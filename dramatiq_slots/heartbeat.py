@@ -228,7 +228,8 @@ class Heartbeat:
                 self._failed(e, held, owed)
                 report.error = e
             lost_strict = {strict[token].token: strict[token] for _, token in lost if token in strict}
-            report.reclaimed, report.stopped = self._reclaim(list(lost_strict.values()))
+            report.reclaimed, stopped = self._reclaim(list(lost_strict.values()))
+            report.stopped += stopped
         return report
 
     def _beat(

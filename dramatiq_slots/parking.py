@@ -168,6 +168,8 @@ class Parking:
             handed = None
             if not ticket.asking and not self.process.stopping.is_set():
                 handed = self.admission.handed(ticket.request, waiter)
+            if handed is not None and self.admission.distrust(handed.entered, handed.written_at):
+                handed = None  # told too late to trust (the late-reply guard): ask, which renews it
             if handed is not None:
                 del self._tickets[waiter]
             else:

@@ -108,3 +108,23 @@ def test_shutdown_takes_every_parked_claim_out_of_line_and_releases_a_slot_hande
     assert sorted(admitted for _, admitted in ready) == [False, False], "both go back to the broker"
     assert ledger.line(queue.ledger) == []
     assert ledger.holders(queue.ledger) == [], "the slot handed to the first was released"
+
+
+def test_a_slot_told_too_late_to_trust_is_asked_for_and_renewed_before_it_runs(
+    ledger: Ledger, parked: tuple[Admission, FakeClock, Parking, list[Any]]
+) -> None:
+    """Found by the soak: a wake-up that crossed a stalled network came after most of its hold's
+    time; the parked message ran on it, and it expired before its first refresh."""
+    admission, clock, parking, ready = parked
+    queue = held_elsewhere(ledger)
+    ticket = park_one(admission, parking, queue)
+    admission.process.heartbeat.tick()  # a claim waits: the beat reads the Redis clock
+    _, (handoff,) = ledger.leave(OTHER, [queue], ttl_ms=60_000, age_ms=0, own_process=this_process())
+    expiry = int(ledger.client.zscore(queue.ledger, ticket.hold.token) or 0)
+    clock.now += 55.0  # the message comes 55 s late: 5 s of the hold left, less than a beat (10 s)
+    admission.process.wakeups.handle(f"{ticket.hold.token} {expiry} {handoff.fence} {queue.ledger}")
+    assert ready == [], "run on a hold that may lapse before its first refresh"
+    parking.tick()  # it asks at once: the ask finds the slot its own, and renews it
+    assert ready == [(ticket, True)]
+    (holder,) = ledger.holders(queue.ledger)
+    assert holder.token == ticket.hold.token and holder.seconds_left > 50, "the ask renewed it"
