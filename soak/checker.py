@@ -148,13 +148,20 @@ def windows(events: Iterable[Event]) -> list[Window]:
 
 class Capacities:
     """The capacity in force of each scope over time: declared, or an operator's override; 0 while
-    paused (for runs starting then)."""
+    paused (for runs starting then). The controls live in the ledger's Redis: a restart without
+    its data forgets every one of them (from the restart's start)."""
 
     def __init__(self, declared: Mapping[str, int], events: Iterable[Event]) -> None:
         self.declared = dict(declared)
         self._changes: dict[str, list[tuple[int, int | None, bool]]] = defaultdict(list)
         state: dict[str, tuple[int | None, bool]] = {}
-        for event in sorted((e for e in events if e.kind == "control"), key=lambda e: e.at):
+        forgets = [e for e in events if e.kind == "ledger-restart-empty" and e.phase == "start"]
+        for event in sorted([e for e in events if e.kind == "control"] + forgets, key=lambda e: e.at):
+            if event.kind != "control":
+                for scope in state:
+                    self._changes[scope].append((event.at, None, False))
+                state = {}
+                continue
             override, paused = state.get(event.target, (None, False))
             value = event.params.get("value")
             if event.phase == "capacity":

@@ -39,7 +39,11 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     "kill": Kind(2.0, "host", "SIGKILL a host's process group; start it again 1-4 s later"),
-    "pause-under-ttl": Kind(2.0, "host", "SIGSTOP a host for 0.3 s to hold_ttl - beat, then SIGCONT"),
+    "pause-under-ttl": Kind(
+        2.0,
+        "host",
+        "SIGSTOP a host for 0.3 s to hold_ttl - 1.5 beats (a beat may be half a beat late), then SIGCONT",
+    ),
     "pause-past-ttl": Kind(1.5, "host", "SIGSTOP a host for hold_ttl + 0.5-3 s, then SIGCONT"),
     "graceful-restart": Kind(
         1.5, "host", "SIGTERM a host (worker shutdown timeout 1 s), then start it again"
@@ -105,7 +109,9 @@ def schedule(seed: int, seconds: float, config: SoakConfig, *, mean_gap_s: float
         if kind == "kill":
             duration = rng.uniform(1, 4)
         elif kind == "pause-under-ttl":
-            duration = rng.uniform(0.3, ttl - beat)
+            # A hold outlives a pause that starts as late after its refresh as a beat may come
+            # (1.5 intervals, docs/design.md "Heartbeat"), if the pause is shorter than the rest.
+            duration = rng.uniform(0.3, ttl - 1.5 * beat)
         elif kind == "pause-past-ttl":
             duration = ttl + rng.uniform(0.5, 3)
         elif kind == "graceful-restart":
