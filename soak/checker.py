@@ -11,11 +11,13 @@ messages
     strict job stopped for its hold); none is left unattributed.
 caps
     per limited scope, real concurrency (the runs' own intervals) never exceeded the capacity in
-    force at the start of a run (an operator's override or pause, taken with a grace of
-    :data:`GRACE_US` for a message admitted just before a change), except in an over-cap interval
-    attributed to a documented kind of fault: a host paused past ``hold_ttl`` (a lease's limit),
-    or a host paused across a ledger restart that lost its holds (it could not re-assert them
-    while the ledgers settled); each such interval is listed with its length.
+    force when the run may have been admitted (an operator's override or pause, taken with a grace
+    of :data:`GRACE_US` for a message admitted just before a change, and from the start of a stall
+    of its host's network that ended in that grace: a slot handed then is told afterwards), except
+    in an over-cap interval attributed to a documented kind of fault: a host paused past
+    ``hold_ttl`` (a lease's limit), or a host paused across a ledger restart that lost its holds
+    (it could not re-assert them while the ledgers settled); each such interval is listed with
+    its length.
 strict
     a strict actor's over-cap interval ends within one beat (+ :data:`STRICT_MARGIN_US`) after
     the end of the fault it is attributed to.
@@ -181,10 +183,12 @@ class Capacities:
             return 0
         return override if override is not None else self.declared.get(scope, 1)
 
-    def allowed(self, scope: str, t: int) -> int:
+    def allowed(self, scope: str, t: int, admitted_from: int | None = None) -> int:
         """The most a run starting at ``t`` may find running (itself included): the largest
-        capacity in force over the grace before it."""
-        points = [t - GRACE_US] + [at for at, _, _ in self._changes.get(scope, ()) if t - GRACE_US < at <= t]
+        capacity in force since it may have been admitted (``admitted_from``; by default the
+        grace before it)."""
+        since = t - GRACE_US if admitted_from is None else admitted_from
+        points = [since] + [at for at, _, _ in self._changes.get(scope, ()) if since < at <= t]
         return max(self.at(scope, p) for p in points)
 
 
@@ -275,7 +279,23 @@ def check_messages(record: Record, faults: Sequence[Window], verdict: Verdict) -
 # -- caps ------------------------------------------------------------------------------------------
 
 
-def over_caps(record: Record, capacities: Capacities) -> list[OverCap]:
+#: Faults that hold a host's messages to and from the ledger back for a while.
+NETWORK_FAULTS = ("blackhole", "delayed-reply")
+
+
+def admitted_from(run: Run, faults: Sequence[Window]) -> int:
+    """The earliest a run may have been admitted: the grace before its start, or, when its host's
+    network stalled in that grace, the grace before the stall (a slot handed to it then was told
+    only when the stall ended)."""
+    since = run.start - GRACE_US
+    for fault in faults:
+        stalled = fault.kind in NETWORK_FAULTS and fault.target == run.group
+        if stalled and fault.start < run.start and fault.end >= since:
+            since = min(since, fault.start - GRACE_US)
+    return since
+
+
+def over_caps(record: Record, capacities: Capacities, faults: Sequence[Window] = ()) -> list[OverCap]:
     """Every interval in which a scope had more runs open than a run starting then may find."""
     by_scope: dict[str, list[Run]] = defaultdict(list)
     for run in record.runs:
@@ -292,7 +312,7 @@ def over_caps(record: Record, capacities: Capacities) -> list[OverCap]:
         episode: OverCap | None = None
         for at, delta, run in events:
             open_runs += delta
-            if delta == 1 and open_runs > capacities.allowed(scope, at):
+            if delta == 1 and open_runs > capacities.allowed(scope, at, admitted_from(run, faults)):
                 if episode is None:
                     episode = OverCap(scope, at, at, 0, run.strict)
                 episode.excess = max(episode.excess, open_runs - capacities.at(scope, at))
@@ -316,7 +336,8 @@ def attribute_over_cap(episode: OverCap, record: Record, faults: Sequence[Window
         for r in record.runs
         if episode.scope in r.scopes and r.start <= episode.start and (r.end or 2**62) > episode.start
     ]
-    for fault in faults:
+    # The latest stop first: a host stopped again at once is frozen by the later one.
+    for fault in sorted(faults, key=lambda f: f.start, reverse=True):
         if fault.kind not in ("pause-past-ttl", "pause-under-ttl"):
             continue
         # Its runs open then: frozen in their bodies, or admitted before the stop and started as
@@ -340,7 +361,7 @@ def attribute_over_cap(episode: OverCap, record: Record, faults: Sequence[Window
 
 
 def check_caps(record: Record, capacities: Capacities, faults: Sequence[Window], verdict: Verdict) -> None:
-    episodes = over_caps(record, capacities)
+    episodes = over_caps(record, capacities, faults)
     by_n = {f.n: f for f in faults}
     beat_us = int(record.facts.get("beat_interval", 500)) * 1000
     for episode in episodes:

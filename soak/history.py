@@ -55,11 +55,10 @@ local now = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[
 _BEGIN = (
     _NOW
     + """
--- KEYS: seq, runs, open; ARGV: the run's JSON, its pid. Returns the run id.
-local id = redis.call('INCR', KEYS[1])
-redis.call('HSET', KEYS[2], id, now .. ' ' .. ARGV[1])
-redis.call('HSET', KEYS[3], id, ARGV[2])
-return id
+-- KEYS: runs, open; ARGV: the run id, its JSON, its pid.
+redis.call('HSET', KEYS[1], ARGV[1], now .. ' ' .. ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+return 1
 """
 )
 
@@ -188,8 +187,13 @@ class History:
 
     # -- the worker side --------------------------------------------------------------------
 
+    def new_run(self) -> int:
+        """A run id, for :meth:`begin`."""
+        return int(self.client.incr(self.key("seq")))
+
     def begin(
         self,
+        run_id: int,
         message_id: str,
         actor: str,
         scopes: Iterable[Scope],
@@ -197,8 +201,8 @@ class History:
         group: str,
         fence: int | None = None,
         strict: bool = False,
-    ) -> int:
-        """Record the start of a run (now); its run id."""
+    ) -> None:
+        """Record the start of run ``run_id`` (now)."""
         run = {
             "message_id": message_id,
             "actor": actor,
@@ -208,8 +212,7 @@ class History:
             "fence": fence,
             "strict": strict,
         }
-        keys = [self.key("seq"), self.key("runs"), self.key("open")]
-        return int(self._begin(keys=keys, args=[json.dumps(run), os.getpid()]))
+        self._begin(keys=[self.key("runs"), self.key("open")], args=[run_id, json.dumps(run), os.getpid()])
 
     def end(self, run_id: int, outcome: str, *, at_us: int | None = None) -> bool:
         """Record the end of a run; False when it was closed already (reaped)."""
@@ -227,12 +230,16 @@ class History:
         fence: int | None = None,
         strict: bool = False,
     ) -> Iterator[int]:
-        """``with history.run(...)``: the body's run, ``raised`` when it raised anything."""
-        run_id = self.begin(message_id, actor, scopes, group=group, fence=fence, strict=strict)
+        """``with history.run(...)``: the body's run, ``raised`` when it raised anything.
+
+        The id is taken first, so an exception that lands anywhere after the run was recorded (a
+        strict job's ``HoldLost`` may land in this very code) still closes it."""
+        run_id = self.new_run()
         try:
+            self.begin(run_id, message_id, actor, scopes, group=group, fence=fence, strict=strict)
             yield run_id
         except BaseException:
-            self.end(run_id, RAISED)
+            self.end(run_id, RAISED)  # nothing to close when it was never begun
             raise
         self.end(run_id, COMPLETED)
         self.client.hincrby(self.key("done"), actor, 1)

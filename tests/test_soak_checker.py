@@ -336,3 +336,16 @@ def test_a_restart_without_its_data_forgets_the_operators_controls() -> None:
     assert failures(h, "caps: 1 over-cap interval(s)"), "two at once under an override of 1"
     h.fault(1, "ledger-restart-empty", "ledger", 3, 3.5)  # the override went with the data
     assert h.verdict().passed, h.verdict().failures
+
+
+def test_a_host_stopped_again_at_once_is_judged_by_the_later_stop() -> None:
+    h = History()
+    h.run(0, 1, scope=STRICT, strict=True)
+    h.run(5.51, 11.2, scope=STRICT, group="C", strict=True)  # started between two stops of C
+    h.run(6, 12, scope=STRICT, strict=True)
+    h.run(9, 12, scope=STRICT, strict=True)  # admitted once C's hold expired in the second stop
+    h.fault(1, "pause-past-ttl", "C", 1.5, 5.5)
+    h.fault(2, "pause-past-ttl", "C", 5.52, 11.0)
+    verdict = h.verdict()
+    assert verdict.passed, verdict.failures
+    assert {o["fault"] for o in verdict.figures["over_cap"]} == {2}
