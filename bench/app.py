@@ -44,7 +44,7 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.rate_limits import ConcurrentRateLimiter
 from dramatiq.rate_limits.backends import RedisBackend
 
-from dramatiq_slots import gate
+from dramatiq_slots.waiting import gate
 from tests.support.probe import Probe
 from tests.support.worker_groups import BootProbe
 

@@ -32,8 +32,8 @@ if str(REPO_ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
-from dramatiq_slots.claims import new_token  # noqa: E402
-from dramatiq_slots.ledger import Ledger, Limit, Line, Member  # noqa: E402
+from dramatiq_slots.ledger.ledger import Ledger, Limit, Line, Member  # noqa: E402
+from dramatiq_slots.worker.claims import new_token  # noqa: E402
 from tests.support.servers import Server  # noqa: E402
 
 REASK_S, MAX_WAIT_S, BEAT_S, TTL_MS = 2.0, 30.0, 10.0, 60_000  # middleware defaults

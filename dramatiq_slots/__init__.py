@@ -11,17 +11,22 @@
     def sync_account(account_id, full=False): ...
 """
 
-from .admission import AdmissionError
-from .controls import Control, Controls
-from .deferral import DEFERRALS, MessageDeferred, MessageDropped
 from .errors import LedgerArgumentError, LedgerError, LedgerUnavailable, SlotsError
-from .interrupts import HoldLost
-from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .ledger import Holder, Ledger, Limit
-from .middleware import Slots
-from .options import MAX_KEYS_PER_MESSAGE, MAX_RUNTIME_KEY_BYTES, ConfigurationError, RuntimeKeyError
-from .process import CurrentHold, current_hold
-from .settings import URL_ENV
+from .ledger.controls import Control, Controls
+from .ledger.keys import DEFAULT_KEY_PREFIX, KeySpace
+from .ledger.ledger import Holder, Ledger, Limit
+from .middleware.admission import AdmissionError
+from .middleware.deferral import DEFERRALS, MessageDeferred, MessageDropped
+from .middleware.options import (
+    MAX_KEYS_PER_MESSAGE,
+    MAX_RUNTIME_KEY_BYTES,
+    ConfigurationError,
+    RuntimeKeyError,
+)
+from .middleware.settings import URL_ENV
+from .middleware.slots import Slots
+from .worker.interrupts import HoldLost
+from .worker.process import CurrentHold, current_hold
 
 __version__ = "0.1.0.dev0"
 

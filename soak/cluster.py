@@ -35,8 +35,8 @@ from pathlib import Path
 import redis
 
 from dramatiq_slots import Controls, Ledger, LedgerUnavailable
-from dramatiq_slots.inspection import ProcessReport
-from dramatiq_slots.keys import KeySpace
+from dramatiq_slots.ledger.keys import KeySpace
+from dramatiq_slots.ops.inspection import ProcessReport
 from tests.support.processes import group_members
 from tests.support.proxy import FaultProxy
 from tests.support.servers import Server, find_engine

@@ -33,7 +33,7 @@ from typing import Any
 import redis
 from dramatiq.results import ResultFailure, ResultMissing
 
-from dramatiq_slots.keys import KeySpace
+from dramatiq_slots.ledger.keys import KeySpace
 
 from . import checker, report, store
 from .cluster import Cluster

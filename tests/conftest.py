@@ -31,7 +31,7 @@ from uuid import uuid4
 import pytest
 import redis
 
-from dramatiq_slots.ledger import Ledger
+from dramatiq_slots.ledger.ledger import Ledger
 from tests.support.redis_cluster import LocalCluster
 from tests.support.sentinel import LocalSentinel
 from tests.support.servers import (

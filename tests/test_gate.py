@@ -17,11 +17,12 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import TimeLimit
 
-from dramatiq_slots import Slots, gate, parking
-from dramatiq_slots.deferral import DEFERRALS
-from dramatiq_slots.gate import GatedWorkQueue
-from dramatiq_slots.ledger import Limit, Line
-from dramatiq_slots.metrics import Metrics
+from dramatiq_slots import Slots
+from dramatiq_slots.ledger.ledger import Limit, Line
+from dramatiq_slots.middleware.deferral import DEFERRALS
+from dramatiq_slots.middleware.metrics import Metrics
+from dramatiq_slots.waiting import gate, parking
+from dramatiq_slots.waiting.gate import GatedWorkQueue
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.waiting import wait_until

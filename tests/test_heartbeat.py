@@ -18,10 +18,10 @@ from dramatiq.brokers.redis import RedisBroker
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dramatiq_slots.claims import Hold, HoldRegistry, new_token, this_process
-from dramatiq_slots.heartbeat import Heartbeat
-from dramatiq_slots.inspection import ProcessReport
-from dramatiq_slots.ledger import Beaten, Ledger, Limit, Member
+from dramatiq_slots.ledger.ledger import Beaten, Ledger, Limit, Member
+from dramatiq_slots.ops.inspection import ProcessReport
+from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token, this_process
+from dramatiq_slots.worker.heartbeat import Heartbeat
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.ports import free_port

@@ -11,10 +11,10 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from dramatiq_slots.claims import Hold, HoldRegistry, new_token, this_process
-from dramatiq_slots.heartbeat import Heartbeat
-from dramatiq_slots.inspection import Inspector, ProcessReport, ReportedHold, age_text
-from dramatiq_slots.ledger import Ledger, Limit, Line
+from dramatiq_slots.ledger.ledger import Ledger, Limit, Line
+from dramatiq_slots.ops.inspection import Inspector, ProcessReport, ReportedHold, age_text
+from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token, this_process
+from dramatiq_slots.worker.heartbeat import Heartbeat
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
 from tests.support.waiting import wait_until
 

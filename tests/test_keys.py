@@ -8,7 +8,7 @@ import hashlib
 import pytest
 import redis
 
-from dramatiq_slots.keys import DEFAULT_KEY_PREFIX, KeySpace, key_digest
+from dramatiq_slots.ledger.keys import DEFAULT_KEY_PREFIX, KeySpace, key_digest
 
 
 def test_default_prefix_and_the_hash_tag_heading_every_name() -> None:

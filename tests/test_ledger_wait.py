@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import redis
 
-from dramatiq_slots.claims import process_part
 from dramatiq_slots.errors import LedgerArgumentError
-from dramatiq_slots.ledger import Ledger, Limit, Line, Member
+from dramatiq_slots.ledger.ledger import Ledger, Limit, Line, Member
+from dramatiq_slots.worker.claims import process_part
 from tests.support.waiting import wait_until
 
 TTL = 30_000

@@ -16,11 +16,11 @@ from dramatiq.brokers.redis import RedisBroker
 from redis.cluster import RedisCluster
 
 from dramatiq_slots import Slots
-from dramatiq_slots.claims import Hold
-from dramatiq_slots.deferral import MessageDeferred
-from dramatiq_slots.ledger import Ledger, Limit
-from dramatiq_slots.lingering import LingeringHolds, roomy
-from dramatiq_slots.process import SlotsProcess
+from dramatiq_slots.ledger.ledger import Ledger, Limit
+from dramatiq_slots.middleware.deferral import MessageDeferred
+from dramatiq_slots.worker.claims import Hold
+from dramatiq_slots.worker.lingering import LingeringHolds, roomy
+from dramatiq_slots.worker.process import SlotsProcess
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
 from tests.support.servers import Server
 from tests.support.waiting import wait_until

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import redis
 
-from dramatiq_slots.inspection import Inspector
-from dramatiq_slots.keys import KeySpace
+from dramatiq_slots.ledger.keys import KeySpace
+from dramatiq_slots.ops.inspection import Inspector
 from tests.support.command import SCRIPT, run_command
 from tests.support.servers import RedisTarget
 from tests.support.waiting import wait_until

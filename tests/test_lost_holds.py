@@ -23,11 +23,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from dramatiq_slots import ConfigurationError, HoldLost, Slots
-from dramatiq_slots.claims import Hold, HoldRegistry, new_token
-from dramatiq_slots.deferral import DEFERRALS
-from dramatiq_slots.heartbeat import Heartbeat
-from dramatiq_slots.interrupts import Bodies, wrapped_by
-from dramatiq_slots.ledger import Ledger, Limit
+from dramatiq_slots.ledger.ledger import Ledger, Limit
+from dramatiq_slots.middleware.deferral import DEFERRALS
+from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token
+from dramatiq_slots.worker.heartbeat import Heartbeat
+from dramatiq_slots.worker.interrupts import Bodies, wrapped_by
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until

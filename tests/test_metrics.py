@@ -28,11 +28,11 @@ import pytest
 import redis
 
 from dramatiq_slots import Slots
-from dramatiq_slots.claims import Hold
-from dramatiq_slots.controls import Controls
-from dramatiq_slots.keys import KeySpace, key_digest
-from dramatiq_slots.ledger import Limit
-from dramatiq_slots.metrics import Metrics, PrometheusMetrics, metrics_for
+from dramatiq_slots.ledger.controls import Controls
+from dramatiq_slots.ledger.keys import KeySpace, key_digest
+from dramatiq_slots.ledger.ledger import Limit
+from dramatiq_slots.middleware.metrics import Metrics, PrometheusMetrics, metrics_for
+from dramatiq_slots.worker.claims import Hold
 from tests.support.ports import free_port
 from tests.support.servers import RedisTarget
 from tests.support.waiting import wait_until

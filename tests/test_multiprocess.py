@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import redis
 
-from dramatiq_slots.controls import Controls
+from dramatiq_slots.ledger.controls import Controls
 from tests.support.probe import Run, max_overlap
 from tests.support.servers import RedisTarget
 from tests.support.waiting import wait_until

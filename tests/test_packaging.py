@@ -33,7 +33,9 @@ def test_the_wheel_builds_without_warnings_and_ships_the_scripts(tmp_path: Path)
     assert warnings == [], "\n".join(warnings)
     (wheel,) = tmp_path.glob("dramatiq_slots-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    scripts = {p.relative_to(ROOT).as_posix() for p in (ROOT / "dramatiq_slots" / "scripts").rglob("*.lua")}
+    scripts = {
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "dramatiq_slots" / "ledger" / "lua").rglob("*.lua")
+    }
     assert scripts and scripts <= names, sorted(scripts - names)
     assert "dramatiq_slots/py.typed" in names
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names), sorted(names)

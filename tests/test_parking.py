@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from dramatiq_slots.admission import Admission, InLine
-from dramatiq_slots.claims import this_process
-from dramatiq_slots.ledger import Entered, Ledger, Limit, Line
-from dramatiq_slots.parking import Parking, Ticket
+from dramatiq_slots.ledger.ledger import Entered, Ledger, Limit, Line
+from dramatiq_slots.middleware.admission import Admission, InLine
+from dramatiq_slots.waiting.parking import Parking, Ticket
+from dramatiq_slots.worker.claims import this_process
 from tests.test_admission import FakeClock, make, request_for
 
 OTHER = "other:1:1:1"

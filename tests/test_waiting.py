@@ -13,12 +13,13 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from dramatiq_slots import Slots, gate, parking
-from dramatiq_slots.claims import new_token, this_process
-from dramatiq_slots.deferral import DEFERRALS
-from dramatiq_slots.ledger import Limit, Line
-from dramatiq_slots.places import PLACE
-from dramatiq_slots.wakeups import Wakeups
+from dramatiq_slots import Slots
+from dramatiq_slots.ledger.ledger import Limit, Line
+from dramatiq_slots.middleware.deferral import DEFERRALS
+from dramatiq_slots.waiting import gate, parking
+from dramatiq_slots.waiting.places import PLACE
+from dramatiq_slots.worker.claims import new_token, this_process
+from dramatiq_slots.worker.wakeups import Wakeups
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.waiting import wait_until

@@ -40,7 +40,7 @@ from typing import Any, TextIO
 import redis
 
 from dramatiq_slots import URL_ENV
-from dramatiq_slots.inspection import Inspector, LedgerView
+from dramatiq_slots.ops.inspection import Inspector, LedgerView
 
 from . import checks
 from .probe import GROUP_ENV, PROBE_PREFIX_ENV, PROBE_URL_ENV, ProbeStore, key_ledger, queue_ledger

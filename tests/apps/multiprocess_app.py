@@ -34,7 +34,7 @@ import dramatiq
 from dramatiq.middleware import CurrentMessage, TimeLimit
 
 from dramatiq_slots import Slots, current_hold
-from dramatiq_slots.deferral import DEFERRALS
+from dramatiq_slots.middleware.deferral import DEFERRALS
 from tests.support.probe import ProcessProbe
 from tests.support.worker_groups import (
     BUSY_ACTOR,

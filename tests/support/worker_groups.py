@@ -48,7 +48,7 @@ from dramatiq.middleware import CurrentMessage, Middleware
 from dramatiq_slots import URL_ENV, Holder, Ledger, Slots
 from dramatiq_slots.errors import LedgerError
 from dramatiq_slots.failpoints import ENV as FAILPOINT_ENV
-from dramatiq_slots.options import LostHoldMode
+from dramatiq_slots.middleware.options import LostHoldMode
 
 from .probe import Probe
 from .processes import group_members

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..ledger.keys import KeySpace
+from ..ledger.ledger import Limit
+from ..waiting.places import place_of
 from . import options as opt
-from .keys import KeySpace
-from .ledger import Limit
-from .places import place_of
 from .settings import Settings, queue_capacity_where
 
 

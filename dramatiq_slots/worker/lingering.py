@@ -33,8 +33,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from ..ledger.ledger import Limit
 from .claims import Hold
-from .ledger import Limit
 
 
 def roomy(capacities: Sequence[int], members: Sequence[int]) -> bool:

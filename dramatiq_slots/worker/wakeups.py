@@ -48,8 +48,8 @@ from typing import Any
 
 import redis
 
+from ..ledger.ledger import RedisClient
 from .claims import this_process
-from .ledger import RedisClient
 
 logger = logging.getLogger("dramatiq_slots.wakeups")
 

@@ -41,13 +41,13 @@ from redis.connection import parse_url
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel
 
-from . import __version__
-from .controls import MAX_CAPACITY, Change
-from .errors import LedgerError
-from .inspection import HolderView, Inspector, LedgerView, Released, age_text
-from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .ledger import RedisClient, redacted_address
-from .middleware import URL_ENV
+from ... import __version__
+from ...errors import LedgerError
+from ...ledger.controls import MAX_CAPACITY, Change
+from ...ledger.keys import DEFAULT_KEY_PREFIX, KeySpace
+from ...ledger.ledger import RedisClient, redacted_address
+from ...middleware.slots import URL_ENV
+from ..inspection import HolderView, Inspector, LedgerView, Released, age_text
 
 PROG = "dramatiq-slots"
 

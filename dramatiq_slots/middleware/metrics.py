@@ -61,10 +61,10 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .claims import Hold
-from .controls import Control
-from .keys import KeySpace
-from .ledger import Limit
+from ..ledger.controls import Control
+from ..ledger.keys import KeySpace
+from ..ledger.ledger import Limit
+from ..worker.claims import Hold
 
 
 class Metrics:

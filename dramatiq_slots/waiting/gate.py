@@ -43,12 +43,12 @@ from typing import Any
 import dramatiq
 from dramatiq.middleware import Interrupt
 
-from .admission import Admission, Dropped, InLine, Refused, busy_reason
-from .claims import Hold
-from .declarations import Request
-from .ledger import Line
+from ..ledger.ledger import Line
+from ..middleware.admission import Admission, Dropped, InLine, Refused, busy_reason
+from ..middleware.declarations import Request
+from ..worker.claims import Hold
+from ..worker.wakeups import Waiter
 from .parking import Parking, Ticket, count_waiting
-from .wakeups import Waiter
 
 logger = logging.getLogger("dramatiq_slots.gate")
 

@@ -23,16 +23,16 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..failpoints import reach
+from ..ledger.controls import Control, ControlsSeen
+from ..ledger.ledger import Declared, Handoff, Ledger, Limit
+from ..middleware.metrics import Metrics
+from ..middleware.settings import Settings
 from .claims import Hold, HoldRegistry, process_part, this_process
 from .clock import SYSTEM_CLOCK, Clock
-from .controls import Control, ControlsSeen
-from .failpoints import reach
 from .heartbeat import Heartbeat
 from .interrupts import Bodies
-from .ledger import Declared, Handoff, Ledger, Limit
 from .lingering import LingeringHolds
-from .metrics import Metrics
-from .settings import Settings
 from .wakeups import Wakeups
 
 logger = logging.getLogger("dramatiq_slots.process")

@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass, field
 
 from redis.cluster import RedisCluster
 
-from .claims import process_part
-from .controls import Control, Controls
-from .keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
-from .ledger import Ledger, Limit, RedisClient, _text
+from ..ledger.controls import Control, Controls
+from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
+from ..ledger.ledger import Ledger, Limit, RedisClient, _text
+from ..worker.claims import process_part
 
 #: Version of the report format (a reader skips reports of another version).
 REPORT_VERSION = 1

@@ -17,10 +17,10 @@ from dramatiq import broker as dramatiq_broker
 from dramatiq.brokers.redis import RedisBroker
 from redis.connection import parse_url
 
+from ..ledger.keys import KeySpace
+from ..ledger.ledger import RedisClient
+from ..worker.heartbeat import REPORT_BEATS
 from . import options as opt
-from .heartbeat import REPORT_BEATS
-from .keys import KeySpace
-from .ledger import RedisClient
 
 #: Environment variable naming the ledger's Redis when neither ``client=`` nor ``url=`` is given.
 URL_ENV = "DRAMATIQ_SLOTS_REDIS_URL"

@@ -50,10 +50,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..errors import LedgerError, LedgerUnavailable
+from ..ledger.ledger import Beaten, Declared, Handoff, Ledger, Limit, Member
+from ..middleware.metrics import Metrics
 from .claims import Hold, HoldRegistry, this_process
-from .errors import LedgerError, LedgerUnavailable
-from .ledger import Beaten, Declared, Handoff, Ledger, Limit, Member
-from .metrics import Metrics
 
 logger = logging.getLogger("dramatiq_slots.heartbeat")
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from .ledger import Limit, Member
+from ..ledger.ledger import Limit, Member
 
 
 class _ThreadPrefix(threading.local):

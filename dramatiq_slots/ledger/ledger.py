@@ -35,7 +35,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.sentinel import SentinelConnectionPool
 
-from .errors import LedgerArgumentError, LedgerError, LedgerUnavailable
+from ..errors import LedgerArgumentError, LedgerError, LedgerUnavailable
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 
 #: What the ledger talks to: one server (or a Sentinel-managed primary), or a Redis Cluster.
@@ -224,7 +224,7 @@ _INCLUDE = "-- include: "
 
 def _load(name: str) -> str:
     """The text of ``scripts/<name>.lua``, with each ``-- include: <lib>`` line replaced by that library."""
-    scripts = resources.files("dramatiq_slots").joinpath("scripts")
+    scripts = resources.files("dramatiq_slots.ledger").joinpath("lua")
     lines = scripts.joinpath(f"{name}.lua").read_text("utf-8").splitlines(keepends=True)
     return "".join(
         scripts.joinpath("lib").joinpath(f"{line[len(_INCLUDE) :].strip()}.lua").read_text("utf-8")

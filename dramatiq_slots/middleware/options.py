@@ -18,8 +18,8 @@ from typing import Any, Literal, TypeAlias
 
 from dramatiq.middleware import MiddlewareError
 
-from .controls import MAX_CAPACITY
-from .errors import SlotsError
+from ..errors import SlotsError
+from ..ledger.controls import MAX_CAPACITY
 
 QUEUE_CAPACITY = "queue_capacity"
 UNIQUE_AT_RUNTIME_KEY = "unique_at_runtime_key"

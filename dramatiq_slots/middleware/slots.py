@@ -31,25 +31,25 @@ from dramatiq.broker import MessageProxy
 from dramatiq.middleware import Middleware, MiddlewareError, Retries, TimeLimit
 from dramatiq.worker import WorkerThread
 
+from ..errors import LedgerError
+from ..ledger.controls import Controls
+from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace
+from ..ledger.ledger import Holder, Ledger, Limit, RedisClient, eviction_risk, redacted_address
+from ..ops.inspection import ProcessReport, ReportedHold
+from ..waiting.gate import TESTED_DRAMATIQ, Gate
+from ..waiting.gate import supported as gate_supported
+from ..waiting.places import PLACE, PlaceClock
+from ..worker.claims import HoldRegistry, this_process
+from ..worker.heartbeat import Heartbeat
+from ..worker.interrupts import HoldLost, wrapped_by
+from ..worker.process import SlotsProcess, WaitGate
+from ..worker.wakeups import Wakeups
 from . import options as opt
 from .admission import Admission, AdmissionError
-from .claims import HoldRegistry, this_process
-from .controls import Controls
 from .declarations import Declarations, Request
 from .deferral import DEFERRALS, backoff_ms, clear_deferred, defer, drop, quiet_deferrals, requeue
-from .errors import LedgerError
-from .gate import TESTED_DRAMATIQ, Gate
-from .gate import supported as gate_supported
-from .heartbeat import Heartbeat
-from .inspection import ProcessReport, ReportedHold
-from .interrupts import HoldLost, wrapped_by
-from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .ledger import Holder, Ledger, Limit, RedisClient, eviction_risk, redacted_address
 from .metrics import Metrics, metrics_for
-from .places import PLACE, PlaceClock
-from .process import SlotsProcess, WaitGate
 from .settings import URL_ENV, Settings, global_broker_with, ledger_client
-from .wakeups import Wakeups
 
 logger = logging.getLogger("dramatiq_slots.middleware")
 

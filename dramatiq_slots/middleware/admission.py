@@ -30,18 +30,18 @@ import redis
 from dramatiq.errors import BrokerConnectionError
 from dramatiq.middleware import MiddlewareError
 
-from .claims import Hold, new_token
-from .clock import Clock
+from ..errors import LedgerError, LedgerUnavailable, SlotsError
+from ..failpoints import reach
+from ..ledger.ledger import Entered, Limit, Line
+from ..worker.claims import Hold, new_token
+from ..worker.clock import Clock
+from ..worker.lingering import roomy
+from ..worker.process import SlotsProcess
+from ..worker.wakeups import PARKED, Waiter
 from .declarations import Request
 from .deferral import backoff_ms
-from .errors import LedgerError, LedgerUnavailable, SlotsError
-from .failpoints import reach
-from .ledger import Entered, Limit, Line
-from .lingering import roomy
 from .options import BUSY_CODES
-from .process import SlotsProcess
 from .settings import Settings
-from .wakeups import PARKED, Waiter
 
 logger = logging.getLogger("dramatiq_slots.admission")
 

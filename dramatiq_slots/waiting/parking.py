@@ -27,12 +27,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .admission import REASK_MAX_S, REASK_S, Admission, Answer
-from .claims import Hold
-from .declarations import Request
-from .errors import LedgerError, LedgerUnavailable
-from .metrics import Metrics
-from .wakeups import PARKED, Waiter
+from ..errors import LedgerError, LedgerUnavailable
+from ..middleware.admission import REASK_MAX_S, REASK_S, Admission, Answer
+from ..middleware.declarations import Request
+from ..middleware.metrics import Metrics
+from ..worker.claims import Hold
+from ..worker.wakeups import PARKED, Waiter
 
 logger = logging.getLogger("dramatiq_slots.parking")
 

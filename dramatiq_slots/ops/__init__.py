@@ -1,0 +1,1 @@
+"""Operator tools: the ``dramatiq-slots`` command and the ``Inspector`` behind it."""

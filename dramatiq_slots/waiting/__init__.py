@@ -1,0 +1,1 @@
+"""Where a message waits for its slot without a thread: the gate, parking, places in line."""

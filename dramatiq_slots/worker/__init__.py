@@ -1,0 +1,1 @@
+"""Per-process state of a worker: claims, the heartbeat, wake-ups, lingering holds, interrupts."""
