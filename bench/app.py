@@ -44,7 +44,7 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.rate_limits import ConcurrentRateLimiter
 from dramatiq.rate_limits.backends import RedisBackend
 
-from dramatiq_slots.waiting import gate
+from dramatiq_slots.waiting import prefetch, work_queue
 from tests.support.probe import Probe
 from tests.support.worker_groups import BootProbe
 
@@ -75,9 +75,9 @@ crl = config.way in (CRL_DEFAULT, CRL_TUNED)
 broker = config.broker()
 if config.way in SLOTS_WAYS:
     if config.way in (SLOTS_THREADS, SLOTS_SHARE):
-        gate.TESTED_DRAMATIQ = ()  # no gate: refused messages wait in their worker threads
+        work_queue.TESTED_DRAMATIQ = ()  # no gate: refused messages wait in their worker threads
     if config.way == SLOTS_COUNTED:
-        gate.UNFETCHED_PER_QUEUE = 0  # parked messages all stay in their queue's prefetch
+        prefetch.UNFETCHED_PER_QUEUE = 0  # parked messages all stay in their queue's prefetch
     broker.add_middleware(config.slots_middleware(), before=TimeLimit)
 dramatiq.set_broker(broker)
 

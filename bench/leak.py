@@ -51,8 +51,8 @@ from typing import Any
 
 import redis
 
+from dramatiq_slots.ledger import Ledger, Limit
 from dramatiq_slots.ledger.keys import KeySpace
-from dramatiq_slots.ledger.ledger import Ledger, Limit
 from tests.support.servers import Server
 
 #: How often the key count is read while the run's keys expire (s).

@@ -32,7 +32,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
-from dramatiq_slots.ledger.ledger import Ledger, Limit, Line, Member  # noqa: E402
+from dramatiq_slots.ledger import Ledger, Limit, Line, Member  # noqa: E402
 from dramatiq_slots.worker.claims import new_token  # noqa: E402
 from tests.support.servers import Server  # noqa: E402
 

@@ -31,7 +31,7 @@ from uuid import uuid4
 import pytest
 import redis
 
-from dramatiq_slots.ledger.ledger import Ledger
+from dramatiq_slots.ledger import Ledger
 from tests.support.redis_cluster import LocalCluster
 from tests.support.sentinel import LocalSentinel
 from tests.support.servers import (
@@ -197,7 +197,7 @@ def _client_for(server: RedisTarget, key_prefix: str) -> Iterator[redis.Redis]:
     finally:
         # Only this test's own keys (its prefix, and prefixes it derived from it).
         with contextlib.suppress(redis.RedisError):
-            # Ledger names start with the hash tag "{<prefix>}" (dramatiq_slots.keys).
+            # Ledger names start with the hash tag "{<prefix>}" (dramatiq_slots.ledger.keys).
             doomed = [
                 key
                 for pattern in (f"{key_prefix}*", "{" + key_prefix + "*")

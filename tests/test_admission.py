@@ -15,10 +15,10 @@ import pytest
 import redis
 
 from dramatiq_slots import Slots
-from dramatiq_slots.ledger.ledger import Entered, Ledger, Limit, Line
+from dramatiq_slots.ledger import Entered, Ledger, Limit, Line
 from dramatiq_slots.middleware.admission import Admission
-from dramatiq_slots.middleware.declarations import Request
 from dramatiq_slots.middleware.deferral import MessageDeferred
+from dramatiq_slots.waiting.admits import Request
 from dramatiq_slots.worker.claims import Hold
 from dramatiq_slots.worker.process import SlotsProcess
 from dramatiq_slots.worker.wakeups import PARKED, Waiter

@@ -30,12 +30,11 @@ from dramatiq.middleware import Interrupt, Middleware, TimeLimit
 import dramatiq_slots
 from dramatiq_slots import Slots
 from dramatiq_slots.failpoints import interrupt_with
-from dramatiq_slots.ledger.ledger import Ledger, Limit, Line, Member, Withdrawn
-from dramatiq_slots.middleware.declarations import Request
+from dramatiq_slots.ledger import Ledger, Limit, Line, Member, Withdrawn
 from dramatiq_slots.middleware.deferral import MessageDeferred
+from dramatiq_slots.waiting.admits import Request
 from dramatiq_slots.waiting.gate import Gate
 from dramatiq_slots.worker.claims import Hold, new_token, this_process
-from dramatiq_slots.worker.process import WaitGate
 from tests.support.in_process import RunRecorder, running_worker, stop_threads
 from tests.support.waiting import wait_until
 from tests.test_admission import make, request_for
@@ -122,7 +121,7 @@ class Harness:
         monkeypatch.setattr(self.process.heartbeat, "start", lambda: None)
         monkeypatch.setattr(self.process.heartbeat, "ensure_started", lambda: None)
         monkeypatch.setattr(self.process.wakeups, "start", lambda: None)
-        self.process.wait_gate = WaitGate(4)
+        self.process.wait_gate.reset(4)
         #: While set, the test itself calls Slots' code (another message's release): no interrupt.
         self.quiet = False
 

@@ -30,7 +30,7 @@ from dramatiq.middleware import Middleware, TimeLimit, TimeLimitExceeded
 from dramatiq_slots import Slots
 from dramatiq_slots.errors import LedgerUnavailable
 from dramatiq_slots.failpoints import EXIT_CODE, POINTS
-from dramatiq_slots.ledger.ledger import Ledger, Limit, Line
+from dramatiq_slots.ledger import Ledger, Limit, Line
 from tests.support.chaos import ChaosFleet, LedgerWatch, Verdict, capped_ledger, verdict
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker, stop_threads
 from tests.support.ports import free_port

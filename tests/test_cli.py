@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from dramatiq_slots import __version__
+from dramatiq_slots.ledger import Ledger, Limit, Line, redacted_address
 from dramatiq_slots.ledger.keys import key_digest
-from dramatiq_slots.ledger.ledger import Ledger, Limit, Line, redacted_address
 from dramatiq_slots.ops.inspection import ProcessReport, ReportedHold
 from tests.support.command import MODULE, RUN_TIMEOUT, SCRIPT, answer_on_terminal, run_command, user_env
 from tests.support.ports import free_port

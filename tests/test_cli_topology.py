@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from dramatiq_slots.ledger.ledger import Ledger, Limit
-from dramatiq_slots.ops.cli.commands import parse_sentinel_url
+from dramatiq_slots.ledger import Ledger, Limit
+from dramatiq_slots.ops.cli.connection import parse_sentinel_url
 from tests.support.command import run_command, user_env
 from tests.support.ports import free_port
 from tests.support.redis_cluster import LocalCluster

@@ -17,7 +17,7 @@ from redis.crc import key_slot
 
 from dramatiq_slots import Slots
 from dramatiq_slots.errors import LedgerUnavailable
-from dramatiq_slots.ledger.ledger import Ledger, Limit, Line
+from dramatiq_slots.ledger import Ledger, Limit, Line
 from tests.support.failover import caps_through_failover
 from tests.support.in_process import RunRecorder
 from tests.support.redis_cluster import LocalCluster

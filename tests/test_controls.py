@@ -23,9 +23,9 @@ from dramatiq.results import ResultFailure, Results
 from dramatiq.results.backends import RedisBackend
 
 from dramatiq_slots import ConfigurationError, CurrentHold, RuntimeKeyError, current_hold
+from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.ledger.controls import Control, Controls, ControlsSeen, parse_controls
-from dramatiq_slots.ledger.ledger import Ledger, Limit, Line
-from dramatiq_slots.worker.process import control_text
+from dramatiq_slots.worker.texts import control_text
 from tests.support.command import answer_on_terminal, run_command
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, dead_letter_error, running_worker

@@ -24,8 +24,9 @@ from dramatiq.results import ResultMissing, Results
 from dramatiq.results.backends import RedisBackend
 
 from dramatiq_slots import DEFERRALS, Slots
-from dramatiq_slots.ledger.ledger import Limit
-from dramatiq_slots.middleware.deferral import QuietDeferrals, backoff_ms
+from dramatiq_slots.ledger import Limit
+from dramatiq_slots.middleware.backoff import backoff_ms
+from dramatiq_slots.middleware.skips import QuietDeferrals
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
 from tests.support.waiting import wait_until
 

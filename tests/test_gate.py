@@ -18,11 +18,11 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import TimeLimit
 
 from dramatiq_slots import Slots
-from dramatiq_slots.ledger.ledger import Limit, Line
+from dramatiq_slots.ledger import Limit, Line
 from dramatiq_slots.middleware.deferral import DEFERRALS
 from dramatiq_slots.middleware.metrics import Metrics
-from dramatiq_slots.waiting import gate, parking
-from dramatiq_slots.waiting.gate import GatedWorkQueue
+from dramatiq_slots.waiting import parking, work_queue
+from dramatiq_slots.waiting.work_queue import GatedWorkQueue
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.waiting import wait_until
@@ -74,7 +74,7 @@ def test_a_one_thread_worker_runs_uncapped_work_while_a_capped_message_waits(
     slots = add_slots()
     limit = Limit(slots.keys.queue("capped"), 1)
     parked = ParkedCount()
-    slots.process.use_metrics(parked)
+    slots.metrics_in_force.use(parked)
 
     @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
     def capped() -> None:
@@ -153,7 +153,7 @@ def test_a_stopped_worker_gives_back_every_parked_message_and_leaves_no_line(
         wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 3, timeout=10, what="three in line")
         gate = slots._gate
         assert gate is not None
-        wait_until(lambda: len(gate._held_back) == 2, timeout=10, what="two held back")
+        wait_until(lambda: len(gate.holding) == 2, timeout=10, what="two held back")
     finally:
         worker.stop()
     assert not redis_client.exists(slots.keys.line(limit.ledger)), "no line is left behind"
@@ -192,7 +192,7 @@ def test_on_an_untested_dramatiq_messages_wait_in_their_threads(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(gate, "TESTED_DRAMATIQ", ("0.",))
+    monkeypatch.setattr(work_queue, "TESTED_DRAMATIQ", ("0.",))
     slots = add_slots()
     limit = Limit(slots.keys.queue("capped"), 1)
 

@@ -18,7 +18,7 @@ from dramatiq.brokers.redis import RedisBroker
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dramatiq_slots.ledger.ledger import Beaten, Ledger, Limit, Member
+from dramatiq_slots.ledger import Beaten, Ledger, Limit, Member
 from dramatiq_slots.ops.inspection import ProcessReport
 from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token, this_process
 from dramatiq_slots.worker.heartbeat import Heartbeat

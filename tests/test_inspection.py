@@ -11,7 +11,7 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from dramatiq_slots.ledger.ledger import Ledger, Limit, Line
+from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.ops.inspection import Inspector, ProcessReport, ReportedHold, age_text
 from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token, this_process
 from dramatiq_slots.worker.heartbeat import Heartbeat

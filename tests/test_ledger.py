@@ -15,7 +15,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from dramatiq_slots.errors import LedgerArgumentError, LedgerError, LedgerUnavailable
-from dramatiq_slots.ledger.ledger import SCRIPTS, Entered, Ledger, Limit, Line, Member, RedisClient
+from dramatiq_slots.ledger import SCRIPTS, Entered, Ledger, Limit, Line, Member, RedisClient
 from tests.support.ports import free_port
 from tests.support.servers import ENGINES, Server
 from tests.support.waiting import wait_until

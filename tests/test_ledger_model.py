@@ -42,7 +42,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from dramatiq_slots.ledger.ledger import Entered, Handoff, Ledger, Limit, Line, Member
+from dramatiq_slots.ledger import Entered, Handoff, Ledger, Limit, Line, Member
 
 TTL_MS = 120_000
 #: Processes making claims: one listening on its wake channel, the caller's own, a dead one.

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from dramatiq_slots.errors import LedgerArgumentError
-from dramatiq_slots.ledger.ledger import Ledger, Limit, Line, Member
+from dramatiq_slots.ledger import Ledger, Limit, Line, Member
 from dramatiq_slots.worker.claims import process_part
 from tests.support.waiting import wait_until
 

@@ -16,7 +16,7 @@ from dramatiq.brokers.redis import RedisBroker
 from redis.cluster import RedisCluster
 
 from dramatiq_slots import Slots
-from dramatiq_slots.ledger.ledger import Ledger, Limit
+from dramatiq_slots.ledger import Ledger, Limit
 from dramatiq_slots.middleware.deferral import MessageDeferred
 from dramatiq_slots.worker.claims import Hold
 from dramatiq_slots.worker.lingering import LingeringHolds, roomy

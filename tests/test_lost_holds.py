@@ -23,7 +23,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from dramatiq_slots import ConfigurationError, HoldLost, Slots
-from dramatiq_slots.ledger.ledger import Ledger, Limit
+from dramatiq_slots.ledger import Ledger, Limit
 from dramatiq_slots.middleware.deferral import DEFERRALS
 from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token
 from dramatiq_slots.worker.heartbeat import Heartbeat

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the ledgers (``dramatiq_slots.metrics``), scraped for real.
+"""Prometheus metrics of the ledgers (``dramatiq_slots.middleware.metrics``), scraped for real.
 
 The end-to-end tests run the ``dramatiq`` command line on
 :mod:`tests.apps.metrics_app`, whose broker has dramatiq's own ``Prometheus``
@@ -28,9 +28,9 @@ import pytest
 import redis
 
 from dramatiq_slots import Slots
+from dramatiq_slots.ledger import Limit
 from dramatiq_slots.ledger.controls import Controls
 from dramatiq_slots.ledger.keys import KeySpace, key_digest
-from dramatiq_slots.ledger.ledger import Limit
 from dramatiq_slots.middleware.metrics import Metrics, PrometheusMetrics, metrics_for
 from dramatiq_slots.worker.claims import Hold
 from tests.support.ports import free_port

@@ -15,7 +15,7 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import TimeLimit
 
 from dramatiq_slots import Slots
-from dramatiq_slots.ledger.ledger import Limit
+from dramatiq_slots.ledger import Limit
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.servers import Server

@@ -22,7 +22,7 @@ from dramatiq_slots import (
     Slots,
     SlotsError,
 )
-from dramatiq_slots.ledger.ledger import Limit
+from dramatiq_slots.ledger import Limit
 from dramatiq_slots.middleware.slots import AdmissionError
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, dead_letter_error, running_worker

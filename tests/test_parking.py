@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from dramatiq_slots.ledger.ledger import Entered, Ledger, Limit, Line
-from dramatiq_slots.middleware.admission import Admission, InLine
+from dramatiq_slots.ledger import Entered, Ledger, Limit, Line
+from dramatiq_slots.middleware.admission import Admission
+from dramatiq_slots.waiting.admits import InLine
 from dramatiq_slots.waiting.parking import Parking, Ticket
 from dramatiq_slots.worker.claims import this_process
 from tests.test_admission import FakeClock, make, request_for

@@ -9,7 +9,7 @@ import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from dramatiq_slots.ledger.ledger import Ledger, Limit, Line
+from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.waiting.places import PLACE, PlaceClock, place_of
 from tests.support.in_process import SlotsFactory
 

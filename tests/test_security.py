@@ -40,8 +40,8 @@ from redis.exceptions import NoPermissionError
 from redis.retry import Retry
 
 from dramatiq_slots import AdmissionError, LedgerError, LedgerUnavailable, Slots
+from dramatiq_slots.ledger import Ledger, Limit, Line, Member
 from dramatiq_slots.ledger.controls import Control, Controls
-from dramatiq_slots.ledger.ledger import Ledger, Limit, Line, Member
 from dramatiq_slots.worker.claims import this_process
 from dramatiq_slots.worker.wakeups import Wakeups
 from tests.support.in_process import RunRecorder, running_worker, stop_threads

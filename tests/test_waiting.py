@@ -14,9 +14,9 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_slots import Slots
-from dramatiq_slots.ledger.ledger import Limit, Line
+from dramatiq_slots.ledger import Limit, Line
 from dramatiq_slots.middleware.deferral import DEFERRALS
-from dramatiq_slots.waiting import gate, parking
+from dramatiq_slots.waiting import parking, work_queue
 from dramatiq_slots.waiting.places import PLACE
 from dramatiq_slots.worker.claims import new_token, this_process
 from dramatiq_slots.worker.wakeups import Wakeups
@@ -166,7 +166,7 @@ def test_without_the_gate_waiting_share_bounds_the_threads_in_line(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # An untested dramatiq: refused messages wait in their threads, at most waiting_share of them.
-    monkeypatch.setattr(gate, "TESTED_DRAMATIQ", ("0.",))
+    monkeypatch.setattr(work_queue, "TESTED_DRAMATIQ", ("0.",))
     slots, release, blocker, job, line = line_setup(broker, add_slots, probe, waiting_share=0.5)
     most = 0
     with running_worker(broker, threads=4):

@@ -1,7 +1,7 @@
 """Operators' controls: a ledger's capacity and pause, set at runtime, in force on every worker.
 
 A control lives in the ledger's Redis, in one hash (``{<prefix>}:controls``,
-see :mod:`dramatiq_slots.keys`), and wins over what the code declares:
+see :mod:`dramatiq_slots.ledger.keys`), and wins over what the code declares:
 
 - ``capacity:<ledger>``: an override of the ledger's capacity (an integer >= 1);
 - ``paused:<ledger>``: the ledger admits nothing new (its value: when it was
@@ -9,7 +9,7 @@ see :mod:`dramatiq_slots.keys`), and wins over what the code declares:
   their places in line and are not deferred while it lasts.
 
 Every admission, release and beat reads the controls of its ledgers inside its
-script (``scripts/lib/control.lua``), so a change is in force for the next of
+script (``lua/lib/control.lua``), so a change is in force for the next of
 them on every worker, whatever each worker process has seen of it. Each change
 is also published on the channel ``{<prefix>}:controls``: listening worker
 processes beat at once (which hands the room a raise or a resume made to the
@@ -31,8 +31,10 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .client import RedisClient
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .ledger import Ledger, RedisClient, _text
+from .ledger import Ledger
+from .replies import _text
 
 #: The largest capacity an override may set (a Redis integer Lua reads exactly).
 MAX_CAPACITY = 2**31 - 1

@@ -6,7 +6,7 @@ set::
     {<prefix>}:queue:<queue name>   capacity of a queue (``queue_capacity``)
     {<prefix>}:key:<digest>         a runtime-unique key (``unique_at_runtime_key``)
 
-Members are claim tokens (see :mod:`dramatiq_slots.claims`), scores are the
+Members are claim tokens (see :mod:`dramatiq_slots.worker.claims`), scores are the
 millisecond (Redis clock) at which each hold expires unless refreshed.
 
 Each ledger has a line (claims waiting for a slot, FIFO by place), and each
@@ -22,7 +22,7 @@ at boot and with every beat, expiring 2.5 beats later), for ``dramatiq-slots sta
 
     {<prefix>}:process:<host>:<pid>         report of one worker process
 
-Operators' controls (:mod:`dramatiq_slots.controls`) live in one hash, and each
+Operators' controls (:mod:`dramatiq_slots.ledger.controls`) live in one hash, and each
 change is announced on a channel of the same name, which every worker process
 that may wait listens on; each worker process also says what capacity it
 declares for each capped queue, so processes that disagree (a rolling deploy)

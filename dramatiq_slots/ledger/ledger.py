@@ -1,7 +1,7 @@
 """The ledger: who holds which slot, in Redis sorted sets.
 
 One sorted set per ledger (a capped queue, or a runtime-unique key; names in
-:mod:`dramatiq_slots.keys`). One member per claim: the member is the claim
+:mod:`.keys`). One member per claim: the member is the claim
 token, the score the millisecond, by the Redis server's clock, at which the
 hold expires unless its holder refreshes it. Why holders and not a counter:
 a counter cannot tell a leaked unit from a busy one, so a killed holder's
@@ -9,12 +9,14 @@ unit is lost for good; a member that stops being refreshed simply ages out,
 and a release names its own member, so a late or repeated release frees
 nothing that belongs to anyone else.
 
-Every operation is one Lua script (``scripts/*.lua``, shipped with the
-package, each opening with its KEYS/ARGV/return contract), registered on the
+Every operation is one Lua script (``lua/*.lua``, shipped with the
+package, each opening with its KEYS/ARGV/return contract; :mod:`.scripts`), registered on the
 client this ledger was given and called with EVALSHA; redis-py loads it again
 after a ``NOSCRIPT`` (a ``SCRIPT FLUSH`` or a restarted server). Time is
 always read inside the script with ``TIME``: callers' clocks never decide
 whether a hold is alive, so a host whose clock is off cannot expire anyone.
+What the methods take and answer is in :mod:`.replies`; how Redis's failures become the
+ledger's errors, in :mod:`.translation`.
 
 This module imports nothing from dramatiq.
 
@@ -24,263 +26,18 @@ Requires Redis >= 6.2 or Valkey >= 7.2 (scripts replicated by effects, so
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from enum import IntEnum
-from importlib import resources
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
-from redis.sentinel import SentinelConnectionPool
 
-from ..errors import LedgerArgumentError, LedgerError, LedgerUnavailable
+from .client import RedisClient, redacted_address
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
-
-#: What the ledger talks to: one server (or a Sentinel-managed primary), or a Redis Cluster.
-RedisClient = redis.Redis | RedisCluster
-
-#: Redis answers that mean "cannot write now", treated like an unreachable server.
-_UNAVAILABLE_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "LOADING", "BUSY", "NOREPLICAS", "CLUSTERDOWN")
-#: How an out-of-memory refusal reads when a script's write hit it: redis-py strips the
-#: ``OOM`` prefix of a plain reply (``OutOfMemoryError``), and a script error wraps it
-#: (``... -OOM command not allowed ...`` on Redis 6.2, ``command not allowed when used
-#: memory > 'maxmemory'. script: ...`` on Redis 7 and Valkey).
-_OOM_TEXT = "command not allowed when used memory"
-
-
-#: A Redis Cluster whose slots are moving or failing over (redis-py's own exceptions).
-_CLUSTER_IN_FLUX = (
-    redis.exceptions.ClusterError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.RedisClusterException,
-)
-
-
-def _refused_for_now(error: redis.ResponseError) -> bool:
-    """A refusal that says nothing about the request (no memory, a replica, loading...): try later.
-
-    Scripts write nothing before their first write is refused, so such an
-    answer is "not admitted", never a half-written claim.
-    """
-    text = str(error)
-    return (
-        isinstance(error, redis.exceptions.OutOfMemoryError)
-        or text.startswith(_UNAVAILABLE_REPLIES)
-        or _OOM_TEXT in text
-    )
-
-
-def eviction_risk(client: RedisClient) -> str | None:
-    """The server's ``maxmemory-policy`` when it may evict ledger keys (anything but
-    ``noeviction`` with a ``maxmemory`` set); None when it cannot, or cannot be read."""
-    try:
-        info = client.info("memory")
-    except redis.RedisError:
-        return None  # not allowed to read it (ACL), or not answering: nothing to say
-    policy = str(info.get("maxmemory_policy", "noeviction"))
-    if int(info.get("maxmemory", 0) or 0) > 0 and policy != "noeviction":
-        return policy
-    return None
-
-
-class Limit(NamedTuple):
-    """A ledger a claim needs a slot of, with that ledger's capacity."""
-
-    ledger: str
-    capacity: int
-
-
-class Member(NamedTuple):
-    """One claim's member of one ledger: a hold on that ledger (the sorted set's member is the token)."""
-
-    ledger: str
-    token: str
-
-
-class Line(IntEnum):
-    """What :meth:`Ledger.enter` does with a refused claim (``enter.lua``'s ARGV[3])."""
-
-    #: Refuse it, nothing else.
-    NONE = 0
-    #: Put it in the line of the ledger that refused it.
-    JOIN = 1
-    #: It waits in line already (it asks again): it keeps its place, or takes it again.
-    KEEP = 2
-
-
-@dataclass(frozen=True)
-class Entered:
-    """The answer of :meth:`Ledger.enter`.
-
-    ``admitted``: the token now holds every ledger it asked for.
-    ``replayed``: it held them all already (a retried call, or a slot a release
-    handed over): nothing was counted twice. ``full``: when refused, the first
-    ledger found at capacity. ``waiting``: a refused claim is in that ledger's
-    line now. ``members``: when admitted, each ledger's member count after the
-    admission (its capacity where the token already held it).
-    """
-
-    admitted: bool
-    replayed: bool = False
-    full: str | None = None
-    waiting: bool = False
-    members: tuple[int, ...] = ()
-    #: How many replicas acknowledged the admission (``WAIT``); None when not asked.
-    replicated: int | None = None
-    #: When admitted, the capacity in force on each ledger (an operator's override, else the
-    #: declared one); when refused, whether the refusing ledger is paused.
-    capacities: tuple[int, ...] = ()
-    paused: bool = False
-    #: When refused: the claim was dropped by its ledger's on_busy policy (``skip``, ``coalesce``).
-    dropped: bool = False
-    #: When refused because the ledgers are settling (the epoch was missing, see
-    #: ``lib/epoch.lua``): the ms left of it; 0 otherwise.
-    settling_ms: int = 0
-    #: When admitted, the fencing token of each ledger (docs/design.md, "Fencing tokens"). Left
-    #: out of comparisons: it is a number given out, not part of the answer's meaning.
-    fences: tuple[int, ...] = field(default=(), compare=False)
-
-
-@dataclass(frozen=True)
-class Handoff:
-    """A slot :meth:`Ledger.leave` handed to a claim in line: its token, the ledger, the expiry's age
-    (ms), and the fencing token it was given."""
-
-    token: str
-    ledger: str
-    age_ms: int
-    #: Left out of comparisons, as :attr:`Entered.fences`.
-    fence: int = field(default=0, compare=False)
-
-
-class Withdrawn(NamedTuple):
-    """What :meth:`Ledger.withdraw` answers: how many of its ledgers the claim holds, and when it
-    holds them all, a fresh fencing token for each."""
-
-    held: int
-    fences: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class Declared:
-    """What :meth:`Ledger.declare` answers: the operators' controls (the hash's fields and values,
-    see :mod:`dramatiq_slots.controls`), and for each declared ledger the other capacities that
-    live processes declare for it."""
-
-    controls: dict[str, str]
-    others: dict[str, tuple[int, ...]]
-    #: The ms left of the epoch's settling (0: settled, or the epoch was not asked about).
-    settling_ms: int = 0
-    #: The Redis clock the script read (ms; None: it read none).
-    redis_ms: int | None = None
-
-
-class Beaten(list[Member]):
-    """What :meth:`Ledger.beat` answers: the members whose hold was lost, ``handoffs``, the
-    slots freed by expiry that it handed to claims of the caller's process, ``declared``,
-    the answer of the :meth:`Ledger.declare` sent in the same round trip (None: not asked),
-    and ``refused``: the ledgers whose keys Redis refused (ledger -> its error; their holds
-    were neither refreshed nor found lost, see ``beat.lua``)."""
-
-    def __init__(
-        self,
-        lost: Iterable[Member] = (),
-        *,
-        handoffs: tuple[Handoff, ...] = (),
-        declared: Declared | None = None,
-        refused: Mapping[str, str] | None = None,
-        redis_ms: int | None = None,
-    ) -> None:
-        super().__init__(lost)
-        self.handoffs = handoffs
-        self.declared = declared
-        self.refused: dict[str, str] = dict(refused or {})
-        #: The Redis clock the beat read (ms; None: ``beat.lua`` did not run).
-        self.redis_ms = redis_ms
-
-
-@dataclass(frozen=True)
-class Holder:
-    """One live hold of a ledger."""
-
-    token: str
-    seconds_left: float
-
-    @property
-    def host(self) -> str:
-        return self.token.rsplit(":", 3)[0]
-
-    @property
-    def pid(self) -> int | None:
-        parts = self.token.rsplit(":", 3)
-        return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else None
-
-
-#: A script line that inlines ``scripts/lib/<name>.lua`` (Lua scripts sent to Redis are self-contained).
-_INCLUDE = "-- include: "
-
-
-def _load(name: str) -> str:
-    """The text of ``scripts/<name>.lua``, with each ``-- include: <lib>`` line replaced by that library."""
-    scripts = resources.files("dramatiq_slots.ledger").joinpath("lua")
-    lines = scripts.joinpath(f"{name}.lua").read_text("utf-8").splitlines(keepends=True)
-    return "".join(
-        scripts.joinpath("lib").joinpath(f"{line[len(_INCLUDE) :].strip()}.lua").read_text("utf-8")
-        if line.startswith(_INCLUDE)
-        else line
-        for line in lines
-    )
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-def redacted_address(client: Any) -> str:
-    """Where a client points, for log lines: host, port and db, never credentials.
-
-    A cluster client is named by the nodes it was given (``cluster via host:port``), a
-    Sentinel-managed primary by its service, db and sentinels (``sentinel NAME/0 via host:port``).
-    """
-    if isinstance(client, RedisCluster):
-        nodes = getattr(client, "startup_nodes", None) or []
-        return "cluster via " + (",".join(_host_port(n.host, n.port) for n in nodes) or "?")
-    pool = getattr(client, "connection_pool", None)
-    kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", {}) or {}
-    if isinstance(pool, SentinelConnectionPool):
-        sentinels = ",".join(
-            _host_port(node.get("host", "?"), node.get("port", "?"))
-            for node in (s.connection_pool.connection_kwargs for s in pool.sentinel_manager.sentinels)
-        )
-        return f"sentinel {pool.service_name}/{kwargs.get('db', 0)} via {sentinels}"
-    if "path" in kwargs:
-        return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
-    host = kwargs.get("host", "?")
-    port = kwargs.get("port", "?")
-    return f"{host}:{port}/{kwargs.get('db', 0)}"
-
-
-def _host_port(host: object, port: object) -> str:
-    """``host:port``, an IPv6 host in brackets."""
-    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
-
-
-#: Every script, by the name of the :class:`Ledger` method that calls it (``scripts/<name>.lua``).
-SCRIPTS = (
-    "enter",
-    "leave",
-    "withdraw",
-    "beat",
-    "reassert",
-    "reclaim",
-    "holders",
-    "in_use",
-    "declare",
-    "control",
-    "settle",
-)
+from .replies import Beaten, Declared, Entered, Handoff, Holder, Limit, Line, Member, Withdrawn, _text
+from .scripts import register
+from .translation import check_codes, refused_for_now, translated
 
 
 class Ledger:
@@ -288,7 +45,7 @@ class Ledger:
 
     Parameters:
       client: a ``redis.Redis`` (``decode_responses`` either way) or a ``RedisCluster``.
-      key_prefix: the prefix of every ledger key (see :mod:`dramatiq_slots.keys`).
+      key_prefix: the prefix of every ledger key (see :mod:`dramatiq_slots.ledger.keys`).
       replicas: ``WAIT`` for this many replicas after every admission (0: never).
       replicas_timeout_ms: the most one ``WAIT`` blocks.
     """
@@ -314,7 +71,7 @@ class Ledger:
         self.report_error: Exception | None = None
         # Registered per client, not in module globals: each Script caches
         # its SHA and reloads itself on this client after NOSCRIPT.
-        self._scripts = {name: client.register_script(_load(name)) for name in SCRIPTS}
+        self._scripts = register(client)
 
     def preload(self) -> None:
         """Load every script into Redis now (worker boot), so no first call pays a NOSCRIPT round trip."""
@@ -333,33 +90,13 @@ class Ledger:
     def __repr__(self) -> str:
         return f"Ledger({redacted_address(self.client)}, key_prefix={self.keys.prefix!r})"
 
-    @contextmanager
-    def _translated(self, operation: str) -> Iterator[None]:
-        try:
-            yield
-        except (redis.ConnectionError, redis.TimeoutError) as e:
-            raise LedgerUnavailable(
-                f"ledger {operation} failed: Redis at {redacted_address(self.client)} "
-                f"is unreachable ({type(e).__name__}: {e})"
-            ) from e
-        except _CLUSTER_IN_FLUX as e:
-            # A slot moving (its keys split: TRYAGAIN until redis-py's redirections run
-            # out), a failover, a slot nobody serves yet: the cluster will answer again.
-            raise LedgerUnavailable(
-                f"ledger {operation} failed: Redis at {redacted_address(self.client)} "
-                f"cannot serve the ledger's slot now ({type(e).__name__}: {e})"
-            ) from e
-        except redis.ResponseError as e:
-            if _refused_for_now(e):
-                raise LedgerUnavailable(
-                    f"ledger {operation} failed: Redis at {redacted_address(self.client)} refused: {e}"
-                ) from e
-            raise LedgerError(f"ledger {operation} failed: {e}") from e
+    def _translated(self, operation: str) -> AbstractContextManager[None]:
+        return translated(self.client, operation)
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Call script ``name``; its ``{-1, j}`` answer (ARGV[j] malformed) is a LedgerArgumentError."""
         reply = self._scripts[name](keys=list(keys), args=list(args))
-        _check_codes(name, reply)
+        check_codes(name, reply)
         return reply
 
     def _pipelined(self, fill: Callable[[Any], None]) -> list[Any]:
@@ -410,7 +147,7 @@ class Ledger:
         with :attr:`Line.JOIN`, which skips that check: see ``enter.lua``).
         ``place``: the claim's place in line, an integer below 2**53, the
         lowest first (the middleware passes when the message was first sent,
-        in µs: :mod:`dramatiq_slots.places`). ``busy``: per limit, what a full ledger does with
+        in µs: :mod:`dramatiq_slots.waiting.places`). ``busy``: per limit, what a full ledger does with
         the claim (``enter.lua``'s on_busy codes; none given: it waits). ``settle_ms``: how long
         a missing epoch keeps newcomers out (``lib/epoch.lua``; 0: the epoch is not read).
         """
@@ -442,7 +179,7 @@ class Ledger:
                 for answer in (reply, acked):
                     if isinstance(answer, Exception):
                         raise answer
-                _check_codes("enter", reply)
+                check_codes("enter", reply)
                 replicated = int(acked)
             else:
                 reply = self._run("enter", keys, args)
@@ -551,7 +288,7 @@ class Ledger:
         ``ttl_ms`` from now, and each ledger's slots freed by expiry are handed
         to the first claims in its line.
         ``report``: ``(key, text)``, the process's report (see
-        :mod:`dramatiq_slots.inspection`), written first in the same round trip,
+        :mod:`dramatiq_slots.ops.inspection`), written first in the same round trip,
         expiring after ``report_ttl_ms`` (default ``ttl_ms``). A refused ``SET``
         (an ACL without it) is kept in :attr:`report_error`, not raised.
         ``declare``: the capacities this process declares, sent as :meth:`declare`
@@ -615,20 +352,20 @@ class Ledger:
                 replies = self._pipelined(report_and_beat)
                 if report is not None:
                     written = replies.pop(0)
-                    if isinstance(written, redis.ResponseError) and _refused_for_now(written):
+                    if isinstance(written, redis.ResponseError) and refused_for_now(written):
                         raise written
                     self.report_error = written if isinstance(written, Exception) else None
                 if declare is not None:
                     answer = replies.pop(0)
                     if isinstance(answer, Exception):
                         raise answer
-                    _check_codes("declare", answer)
+                    check_codes("declare", answer)
                     declared = self._declared(declare, answer)
                 if beating:
                     reply = replies.pop(0)
                     if isinstance(reply, Exception):
                         raise reply
-                    _check_codes("beat", reply)
+                    check_codes("beat", reply)
         if reply is None:
             return Beaten(declared=declared)
         lost, handed, bad, now_ms = reply
@@ -697,7 +434,7 @@ class Ledger:
         try:
             self.client.set(report[0], report[1], px=ttl_ms)
         except redis.ResponseError as e:
-            if _refused_for_now(e):
+            if refused_for_now(e):
                 raise
             self.report_error = e
         else:
@@ -753,24 +490,3 @@ class Ledger:
         with self._translated("scan"):
             found = {_text(k) for k in self.client.scan_iter(match=self.keys.pattern(), count=500)}
         return sorted(k for k in found if self.keys.parse(k) is not None)
-
-
-def _check_codes(script: str, reply: Any) -> None:
-    if isinstance(reply, list) and len(reply) == 2 and reply[0] == -1:
-        raise LedgerArgumentError(f"{script}.lua refused ARGV[{reply[1]}]")
-
-
-__all__ = [
-    "SCRIPTS",
-    "Beaten",
-    "Declared",
-    "Entered",
-    "Handoff",
-    "Holder",
-    "Ledger",
-    "LedgerError",
-    "Limit",
-    "Line",
-    "Member",
-    "Withdrawn",
-]

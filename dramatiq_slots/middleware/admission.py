@@ -1,10 +1,10 @@
-"""Admission: from a message's :class:`~dramatiq_slots.declarations.Request` to a hold, or a deferral.
+"""Admission: from a message's :class:`~dramatiq_slots.waiting.admits.Request` to a hold, or a deferral.
 
 One attempt is one claim with a fresh token. It takes a lingering hold of the
-same limits when there is one (:mod:`dramatiq_slots.lingering`); otherwise it
+same limits when there is one (:mod:`dramatiq_slots.worker.lingering`); otherwise it
 *enters* the ledgers (``enter.lua``). A refused claim that may wait joins the
 refusing ledger's line and waits, in its worker thread, until a release hands
-it the slot (a wake-up, :mod:`dramatiq_slots.wakeups`) or it asks again
+it the slot (a wake-up, :mod:`dramatiq_slots.worker.wakeups`) or it asks again
 (after 2 s, doubling to 8 s), for at most ``max_wait``; then it withdraws. An
 admitted hold is *distrusted* when its expiry may lapse before the first beat
 (the late-reply guard) or too few replicas have it (``wait_replicas``): it is
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import redis
 from dramatiq.errors import BrokerConnectionError
@@ -32,24 +32,18 @@ from dramatiq.middleware import MiddlewareError
 
 from ..errors import LedgerError, LedgerUnavailable, SlotsError
 from ..failpoints import reach
-from ..ledger.ledger import Entered, Limit, Line
+from ..ledger.replies import Entered, Limit, Line
+from ..waiting.admits import REASK_MAX_S, REASK_S, Answer, Dropped, InLine, Refused, Request
 from ..worker.claims import Hold, new_token
 from ..worker.clock import Clock
 from ..worker.lingering import roomy
 from ..worker.process import SlotsProcess
 from ..worker.wakeups import PARKED, Waiter
-from .declarations import Request
-from .deferral import backoff_ms
+from .backoff import backoff_ms
 from .options import BUSY_CODES
 from .settings import Settings
 
 logger = logging.getLogger("dramatiq_slots.admission")
-
-#: A waiting claim asks the ledger again after this long (s), in case its wake-up was lost
-#: (or a slot came free by expiry, which hands nothing over); the pause doubles after each
-#: ask, up to :data:`REASK_MAX_S`, so a long wait costs few asks.
-REASK_S = 2.0
-REASK_MAX_S = 8.0
 
 #: While neither the ledger nor the broker answers, admission is retried at most this far apart (ms).
 OUTAGE_RETRY_MAX_MS = 5_000
@@ -60,40 +54,6 @@ BROKER_DOWN = (BrokerConnectionError, redis.ConnectionError, redis.TimeoutError,
 
 class AdmissionError(SlotsError, MiddlewareError):
     """Admission failed in an unexpected way; the actor did not run (dramatiq fails the message)."""
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The outcome of one attempt: the ledger's answer, and when the hold's expiry was written.
-
-    ``written_at``: monotonic time of the call that wrote the expiry; None
-    when unknown (a handed-over slot found by a replay).
-    """
-
-    entered: Entered
-    written_at: float | None
-
-
-@dataclass(frozen=True)
-class InLine:
-    """A claim refused and now in line: its hold-to-be, and the ledger whose line it is in."""
-
-    hold: Hold
-    full: str | None
-
-
-@dataclass(frozen=True)
-class Dropped:
-    """A claim its ``on_busy`` policy dropped (``skip``, ``coalesce``): ``full``'s key is at capacity."""
-
-    full: str | None
-
-
-@dataclass(frozen=True)
-class Refused:
-    """A claim refused without joining a line (it holds nothing, nothing is on record): by ``full``."""
-
-    full: str | None
 
 
 #: ``defer(delay_ms, reason)``: re-enqueue the message; returns the exception to raise.
@@ -235,7 +195,7 @@ class Admission:
         """
         process = self.process
         gate = process.wait_gate
-        if gate is None or process.stopping.is_set() or not gate.enter():
+        if process.stopping.is_set() or not gate.enter():
             # May not wait: the same admission, without joining a line.
             return self._enter(hold, request, Line.NONE, "enter")
         wakeups = process.wakeups
@@ -282,7 +242,7 @@ class Admission:
 
         Returns the hold when admitted (on record as running in this thread);
         :class:`InLine` for a claim now in line (parked: in doubt, owned by
-        :data:`~dramatiq_slots.wakeups.PARKED`, the waiter ``waiter()`` made
+        :data:`~dramatiq_slots.worker.wakeups.PARKED`, the waiter ``waiter()`` made
         expecting its wake-up); :class:`Refused` when refused with
         ``line=Line.NONE`` (nothing on record); None when the message should
         go the way of a thread that may not wait (:meth:`admit`: deferred, or
@@ -318,7 +278,7 @@ class Admission:
                     return None
                 return hold
             if entered.dropped:
-                return Dropped(entered.full)
+                return Dropped(entered.full, busy_reason(request, entered.full))
             if not entered.waiting:
                 return Refused(entered.full) if line is Line.NONE else None
             process.registry.doubt(hold, owner=PARKED)
@@ -453,3 +413,20 @@ def busy_reason(request: Request, full: str | None) -> str:
     else:
         why = "its runtime key is at capacity and another message of that key already waits"
     return f"{why} ({full!r}; on_busy={policy!r})"
+
+
+#: An attempt's answers and the re-ask schedule live in dramatiq_slots.waiting.admits (waiting reads them).
+__all__ = [
+    "BROKER_DOWN",
+    "OUTAGE_RETRY_MAX_MS",
+    "REASK_MAX_S",
+    "REASK_S",
+    "Admission",
+    "AdmissionError",
+    "Answer",
+    "Defer",
+    "Dropped",
+    "InLine",
+    "Refused",
+    "busy_reason",
+]

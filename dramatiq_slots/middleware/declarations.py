@@ -2,8 +2,9 @@
 
 Queue capacities come from ``Slots(queue_capacities=...)`` and from actors'
 ``queue_capacity`` options, which must agree; an actor's other options are
-checked when it is declared (:class:`~dramatiq_slots.options.ActorSlots`).
-:meth:`Declarations.request` turns one message into a :class:`Request`: the
+checked when it is declared (:class:`~dramatiq_slots.middleware.options.ActorSlots`).
+:meth:`Declarations.request` turns one message into a
+:class:`~dramatiq_slots.waiting.admits.Request`: the
 limits it must hold while it runs, or None when it is under none (then
 admission costs no Redis command at all).
 """
@@ -11,35 +12,14 @@ admission costs no Redis command at all).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..ledger.keys import KeySpace
-from ..ledger.ledger import Limit
+from ..ledger.replies import Limit
+from ..waiting.admits import Request
 from ..waiting.places import place_of
 from . import options as opt
 from .settings import Settings, queue_capacity_where
-
-
-@dataclass(frozen=True)
-class Request:
-    """One message's claim on its limits, as admission needs it."""
-
-    limits: tuple[Limit, ...]
-    #: ``actor(message id)``, for log lines and reports.
-    label: str
-    actor: str
-    #: Backoff bounds of a deferral (ms): message > actor > setting.
-    min_backoff: int
-    max_backoff: int
-    #: Place in a line (µs, see :mod:`dramatiq_slots.places`), so lines keep send order.
-    place: int = 0
-    #: ``on_lost_hold="interrupt"`` for this message's actor.
-    strict: bool = False
-    #: Per limit, what its ledger does with the claim when full: ``enter.lua``'s code of the
-    #: message's ``on_busy`` (message > actor > "wait") on its runtime keys, 0 (wait) on its
-    #: queue; empty when it waits everywhere.
-    busy: tuple[int, ...] = ()
 
 
 class Declarations:

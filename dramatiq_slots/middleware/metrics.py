@@ -63,47 +63,9 @@ from typing import Any
 
 from ..ledger.controls import Control
 from ..ledger.keys import KeySpace
-from ..ledger.ledger import Limit
+from ..ledger.replies import Limit
 from ..worker.claims import Hold
-
-
-class Metrics:
-    """The metrics hooks; this base class records nothing."""
-
-    def admitted(self, hold: Hold) -> None:
-        """A message was admitted on ``hold``."""
-
-    def finished(self, hold: Hold) -> None:
-        """The job of ``hold`` ended (released, kept for reuse, or stopped)."""
-
-    def deferred(self, limits: Sequence[Limit], actor: str) -> None:
-        """A message of ``actor`` needing ``limits`` was deferred."""
-
-    def parked(self, limit: Limit, actor: str, count: int) -> None:
-        """``count`` (1, or -1 when it leaves) message of ``actor`` parked in ``limit``'s line."""
-
-    def reasserted(self, hold: Hold, ledger: str) -> None:
-        """A lost hold of a running job was put back on ``ledger``."""
-
-    def interrupted(self, hold: Hold) -> None:
-        """The job of ``hold`` was stopped because its hold was lost."""
-
-    def release_failed(self, hold: Hold) -> None:
-        """Redis did not confirm the release of ``hold``."""
-
-    def deferred_message(self, queue_name: str, actor_name: str) -> None:
-        """A message of ``actor_name`` on ``queue_name`` was skipped as deferred."""
-
-    def controlled(self, ledger: str, control: Control) -> None:
-        """A beat read ``ledger``'s controls as ``control`` (a change since the last read)."""
-
-    def dropped_message(self, queue_name: str, actor_name: str) -> None:
-        """A message of ``actor_name`` on ``queue_name`` was dropped by its ``on_busy`` policy."""
-
-    def forget_dead_processes(self) -> list[int]:
-        """Drop the live gauges of this host's processes that no longer exist; their pids."""
-        return []
-
+from ..worker.metrics import Metrics
 
 #: A live-mode gauge file of prometheus_client's multiprocess folder: ``gauge_live<mode>_<pid>.db``.
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
@@ -301,6 +263,54 @@ class PrometheusMetrics(Metrics):
         return dead
 
 
+class MetricsInForce(Metrics):
+    """The metrics of one ``Slots``: every hook goes to :attr:`current`, the no-op :class:`Metrics`
+    until a worker boot picks Prometheus (:func:`metrics_for`), or a test its own (:meth:`use`).
+
+    The process and its heartbeat are given this object when they are made; a boot changes what
+    it hands the hooks to, never the object they hold.
+    """
+
+    def __init__(self) -> None:
+        self.current: Metrics = Metrics()
+
+    def use(self, metrics: Metrics) -> None:
+        self.current = metrics
+
+    def admitted(self, hold: Hold) -> None:
+        self.current.admitted(hold)
+
+    def finished(self, hold: Hold) -> None:
+        self.current.finished(hold)
+
+    def deferred(self, limits: Sequence[Limit], actor: str) -> None:
+        self.current.deferred(limits, actor)
+
+    def parked(self, limit: Limit, actor: str, count: int) -> None:
+        self.current.parked(limit, actor, count)
+
+    def reasserted(self, hold: Hold, ledger: str) -> None:
+        self.current.reasserted(hold, ledger)
+
+    def interrupted(self, hold: Hold) -> None:
+        self.current.interrupted(hold)
+
+    def release_failed(self, hold: Hold) -> None:
+        self.current.release_failed(hold)
+
+    def deferred_message(self, queue_name: str, actor_name: str) -> None:
+        self.current.deferred_message(queue_name, actor_name)
+
+    def controlled(self, ledger: str, control: Control) -> None:
+        self.current.controlled(ledger, control)
+
+    def dropped_message(self, queue_name: str, actor_name: str) -> None:
+        self.current.dropped_message(queue_name, actor_name)
+
+    def forget_dead_processes(self) -> list[int]:
+        return self.current.forget_dead_processes()
+
+
 def metrics_for(middleware: Iterable[object], keys: KeySpace) -> Metrics:
     """Prometheus metrics when dramatiq's ``Prometheus`` middleware is among ``middleware``, else no-op."""
     # Looked up, not imported: importing dramatiq's prometheus module creates its database folder.
@@ -311,3 +321,6 @@ def metrics_for(middleware: Iterable[object], keys: KeySpace) -> Metrics:
         return PrometheusMetrics(keys)
     except ImportError:  # pragma: no cover - dramatiq's Prometheus itself needs prometheus_client
         return Metrics()
+
+
+__all__ = ["Metrics", "MetricsInForce", "PrometheusMetrics", "metrics_for", "process_exists"]

@@ -17,13 +17,10 @@ from dramatiq import broker as dramatiq_broker
 from dramatiq.brokers.redis import RedisBroker
 from redis.connection import parse_url
 
+from ..ledger.client import URL_ENV, RedisClient
 from ..ledger.keys import KeySpace
-from ..ledger.ledger import RedisClient
 from ..worker.heartbeat import REPORT_BEATS
 from . import options as opt
-
-#: Environment variable naming the ledger's Redis when neither ``client=`` nor ``url=`` is given.
-URL_ENV = "DRAMATIQ_SLOTS_REDIS_URL"
 
 #: Seconds, for clients built from ``url=`` or the environment.
 SOCKET_TIMEOUT_S = 5.0
@@ -171,3 +168,15 @@ def global_broker_with(middleware: object) -> Any:
     if candidate is not None and middleware in candidate.middleware:
         return candidate
     return None
+
+
+#: ``URL_ENV`` lives with the ledger's client (the ``dramatiq-slots`` command reads it too).
+__all__ = [
+    "SOCKET_TIMEOUT_S",
+    "URL_ENV",
+    "Settings",
+    "check_url",
+    "global_broker_with",
+    "ledger_client",
+    "queue_capacity_where",
+]

@@ -4,13 +4,18 @@ The hooks hand their work to the modules that do it (docs/design.md has the
 whole picture, CONTRIBUTING.md the module map):
 
 - declaring an actor checks its options (:mod:`.declarations`);
-- sending a message stamps its place in line (:mod:`.places`);
-- processing a message admits it or defers it (:mod:`.admission`, :mod:`.deferral`);
-- a finished or skipped message releases its hold (:mod:`.process`);
+- sending a message stamps its place in line (:mod:`dramatiq_slots.waiting.places`);
+- processing a message admits it or defers it (:mod:`.admission`, :mod:`.deferral`), or drops
+  it (:mod:`.drops`);
+- a finished or skipped message releases its hold (:mod:`dramatiq_slots.worker.process`);
 - worker boot (before any worker thread exists) readies admission and the
   metrics, and starts the heartbeat and the wake-ups; shutdown drains them;
 - each worker thread gets a logger that drops dramatiq's skip WARNING for a
-  deferred message (:class:`~.deferral.QuietDeferrals`).
+  deferred message (:class:`~.skips.QuietDeferrals`).
+
+The pieces are made here once, each given its collaborators when it is made (the process its
+metrics, wait gate, declarations and the gate's "a hold ended" through :meth:`Slots._hold_ended`);
+a worker boot sizes the wait gate, picks the metrics and makes the gate of that run.
 
 Trap designed around: dramatiq swallows any exception raised by a
 ``before_process_message`` hook unless it is a ``MiddlewareError``, and then
@@ -32,24 +37,32 @@ from dramatiq.middleware import Middleware, MiddlewareError, Retries, TimeLimit
 from dramatiq.worker import WorkerThread
 
 from ..errors import LedgerError
+from ..ledger.client import RedisClient, eviction_risk, redacted_address
 from ..ledger.controls import Controls
 from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace
-from ..ledger.ledger import Holder, Ledger, Limit, RedisClient, eviction_risk, redacted_address
-from ..ops.inspection import ProcessReport, ReportedHold
-from ..waiting.gate import TESTED_DRAMATIQ, Gate
-from ..waiting.gate import supported as gate_supported
+from ..ledger.ledger import Ledger
+from ..ledger.replies import Holder, Limit
+from ..ledger.reports import ProcessReport, ReportedHold
+from ..waiting.admits import Request
+from ..waiting.gate import Gate
 from ..waiting.places import PLACE, PlaceClock
-from ..worker.claims import HoldRegistry, this_process
+from ..waiting.work_queue import TESTED_DRAMATIQ
+from ..waiting.work_queue import supported as gate_supported
+from ..worker.claims import Hold, HoldRegistry, this_process
 from ..worker.heartbeat import Heartbeat
 from ..worker.interrupts import HoldLost, wrapped_by
-from ..worker.process import SlotsProcess, WaitGate
+from ..worker.process import SlotsProcess
+from ..worker.wait_gate import WaitGate
 from ..worker.wakeups import Wakeups
 from . import options as opt
 from .admission import Admission, AdmissionError
-from .declarations import Declarations, Request
-from .deferral import DEFERRALS, backoff_ms, clear_deferred, defer, drop, quiet_deferrals, requeue
-from .metrics import Metrics, metrics_for
+from .backoff import backoff_ms
+from .declarations import Declarations
+from .deferral import DEFERRALS, defer, requeue
+from .drops import drop
+from .metrics import Metrics, MetricsInForce, metrics_for
 from .settings import URL_ENV, Settings, global_broker_with, ledger_client
+from .skips import clear_deferred, quiet_deferrals
 
 logger = logging.getLogger("dramatiq_slots.middleware")
 
@@ -105,14 +118,33 @@ class Slots(Middleware):
         )
         self.keys: KeySpace = self.settings.keys
         self.declarations = Declarations(self.settings)
-        self.process = SlotsProcess(self.settings, self._new_ledger, report=self._report)
-        self.process.declared = lambda: [
-            Limit(ledger, capacity) for ledger, capacity in self.declarations.capacities().items()
-        ]
-        self.admission = Admission(self.process, self.settings)
         self._broker: dramatiq.Broker | None = None
         self._places = PlaceClock()
+        #: The gate of the worker this process runs (None: none, or it waits in its threads).
         self._gate: Gate | None = None
+        #: What a boot chooses: the metrics in force, and how many threads may wait in line.
+        self.metrics_in_force = MetricsInForce()
+        self.process = SlotsProcess(
+            self.settings,
+            self._new_ledger,
+            report=self._report,
+            metrics=self.metrics_in_force,
+            wait_gate=WaitGate(0),
+            declared=self._declared,
+            on_ended=self._hold_ended,
+        )
+        self.admission = Admission(self.process, self.settings)
+
+    def _declared(self) -> list[Limit]:
+        """The queue capacities this process declares (sent with every beat)."""
+        return [Limit(ledger, capacity) for ledger, capacity in self.declarations.capacities().items()]
+
+    def _hold_ended(self, hold: Hold) -> None:
+        """A hold's job ended in this process: the gate of this worker run, if any, lets a
+        held-back message of its ledgers try again."""
+        gate = self._gate
+        if gate is not None:
+            gate.hold_ended(hold)
 
     def _new_ledger(self) -> Ledger:
         client = ledger_client(self.settings, self._broker or global_broker_with(self))
@@ -157,7 +189,8 @@ class Slots(Middleware):
 
     @property
     def metrics(self) -> Metrics:
-        return self.process.metrics
+        """The metrics in force (no-op until a worker boot with dramatiq's Prometheus)."""
+        return self.metrics_in_force.current
 
     @property
     def interrupted(self) -> int:
@@ -216,11 +249,11 @@ class Slots(Middleware):
         process = self.process
         process.stopping.clear()
         process.lingering.resume()
-        if type(process.metrics) is Metrics:
-            process.use_metrics(metrics_for(broker.middleware, self.keys))
+        if type(self.metrics_in_force.current) is Metrics:
+            self.metrics_in_force.use(metrics_for(broker.middleware, self.keys))
         process.metrics.forget_dead_processes()
         self._gate = None
-        process.wait_gate = None
+        process.wait_gate.reset(0)
         if not self.declarations.limited:
             return
         if self.settings.max_wait > 0:
@@ -236,12 +269,11 @@ class Slots(Middleware):
                     ", ".join(v + "x" for v in TESTED_DRAMATIQ),
                     self.settings.waiting_share,
                 )
-                waiters = int(worker.worker_threads * self.settings.waiting_share)
-                process.wait_gate = WaitGate(waiters) if waiters > 0 else None
+                process.wait_gate.reset(max(0, int(worker.worker_threads * self.settings.waiting_share)))
         self._check_ledger_server()
         # One beat now, in this thread: the process report is there before its first hold.
         process.heartbeat.boot()
-        if process.wait_gate is not None or self._gate is not None:
+        if process.wait_gate.places > 0 or self._gate is not None:
             process.wakeups.start()
             # A claim in line before the subscription is up would be skipped by a release.
             process.wakeups.listening.wait(_LISTEN_WAIT_S)

@@ -8,7 +8,8 @@ process writes a **report** under ``{<prefix>}:process:<host>:<pid>``: at
 boot, before it takes a message, and with every beat, holding or not (one
 more command in the beat's round trip; alone, one ``SET``). It expires 2.5
 beat intervals after it was written and is removed at a clean shutdown, so a
-process is *live* exactly while its report exists (docs/design.md, "Heartbeat").
+process is *live* exactly while its report exists (docs/design.md, "Heartbeat"). The report's
+format is :mod:`dramatiq_slots.ledger.reports`.
 
 :class:`Inspector` reads ledgers and reports together into
 :class:`LedgerView` rows; ``dramatiq-slots status`` prints them, and
@@ -16,7 +17,7 @@ process is *live* exactly while its report exists (docs/design.md, "Heartbeat").
 plus a few reads per ledger: meant for people and dashboards, not for a hot
 path.
 
-Runtime keys are hashed in the ledger (see :mod:`dramatiq_slots.keys`), and
+Runtime keys are hashed in the ledger (see :mod:`dramatiq_slots.ledger.keys`), and
 reports do not carry them either: a key ledger is shown by its digest and by
 the actors holding it; ``status --key TEXT`` finds the ledger of a key.
 
@@ -25,66 +26,17 @@ This module imports nothing from dramatiq.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from redis.cluster import RedisCluster
 
+from ..ledger.client import RedisClient
 from ..ledger.controls import Control, Controls
 from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
-from ..ledger.ledger import Ledger, Limit, RedisClient, _text
-from ..worker.claims import process_part
-
-#: Version of the report format (a reader skips reports of another version).
-REPORT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class ReportedHold:
-    """One hold as its process reports it."""
-
-    token: str
-    #: The actor of the message holding it, and ``actor(message id)``.
-    actor: str
-    label: str
-    #: When it was taken (wall clock of the worker, s).
-    since: float
-    #: ``{ledger key: capacity}`` for each ledger it holds.
-    ledgers: dict[str, int]
-
-
-@dataclass(frozen=True)
-class ProcessReport:
-    """What one worker process reports with each beat."""
-
-    process: str
-    at: float
-    hold_ttl: int
-    beat_interval: int
-    on_lost_hold: str
-    #: ``{ledger key: capacity}`` of the queue ledgers this process enforces.
-    capacities: dict[str, int] = field(default_factory=dict)
-    holds: list[ReportedHold] = field(default_factory=list)
-    #: Tokens of the claims whose release Redis has not confirmed yet (retried every beat), and of
-    #: the claims being admitted or waiting in line: members of this process that are no hold.
-    owed: list[str] = field(default_factory=list)
-    waiting: list[str] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        return json.dumps({"version": REPORT_VERSION, **asdict(self)}, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> ProcessReport | None:
-        """The report, or None when it is not one this version can read."""
-        try:
-            data = json.loads(text)
-            if data.pop("version", None) != REPORT_VERSION:
-                return None
-            holds = [ReportedHold(**hold) for hold in data.pop("holds", [])]
-            return cls(**data, holds=holds)
-        except (ValueError, TypeError):
-            return None
+from ..ledger.ledger import Ledger
+from ..ledger.replies import Limit, _text, process_part
+from ..ledger.reports import REPORT_VERSION, ProcessReport, ReportedHold
 
 
 @dataclass(frozen=True)

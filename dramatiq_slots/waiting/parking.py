@@ -1,20 +1,20 @@
 """Parking: claims in line for messages that wait without a worker thread.
 
-A message the gate (:mod:`dramatiq_slots.gate`) could not admit stays in its
+A message the gate (:mod:`dramatiq_slots.waiting.gate`) could not admit stays in its
 worker's memory, unacked, while its claim waits in the refusing ledger's
 line. :class:`Parking` keeps those claims (a :class:`Ticket` each) and one
 thread of its own: a release that hands a parked claim its slot wakes it
-(:mod:`dramatiq_slots.wakeups`), and the message is then ready to run, with
+(:mod:`dramatiq_slots.worker.wakeups`), and the message is then ready to run, with
 its hold, without asking Redis again (one limit, no ``wait_replicas``);
 otherwise the thread asks the ledger again for it, as a waiting thread did:
 after a wake-up without a slot, and every 2 s doubling to 8 s in case a
 wake-up was lost. After ``max_wait`` the claim leaves its line and its
 message goes the way of a message that may not wait (it is deferred, or
 runs if a slot is free by then); not while its ledger is paused by an
-operator (:mod:`dramatiq_slots.controls`): then it keeps its place. At worker shutdown every parked claim
-leaves its line and its message is given back to the broker.
+operator (:mod:`dramatiq_slots.ledger.controls`): then it keeps its place. At worker
+shutdown every parked claim leaves its line and its message is given back to the broker.
 
-A parked claim is in doubt, owned by :data:`~dramatiq_slots.wakeups.PARKED`,
+A parked claim is in doubt, owned by :data:`~dramatiq_slots.worker.wakeups.PARKED`,
 so the heartbeat keeps its line alive and no worker thread's end owes it.
 docs/design.md ("Waiting without a thread") has the reasoning and the figures.
 """
@@ -28,11 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import LedgerError, LedgerUnavailable
-from ..middleware.admission import REASK_MAX_S, REASK_S, Admission, Answer
-from ..middleware.declarations import Request
-from ..middleware.metrics import Metrics
 from ..worker.claims import Hold
+from ..worker.metrics import Metrics
 from ..worker.wakeups import PARKED, Waiter
+from .admits import REASK_MAX_S, REASK_S, Admits, Answer, Request
 
 logger = logging.getLogger("dramatiq_slots.parking")
 
@@ -73,7 +72,7 @@ class Parking:
     """The parked claims of one process, and the thread that asks for them."""
 
     def __init__(
-        self, admission: Admission, on_ready: OnReady, *, on_tick: Callable[[float], None] | None = None
+        self, admission: Admits, on_ready: OnReady, *, on_tick: Callable[[float], None] | None = None
     ) -> None:
         self.admission = admission
         self.process = admission.process
@@ -133,7 +132,7 @@ class Parking:
         consumer: object = None,
         counted: bool = False,
     ) -> Ticket:
-        """Keep a claim now in line (:meth:`Admission.arrive` answered so); ``counted``: its
+        """Keep a claim now in line (:meth:`~.admits.Admits.arrive` answered so); ``counted``: its
         ledgers' counts already have it (:meth:`count_in`)."""
         now = self.clock.monotonic()
         ticket = Ticket(

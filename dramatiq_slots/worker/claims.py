@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from ..ledger.ledger import Limit, Member
+from ..ledger.replies import Limit, Member, process_part
 
 
 class _ThreadPrefix(threading.local):
@@ -59,13 +59,6 @@ def new_token() -> str:
         _thread_prefix.pid = pid
         _thread_prefix.prefix = f"{this_process()}:{threading.get_native_id()}"
     return f"{_thread_prefix.prefix}:{next(_claims)}"
-
-
-def process_part(token: str) -> str:
-    """``<host>:<pid>`` of a token: the process that made the claim (leave.lua splits it the same way)."""
-    head, sep, _ = token.rpartition(":")
-    head, sep2, _ = head.rpartition(":")
-    return head if sep and sep2 else token
 
 
 _this_process: tuple[int, str] = (-1, "")
@@ -239,7 +232,7 @@ class HoldRegistry:
         """A claim of this thread is about to enter: on record before anything can land in Redis.
 
         ``owner``: who decides it, when not this thread (a parked claim's
-        :data:`~dramatiq_slots.wakeups.PARKED`: no thread's :meth:`abandon` owes it).
+        :data:`~dramatiq_slots.worker.wakeups.PARKED`: no thread's :meth:`abandon` owes it).
         """
         with self._lock:
             self._check_fork()
@@ -376,3 +369,7 @@ def _after_fork(ref: weakref.ReferenceType[HoldRegistry]) -> None:
     registry = ref()
     if registry is not None:
         registry._reset_after_fork()
+
+
+#: ``process_part`` lives with the ledger's replies, which read the token format too.
+__all__ = ["Hold", "HoldRegistry", "new_token", "process_part", "this_process"]

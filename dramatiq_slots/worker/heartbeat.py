@@ -15,15 +15,15 @@ must count what really runs, so new admissions wait until it drains.
 
 A *strict* hold (``on_lost_hold="interrupt"``) is never put over capacity:
 it is taken back only where it still fits (``reclaim.lua``), and otherwise
-given to ``on_lost``, which stops its job (:mod:`dramatiq_slots.interrupts`).
+given to ``on_lost``, which stops its job (:mod:`dramatiq_slots.worker.interrupts`).
 So is a strict hold that may lapse before the ledger answers again: when a
 beat fails and the hold's expiry was written ``hold_ttl - beat_interval`` ago
 or more (the next beat may come too late), or when that is not known.
 
 Every beat also writes the process's report for ``dramatiq-slots status``
-(:mod:`dramatiq_slots.inspection`), holding or not, and says which capacities
+(:mod:`dramatiq_slots.ops.inspection`), holding or not, and says which capacities
 the process declares, which answers the operators' controls and what other live
-processes declare (``declare.lua``, :mod:`dramatiq_slots.controls`): alone they
+processes declare (``declare.lua``, :mod:`dramatiq_slots.ledger.controls`): alone they
 are one ``SET`` and one script, in one round trip. :meth:`Heartbeat.poke` makes
 the thread beat at once (an operator changed a control).
 It lives :data:`REPORT_BEATS` beat intervals, so a live process's report is
@@ -51,9 +51,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import LedgerError, LedgerUnavailable
-from ..ledger.ledger import Beaten, Declared, Handoff, Ledger, Limit, Member
-from ..middleware.metrics import Metrics
+from ..ledger.ledger import Ledger
+from ..ledger.replies import Beaten, Declared, Handoff, Limit, Member
 from .claims import Hold, HoldRegistry, this_process
+from .metrics import Metrics
 
 logger = logging.getLogger("dramatiq_slots.heartbeat")
 
@@ -93,7 +94,7 @@ class Heartbeat:
         cannot be taken back within capacity, and the reason; stops its job.
       report: gives the process's report, ``(key, text)``, written with every
         beat, holding or not, expiring after :attr:`report_ttl` (see
-        :mod:`dramatiq_slots.inspection`).
+        :mod:`dramatiq_slots.ops.inspection`).
       declared: gives the capacities this process declares, sent with every beat;
         ``on_declared`` is called with what the ledger answered, and them.
       settle_ms: how long a missing epoch keeps newcomers out (``lib/epoch.lua``; 0: off).

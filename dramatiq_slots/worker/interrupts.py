@@ -1,7 +1,7 @@
 """Interrupting a job whose hold is gone (``on_lost_hold="interrupt"``).
 
 By default a hold found lost while its job runs is re-asserted, even over
-capacity (see :mod:`dramatiq_slots.heartbeat`): the job goes on, and the
+capacity (see :mod:`dramatiq_slots.worker.heartbeat`): the job goes on, and the
 overlap with whoever was admitted meanwhile lasts until it ends. In the
 strict mode the heartbeat takes the hold back only where it still fits
 (``reclaim.lua``); where it does not, or where the ledger cannot be reached

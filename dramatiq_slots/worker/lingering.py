@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from ..ledger.ledger import Limit
+from ..ledger.replies import Limit
 from .claims import Hold
 
 

@@ -1,71 +1,58 @@
 """One worker process's side of Slots: its ledger, its holds, and how a hold ends.
 
 :class:`SlotsProcess` wires the per-process parts together: the ledger (made
-on first use), the :class:`~dramatiq_slots.claims.HoldRegistry`, the
-:class:`~dramatiq_slots.heartbeat.Heartbeat`, the
-:class:`~dramatiq_slots.wakeups.Wakeups` and the
-:class:`~dramatiq_slots.lingering.LingeringHolds`. It also ends holds, on
+on first use), the :class:`~.claims.HoldRegistry`, the
+:class:`~.heartbeat.Heartbeat`, the
+:class:`~.wakeups.Wakeups` and the
+:class:`~.lingering.LingeringHolds`. It also ends holds, on
 every path: a job's release (which hands freed slots to the line), a slot
 handed to a claim that no longer waits, and a strict hold given up by the
 heartbeat (whose job is stopped). A release Redis does not confirm is owed:
 the heartbeat sends it again on its next beat. So is every claim an
 exception took out of its admission, wherever it landed (:meth:`SlotsProcess.abandon`).
 
-It imports no dramatiq module of its own (its settings come from :mod:`.settings`).
+Everything it is told comes in through its constructor: the settings it reads
+(:class:`ProcessSettings`, which the middleware's settings are), the metrics, the wait gate,
+what it declares and whom it tells that a hold ended. It imports nothing from the folders
+above (``tests/test_layers.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import Protocol
 
 from ..failpoints import reach
-from ..ledger.controls import Control, ControlsSeen
-from ..ledger.ledger import Declared, Handoff, Ledger, Limit
-from ..middleware.metrics import Metrics
-from ..middleware.settings import Settings
+from ..ledger.controls import ControlsSeen
+from ..ledger.ledger import Ledger
+from ..ledger.replies import Declared, Handoff, Limit
 from .claims import Hold, HoldRegistry, process_part, this_process
 from .clock import SYSTEM_CLOCK, Clock
+from .current import track
 from .heartbeat import Heartbeat
 from .interrupts import Bodies
 from .lingering import LingeringHolds
+from .metrics import Metrics
+from .texts import control_text
+from .wait_gate import WaitGate
 from .wakeups import Wakeups
 
 logger = logging.getLogger("dramatiq_slots.process")
 
 
-class WaitGate:
-    """Which threads wait in line now: at most ``places`` at once.
+class ProcessSettings(Protocol):
+    """The settings a process reads (milliseconds; the middleware's ``Settings`` has them)."""
 
-    A place belongs to its thread (by thread id), unlike a semaphore's
-    permit: a thread whose wait an exception ended before it left keeps at
-    most its own place, and gives it up when it next admits a message.
-    """
+    @property
+    def hold_ttl(self) -> int: ...
 
-    def __init__(self, places: int) -> None:
-        self.places = places
-        self._lock = threading.Lock()
-        self._threads: set[int] = set()
+    @property
+    def beat_ms(self) -> int: ...
 
-    def enter(self) -> bool:
-        """Take a place for this thread; False when every place is taken."""
-        me = threading.get_ident()
-        with self._lock:
-            if me not in self._threads and len(self._threads) >= self.places:
-                return False
-            self._threads.add(me)
-            return True
-
-    def leave(self) -> None:
-        """Give this thread's place up (if it has one)."""
-        self._threads.discard(threading.get_ident())
-
-    def __len__(self) -> int:
-        return len(self._threads)
+    @property
+    def settle_ms(self) -> int: ...
 
 
 class SlotsProcess:
@@ -75,16 +62,25 @@ class SlotsProcess:
       settings: the middleware's settings.
       make_ledger: builds the ledger on first use (it needs the broker to find its client).
       report: this process's report for ``dramatiq-slots status``, ``(key, JSON)``.
-      clock: what admission and the hold registry read (:mod:`dramatiq_slots.clock`).
+      clock: what admission and the hold registry read (:mod:`.clock`).
+      metrics: where the process and its heartbeat count (no-op by default).
+      wait_gate: which threads may wait in line, in the thread (none, until a boot opens it).
+      declared: the queue capacities this process declares, sent with every beat.
+      on_ended: called with each hold whose job ended here (the gate lets a held-back message
+        try again).
     """
 
     def __init__(
         self,
-        settings: Settings,
+        settings: ProcessSettings,
         make_ledger: Callable[[], Ledger],
         *,
         report: Callable[[], tuple[str, str]] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        metrics: Metrics | None = None,
+        wait_gate: WaitGate | None = None,
+        declared: Callable[[], Sequence[Limit]] = list,
+        on_ended: Callable[[Hold], None] | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -98,20 +94,17 @@ class SlotsProcess:
         self.lingering = LingeringHolds(self.release)
         #: Where strict jobs' bodies start and end (an interrupt lands only inside one).
         self.bodies = Bodies()
-        #: Prometheus metrics once a worker boots with dramatiq's Prometheus middleware.
-        self.metrics = Metrics()
+        self.metrics = metrics if metrics is not None else Metrics()
         #: Set from worker shutdown to the next boot: nothing new waits in line.
         self.stopping = threading.Event()
-        #: Which threads wait in line, up to how many (None: none may).
-        self.wait_gate: WaitGate | None = None
+        #: Which threads wait in line, up to how many (its places: 0, none may).
+        self.wait_gate = wait_gate if wait_gate is not None else WaitGate(0)
         #: Jobs stopped because their hold was lost (on_lost_hold="interrupt").
         self.interrupted = 0
-        #: Called with each hold whose job ended here (the gate lets a held-back message try again).
-        self.on_ended: Callable[[Hold], None] | None = None
-        #: The operators' controls as the last beat read them (:mod:`dramatiq_slots.controls`).
+        self._on_ended = on_ended
+        #: The operators' controls as the last beat read them (:mod:`dramatiq_slots.ledger.controls`).
         self.controls = ControlsSeen()
-        #: The queue capacities this process declares, sent with every beat.
-        self.declared: Callable[[], Sequence[Limit]] = list
+        self._declared = declared
         #: Capacities other processes declare that a WARNING named already, per ledger.
         self._disagreements: dict[str, tuple[int, ...]] = {}
         #: Whether the last beat found the ledgers settling (lib/epoch.lua), and whether any
@@ -123,7 +116,7 @@ class SlotsProcess:
         #: The claim token of each running message, and its thread, by ``id(message)``.
         self._running: dict[int, tuple[str, int]] = {}
         self._running_lock = threading.Lock()
-        _PROCESSES.add(self)
+        track(self)
 
     # -- the parts, made on first use ----------------------------------------
 
@@ -150,7 +143,7 @@ class SlotsProcess:
                         on_handed=self.hand_over,
                         report=self._report,
                         metrics=self.metrics,
-                        declared=lambda: self.declared(),
+                        declared=self._declared,
                         on_declared=self.follow,
                         settle_ms=self.settings.settle_ms,
                     )
@@ -176,11 +169,6 @@ class SlotsProcess:
     def started(self) -> tuple[Heartbeat | None, Wakeups | None]:
         """The heartbeat and wake-ups if they were made (for shutdown: nothing is made there)."""
         return self._heartbeat, self._wakeups
-
-    def use_metrics(self, metrics: Metrics) -> None:
-        self.metrics = metrics
-        if self._heartbeat is not None:
-            self._heartbeat.metrics = metrics
 
     # -- the operators' controls -------------------------------------------------
 
@@ -311,9 +299,9 @@ class SlotsProcess:
         reach("after-release")
 
     def _tell_ended(self, hold: Hold) -> None:
-        if self.on_ended is not None:
+        if self._on_ended is not None:
             try:
-                self.on_ended(hold)
+                self._on_ended(hold)
             except Exception:  # the job is over; its release must not fail for this
                 logger.exception("Could not hand the end of %s on.", hold.label)
 
@@ -327,8 +315,7 @@ class SlotsProcess:
         """Owe a release (leave and withdraw) of each claim this thread was admitting and left
         unsettled: an exception ended its admission, wherever it landed."""
         # This thread waits no more, whatever stopped it.
-        if self.wait_gate is not None:
-            self.wait_gate.leave()
+        self.wait_gate.leave()
         if self._wakeups is not None:
             self._wakeups.forget_thread()
         owed = self.registry.abandon(threading.get_ident())
@@ -423,63 +410,3 @@ class SlotsProcess:
             "or it has just ended",
             reason,
         )
-
-
-def control_text(name: str, before: Control, after: Control, declared: int | None, first: bool) -> str:
-    """The INFO line for a change of one ledger's controls (``first``: the first read, at boot)."""
-    head = f"Ledger {name} is under an operator's control" if first else f"Ledger {name}: controls changed"
-    parts = []
-    if after.capacity is not None:
-        declared_text = "" if declared is None else f"; declared {declared}"
-        parts.append(f"capacity {after.capacity} in force (override{declared_text})")
-    elif before.capacity is not None:
-        parts.append(
-            "override cleared: "
-            + ("the declared capacity" if declared is None else f"declared {declared}")
-            + " in force"
-        )
-    if after.paused and not before.paused:
-        parts.append(
-            "paused: nothing new is admitted; running jobs finish, waiting messages keep their places"
-        )
-    elif before.paused and not after.paused:
-        parts.append("resumed")
-    return f"{head}: {'; '.join(parts)}."
-
-
-#: Every SlotsProcess of this interpreter (one per Slots middleware), for :func:`current_hold`.
-_PROCESSES: weakref.WeakSet[SlotsProcess] = weakref.WeakSet()
-
-
-@dataclass(frozen=True)
-class CurrentHold:
-    """The hold of the message the calling thread runs (see :func:`current_hold`)."""
-
-    token: str
-    #: The hold's ledgers (keys), and its fencing token on each.
-    ledgers: tuple[str, ...]
-    fences: dict[str, int]
-    #: Seconds since it was admitted (this process's wall clock).
-    age: float
-
-    @property
-    def fence(self) -> int | None:
-        """The fencing token of its runtime key's ledger if it has one, else of its queue's (the
-        last ledger of the message; None when not known)."""
-        return self.fences.get(self.ledgers[-1]) if self.ledgers else None
-
-
-def current_hold() -> CurrentHold | None:
-    """The hold of the message this worker thread runs now, with its fencing tokens; None outside
-    a job under a limit (docs/design.md, "Fencing tokens")."""
-    for process in list(_PROCESSES):
-        hold = process.held_here()
-        if hold is not None:
-            since = process.registry.since(hold.token)
-            return CurrentHold(
-                token=hold.token,
-                ledgers=hold.ledgers,
-                fences=dict(zip(hold.ledgers, hold.fences, strict=False)),
-                age=0.0 if since is None else max(0.0, time.time() - since),
-            )
-    return None

@@ -31,7 +31,7 @@ before, or its outcome was unknown) is handed to ``on_stray`` so the slot can
 be given back.
 
 The same connection also listens on the operators' controls channel
-(:mod:`dramatiq_slots.controls`): each message names a ledger whose controls
+(:mod:`dramatiq_slots.ledger.controls`): each message names a ledger whose controls
 changed, and goes to ``on_control``.
 
 :meth:`Wakeups.handle` is one message, callable without the thread.
@@ -48,7 +48,7 @@ from typing import Any
 
 import redis
 
-from ..ledger.ledger import RedisClient
+from ..ledger.client import RedisClient
 from .claims import this_process
 
 logger = logging.getLogger("dramatiq_slots.wakeups")
@@ -64,7 +64,7 @@ _POLL_S = 0.5
 _STOP = ""
 
 
-#: The "thread" of a claim parked in line (:mod:`dramatiq_slots.parking`): no thread waits for it.
+#: The "thread" of a claim parked in line (:mod:`dramatiq_slots.waiting.parking`): no thread waits for it.
 PARKED = 0
 
 
@@ -108,7 +108,7 @@ class Wakeups:
     Parameters:
       client: the ledger's ``redis.Redis`` client (a connection of its pool
         is held for the subscription).
-      channel_prefix: :meth:`~dramatiq_slots.keys.KeySpace.wake_channel_prefix`.
+      channel_prefix: :meth:`~dramatiq_slots.ledger.keys.KeySpace.wake_channel_prefix`.
       on_stray: called with ``(token, ledger)`` for a slot handed to a claim
         nobody here waits for.
       controls_channel: the operators' controls channel; ``on_control`` is called

@@ -1,0 +1,82 @@
+"""How Redis's failures become the ledger's errors.
+
+An unreachable server, a cluster moving its slots, and a refusal that says nothing about the
+request (no memory, a read-only replica, a server loading...) are :class:`LedgerUnavailable`:
+the same call may succeed later, and nothing was written. Any other refusal is a
+:class:`LedgerError`; a script's ``{-1, j}`` answer (ARGV[j] malformed) a
+:class:`LedgerArgumentError`. Every message names the server by
+:func:`~.client.redacted_address`, never with its credentials.
+
+This module imports nothing from dramatiq.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+
+from ..errors import LedgerArgumentError, LedgerError, LedgerUnavailable
+from .client import RedisClient, redacted_address
+
+#: Redis answers that mean "cannot write now", treated like an unreachable server.
+_UNAVAILABLE_REPLIES = ("OOM", "READONLY", "MASTERDOWN", "LOADING", "BUSY", "NOREPLICAS", "CLUSTERDOWN")
+#: How an out-of-memory refusal reads when a script's write hit it: redis-py strips the
+#: ``OOM`` prefix of a plain reply (``OutOfMemoryError``), and a script error wraps it
+#: (``... -OOM command not allowed ...`` on Redis 6.2, ``command not allowed when used
+#: memory > 'maxmemory'. script: ...`` on Redis 7 and Valkey).
+_OOM_TEXT = "command not allowed when used memory"
+
+
+#: A Redis Cluster whose slots are moving or failing over (redis-py's own exceptions).
+_CLUSTER_IN_FLUX = (
+    redis.exceptions.ClusterError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.RedisClusterException,
+)
+
+
+def refused_for_now(error: redis.ResponseError) -> bool:
+    """A refusal that says nothing about the request (no memory, a replica, loading...): try later.
+
+    Scripts write nothing before their first write is refused, so such an
+    answer is "not admitted", never a half-written claim.
+    """
+    text = str(error)
+    return (
+        isinstance(error, redis.exceptions.OutOfMemoryError)
+        or text.startswith(_UNAVAILABLE_REPLIES)
+        or _OOM_TEXT in text
+    )
+
+
+@contextmanager
+def translated(client: RedisClient, operation: str) -> Iterator[None]:
+    """Redis's errors inside the block, raised as the ledger's (see the module docstring)."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        raise LedgerUnavailable(
+            f"ledger {operation} failed: Redis at {redacted_address(client)} "
+            f"is unreachable ({type(e).__name__}: {e})"
+        ) from e
+    except _CLUSTER_IN_FLUX as e:
+        # A slot moving (its keys split: TRYAGAIN until redis-py's redirections run
+        # out), a failover, a slot nobody serves yet: the cluster will answer again.
+        raise LedgerUnavailable(
+            f"ledger {operation} failed: Redis at {redacted_address(client)} "
+            f"cannot serve the ledger's slot now ({type(e).__name__}: {e})"
+        ) from e
+    except redis.ResponseError as e:
+        if refused_for_now(e):
+            raise LedgerUnavailable(
+                f"ledger {operation} failed: Redis at {redacted_address(client)} refused: {e}"
+            ) from e
+        raise LedgerError(f"ledger {operation} failed: {e}") from e
+
+
+def check_codes(script: str, reply: Any) -> None:
+    if isinstance(reply, list) and len(reply) == 2 and reply[0] == -1:
+        raise LedgerArgumentError(f"{script}.lua refused ARGV[{reply[1]}]")

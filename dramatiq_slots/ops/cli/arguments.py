@@ -1,0 +1,179 @@
+"""The command line: every command, its arguments and options, and their help."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ... import __version__
+from ...ledger.client import URL_ENV
+from ...ledger.controls import MAX_CAPACITY
+from ...ledger.keys import DEFAULT_KEY_PREFIX
+from .connection import DEFAULT_URL
+from .exits import PROG
+from .help import CONTROL_COMMANDS, CONTROL_EPILOG, MAIN_EPILOG, RELEASE_EPILOG, STATUS_EPILOG
+
+DEFAULT_WATCH_INTERVAL = 2.0
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def capacity_argument(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_CAPACITY:
+        raise argparse.ArgumentTypeError(
+            f"a capacity is from 1 to {MAX_CAPACITY}, got {text!r} (pause admits nothing new)"
+        )
+    return value
+
+
+def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """``--url`` and ``--prefix``, on the command and again on each subcommand.
+
+    On a subcommand their default is SUPPRESS, so one given before the
+    subcommand is not overwritten by the subcommand's own default.
+    """
+    default: Any = None if top else argparse.SUPPRESS
+    parser.add_argument(
+        "--url",
+        default=default,
+        metavar="URL",
+        help=f"the ledger's Redis: redis://, rediss://, unix://, redis+cluster://, redis+sentinel:// "
+        f"(see below; default: ${URL_ENV}, else $REDIS_URL, else {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="the URL (redis:// or rediss://) names a node of a Redis Cluster, like redis+cluster://",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=DEFAULT_KEY_PREFIX if top else argparse.SUPPRESS,
+        metavar="PREFIX",
+        help=f"the workers' key_prefix (default: {DEFAULT_KEY_PREFIX})",
+    )
+
+
+def add_subcommand(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """One subcommand: its own ``--url``/``--prefix``/``--cluster``, raw help text, no abbreviations."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False, **kwargs
+    )
+    add_connection_options(parser, top=False)
+    parser.set_defaults(command_parser=parser)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            "Show and free the holds of dramatiq-slots ledgers (queue capacities, runtime keys), and "
+            "set their operators' controls."
+        ),
+        epilog=MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_connection_options(parser, top=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    status = add_subcommand(
+        commands,
+        "status",
+        help="show every ledger under the prefix and who holds it",
+        description=(
+            "Show every ledger under the key prefix: its capacity, holds in use, claims waiting in line,\n"
+            "and each holder."
+        ),
+        epilog=STATUS_EPILOG,
+    )
+    status.add_argument(
+        "ledgers", nargs="*", metavar="LEDGER", help="show only these ledgers (queue:<name>, key:<digest>)"
+    )
+    status.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="show the ledger of this runtime key (what unique_at_runtime_key returns); repeatable",
+    )
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.add_argument(
+        "--watch",
+        nargs="?",
+        type=positive_seconds,
+        const=DEFAULT_WATCH_INTERVAL,
+        default=None,
+        metavar="SECONDS",
+        help=f"redraw every SECONDS (default {DEFAULT_WATCH_INTERVAL:g}) until Ctrl-C",
+    )
+
+    release = add_subcommand(
+        commands,
+        "release",
+        help="free holds by hand (emergencies)",
+        description=(
+            "Remove holds from a ledger by hand, for emergencies: a hold of a dead worker is freed now\n"
+            "instead of when it expires."
+        ),
+        usage=(
+            "%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes] [--force]\n"
+            "       (LEDGER | --key TEXT) (TOKEN [TOKEN ...] | --all)"
+        ),
+        epilog=RELEASE_EPILOG,
+    )
+    release.add_argument(
+        "names",
+        nargs="*",
+        metavar="LEDGER TOKEN",
+        help="the ledger as status prints it (queue:<name>, key:<digest>) or a full key, "
+        "then the tokens of the holds to remove",
+    )
+    release.add_argument(
+        "--key", metavar="TEXT", help="the ledger of this runtime key (then every word is a TOKEN)"
+    )
+    release.add_argument("--all", action="store_true", help="remove every hold of the ledger")
+    release.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    release.add_argument(
+        "--force", action="store_true", help="remove holds of live worker processes too (see below)"
+    )
+
+    for command, summary in CONTROL_COMMANDS.items():
+        control = add_subcommand(
+            commands,
+            command,
+            help=summary,
+            description=summary[0].upper() + summary[1:] + ".",
+            usage="%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes] (LEDGER | --key TEXT)"
+            + (" N" if command == "set-capacity" else ""),
+            epilog=CONTROL_EPILOG,
+        )
+        control.add_argument(
+            "ledger",
+            nargs="?",
+            metavar="LEDGER",
+            help="the ledger as status prints it (queue:<name>, key:<digest>)",
+        )
+        if command == "set-capacity":
+            control.add_argument(
+                "capacity", type=capacity_argument, metavar="N", help="the new capacity (>= 1)"
+            )
+        control.add_argument(
+            "--key", metavar="TEXT", help="the ledger of this runtime key (instead of LEDGER)"
+        )
+        control.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    return parser

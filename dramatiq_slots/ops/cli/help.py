@@ -1,0 +1,123 @@
+"""The command's help texts: what ``--help`` says after each command's options."""
+
+from __future__ import annotations
+
+from ...ledger.client import URL_ENV
+from .connection import DEFAULT_SENTINEL_PORT, DEFAULT_URL
+from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NOTHING_DONE, EXIT_OK
+
+EXIT_CODES = f"""\
+exit codes:
+  {EXIT_OK}    done (status printed, holds removed; --watch ended by Ctrl-C)
+  {EXIT_NOTHING_DONE}    nothing removed: no such hold, holds of live processes refused,
+       or the removal not confirmed
+  {EXIT_ERROR}    usage error, bad ledger name, prefix or URL; Redis unreachable or refusing
+       (wrong password, ACL)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C) outside --watch
+"""
+
+MAIN_EPILOG = f"""\
+The ledger's Redis: --url, else the environment variable {URL_ENV}, else
+REDIS_URL, else {DEFAULT_URL}. Give the Redis and the key_prefix
+the workers use. URLs:
+  redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]     one server (rediss://: TLS)
+  unix://[[USER]:PASSWORD@]/PATH[?db=DB]          one server, on a Unix socket
+  redis+cluster://[[USER]:PASSWORD@]HOST[:PORT]   any node of a Redis Cluster
+                                                  (rediss+cluster://: TLS; or --cluster
+                                                  with a redis:// or rediss:// URL)
+  redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]
+                                                  the primary the sentinels name for
+                                                  SERVICE (port {DEFAULT_SENTINEL_PORT} by default;
+                                                  rediss+sentinel://: TLS to the primary)
+A sentinel URL's USER and PASSWORD are the primary's; sentinels that want their own take
+?sentinel_username=...&sentinel_password=... Other query options (socket_timeout,
+ssl_ca_certs, ...) go to the server's connections, as in a redis:// URL.
+Messages name the server by host:port/db (a cluster by the node given, a sentinel-managed
+primary by its service and sentinels), never with its password.
+
+{EXIT_CODES}"""
+
+LEDGER_NAMES = """\
+ledger names, as status prints them:
+  queue:<queue name>      the capacity ledger of a queue
+  key:<32 hex digits>     the ledger of a runtime-unique key (its digest; --key TEXT hashes a key)
+  {<prefix>}:queue:...    a full ledger key
+"""
+
+STATUS_EPILOG = f"""\
+{LEDGER_NAMES}
+Columns of a holder: HOST, PID and THREAD from its claim token; AGE since the hold was
+taken and MESSAGE (actor(message id)), as its worker process reports them (- without
+a report); LEFT, seconds until the hold expires unless its heartbeat refreshes it;
+ALIVE, whether its process reports (a live worker: a worker writes its report at
+boot and every beat, and it expires 2.5 beat intervals later, so a killed worker shows
+"no" within about two beats; a stopped one removes it); TOKEN, what release takes.
+Capacity is the one in force: an operator's override (shown as "N (override; declared
+M)", see set-capacity), else the one live workers declare (- when none does): a queue's
+from any live worker that caps it, a runtime key's from the reported holds of that key.
+PAUSED: an operator paused the ledger (see pause); a paused or overridden ledger is
+listed even when it holds nothing.
+
+--json prints one document: {{"server", "prefix", "at", "ledgers": [{{"ledger", "kind",
+"name", "short", "capacity", "in_use", "waiting", "declared", "override", "paused",
+"paused_at", "holders": [{{"token", "host", "pid",
+"thread", "seconds_left", "age", "actor", "label", "process_alive"}}]}}]}}; with --watch,
+one such document per line and refresh. Unknown values are null.
+
+Put ledger names before --watch (--watch takes an optional number).
+
+{EXIT_CODES}"""
+
+RELEASE_EPILOG = f"""\
+{LEDGER_NAMES}
+A hold whose worker process is alive belongs to a running job, and that process's
+next heartbeat puts a lost hold back: releasing it frees nothing for long. Such holds
+are refused unless --force; stop that worker or let its job end first.
+Alive means that the process's report exists when the hold is removed: the reports
+are read again just before, so a worker whose late beat came back meanwhile is
+spared. A report outlives a beat up to 1.5 beat intervals late; a worker silent for
+longer (killed, or cut off from Redis) counts as dead, and if it comes back it
+re-asserts what was removed.
+Holds of dead processes expire by themselves after hold_ttl; release frees them now,
+handing each freed slot to the first message in line when the capacity is known.
+
+The holds are listed, then removal is confirmed on the terminal, unless --yes.
+Without a terminal on stdin and without --yes nothing is removed.
+
+{EXIT_CODES}"""
+
+
+CONTROL_EPILOG = f"""\
+{LEDGER_NAMES}
+A control is kept in the ledger's Redis and wins over the capacity the code declares,
+on every worker, for the next admission, release and beat of each (workers listening
+for changes beat at once, so room a raise or a resume makes goes to the first messages
+in line at once); it stays until it is changed again, through worker restarts and
+deploys. Workers log one INFO line for each change.
+
+  set-capacity    admit at most N at once, across every worker; below the holds in use,
+                  no running job is stopped: new admissions wait until fewer than N run
+  reset-capacity  drop the override: the declared capacity is in force again
+  pause           admit nothing new; running jobs finish, waiting messages keep their
+                  places in line and are not deferred while it lasts
+  resume          admit again
+
+The change is shown, then confirmed on the terminal, unless --yes. Without a terminal
+on stdin and without --yes nothing is changed. The Redis user needs the operator's
+rules (docs/operations.md); the workers' own user cannot write the controls.
+
+{EXIT_CODES}"""
+
+CONTROL_COMMANDS = {
+    "set-capacity": "override the capacity of a ledger, on every worker",
+    "reset-capacity": "drop the override: the declared capacity is in force again",
+    "pause": "admit nothing new on a ledger (running jobs finish, waiting messages wait)",
+    "resume": "admit again on a paused ledger",
+}
+
+
+LIVE_REFUSAL = (
+    "a running job re-asserts a lost hold, so its process's next heartbeat would put it back: "
+    "stop that worker or let its job end; --force removes it anyway, and its heartbeat will "
+    "re-assert it at its next beat unless the job has ended"
+)

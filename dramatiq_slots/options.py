@@ -1,0 +1,93 @@
+"""Deprecated: ``dramatiq_slots.options`` moved; import its names from
+
+- :mod:`dramatiq_slots.middleware.options`
+
+This shim, kept for code that imports the old path, re-exports them and warns.
+"""
+
+from __future__ import annotations
+
+from ._moved import moved
+from .middleware.options import (
+    ACTOR_OPTIONS,
+    BUSY_CODES,
+    DEFER_MAX_BACKOFF,
+    DEFER_MIN_BACKOFF,
+    INTERRUPT,
+    MAX_KEY_CAPACITY,
+    MAX_KEYS_PER_MESSAGE,
+    MAX_RUNTIME_KEY_BYTES,
+    ON_BUSY,
+    ON_LOST_HOLD,
+    QUEUE_CAPACITY,
+    REASSERT,
+    RUNTIME_KEY_CAPACITY,
+    UNIQUE_AT_RUNTIME_KEY,
+    ActorSlots,
+    BusyPolicy,
+    ConfigurationError,
+    KeyOption,
+    Keys,
+    LostHoldMode,
+    RuntimeKeyError,
+    actor_where,
+    at_most_third,
+    backoff_bounds,
+    busy_policy,
+    check_key,
+    check_key_capacity,
+    check_key_option,
+    check_key_signature,
+    check_keys,
+    check_message_options,
+    key_capacity,
+    lost_hold_mode,
+    message_where,
+    non_negative_int,
+    pick,
+    positive_int,
+    runtime_keys,
+)
+
+moved(__name__, "dramatiq_slots.middleware.options")
+
+__all__ = [
+    "ACTOR_OPTIONS",
+    "BUSY_CODES",
+    "DEFER_MAX_BACKOFF",
+    "DEFER_MIN_BACKOFF",
+    "INTERRUPT",
+    "MAX_KEYS_PER_MESSAGE",
+    "MAX_KEY_CAPACITY",
+    "MAX_RUNTIME_KEY_BYTES",
+    "ON_BUSY",
+    "ON_LOST_HOLD",
+    "QUEUE_CAPACITY",
+    "REASSERT",
+    "RUNTIME_KEY_CAPACITY",
+    "UNIQUE_AT_RUNTIME_KEY",
+    "ActorSlots",
+    "BusyPolicy",
+    "ConfigurationError",
+    "KeyOption",
+    "Keys",
+    "LostHoldMode",
+    "RuntimeKeyError",
+    "actor_where",
+    "at_most_third",
+    "backoff_bounds",
+    "busy_policy",
+    "check_key",
+    "check_key_capacity",
+    "check_key_option",
+    "check_key_signature",
+    "check_keys",
+    "check_message_options",
+    "key_capacity",
+    "lost_hold_mode",
+    "message_where",
+    "non_negative_int",
+    "pick",
+    "positive_int",
+    "runtime_keys",
+]

@@ -1,0 +1,126 @@
+"""What a waiting message needs of admission, and what admission answers it.
+
+Admission itself is the middleware's (:class:`dramatiq_slots.middleware.admission.Admission`):
+it needs dramatiq, the settings and the deferrals. The gate and parking (this folder) call it
+through :class:`Admits`, the part of it they use, so they import nothing from the middleware.
+Here too are what they pass it and what it answers: a message's :class:`Request`, and the
+outcomes of an attempt (:class:`Answer`, :class:`InLine`, :class:`Refused`, :class:`Dropped`),
+and the schedule on which a waiting claim asks the ledger again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..ledger.keys import KeySpace
+from ..ledger.replies import Entered, Limit, Line
+from ..worker.claims import Hold
+from ..worker.clock import Clock
+from ..worker.process import SlotsProcess
+from ..worker.wakeups import Waiter
+
+#: A waiting claim asks the ledger again after this long (s), in case its wake-up was lost
+#: (or a slot came free by expiry, which hands nothing over); the pause doubles after each
+#: ask, up to :data:`REASK_MAX_S`, so a long wait costs few asks.
+REASK_S = 2.0
+REASK_MAX_S = 8.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """One message's claim on its limits, as admission needs it."""
+
+    limits: tuple[Limit, ...]
+    #: ``actor(message id)``, for log lines and reports.
+    label: str
+    actor: str
+    #: Backoff bounds of a deferral (ms): message > actor > setting.
+    min_backoff: int
+    max_backoff: int
+    #: Place in a line (µs, see :mod:`dramatiq_slots.waiting.places`), so lines keep send order.
+    place: int = 0
+    #: ``on_lost_hold="interrupt"`` for this message's actor.
+    strict: bool = False
+    #: Per limit, what its ledger does with the claim when full: ``enter.lua``'s code of the
+    #: message's ``on_busy`` (message > actor > "wait") on its runtime keys, 0 (wait) on its
+    #: queue; empty when it waits everywhere.
+    busy: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The outcome of one attempt: the ledger's answer, and when the hold's expiry was written.
+
+    ``written_at``: monotonic time of the call that wrote the expiry; None
+    when unknown (a handed-over slot found by a replay).
+    """
+
+    entered: Entered
+    written_at: float | None
+
+
+@dataclass(frozen=True)
+class InLine:
+    """A claim refused and now in line: its hold-to-be, and the ledger whose line it is in."""
+
+    hold: Hold
+    full: str | None
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A claim its ``on_busy`` policy dropped (``skip``, ``coalesce``): ``full``'s key is at capacity.
+
+    ``reason``: why, for the message's log line and its result.
+    """
+
+    full: str | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A claim refused without joining a line (it holds nothing, nothing is on record): by ``full``."""
+
+    full: str | None
+
+
+class WaitSettings(Protocol):
+    """The settings a waiting message reads (the middleware's ``Settings`` has them)."""
+
+    @property
+    def max_wait(self) -> int: ...
+
+    @property
+    def keys(self) -> KeySpace: ...
+
+
+class Admits(Protocol):
+    """What the gate and parking ask of admission (see the middleware's ``Admission`` for each)."""
+
+    @property
+    def process(self) -> SlotsProcess: ...
+
+    @property
+    def settings(self) -> WaitSettings: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def reuse(self, request: Request, message_key: int) -> Hold | None: ...
+
+    def arrive(
+        self, request: Request, message_key: int, waiter: Callable[[], Waiter], *, line: Line = ...
+    ) -> Hold | InLine | Refused | Dropped | None: ...
+
+    def reask(self, hold: Hold, request: Request) -> Answer: ...
+
+    def leave_line(self, hold: Hold, request: Request) -> Hold | None: ...
+
+    def handed(self, request: Request, waiter: Waiter) -> Answer | None: ...
+
+    def distrust(self, entered: Entered, written_at: float | None) -> str | None: ...
+
+    def waits_on(self, full: str | None, *, told: bool = False) -> bool: ...

@@ -1,0 +1,120 @@
+"""The gated work queue: what a worker's threads take their messages from, once Slots is in place.
+
+:class:`GatedWorkQueue` replaces the worker's ``work_queue`` at boot
+(:meth:`~.gate.Gate.install`); its blocking ``get`` hands a thread only a message the
+:class:`~.gate.Gate` admitted (or one that is not capped). This relies on dramatiq's
+``Worker.work_queue`` (a ``PriorityQueue`` of ``_WorkQueueItem``) and on ``Worker.stop``
+draining it with ``get_nowait`` to requeue what is left: neither is public API, so
+:func:`supported` names the dramatiq versions this is tested with, and on any other Slots falls
+back to waiting in the thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from queue import Empty, PriorityQueue
+from typing import TYPE_CHECKING, Any
+
+import dramatiq
+from dramatiq.middleware import Interrupt
+
+from .parking import Ticket
+
+if TYPE_CHECKING:
+    from .gate import Gate
+
+#: dramatiq releases whose worker internals the gate is tested with.
+TESTED_DRAMATIQ: tuple[str, ...] = ("2.2.",)
+
+
+def supported(worker: object) -> bool:
+    """Whether this worker's queue can be gated (a tested dramatiq, a plain ``PriorityQueue``)."""
+    work_queue = getattr(worker, "work_queue", None)
+    return (
+        dramatiq.__version__.startswith(TESTED_DRAMATIQ)
+        and type(work_queue) is PriorityQueue
+        and work_queue.empty()
+    )
+
+
+class GatedWorkQueue(PriorityQueue[Any]):
+    """A worker's work queue whose blocking ``get`` returns only messages that may run now.
+
+    ``get(block=False)`` (``Worker.stop``'s drain) returns everything left,
+    given back first, as is: a ready message's hold is released first.
+    """
+
+    def __init__(self, gate: Gate) -> None:
+        super().__init__()
+        self.gate = gate
+        #: Items back from parking, served first: ``(item, ticket or None)``.
+        self._ready: deque[tuple[Any, Ticket | None]] = deque()
+        #: Items to give back to the broker at shutdown (served by ``get(block=False)`` only).
+        self._returned: list[Any] = []
+
+    def _qsize(self) -> int:
+        return len(self.queue) + len(self._ready) + len(self._returned)
+
+    def retry(self, item: Any) -> None:
+        """An item held back by the gate goes back into the queue, to be admitted again."""
+        with self.not_empty:
+            heapq.heappush(self.queue, item)
+            self.not_empty.notify()
+
+    def ready(self, item: Any, ticket: Ticket | None) -> None:
+        """An item out of parking: ``ticket`` when it runs with the ticket's hold."""
+        with self.not_empty:
+            self._ready.append((item, ticket))
+            self.not_empty.notify()
+
+    def give_back(self, item: Any) -> None:
+        """Keep ``item`` for ``Worker.stop`` to requeue (the worker is stopping)."""
+        with self.mutex:
+            self._returned.append(item)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if not block:
+            return self._drain_one()
+        endtime = None if timeout is None else time.monotonic() + timeout
+        while True:
+            entry: tuple[Any, Ticket | None] | None = None
+            with self.not_empty:
+                while not (self._ready or self.queue):
+                    if endtime is None:
+                        self.not_empty.wait()
+                        continue
+                    remaining = endtime - time.monotonic()
+                    if remaining <= 0:
+                        raise Empty
+                    self.not_empty.wait(remaining)
+                if self._ready:
+                    entry = self._ready.popleft()
+                else:
+                    item = heapq.heappop(self.queue)
+                self.not_full.notify()
+            if entry is not None:
+                self.gate.take(*entry)
+                return entry[0]
+            try:
+                if self.gate.admit(item):
+                    return item
+            except Interrupt:
+                # Landed before the gate's own guard (a stray time limit or abort): the
+                # message is not lost, before_process_message admits it.
+                return item
+
+    def _drain_one(self) -> Any:
+        with self.mutex:
+            if self._returned:
+                return self._returned.pop(0)
+            if self._ready:
+                item, ticket = self._ready.popleft()
+            elif self.queue:
+                return heapq.heappop(self.queue)
+            else:
+                raise Empty
+        if ticket is not None:
+            self.gate.unready(ticket)
+        return item
