@@ -251,6 +251,20 @@ def _attribute_rerun(
     return None
 
 
+def _explain_rerun(
+    earlier: Sequence[Run], later: Run, faults: Sequence[Window], slack_us: int, sent_at: int | None
+) -> Window | None:
+    """The fault that made ``later`` happen, against any earlier run of its message, the latest
+    first: one fault may redeliver a message twice (a strict job stopped after it recorded its end
+    is retried, and its unacked original requeued by the broker), so the runs it caused need not
+    follow each other."""
+    for first in reversed(earlier):
+        fault = _attribute_rerun(first, later, faults, slack_us, sent_at)
+        if fault is not None:
+            return fault
+    return None
+
+
 def check_messages(record: Record, faults: Sequence[Window], verdict: Verdict) -> None:
     runs_of: dict[str, list[Run]] = defaultdict(list)
     for run in record.runs:
@@ -266,17 +280,7 @@ def check_messages(record: Record, faults: Sequence[Window], verdict: Verdict) -
     for message_id, runs in runs_of.items():
         sent_at = sent[message_id].at if message_id in sent else None
         for i, later in enumerate(runs[1:], 1):
-            # Against any earlier run, the latest first: one fault may redeliver a message twice
-            # (a strict job stopped after it recorded its end is retried, and its unacked original
-            # requeued by the broker), so the runs it caused need not follow each other.
-            fault = next(
-                (
-                    f
-                    for first in reversed(runs[:i])
-                    if (f := _attribute_rerun(first, later, faults, slack, sent_at)) is not None
-                ),
-                None,
-            )
+            fault = _explain_rerun(runs[:i], later, faults, slack, sent_at)
             if fault is None:
                 first = runs[i - 1]
                 unattributed.append(
@@ -318,10 +322,11 @@ def admitted_from(run: Run, faults: Sequence[Window]) -> int:
     stall kept an admitted message from starting in that grace: its host's network stalled or its
     host froze (a slot handed then is told, a job admitted then starts, when it ends), or the
     broker was down and dramatiq's worker threads were stuck retrying their acks (a message
-    handed its slot meanwhile waits for a thread)."""
+    handed its slot meanwhile waits for a thread). ``faults`` by start, as :func:`windows` gives
+    them: walked from the latest back, so stalls that follow each other extend it together."""
     since = run.start - GRACE_US
     ack_retry_us = int(POST_PROCESS_MESSAGE_RETRY_DELAY_SECS * 1e6)
-    for fault in sorted(faults, key=lambda f: f.start, reverse=True):
+    for fault in reversed(faults):
         stalled = fault.kind in HOST_STALLS and fault.target == run.group and fault.end >= since
         stuck = fault.kind == "broker-restart" and fault.end + ack_retry_us >= since
         if (stalled or stuck) and fault.start < run.start:
