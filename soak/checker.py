@@ -8,12 +8,18 @@ messages
     every message sent completed at least once, or was dropped by its ``on_busy`` policy (only a
     coalescing actor's may be); every extra run is counted and attributed to a fault that can
     cause one (a kill, a stop, a pause past the broker's heartbeat timeout, a broker restart, a
-    strict job stopped for its hold); none is left unattributed.
+    strict job stopped for its hold, a host's clock step while the message was unacked: dramatiq's
+    Redis broker judges its workers' heartbeats by their own clocks), against any earlier run of
+    the message (one fault may redeliver a message twice: a retry and a requeue); none is left
+    unattributed.
 caps
     per limited scope, real concurrency (the runs' own intervals) never exceeded the capacity in
     force when the run may have been admitted (an operator's override or pause, taken with a grace
     of :data:`GRACE_US` for a message admitted just before a change, and from the start of a stall
-    of its host's network that ended in that grace: a slot handed then is told afterwards), except
+    of its host that ended in that grace: a slot handed while its network stalled is told
+    afterwards, a job admitted before its host froze starts as it thaws; and from the start of a
+    broker restart whose end plus dramatiq's ack retry delay fell in that grace: a worker thread
+    stuck retrying an ack leaves a message already handed its slot waiting for a thread), except
     in an over-cap interval attributed to a documented kind of fault: a host paused past
     ``hold_ttl`` (a lease's limit), or a host paused across a ledger restart that lost its holds
     (it could not re-assert them while the ledgers settled); each such interval is listed with
@@ -37,7 +43,6 @@ recovery
 
 from __future__ import annotations
 
-import itertools
 import json
 import statistics
 from collections import Counter, defaultdict
@@ -45,7 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dramatiq.worker import CONSUMER_RESTART_DELAY_SECS
+from dramatiq.worker import CONSUMER_RESTART_DELAY_SECS, POST_PROCESS_MESSAGE_RETRY_DELAY_SECS
 
 from .config import ACTORS, CAPPED, COALESCE, queue_scope
 from .history import COMPLETED, KILLED, RAISED, Event, Record, Run, read
@@ -203,7 +208,9 @@ def capacity_of(record: Record, scope: str) -> int | None:
 # -- messages --------------------------------------------------------------------------------------
 
 
-def _attribute_rerun(first: Run, later: Run, faults: Sequence[Window], slack_us: int) -> Window | None:
+def _attribute_rerun(
+    first: Run, later: Run, faults: Sequence[Window], slack_us: int, sent_at: int | None = None
+) -> Window | None:
     """The fault that made ``later`` (a run of the same message) happen, if one could."""
     kinds = _REDELIVERS.get(first.outcome or KILLED, set())
     for fault in faults:
@@ -230,6 +237,31 @@ def _attribute_rerun(first: Run, later: Run, faults: Sequence[Window], slack_us:
             and fault.end >= first.start - slack_us
         ):
             return fault
+    # dramatiq's Redis broker stamps its workers' heartbeats with their own clocks: a host whose
+    # clock jumps ahead finds every other worker dead, one set back is found dead, and the
+    # messages they have not acked (running, parked or prefetched) are requeued.
+    unacked_from = first.start if sent_at is None else sent_at
+    for fault in faults:
+        if (
+            fault.kind == "clock-step"
+            and fault.start <= (first.end or 2**62) + slack_us
+            and fault.end + slack_us >= unacked_from
+        ):
+            return fault
+    return None
+
+
+def _explain_rerun(
+    earlier: Sequence[Run], later: Run, faults: Sequence[Window], slack_us: int, sent_at: int | None
+) -> Window | None:
+    """The fault that made ``later`` happen, against any earlier run of its message, the latest
+    first: one fault may redeliver a message twice (a strict job stopped after it recorded its end
+    is retried, and its unacked original requeued by the broker), so the runs it caused need not
+    follow each other."""
+    for first in reversed(earlier):
+        fault = _attribute_rerun(first, later, faults, slack_us, sent_at)
+        if fault is not None:
+            return fault
     return None
 
 
@@ -246,9 +278,11 @@ def check_messages(record: Record, faults: Sequence[Window], verdict: Verdict) -
     slack = 2 * beat_us + int(record.facts.get("broker_heartbeat_timeout", 5_000)) * 1000
     extra, unattributed = Counter[str](), []
     for message_id, runs in runs_of.items():
-        for first, later in itertools.pairwise(runs):
-            fault = _attribute_rerun(first, later, faults, slack)
+        sent_at = sent[message_id].at if message_id in sent else None
+        for i, later in enumerate(runs[1:], 1):
+            fault = _explain_rerun(runs[:i], later, faults, slack, sent_at)
             if fault is None:
+                first = runs[i - 1]
                 unattributed.append(
                     f"{message_id} ({first.actor}: {first.outcome} on {first.group}, again on {later.group})"
                 )
@@ -279,18 +313,23 @@ def check_messages(record: Record, faults: Sequence[Window], verdict: Verdict) -
 # -- caps ------------------------------------------------------------------------------------------
 
 
-#: Faults that hold a host's messages to and from the ledger back for a while.
-NETWORK_FAULTS = ("blackhole", "delayed-reply")
+#: Faults that hold a host's messages to and from the ledger back for a while, or freeze it.
+HOST_STALLS = ("blackhole", "delayed-reply", "pause-under-ttl", "pause-past-ttl")
 
 
 def admitted_from(run: Run, faults: Sequence[Window]) -> int:
-    """The earliest a run may have been admitted: the grace before its start, or, when its host's
-    network stalled in that grace, the grace before the stall (a slot handed to it then was told
-    only when the stall ended)."""
+    """The earliest a run may have been admitted: the grace before its start, or earlier when a
+    stall kept an admitted message from starting in that grace: its host's network stalled or its
+    host froze (a slot handed then is told, a job admitted then starts, when it ends), or the
+    broker was down and dramatiq's worker threads were stuck retrying their acks (a message
+    handed its slot meanwhile waits for a thread). ``faults`` by start, as :func:`windows` gives
+    them: walked from the latest back, so stalls that follow each other extend it together."""
     since = run.start - GRACE_US
-    for fault in faults:
-        stalled = fault.kind in NETWORK_FAULTS and fault.target == run.group
-        if stalled and fault.start < run.start and fault.end >= since:
+    ack_retry_us = int(POST_PROCESS_MESSAGE_RETRY_DELAY_SECS * 1e6)
+    for fault in reversed(faults):
+        stalled = fault.kind in HOST_STALLS and fault.target == run.group and fault.end >= since
+        stuck = fault.kind == "broker-restart" and fault.end + ack_retry_us >= since
+        if (stalled or stuck) and fault.start < run.start:
             since = min(since, fault.start - GRACE_US)
     return since
 

@@ -84,8 +84,10 @@ dropped by `on_busy="coalesce"` (as their callers see it: `MessageDropped` resul
 attributed to a fault that makes one ({extra}); unattributed: {len(messages["unattributed_extra_runs"])}.
 
 **Caps.** Checked per limit at every start, against the capacity in force (overrides and pauses
-included, with {GRACE_US // 1000} ms of grace for a message admitted just before a change). Over-cap
-intervals, each attributed to a documented kind of fault:
+included, with {GRACE_US // 1000} ms of grace for a message admitted just before a change, counted
+from the start of a stall that kept an admitted message from starting: its host frozen or cut
+off, or the broker down while dramatiq's worker threads retried their acks). Over-cap intervals,
+each attributed to a documented kind of fault:
 
 | limit | from | intervals | total length | most over | mode | attributed to |
 |---|---|---|---|---|---|---|

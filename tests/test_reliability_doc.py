@@ -36,3 +36,22 @@ def test_the_chaos_generator_keeps_the_soak_section() -> None:
     kept = report.kept(page)
     assert kept and kept in chaos_report.render({}, "today", kept)
     assert report.splice(page, kept) == page
+
+
+def test_the_readmes_soak_figures_are_the_documented_soaks() -> None:
+    figures = json.loads(SOAK.read_text("utf-8"))
+    f = figures["figures"]
+    readme = " ".join((PAGE.parents[1] / "README.md").read_text("utf-8").split())
+    stated = (
+        f"seed {figures['seed']}: {figures['injected']} faults in {figures['seconds']:g} s, "
+        f"{f['messages']['sent']} messages sent), none was lost and {f['messages']['extra_runs']} ran "
+        "more than once"
+    )
+    assert stated in readme and not f["messages"]["lost"], "README: copy the figures of docs/soak.json"
+    longest = max((o["seconds"] for o in f["over_cap"]), default=0.0)
+    assert f"(the longest {longest:g} s)" in readme
+    assert f"the fences refused {f['fences']['refused']} stale writes" in readme
+    recovery = f["recovery"]
+    bound = f"at most {recovery['max_s']:g} s after a fault (the bound: {recovery['bound_s']:g} s)"
+    assert bound in readme
+    assert {o["attributed"] for o in f["over_cap"]} <= {"pause-past-ttl"}, "README: name every cause"

@@ -349,3 +349,47 @@ def test_a_host_stopped_again_at_once_is_judged_by_the_later_stop() -> None:
     verdict = h.verdict()
     assert verdict.passed, verdict.failures
     assert {o["fault"] for o in verdict.figures["over_cap"]} == {2}
+
+
+def test_a_job_admitted_before_its_host_froze_may_start_after_a_pause_set_meanwhile() -> None:
+    h = History()
+    h.control(STRICT, "paused", 1, 2.2)
+    h.run(4, 4.3, scope=STRICT, group="B", strict=True)  # admitted by 2.0, B frozen before it ran
+    assert failures(h, "caps: 1 over-cap interval(s)"), "a run starting 1.8 s into a pause"
+    h.fault(1, "pause-under-ttl", "B", 2.1, 3.9)
+    verdict = h.verdict()
+    assert verdict.passed, verdict.failures
+
+
+def test_a_slot_handed_while_the_broker_was_down_may_wait_out_dramatiqs_ack_retry() -> None:
+    h = History()
+    h.control(CAPPED, "paused", 1, 3)
+    h.run(5.5, 5.8)  # handed at 2.5; every thread of its host was retrying an ack until 5.5
+    assert failures(h, "caps: 1 over-cap interval(s)")
+    h.fault(1, "broker-restart", "broker", 0.5, 1.2)
+    assert h.verdict().passed, h.verdict().failures
+
+
+def test_runs_of_one_message_requeued_by_a_hosts_clock_step_are_attributed_to_it() -> None:
+    h = History()
+    h.record.sent.append(Sent("m", "capped_job", (CAPPED,), T0 + 5 * S))  # sent during the step
+    h.run(17.0, 17.2, message="m", group="B")  # parked on one process of B...
+    h.run(17.1, 17.3, message="m", group="B")  # ...and requeued to the other by its maintenance
+    assert failures(h, "messages: 1 extra run(s)")
+    h.fault(1, "clock-step", "B", 0, 5.5)
+    verdict = h.verdict()
+    assert verdict.passed, verdict.failures
+    assert verdict.figures["messages"]["extra_runs_by_fault"] == {"clock-step": 1}
+
+
+def test_one_fault_may_cause_two_extra_runs_in_either_order() -> None:
+    h = History()
+    # Stopped for its hold after it recorded its end: retried (on C), and its unacked original
+    # requeued by the broker while A was stopped (run by A once the retry had run).
+    h.run(10, 15.3, message="m", group="A", scope=STRICT, strict=True)
+    h.run(22.7, 23.1, message="m", group="C", scope=STRICT, strict=True)
+    h.run(26.5, 26.9, message="m", group="A", scope=STRICT, strict=True)
+    h.fault(1, "pause-past-ttl", "A", 10.1, 15.3)
+    verdict = h.verdict()
+    assert verdict.passed, verdict.failures
+    assert verdict.figures["messages"]["extra_runs_by_fault"] == {"pause-past-ttl": 2}
