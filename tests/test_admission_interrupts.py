@@ -36,9 +36,9 @@ from dramatiq_slots.failpoints import interrupt_with
 from dramatiq_slots.gate import Gate
 from dramatiq_slots.ledger import Ledger, Limit, Line, Member, Withdrawn
 from dramatiq_slots.process import WaitGate
+from tests.support.fake_clock import make, request_for
 from tests.support.in_process import RunRecorder, running_worker, stop_threads
 from tests.support.waiting import wait_until
-from tests.test_admission import make, request_for
 
 
 class _DeadLetters(Middleware):

@@ -17,12 +17,10 @@ from __future__ import annotations
 import signal
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-import redis
 
 from dramatiq_slots.controls import Controls
 from tests.support.probe import Run, max_overlap
@@ -41,7 +39,6 @@ from tests.support.worker_groups import (
     Backlog,
     WorkerFleet,
     WorkerGroup,
-    close_all,
     key_scope,
 )
 
@@ -64,7 +61,7 @@ RUN_TIMEOUT = 90.0
 
 
 @pytest.fixture
-def mp_config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
+def fleet_config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
     """Every key the workers write (broker, ledger, probe) starts with this test's ``key_prefix``."""
     return AppConfig.for_test(
         redis_server.url,
@@ -77,22 +74,6 @@ def mp_config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
     )
 
 
-@pytest.fixture
-def make_cluster(
-    mp_config: AppConfig, redis_client: redis.Redis, tmp_path: Path
-) -> Iterator[Callable[..., WorkerFleet]]:
-    """``make_cluster(**config overrides)``; every group of every cluster is killed after the test."""
-    clusters: list[WorkerFleet] = []
-
-    def make(**overrides: Any) -> WorkerFleet:
-        cluster = WorkerFleet(mp_config.replace(**overrides), redis_client, tmp_path)
-        clusters.append(cluster)
-        return cluster
-
-    yield make
-    close_all(clusters)
-
-
 def _start(cluster: WorkerFleet, *names: str, processes: int = 1, threads: int = 4) -> list[WorkerGroup]:
     groups = [cluster.start_group(name, processes=processes, threads=threads) for name in names]
     cluster.wait_ready(*groups, timeout=BOOT_TIMEOUT)
@@ -103,10 +84,10 @@ def _start(cluster: WorkerFleet, *names: str, processes: int = 1, threads: int =
 
 
 @pytest.mark.timeout(150)
-def test_control_without_slots_the_probe_sees_overlap(make_cluster: Callable[..., WorkerFleet]) -> None:
+def test_control_without_slots_the_probe_sees_overlap(make_fleet: Callable[..., WorkerFleet]) -> None:
     # Same topology and load as the tests below, Slots left out: the probe
     # must see more than CAP capped jobs at once, and same-key jobs overlap.
-    cluster = make_cluster(slots=False, broker_heartbeat_timeout=30_000)
+    cluster = make_fleet(slots=False, broker_heartbeat_timeout=30_000)
     _start(cluster, "c1", "c2")
 
     sent = cluster.send_capped(40)
@@ -126,10 +107,10 @@ def test_control_without_slots_the_probe_sees_overlap(make_cluster: Callable[...
 
 @pytest.mark.timeout(150)
 def test_queue_capacity_is_cluster_wide_across_process_groups(
-    make_cluster: Callable[..., WorkerFleet],
+    make_fleet: Callable[..., WorkerFleet],
 ) -> None:
     # Fault-free: a long broker heartbeat timeout, so no live worker is ever taken for dead.
-    cluster = make_cluster(broker_heartbeat_timeout=30_000)
+    cluster = make_fleet(broker_heartbeat_timeout=30_000)
     _start(cluster, "g1", "g2")  # 2 hosts x 1 process x 4 threads = 8 threads for 3 slots
 
     sent = cluster.send_capped(40)
@@ -150,8 +131,8 @@ def test_queue_capacity_is_cluster_wide_across_process_groups(
 
 
 @pytest.mark.timeout(150)
-def test_runtime_key_is_unique_across_process_groups(make_cluster: Callable[..., WorkerFleet]) -> None:
-    cluster = make_cluster(broker_heartbeat_timeout=30_000)
+def test_runtime_key_is_unique_across_process_groups(make_fleet: Callable[..., WorkerFleet]) -> None:
+    cluster = make_fleet(broker_heartbeat_timeout=30_000)
     _start(cluster, "g1", "g2")
 
     sent = cluster.send_keyed(KEYS, 6)
@@ -232,9 +213,9 @@ def _kill_round(cluster: WorkerFleet, victim: WorkerGroup, job_ms: int, backlog:
 
 
 @pytest.mark.timeout(240)
-def test_killed_group_releases_its_slots_within_hold_ttl(make_cluster: Callable[..., WorkerFleet]) -> None:
+def test_killed_group_releases_its_slots_within_hold_ttl(make_fleet: Callable[..., WorkerFleet]) -> None:
     job_ms = 1_000
-    cluster = make_cluster(job_ms=job_ms, broker_heartbeat_timeout=3_000)
+    cluster = make_fleet(job_ms=job_ms, broker_heartbeat_timeout=3_000)
     backlog = Backlog(cluster, depth=12)
 
     # The victims have two worker processes each: os.killpg must take both down.
@@ -282,9 +263,9 @@ def _in_line_of(cluster: WorkerFleet, pids: set[int], queue_name: str = CAPPED_Q
 
 @pytest.mark.timeout(240)
 def test_a_process_killed_while_its_messages_are_parked_loses_none(
-    make_cluster: Callable[..., WorkerFleet],
+    make_fleet: Callable[..., WorkerFleet],
 ) -> None:
-    cluster = make_cluster(job_ms=1_500, broker_heartbeat_timeout=3_000)
+    cluster = make_fleet(job_ms=1_500, broker_heartbeat_timeout=3_000)
     _start(cluster, "B")
     sent = cluster.send_capped(CAP)
     wait_until(
@@ -330,9 +311,9 @@ def _starts_over(runs: list[Run], since_us: int, until_us: int, capacity: int) -
 
 @pytest.mark.timeout(240)
 def test_capacity_changes_and_a_pause_are_followed_on_every_host_within_a_beat(
-    make_cluster: Callable[..., WorkerFleet],
+    make_fleet: Callable[..., WorkerFleet],
 ) -> None:
-    cluster = make_cluster(job_ms=400, max_wait=1_500, broker_heartbeat_timeout=30_000)
+    cluster = make_fleet(job_ms=400, max_wait=1_500, broker_heartbeat_timeout=30_000)
     controls = Controls(cluster.ledger.client, key_prefix=cluster.ledger.keys.prefix)
     ledger = controls.queue(CAPPED_QUEUE)
     backlog = Backlog(cluster, depth=24)
@@ -412,9 +393,9 @@ def test_capacity_changes_and_a_pause_are_followed_on_every_host_within_a_beat(
 
 @pytest.mark.timeout(180)
 def test_a_holder_stopped_past_hold_ttl_is_fenced_out_of_the_store(
-    make_cluster: Callable[..., WorkerFleet], tmp_path: Path
+    make_fleet: Callable[..., WorkerFleet], tmp_path: Path
 ) -> None:
-    cluster = make_cluster(broker_heartbeat_timeout=30_000)  # P's message is not requeued while stopped
+    cluster = make_fleet(broker_heartbeat_timeout=30_000)  # P's message is not requeued while stopped
     store, gate = str(tmp_path / "store.db"), cluster.probe.key("fenced-gate")
     outcomes_key = cluster.probe.key("fenced")
 
@@ -460,9 +441,9 @@ def test_a_holder_stopped_past_hold_ttl_is_fenced_out_of_the_store(
 
 @pytest.mark.timeout(180)
 def test_a_burst_for_a_busy_key_coalesces_to_one_more_run_across_hosts(
-    make_cluster: Callable[..., WorkerFleet],
+    make_fleet: Callable[..., WorkerFleet],
 ) -> None:
-    cluster = make_cluster(broker_heartbeat_timeout=30_000)
+    cluster = make_fleet(broker_heartbeat_timeout=30_000)
     _start(cluster, "g1", "g2")
     gate = cluster.probe.key("busy-gate")
     scope = key_scope(BUSY_KEY)

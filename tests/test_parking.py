@@ -15,7 +15,7 @@ from dramatiq_slots.admission import Admission, InLine
 from dramatiq_slots.claims import this_process
 from dramatiq_slots.ledger import Entered, Ledger, Limit, Line
 from dramatiq_slots.parking import Parking, Ticket
-from tests.test_admission import FakeClock, make, request_for
+from tests.support.fake_clock import FakeClock, make, request_for
 
 OTHER = "other:1:1:1"
 
