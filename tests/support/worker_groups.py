@@ -704,10 +704,8 @@ class WorkerFleet:
 
 
 @contextlib.contextmanager
-def fleets_of(
-    config: AppConfig, client: redis.Redis, log_dir: Path, *, fleet: type[WorkerFleet] = WorkerFleet
-) -> Iterator[Callable[..., WorkerFleet]]:
-    """The fleet builder: ``make(**config overrides)``, a ``fleet`` of ``config`` (overridden).
+def fleets_of(config: AppConfig, client: redis.Redis, log_dir: Path) -> Iterator[Callable[..., WorkerFleet]]:
+    """The fleet builder: ``make(**config overrides)``, a :class:`WorkerFleet` of ``config`` (overridden).
 
     ``client`` is the broker's server's (``config.redis_url``); a fleet whose config names the
     ledger's or the probe's own server (``ledger_url``, ``probe_url``) gets a client of it too.
@@ -727,7 +725,7 @@ def fleets_of(
     def make(**overrides: Any) -> WorkerFleet:
         fleet_config = config.replace(**overrides)
         made.append(
-            fleet(
+            WorkerFleet(
                 fleet_config,
                 client,
                 log_dir,
