@@ -5,8 +5,9 @@
 #   make quick   pytest without the slow multi-process suites
 #   make demo    the example project on real worker groups, one SIGKILLed mid-run (own venv: .venv-demo)
 #   make clean   remove the venvs, caches and build artifacts
-#   make bench   the side-by-side benchmark (BENCH_ARGS=--quick for a smoke run; not part of test;
-#                BENCH_ARGS='--only W8' for the 10,000-runtime-key load and leak check alone)
+#   make bench   the side-by-side benchmark, then how fast hosts follow a control (bench/controls.py)
+#                (BENCH_ARGS=--quick for a smoke run; not part of test; BENCH_ARGS='--only W8' for
+#                the 10,000-runtime-key load and leak check alone, without the controls)
 #   make reliability  run the chaos suite and regenerate docs/reliability.md from its verdicts
 #   make soak    faults at random on real worker groups, judged from the whole history (not part of
 #                test): SOAK_SECONDS (default 1200), SOAK_SEED (default: a random one, printed),
@@ -71,7 +72,8 @@ demo: $(DEMO_STAMP)
 
 bench: $(STAMP)
 	@if [ -f bench/run.py ]; then \
-		$(BIN)/python bench/run.py $(BENCH_ARGS); \
+		$(BIN)/python bench/run.py $(BENCH_ARGS) \
+		$(if $(findstring --only,$(BENCH_ARGS)),,&& $(BIN)/python bench/controls.py $(if $(findstring --quick,$(BENCH_ARGS)),--cycles 2)); \
 	else \
 		echo "make bench: bench/run.py does not exist yet, nothing to run"; \
 	fi

@@ -23,7 +23,7 @@ Actors:
 (W6's other work, served by the same workers as the capped queue; its job
 time is ``other_job_ms``).
 
-The probe (:mod:`tests.support.probe`, on its own Redis server) records
+The probe (:class:`bench.support.Probe`, on its own Redis server) records
 each run *inside* the limited section, with the message's deferral count
 (Slots' ``slots_deferrals``, or Retries' ``retries``) in the run's ``arg``;
 each actor has its own probe scope (the queue's, or the key's).
@@ -45,8 +45,6 @@ from dramatiq.rate_limits import ConcurrentRateLimiter
 from dramatiq.rate_limits.backends import RedisBackend
 
 from dramatiq_slots.waiting import prefetch, work_queue
-from tests.support.probe import Probe
-from tests.support.worker_groups import BootProbe
 
 from .config import (
     CAPPED_ACTOR,
@@ -68,6 +66,7 @@ from .config import (
     other_label,
     runtime_key,
 )
+from .support import BootProbe, Probe
 
 config = BenchConfig.from_env(os.environ)
 crl = config.way in (CRL_DEFAULT, CRL_TUNED)

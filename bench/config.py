@@ -1,10 +1,10 @@
 """What the bench's worker app is configured with, and the names it shares with the runner.
 
-:class:`BenchConfig` extends the multi-process tests'
-:class:`~tests.support.worker_groups.AppConfig` (same environment channel,
-same ``SLOTS_MP_*`` variables) with what only the bench needs: the way
-the cap is enforced, the retry settings of the ``ConcurrentRateLimiter``
-ways, and the job time of the uncapped queue (W6's other work).
+:class:`BenchConfig` is everything the app (:mod:`bench.app`) reads, turned into environment
+variables by :meth:`BenchConfig.env` and back by :meth:`BenchConfig.from_env`: the only channel
+from the runner to its workers. It builds what the app runs (the broker, the Slots middleware)
+from the package alone; its settings are those of the ways (how the cap is enforced, the retry
+settings of the ``ConcurrentRateLimiter`` ways, the job time of the uncapped queue: W6's other work).
 """
 
 from __future__ import annotations
@@ -14,8 +14,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tests.support.worker_groups import AppConfig, queue_scope
-from tests.support.worker_groups import key_scope as key_scope  # re-exported for the bench
+import dramatiq
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import CurrentMessage
+
+from dramatiq_slots import Slots
+
+
+def queue_scope(queue_name: str) -> str:
+    """The probe scope of the runs of a capped queue."""
+    return f"queue:{queue_name}"
+
+
+def key_scope(key: str) -> str:
+    """The probe scope of the runs of runtime key ``key``."""
+    return f"key:{key}"
+
 
 #: The dramatiq app module the bench's worker command lines load.
 APP_MODULE = "bench.app"
@@ -67,34 +81,128 @@ def runtime_key(key: str) -> str:
     return f"bench:{key}"
 
 
-@dataclass(frozen=True)
-class BenchConfig(AppConfig):
-    """:class:`AppConfig` plus the bench's own settings (durations in ms).
+#: Prefix of the environment variables that carry a :class:`BenchConfig`.
+ENV_PREFIX = "SLOTS_BENCH_"
+#: Fields of :class:`BenchConfig` whose empty value means None.
+_OPTIONAL = frozenset({"capacity", "ledger_url", "probe_url"})
 
-    ``way`` is one of :data:`WAYS`. ``capacity`` is the queue's cap
-    (``queue_capacity`` for Slots, the limiter's ``limit`` for CRL; unused
-    by ``nocap`` and ``dedicated``, whose app limits nothing).
-    ``crl_min_backoff`` / ``crl_max_backoff`` are the actors' Retries
-    backoff bounds; 0 leaves dramatiq's defaults (15 s, 7 days).
-    ``max_retries`` applies to every way (only CRL ever retries).
-    ``queue_prefetch``: dramatiq's ``dramatiq_queue_prefetch`` for the worker
-    command lines (0: dramatiq's default, twice the threads).
-    ``other_job_ms``: the job time of the uncapped ``bench_other_job``
-    (``job_ms`` is that of the capped and keyed actors).
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What the worker app is configured with (all durations in milliseconds).
+
+    ``redis_url`` is the broker's server (and the CRL limiter's); ``ledger_url`` and
+    ``probe_url`` put the Slots ledger (W8) and the probe on servers of their own (None: the
+    broker's). ``way`` is one of :data:`WAYS`; ``slots`` whether the app runs the Slots
+    middleware (set by the way). ``capacity`` is the queue's cap (``queue_capacity`` for
+    Slots, the limiter's ``limit`` for CRL; unused by the ways that limit nothing).
+    ``crl_min_backoff`` / ``crl_max_backoff`` are the actors' Retries backoff bounds; 0 leaves
+    dramatiq's defaults (15 s, 7 days). ``max_retries`` applies to every way (only CRL ever
+    retries). ``queue_prefetch``: dramatiq's ``dramatiq_queue_prefetch`` for the worker command
+    lines (0: dramatiq's default, twice the threads). ``other_job_ms``: the job time of the
+    uncapped ``bench_other_job`` (``job_ms`` is that of the capped and keyed actors).
     """
 
+    redis_url: str
+    namespace: str
+    key_prefix: str
+    probe_prefix: str
+    group: str = "g"
     way: str = SLOTS
+    slots: bool = True
+    capacity: int | None = 3
+    hold_ttl: int = 2_000
+    beat_interval: int = 300
+    defer_min_backoff: int = 50
+    defer_max_backoff: int = 500
+    max_wait: int = 30_000
+    waiting_share: float = 1.0
+    reuse_window: int = 100
+    job_ms: int = 150
+    other_job_ms: int = 0
+    #: Broker: a worker silent this long is dead, and its unacked messages are requeued.
+    broker_heartbeat_timeout: int = 3_000
+    #: Broker: out of a million commands, how many also run queue maintenance (requeue of the dead).
+    maintenance_chance: int = 1_000_000
+    #: dramatiq's consumer idle poll ceiling (env ``dramatiq_worker_timeout``).
+    worker_timeout: int = 250
+    ledger_url: str | None = None
+    probe_url: str | None = None
     crl_min_backoff: int = 0
     crl_max_backoff: int = 0
     max_retries: int = 100_000
     queue_prefetch: int = 0
-    other_job_ms: int = 0
 
     def replace(self, **changes: Any) -> BenchConfig:
         return dataclasses.replace(self, **changes)
 
+    def env(self) -> dict[str, str]:
+        """The environment variables that carry this config (see :meth:`from_env`), and dramatiq's own."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                out[ENV_PREFIX + f.name.upper()] = ""
+            elif isinstance(value, bool):
+                out[ENV_PREFIX + f.name.upper()] = "1" if value else "0"
+            else:
+                out[ENV_PREFIX + f.name.upper()] = str(value)
+        out["dramatiq_worker_timeout"] = str(self.worker_timeout)
+        if self.queue_prefetch:
+            out["dramatiq_queue_prefetch"] = str(self.queue_prefetch)
+        return out
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> BenchConfig:
-        config = super().from_env(environ)
-        assert isinstance(config, BenchConfig)
-        return config
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = environ.get(ENV_PREFIX + f.name.upper())
+            if raw is None:
+                if f.default is dataclasses.MISSING:
+                    raise KeyError(f"{ENV_PREFIX + f.name.upper()} is not set")
+                continue
+            default = f.default
+            if f.name in _OPTIONAL and raw == "":
+                kwargs[f.name] = None
+            elif isinstance(default, bool):
+                kwargs[f.name] = raw == "1"
+            elif isinstance(default, int):
+                kwargs[f.name] = int(raw)
+            elif isinstance(default, float):
+                kwargs[f.name] = float(raw)
+            else:
+                kwargs[f.name] = raw
+        return cls(**kwargs)
+
+    @property
+    def ledger_redis_url(self) -> str:
+        return self.ledger_url or self.redis_url
+
+    @property
+    def probe_redis_url(self) -> str:
+        return self.probe_url or self.redis_url
+
+    def broker(self) -> dramatiq.Broker:
+        """The app's RedisBroker, with CurrentMessage (the probe records message ids)."""
+        broker = RedisBroker(
+            url=self.redis_url,
+            namespace=self.namespace,
+            heartbeat_timeout=self.broker_heartbeat_timeout,
+            maintenance_chance=self.maintenance_chance,
+        )
+        broker.add_middleware(CurrentMessage())
+        return broker
+
+    def slots_middleware(self) -> Slots:
+        """The Slots middleware with this config's ledger and timings."""
+        return Slots(
+            url=self.ledger_redis_url,
+            key_prefix=self.key_prefix,
+            hold_ttl=self.hold_ttl,
+            beat_interval=self.beat_interval,
+            defer_min_backoff=self.defer_min_backoff,
+            defer_max_backoff=self.defer_max_backoff,
+            max_wait=self.max_wait,
+            waiting_share=self.waiting_share,
+            reuse_window=self.reuse_window,
+        )

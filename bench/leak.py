@@ -51,9 +51,9 @@ from typing import Any
 
 import redis
 
+from bench.support import Server
 from dramatiq_slots.ledger import Ledger, Limit
 from dramatiq_slots.ledger.keys import KeySpace
-from tests.support.servers import Server
 
 #: How often the key count is read while the run's keys expire (s).
 POLL_S = 0.25
@@ -242,7 +242,7 @@ class OwnLedger:
     :class:`LedgerCheck`: ``cold`` is read at once, ``before`` once the server is warm."""
 
     def __init__(self, key_prefix: str) -> None:
-        self.server = Server("redis7").start()
+        self.server = Server().start()
         self.client = self.server.client()
         cold = read(self.client)
         warm(self.client)

@@ -51,7 +51,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tests.support.probe import Run, max_overlap
+from bench.support import Run, max_overlap
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -54,7 +54,7 @@ every repeat's start order):
 
 1. a fresh broker namespace, ledger prefix and probe prefix;
 2. the way's worker groups, real ``dramatiq bench.app`` command lines,
-   each in its own session (:class:`tests.support.worker_groups.WorkerGroup`),
+   each in its own session (:class:`bench.support.WorkerGroup`),
    waited for until every worker process has booted;
 3. the groups are frozen (SIGSTOP), the jobs enqueued (in the workload's
    order: W6's capped jobs before its other ones), the broker server's
@@ -79,7 +79,7 @@ run is skipped) and gives its efficiency relative to ``dedicated`` and
 part's under ``parts``), the repeats and the targets. The exit code is 0
 unless a run errored: the bench reports, it does not gate.
 
-Two throwaway ``redis-server`` processes (:class:`tests.support.servers.Server`,
+Two throwaway ``redis-server`` processes (:class:`bench.support.Server`,
 free ports, no persistence) serve the whole bench: one for the broker, the
 Slots ledger and the CRL limiter (its commands are counted), one for the
 probe only (never counted); a W8 run starts a third for its ledger alone
@@ -113,6 +113,8 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make the repository impor
     sys.path.insert(0, str(REPO_ROOT))
 
 import redis  # noqa: E402
+from dramatiq import Message  # noqa: E402
+from dramatiq.brokers.redis import RedisBroker  # noqa: E402
 
 from bench.config import (  # noqa: E402
     APP_MODULE,
@@ -122,6 +124,7 @@ from bench.config import (  # noqa: E402
     CRL_DEFAULT,
     CRL_TUNED,
     DEDICATED,
+    ENV_PREFIX,
     KEYED_ACTOR,
     KEYED_QUEUE,
     NOCAP,
@@ -142,9 +145,9 @@ from bench.config import (  # noqa: E402
 )
 from bench.leak import LedgerCheck, OwnLedger, Reading  # noqa: E402
 from bench.metrics import Figures, Job, figures, jobs_in_lines  # noqa: E402
-from tests.support.probe import Probe, Run  # noqa: E402
-from tests.support.servers import Server  # noqa: E402
-from tests.support.worker_groups import WorkerFleet, WorkerGroup  # noqa: E402
+from bench.support import Probe, Run, Server, WorkerGroup  # noqa: E402
+from dramatiq_slots import URL_ENV, Ledger  # noqa: E402
+from dramatiq_slots.failpoints import ENV as FAILPOINT_ENV  # noqa: E402
 
 # -- settings shared by every way -------------------------------------------------
 
@@ -565,45 +568,83 @@ def workloads(quick: bool) -> list[Workload]:
 # -- the cluster -------------------------------------------------------------------
 
 
-class BenchGroup(WorkerGroup):
-    """A :class:`WorkerGroup` that runs the bench's app instead of the tests' one."""
+class BenchFleet:
+    """The worker groups of one run (real ``dramatiq bench.app`` command lines, each a host), a
+    sender for messages (an app's own producer: with Slots for the Slots ways, it stamps each
+    message's place in line), and the probe on its own Redis (``probe_client``, never counted).
 
-    app_module = APP_MODULE
+    ``client`` is the broker's server's (``config.redis_url``); neither client is closed here.
+    Made, the fleet settles the run's ledgers (``Ledger.settle``): the workers boot as into a
+    deployment that has been up a while. :meth:`close` kills every group.
+    """
 
-    def environ(self) -> dict[str, str]:
-        env = super().environ()
-        prefetch = getattr(self.config, "queue_prefetch", 0)
-        if prefetch:
-            env["dramatiq_queue_prefetch"] = str(prefetch)
-        return env
-
-
-@dataclass
-class BenchFleet(WorkerFleet):
-    """A :class:`WorkerFleet` whose probe lives on its own Redis (``probe_client``), never counted."""
-
-    probe_client: redis.Redis | None = None
-
-    @property
-    def sends_with_slots(self) -> bool:  # type: ignore[override]
-        return getattr(self.config, "way", SLOTS) in SLOTS_WAYS
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.probe_client is not None:
-            self.probe = Probe(self.probe_client, self.config.probe_prefix)
+    def __init__(
+        self, config: BenchConfig, client: redis.Redis, log_dir: Path, *, probe_client: redis.Redis
+    ) -> None:
+        self.config = config
+        self.log_dir = log_dir
+        self.groups: list[WorkerGroup] = []
+        self.probe = Probe(probe_client, config.probe_prefix)
+        self._broker = RedisBroker(
+            client=client,
+            namespace=config.namespace,
+            middleware=[],
+            heartbeat_timeout=config.broker_heartbeat_timeout,
+            maintenance_chance=0,
+        )
+        if config.way in SLOTS_WAYS:
+            self._broker.add_middleware(config.slots_middleware())
+        if config.slots:
+            ledger_client = redis.Redis.from_url(config.ledger_redis_url)
+            try:
+                Ledger(ledger_client, key_prefix=config.key_prefix).settle()
+            finally:
+                ledger_client.close()
 
     def start_bench_group(
         self, name: str, *, processes: int, threads: int, queues: Sequence[str] = ()
-    ) -> BenchGroup:
+    ) -> WorkerGroup:
         """Start one group; ``queues``: consume only those (``dramatiq --queues``; empty: all)."""
-        extra = ("--queues", *queues) if queues else ()
-        group = BenchGroup(
-            name, self.config, self.log_dir, processes=processes, threads=threads, extra_args=extra
+        group = WorkerGroup(
+            name,
+            APP_MODULE,
+            self.config.replace(group=name).env(),
+            self.log_dir,
+            processes=processes,
+            threads=threads,
+            extra_args=("--queues", *queues) if queues else (),
+            # The caller's own settings of the app, the package or dramatiq do not reach the workers.
+            dropped=lambda var: var.startswith(ENV_PREFIX) or var in (URL_ENV, FAILPOINT_ENV),
         )
         self.groups.append(group)
         group.start()
         return group
+
+    def wait_ready(self, *groups: WorkerGroup, timeout: float) -> None:
+        """Wait until every worker process of ``groups`` has booted (the app records it in the probe)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for group in groups:
+                if not group.running:
+                    raise RuntimeError(f"group {group.name} exited while booting\n{self.tails()}")
+            booted = list(self.probe.boots().values())
+            if all(booted.count(g.name) >= g.processes for g in groups):
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(g.name for g in groups)
+                raise RuntimeError(f"groups {names} did not boot within {timeout:.0f} s\n{self.tails()}")
+            time.sleep(POLL_S)  # polls the probe: a boot announces nothing to the runner
+
+    def send(self, queue_name: str, actor_name: str, *args: Any) -> str:
+        """Enqueue one message for the app's actor; returns its message id."""
+        message: Message[Any] = Message(
+            queue_name=queue_name, actor_name=actor_name, args=args, kwargs={}, options={}
+        )
+        self._broker.enqueue(message)
+        return message.message_id
+
+    def completed_ids(self) -> set[str]:
+        return {r.message_id for r in self.probe.runs() if r.completed}
 
     def signal_all(self, sig: signal.Signals) -> None:
         for group in self.groups:
@@ -627,8 +668,28 @@ class BenchFleet(WorkerFleet):
         for group in self.groups:
             group.terminate()
 
+    def tails(self, lines: int = 40) -> str:
+        """What the probe saw, then the log tails of every group (for failure messages)."""
+        try:
+            state = f"--- probe --- {self.probe.open_runs()} runs open; boots {self.probe.boots()}"
+        except redis.RedisError as e:
+            state = f"--- probe --- unavailable: {type(e).__name__}: {e}"
+        logs = "\n".join(g.tail(lines) for g in self.groups) or "(no worker groups)"
+        return f"{state}\n{logs}"
 
-#: Clusters whose groups may still run (a list: dataclasses with ``eq`` are unhashable).
+    def close(self) -> None:
+        """Kill every group and wait for all of their processes (errors re-raised after all are done)."""
+        errors: list[BaseException] = []
+        for group in self.groups:
+            try:
+                group.close()
+            except BaseException as e:  # keep killing the others
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+
+#: Clusters whose groups may still run.
 _open_clusters: list[BenchFleet] = []
 
 
@@ -1847,8 +1908,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="slots-bench-"))
     started = time.monotonic()
     results: dict[str, dict[str, WayRuns]] = {}
-    broker_server = Server("redis7")
-    probe_server = Server("redis7")
+    broker_server = Server()
+    probe_server = Server()
     print(
         f"bench: {'quick' if args.quick else 'full'}; ways {', '.join(ways)}; "
         f"timeout {args.timeout:.0f} s per run; "

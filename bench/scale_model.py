@@ -2,7 +2,7 @@
 
 Run: ``cd /work/main && PYTHONPATH=. .venv/bin/python bench/scale_model.py [--no-calibrate]``.
 Calibration (default on, about 30 s) runs the package's own scripts on a private redis-server 7
-(``tests.support.servers.Server``) and divides the server's CPU time by the calls; ``--no-calibrate`` uses
+(``bench.support.Server``) and divides the server's CPU time by the calls; ``--no-calibrate`` uses
 the ``Costs`` defaults (one calibration run on the 2-core dev machine). Then: a closed-form steady
 state per scenario (``model``) and a seeded discrete-event simulation of one ledger (``simulate``).
 """
@@ -32,9 +32,9 @@ if str(REPO_ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
+from bench.support import Server  # noqa: E402
 from dramatiq_slots.ledger import Ledger, Limit, Line, Member  # noqa: E402
 from dramatiq_slots.worker.claims import new_token  # noqa: E402
-from tests.support.servers import Server  # noqa: E402
 
 REASK_S, MAX_WAIT_S, BEAT_S, TTL_MS = 2.0, 30.0, 10.0, 60_000  # middleware defaults
 REASK_MAX_S = 8.0  # the re-ask pause doubles from REASK_S up to this
@@ -162,7 +162,7 @@ def _cpu_per_call(client: redis.Redis, call: Callable[[], object], times: int = 
 
 def calibrate(seconds: float) -> Costs:
     c = Costs(calibrated=True)
-    with Server("redis7") as server:
+    with Server() as server:
         client = server.client()
         print(f"calibration on {server!r}; {mp.cpu_count()} cores shared by Redis and its clients")
         c.phases = {mode: _phase(server.url, client, mode, seconds) for mode in ("many", "hot", "hand")}

@@ -45,7 +45,7 @@ from tests.support.servers import (
     find_engine,
 )
 
-pytest_plugins = ["tests.support.in_process"]
+pytest_plugins = ["tests.support.in_process", "tests.support.fleets"]
 
 #: Engine preferred for the default server, first found wins.
 DEFAULT_ENGINE_ORDER = ("redis7", "valkey", "redis6")

@@ -1,65 +1,21 @@
 """Admission's timing rules, on a real ledger, with a replaced clock: no thread, no sleep.
 
-:class:`FakeClock` answers every wait at once and moves its own time on by
-the timeout (or by nothing, when the event it waits on is set), so the
-re-ask schedule, the ``max_wait`` bound, the late-reply guard and the outage
-pause are read off the clock instead of being waited for.
+The clock is :class:`tests.support.fake_clock.FakeClock`: it answers every wait at once and
+moves its own time on by the timeout (or by nothing, when the event it waits on is set), so the
+re-ask schedule, the ``max_wait`` bound, the late-reply guard and the outage pause are read off
+the clock instead of being waited for.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-
 import pytest
 import redis
 
-from dramatiq_slots import Slots
 from dramatiq_slots.ledger import Entered, Ledger, Limit, Line
-from dramatiq_slots.middleware.admission import Admission
 from dramatiq_slots.middleware.deferral import MessageDeferred
-from dramatiq_slots.waiting.admits import Request
 from dramatiq_slots.worker.claims import Hold
-from dramatiq_slots.worker.process import SlotsProcess
 from dramatiq_slots.worker.wakeups import PARKED, Waiter
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-        self.waits: list[float] = []
-        self.sleeps: list[float] = []
-        #: Called at the start of the n-th wait (0-based), to make something happen meanwhile.
-        self.during: dict[int, Callable[[], None]] = {}
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def wait(self, event: threading.Event, timeout: float) -> bool:
-        action = self.during.get(len(self.waits))
-        self.waits.append(timeout)
-        if action is not None:
-            action()
-        if event.is_set():
-            return True
-        self.now += timeout
-        return False
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
-def make(ledger: Ledger, **settings: int) -> tuple[Admission, FakeClock]:
-    config = Slots(key_prefix=ledger.keys.prefix, **settings).settings  # type: ignore[arg-type]
-    clock = FakeClock()
-    return Admission(SlotsProcess(config, lambda: ledger, clock=clock), config), clock
-
-
-def request_for(*limits: Limit, place: int = 1) -> Request:
-    return Request(
-        limits=limits, label="job(1)", actor="job", min_backoff=100, max_backoff=5_000, place=place
-    )
+from tests.support.fake_clock import make, request_for
 
 
 def test_a_waiter_asks_again_after_2_4_8_8_s_and_withdraws_at_max_wait(ledger: Ledger) -> None:

@@ -35,9 +35,9 @@ from dramatiq_slots.middleware.deferral import MessageDeferred
 from dramatiq_slots.waiting.admits import Request
 from dramatiq_slots.waiting.gate import Gate
 from dramatiq_slots.worker.claims import Hold, new_token, this_process
+from tests.support.fake_clock import make, request_for
 from tests.support.in_process import RunRecorder, running_worker, stop_threads
 from tests.support.waiting import wait_until
-from tests.test_admission import make, request_for
 
 
 class _DeadLetters(Middleware):

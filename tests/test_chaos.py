@@ -31,14 +31,14 @@ from dramatiq_slots import Slots
 from dramatiq_slots.errors import LedgerUnavailable
 from dramatiq_slots.failpoints import EXIT_CODE, POINTS
 from dramatiq_slots.ledger import Ledger, Limit, Line
-from tests.support.chaos import ChaosFleet, LedgerWatch, Verdict, capped_ledger, verdict
+from tests.support.chaos import LedgerWatch, Verdict, capped_ledger, verdict
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker, stop_threads
 from tests.support.ports import free_port
 from tests.support.probe import Run, max_overlap, over_cap_us
 from tests.support.proxy import FaultProxy
-from tests.support.servers import Server, find_engine
+from tests.support.servers import RedisTarget, Server, find_engine
 from tests.support.waiting import WaitTimeout, wait_until
-from tests.support.worker_groups import CAPPED_SCOPE, AppConfig, Backlog, WorkerGroup, close_all
+from tests.support.worker_groups import CAPPED_SCOPE, AppConfig, Backlog, WorkerFleet, WorkerGroup
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 
@@ -91,61 +91,30 @@ def ledger_server(
 
 
 @pytest.fixture
-def make_cluster(
-    redis_server: Any,
-    oracle_server: Server,
-    ledger_server: Server,
-    key_prefix: str,
-    tmp_path: Path,
-) -> Iterator[Callable[..., ChaosFleet]]:
-    """``make_cluster(**AppConfig overrides)``: broker on the session server, ledger and oracle apart."""
-    clients: list[redis.Redis] = []
-    clusters: list[ChaosFleet] = []
-
-    def client(server: Any) -> redis.Redis:
-        c: redis.Redis = server.client(socket_timeout=5, socket_connect_timeout=2)
-        clients.append(c)
-        return c
-
-    def make(**overrides: Any) -> ChaosFleet:
-        config = AppConfig(
-            redis_url=redis_server.url,
-            namespace=f"{key_prefix}-broker",
-            key_prefix=key_prefix,
-            probe_prefix=f"{key_prefix}-oracle",
-            ledger_url=ledger_server.url,
-            probe_url=oracle_server.url,
-            capacity=CAP,
-            hold_ttl=HOLD_TTL,
-            beat_interval=BEAT,
-            defer_min_backoff=50,
-            defer_max_backoff=MAX_BACKOFF,
-        ).replace(**overrides)
-        cluster = ChaosFleet(
-            config,
-            client(redis_server),
-            tmp_path,
-            ledger_client=client(ledger_server),
-            oracle_client=client(oracle_server),
-        )
-        clusters.append(cluster)
-        return cluster
-
-    yield make
-    try:
-        close_all(clusters)
-    finally:
-        for c in clients:
-            c.close()
+def fleet_config(
+    redis_server: RedisTarget, oracle_server: Server, ledger_server: Server, key_prefix: str
+) -> AppConfig:
+    """The broker on the session server; the ledger and the oracle each on a server of its own."""
+    return AppConfig.for_test(
+        redis_server.url,
+        key_prefix,
+        ledger_url=ledger_server.url,
+        probe_url=oracle_server.url,
+        capacity=CAP,
+        hold_ttl=HOLD_TTL,
+        beat_interval=BEAT,
+        defer_min_backoff=50,
+        defer_max_backoff=MAX_BACKOFF,
+    )
 
 
 @pytest.fixture
-def watch_of(ledger_server: Server) -> Iterator[Callable[[ChaosFleet], LedgerWatch]]:
+def watch_of(ledger_server: Server) -> Iterator[Callable[[WorkerFleet], LedgerWatch]]:
     """``watch_of(cluster)``: a running :class:`LedgerWatch` on the cluster's capped ledger."""
     watches: list[LedgerWatch] = []
     clients: list[redis.Redis] = []
 
-    def make(cluster: ChaosFleet) -> LedgerWatch:
+    def make(cluster: WorkerFleet) -> LedgerWatch:
         c = ledger_server.client(socket_timeout=0.3, socket_connect_timeout=0.3)
         clients.append(c)
         watch = LedgerWatch(c, capped_ledger(cluster)).__enter__()
@@ -159,14 +128,14 @@ def watch_of(ledger_server: Server) -> Iterator[Callable[[ChaosFleet], LedgerWat
         c.close()
 
 
-def _start(cluster: ChaosFleet, *names: str, processes: int = 1, threads: int = 4) -> list[WorkerGroup]:
+def _start(cluster: WorkerFleet, *names: str, processes: int = 1, threads: int = 4) -> list[WorkerGroup]:
     groups = [cluster.start_group(name, processes=processes, threads=threads) for name in names]
     cluster.wait_ready(*groups, timeout=BOOT_TIMEOUT)
     return groups
 
 
 def _at_cap_with(
-    cluster: ChaosFleet, group: WorkerGroup, what: str, backlog: Backlog | None = None
+    cluster: WorkerFleet, group: WorkerGroup, what: str, backlog: Backlog | None = None
 ) -> set[str]:
     """Wait until the cap is in use and ``group`` holds at least one slot; its held tokens.
 
@@ -183,13 +152,13 @@ def _at_cap_with(
     return wait_until(ready, timeout=RUN_TIMEOUT, what=what, interval=0.02, context=cluster.tails)
 
 
-def _start_one(cluster: ChaosFleet, name: str, *, threads: int, **overrides: Any) -> list[WorkerGroup]:
+def _start_one(cluster: WorkerFleet, name: str, *, threads: int, **overrides: Any) -> list[WorkerGroup]:
     group = cluster.start_group(name, threads=threads, **overrides)
     cluster.wait_ready(group, timeout=BOOT_TIMEOUT)
     return [group]
 
 
-def _busy(cluster: ChaosFleet, jobs: int) -> tuple[list[WorkerGroup], list[str]]:
+def _busy(cluster: WorkerFleet, jobs: int) -> tuple[list[WorkerGroup], list[str]]:
     """Hosts A and B, ``jobs`` capped messages sent, and the cap in use: where most faults strike."""
     groups = _start(cluster, "A", "B")
     sent = cluster.send_capped(jobs)
@@ -221,7 +190,7 @@ def _pause(
     return stopped, time.monotonic()
 
 
-def _finish(cluster: ChaosFleet, sent: list[str]) -> None:
+def _finish(cluster: WorkerFleet, sent: list[str]) -> None:
     cluster.wait_all_ran(sent, timeout=RUN_TIMEOUT, scope=CAPPED_SCOPE)
     wait_until(
         lambda: not cluster.holders(),
@@ -237,9 +206,9 @@ def _finish(cluster: ChaosFleet, sent: list[str]) -> None:
 
 @pytest.mark.timeout(240)
 def test_contention_from_a_cold_start_keeps_the_cap_and_one_winner_per_key(
-    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
+    make_fleet: Callable[..., WorkerFleet], watch_of: Callable[[WorkerFleet], LedgerWatch]
 ) -> None:
-    cluster = make_cluster(job_ms=150)
+    cluster = make_fleet(job_ms=150)
     watch = watch_of(cluster)
     groups = _start(cluster, "A", "B", "C", processes=2, threads=4)
     keys = [f"k{i}" for i in range(4)]
@@ -268,9 +237,9 @@ def test_contention_from_a_cold_start_keeps_the_cap_and_one_winner_per_key(
 
 @pytest.mark.timeout(300)
 def test_a_killed_host_leaks_no_capacity_and_loses_no_message(
-    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
+    make_fleet: Callable[..., WorkerFleet], watch_of: Callable[[WorkerFleet], LedgerWatch]
 ) -> None:
-    cluster = make_cluster(job_ms=600, broker_heartbeat_timeout=3_000)
+    cluster = make_fleet(job_ms=600, broker_heartbeat_timeout=3_000)
     watch = watch_of(cluster)
     backlog = Backlog(cluster, depth=12)
     _start(cluster, "B")
@@ -303,7 +272,7 @@ def test_a_killed_host_leaks_no_capacity_and_loses_no_message(
 # -- 3. SIGSTOP a holder longer than hold_ttl ------------------------------------------
 
 
-def _two_long_jobs_on_p_then_b_at_the_cap(cluster: ChaosFleet) -> tuple[WorkerGroup, set[str], list[str]]:
+def _two_long_jobs_on_p_then_b_at_the_cap(cluster: WorkerFleet) -> tuple[WorkerGroup, set[str], list[str]]:
     """Host P runs two 16 s jobs and takes nothing else (prefetch = its threads); host B takes
     the last slot and has a backlog. Returns P, P's held tokens and the messages sent."""
     (paused,) = _start_one(cluster, "P", threads=2, job_ms=16_000, queue_prefetch=2)
@@ -331,11 +300,11 @@ def _two_long_jobs_on_p_then_b_at_the_cap(cluster: ChaosFleet) -> tuple[WorkerGr
 
 @pytest.mark.timeout(300)
 def test_a_holder_paused_past_hold_ttl_is_detected_and_its_overlap_is_bounded_by_its_jobs(
-    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
+    make_fleet: Callable[..., WorkerFleet], watch_of: Callable[[WorkerFleet], LedgerWatch]
 ) -> None:
     # The broker must not redeliver P's messages while it is stopped (its own heartbeat timeout):
     # this scenario is about the ledger's lease, not about dramatiq's at-least-once redelivery.
-    cluster = make_cluster(job_ms=1_000, broker_heartbeat_timeout=120_000)
+    cluster = make_fleet(job_ms=1_000, broker_heartbeat_timeout=120_000)
     watch = watch_of(cluster)
     paused, held, sent = _two_long_jobs_on_p_then_b_at_the_cap(cluster)
     # Past hold_ttl, plus B's re-ask pauses (2 s, then 4 s), so that B takes the capacity P lost.
@@ -382,10 +351,10 @@ def test_a_holder_paused_past_hold_ttl_is_detected_and_its_overlap_is_bounded_by
 
 @pytest.mark.timeout(300)
 def test_in_interrupt_mode_a_holder_paused_past_hold_ttl_is_stopped_at_its_next_beat(
-    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
+    make_fleet: Callable[..., WorkerFleet], watch_of: Callable[[WorkerFleet], LedgerWatch]
 ) -> None:
     """Scenario 3 again, strict: P's jobs lost their slots to B while P was stopped, so they stop."""
-    cluster = make_cluster(
+    cluster = make_fleet(
         job_ms=1_000, broker_heartbeat_timeout=120_000, on_lost_hold="interrupt", max_retries=3
     )
     watch = watch_of(cluster)
@@ -451,9 +420,9 @@ def test_in_interrupt_mode_a_holder_paused_past_hold_ttl_is_stopped_at_its_next_
 
 @pytest.mark.timeout(240)
 def test_a_holder_paused_for_a_beat_and_a_half_keeps_its_holds(
-    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
+    make_fleet: Callable[..., WorkerFleet], watch_of: Callable[[WorkerFleet], LedgerWatch]
 ) -> None:
-    cluster = make_cluster(job_ms=1_500)
+    cluster = make_fleet(job_ms=1_500)
     watch = watch_of(cluster)
     (paused, _) = _start(cluster, "P", "B")
     sent = cluster.send_capped(12)
@@ -487,13 +456,13 @@ def test_a_holder_paused_for_a_beat_and_a_half_keeps_its_holds(
 
 @pytest.mark.timeout(240)
 def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_leak(
-    make_cluster: Callable[..., ChaosFleet],
-    watch_of: Callable[[ChaosFleet], LedgerWatch],
+    make_fleet: Callable[..., WorkerFleet],
+    watch_of: Callable[[WorkerFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
     with FaultProxy(ledger_server.port) as proxy:
         # The workers reach the ledger through the proxy; the test reads it directly.
-        cluster = make_cluster(job_ms=300, ledger_url=proxy.url)
+        cluster = make_fleet(job_ms=300, ledger_url=proxy.url)
         watch = watch_of(cluster)
         _start(cluster, "A", "B")
         sent = cluster.send_capped(40)
@@ -541,11 +510,11 @@ def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_le
 
 @pytest.mark.timeout(240)
 def test_workers_booted_while_the_ledger_is_down_run_nothing_unheld_and_recover(
-    make_cluster: Callable[..., ChaosFleet],
-    watch_of: Callable[[ChaosFleet], LedgerWatch],
+    make_fleet: Callable[..., WorkerFleet],
+    watch_of: Callable[[WorkerFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
-    cluster = make_cluster(job_ms=300)
+    cluster = make_fleet(job_ms=300)
     ledger_server.stop()
     groups = _start(cluster, "A", "B")
     sent = cluster.send_capped(15)
@@ -589,11 +558,11 @@ def test_workers_booted_while_the_ledger_is_down_run_nothing_unheld_and_recover(
 
 @pytest.mark.timeout(240)
 def test_a_ledger_hung_for_several_beats_loses_nothing_and_the_heartbeat_survives(
-    make_cluster: Callable[..., ChaosFleet],
-    watch_of: Callable[[ChaosFleet], LedgerWatch],
+    make_fleet: Callable[..., WorkerFleet],
+    watch_of: Callable[[WorkerFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
-    cluster = make_cluster(job_ms=1_500)
+    cluster = make_fleet(job_ms=1_500)
     watch = watch_of(cluster)
     groups, sent = _busy(cluster, 15)
     # A hung server (no answer, connections kept open): 4 beats, well under hold_ttl.
@@ -621,7 +590,7 @@ def test_a_ledger_hung_for_several_beats_loses_nothing_and_the_heartbeat_survive
 
 
 def _restart_busy_ledger(
-    cluster: ChaosFleet, ledger_server: Server
+    cluster: WorkerFleet, ledger_server: Server
 ) -> tuple[list[WorkerGroup], list[str], int, int, float]:
     """Restart the ledger's Redis empty while the cap is in use; wait until every running job has
     logged its hold lost (re-asserted, taken back or given up). Returns the groups, the messages
@@ -649,11 +618,11 @@ def _restart_busy_ledger(
 
 @pytest.mark.timeout(240)
 def test_a_ledger_restarted_empty_gets_its_live_holds_back_within_a_beat(
-    make_cluster: Callable[..., ChaosFleet],
-    watch_of: Callable[[ChaosFleet], LedgerWatch],
+    make_fleet: Callable[..., WorkerFleet],
+    watch_of: Callable[[WorkerFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
-    cluster = make_cluster(job_ms=2_000)
+    cluster = make_fleet(job_ms=2_000)
     watch = watch_of(cluster)
     _, sent, running_at_restart, restart_us, reasserted_s = _restart_busy_ledger(cluster, ledger_server)
     _finish(cluster, sent)
@@ -677,14 +646,14 @@ def test_a_ledger_restarted_empty_gets_its_live_holds_back_within_a_beat(
 
 @pytest.mark.timeout(240)
 def test_fresh_messages_right_after_an_empty_restart_wait_for_the_holds_to_come_back(
-    make_cluster: Callable[..., ChaosFleet],
-    watch_of: Callable[[ChaosFleet], LedgerWatch],
+    make_fleet: Callable[..., WorkerFleet],
+    watch_of: Callable[[WorkerFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
     """Scenario 7 with newcomers: nothing waits when the ledger restarts empty (the cap is in use,
     nothing in line), and fresh messages are sent the moment it is back. Without the epoch, the
     empty ledger admits them next to the jobs whose holds it forgot."""
-    cluster = make_cluster(job_ms=2_000)
+    cluster = make_fleet(job_ms=2_000)
     watch = watch_of(cluster)
     groups, sent = _busy(cluster, CAP)
     running_at_restart = cluster.probe.running(CAPPED_SCOPE)
@@ -716,12 +685,12 @@ def test_fresh_messages_right_after_an_empty_restart_wait_for_the_holds_to_come_
 
 @pytest.mark.timeout(240)
 def test_in_interrupt_mode_a_ledger_restarted_empty_never_goes_over_the_cap(
-    make_cluster: Callable[..., ChaosFleet],
-    watch_of: Callable[[ChaosFleet], LedgerWatch],
+    make_fleet: Callable[..., WorkerFleet],
+    watch_of: Callable[[WorkerFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
     """Scenario 7, strict: a lost hold comes back only if it fits; a job whose slot was taken stops."""
-    cluster = make_cluster(job_ms=2_000, on_lost_hold="interrupt", max_retries=3)
+    cluster = make_fleet(job_ms=2_000, on_lost_hold="interrupt", max_retries=3)
     watch = watch_of(cluster)
     groups, sent, running_at_restart, restart_us, settled_s = _restart_busy_ledger(cluster, ledger_server)
     _finish(cluster, sent)
@@ -752,11 +721,11 @@ def test_in_interrupt_mode_a_ledger_restarted_empty_never_goes_over_the_cap(
 @pytest.mark.timeout(240)
 @pytest.mark.durable_ledger
 def test_a_ledger_with_appendfsync_always_survives_a_crash_as_is(
-    make_cluster: Callable[..., ChaosFleet],
-    watch_of: Callable[[ChaosFleet], LedgerWatch],
+    make_fleet: Callable[..., WorkerFleet],
+    watch_of: Callable[[WorkerFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
-    cluster = make_cluster(job_ms=2_000)
+    cluster = make_fleet(job_ms=2_000)
     watch = watch_of(cluster)
     groups, sent = _busy(cluster, 12)
     held = {h.token for h in cluster.holders()}
@@ -785,11 +754,11 @@ def test_a_ledger_with_appendfsync_always_survives_a_crash_as_is(
 
 @pytest.mark.timeout(240)
 def test_script_flush_mid_run_reloads_the_scripts_and_nothing_runs_twice(
-    make_cluster: Callable[..., ChaosFleet],
-    watch_of: Callable[[ChaosFleet], LedgerWatch],
+    make_fleet: Callable[..., WorkerFleet],
+    watch_of: Callable[[WorkerFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
-    cluster = make_cluster(job_ms=300)
+    cluster = make_fleet(job_ms=300)
     watch = watch_of(cluster)
     _start(cluster, "A", "B")
     sent = cluster.send_capped(30)
@@ -827,11 +796,11 @@ def test_script_flush_mid_run_reloads_the_scripts_and_nothing_runs_twice(
 
 @pytest.mark.timeout(240)
 def test_client_pause_longer_than_a_beat_loses_no_hold(
-    make_cluster: Callable[..., ChaosFleet],
-    watch_of: Callable[[ChaosFleet], LedgerWatch],
+    make_fleet: Callable[..., WorkerFleet],
+    watch_of: Callable[[WorkerFleet], LedgerWatch],
     ledger_server: Server,
 ) -> None:
-    cluster = make_cluster(job_ms=1_500)
+    cluster = make_fleet(job_ms=1_500)
     watch = watch_of(cluster)
     groups, sent = _busy(cluster, 15)
     pause_ms = 3 * BEAT
@@ -857,9 +826,9 @@ def test_client_pause_longer_than_a_beat_loses_no_hold(
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("offset", ["+5m", "-5m"])
 def test_a_worker_whose_clock_is_off_by_five_minutes_expires_no_one_elses_hold(
-    offset: str, make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
+    offset: str, make_fleet: Callable[..., WorkerFleet], watch_of: Callable[[WorkerFleet], LedgerWatch]
 ) -> None:
-    cluster = make_cluster(job_ms=1_000)
+    cluster = make_fleet(job_ms=1_000)
     watch = watch_of(cluster)
     skewed = cluster.start_group("S", clock_offset_s=300 if offset.startswith("+") else -300)
     (honest,) = _start(cluster, "H")
@@ -892,9 +861,9 @@ def test_a_worker_whose_clock_is_off_by_five_minutes_expires_no_one_elses_hold(
 
 @pytest.mark.timeout(240)
 def test_sigterm_releases_each_hold_when_its_job_ends_not_before(
-    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
+    make_fleet: Callable[..., WorkerFleet], watch_of: Callable[[WorkerFleet], LedgerWatch]
 ) -> None:
-    cluster = make_cluster(job_ms=2_000)
+    cluster = make_fleet(job_ms=2_000)
     watch = watch_of(cluster)
     (leaving, _) = _start(cluster, "L", "B")
     sent = cluster.send_capped(15)
@@ -924,9 +893,9 @@ def test_sigterm_releases_each_hold_when_its_job_ends_not_before(
 
 @pytest.mark.timeout(240)
 def test_shutdown_timeout_expiry_leaves_holds_that_age_out_within_hold_ttl(
-    make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
+    make_fleet: Callable[..., WorkerFleet], watch_of: Callable[[WorkerFleet], LedgerWatch]
 ) -> None:
-    cluster = make_cluster(job_ms=1_000)
+    cluster = make_fleet(job_ms=1_000)
     watch = watch_of(cluster)
     (_,) = _start(cluster, "B")
     slow = WorkerGroup(
@@ -972,9 +941,9 @@ def test_shutdown_timeout_expiry_leaves_holds_that_age_out_within_hold_ttl(
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("point", POINTS)
 def test_a_process_dying_at_a_failpoint_loses_no_message_and_leaks_no_capacity(
-    point: str, make_cluster: Callable[..., ChaosFleet], watch_of: Callable[[ChaosFleet], LedgerWatch]
+    point: str, make_fleet: Callable[..., WorkerFleet], watch_of: Callable[[WorkerFleet], LedgerWatch]
 ) -> None:
-    cluster = make_cluster(job_ms=400, broker_heartbeat_timeout=3_000)
+    cluster = make_fleet(job_ms=400, broker_heartbeat_timeout=3_000)
     watch = watch_of(cluster)
     _start(cluster, "B")
     sent: list[str] = []

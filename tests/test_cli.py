@@ -1,7 +1,7 @@
 """The ``dramatiq-slots`` command, run as a user runs it: a subprocess against the test server.
 
-Holds are made by hand with the ledger (a dead worker's hold is a member
-nobody reports; a live one has its process report, as in test_inspection.py).
+Holds are made by hand with the ledger (:mod:`tests.support.planted`: a dead worker's hold is a
+member nobody reports; a live one has its process report, as in test_inspection.py).
 """
 
 from __future__ import annotations
@@ -19,16 +19,22 @@ from typing import Any
 import pytest
 
 from dramatiq_slots import __version__
-from dramatiq_slots.ledger import Ledger, Limit, Line, redacted_address
+from dramatiq_slots.ledger import Ledger, redacted_address
 from dramatiq_slots.ledger.keys import key_digest
-from dramatiq_slots.ops.inspection import ProcessReport, ReportedHold
-from tests.support.command import MODULE, RUN_TIMEOUT, SCRIPT, answer_on_terminal, run_command, user_env
+from tests.support.command import (
+    MODULE,
+    PASSWORD,
+    RUN_TIMEOUT,
+    SCRIPT,
+    Run,
+    answer_on_terminal,
+    row,
+    run_command,
+    user_env,
+)
+from tests.support.planted import hold, plant_busy_queue, report, tokens
 from tests.support.ports import free_port
 from tests.support.servers import ENGINES
-
-PASSWORD = "s3cret-pass"
-
-Run = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
 @pytest.fixture
@@ -41,51 +47,9 @@ def cli(redis_server: Any, key_prefix: str) -> Run:
     return run
 
 
-def hold(ledger: Ledger, key: str, token: str, capacity: int = 10) -> None:
-    assert ledger.enter(token, [Limit(key, capacity)], ttl_ms=60_000).admitted
-
-
-def report(
-    ledger: Ledger, process: str, *holds: ReportedHold, capacities: dict[str, int] | None = None
-) -> None:
-    """What a live worker process writes with each beat (see test_inspection.py)."""
-    text = ProcessReport(
-        process=process,
-        at=time.time(),
-        hold_ttl=60_000,
-        beat_interval=10_000,
-        on_lost_hold="reassert",
-        capacities=capacities or {},
-        holds=list(holds),
-    ).to_json()
-    ledger.client.set(ledger.keys.process(process), text, px=60_000)
-
-
-def tokens(ledger: Ledger, key: str) -> set[str]:
-    return {h.token for h in ledger.holders(key)}
-
-
-def row(stdout: str, token: str) -> list[str]:
-    """The fields of the table line of one holder."""
-    (line,) = [line for line in stdout.splitlines() if line.rstrip().endswith(token)]
-    return line.split()
-
-
 @pytest.fixture
 def busy_queue(ledger: Ledger) -> str:
     return plant_busy_queue(ledger)
-
-
-def plant_busy_queue(ledger: Ledger) -> str:
-    """``queue:emails``, capacity 2 (reported by a live worker): one live hold, one of a dead process,
-    and one claim in line."""
-    emails = ledger.keys.queue("emails")
-    hold(ledger, emails, "web-1:4242:7:1", capacity=2)
-    hold(ledger, emails, "gone-host:99:3:1", capacity=2)
-    assert ledger.enter("web-1:4242:8:2", [Limit(emails, 2)], ttl_ms=60_000, line=Line.JOIN, place=1).waiting
-    taken = ReportedHold("web-1:4242:7:1", "send_email", "send_email(msg-1)", time.time() - 75, {emails: 2})
-    report(ledger, "web-1:4242", taken, capacities={emails: 2})
-    return emails
 
 
 # -- status -------------------------------------------------------------------------------------

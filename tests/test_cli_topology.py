@@ -16,11 +16,11 @@ import pytest
 
 from dramatiq_slots.ledger import Ledger, Limit
 from dramatiq_slots.ops.cli.connection import parse_sentinel_url
-from tests.support.command import run_command, user_env
+from tests.support.command import PASSWORD, row, run_command, user_env
+from tests.support.planted import plant_busy_queue, tokens
 from tests.support.ports import free_port
 from tests.support.redis_cluster import LocalCluster
 from tests.support.sentinel import MASTER_NAME, LocalSentinel
-from tests.test_cli import PASSWORD, plant_busy_queue, row, tokens
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ def cli(url: str, key_prefix: str, subcommand: str, *args: str) -> subprocess.Co
 
 
 def assert_busy_queue_shown(table: str, document: dict[str, Any], server: str) -> None:
-    """What ``status`` and ``status --json`` say of :func:`~tests.test_cli.plant_busy_queue`."""
+    """What ``status`` and ``status --json`` say of :func:`~tests.support.planted.plant_busy_queue`."""
     assert f"{server}  prefix " in table.splitlines()[0]
     assert "queue:emails  capacity 2  in use 2  waiting 1" in table
     host, pid, thread, _, _, message, alive, _ = row(table, LIVE)

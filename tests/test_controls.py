@@ -26,12 +26,12 @@ from dramatiq_slots import ConfigurationError, CurrentHold, RuntimeKeyError, cur
 from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.ledger.controls import Control, Controls, ControlsSeen, parse_controls
 from dramatiq_slots.worker.texts import control_text
-from tests.support.command import answer_on_terminal, run_command
+from tests.support.command import Run, answer_on_terminal, run_command
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, dead_letter_error, running_worker
+from tests.support.planted import plant_busy_queue, tokens
 from tests.support.servers import Server
 from tests.support.waiting import wait_until
-from tests.test_cli import Run, plant_busy_queue, tokens
 
 
 @pytest.fixture
@@ -226,9 +226,16 @@ def test_a_release_by_hand_hands_on_when_an_override_says_the_capacity(
 
 
 def test_a_process_warns_when_another_declares_another_capacity_until_an_override_settles_it(
-    broker: RedisBroker, add_slots: SlotsFactory, caplog: pytest.LogCaptureFixture
+    broker: RedisBroker,
+    add_slots: SlotsFactory,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     slots = add_slots(queue_capacities={"q": 3})
+    # The test beats by hand, so the heartbeat thread is not started (the worker's boot still
+    # beats once, before any tick here): no beat of its own, on its schedule or poked by the
+    # override over Pub/Sub, runs at the same time as a tick of the test's.
+    monkeypatch.setattr(slots.heartbeat, "start", lambda *, beat_first=False: None)
 
     @dramatiq.actor(queue_name="q", broker=broker)
     def job() -> None: ...
@@ -238,6 +245,7 @@ def test_a_process_warns_when_another_declares_another_capacity_until_an_overrid
     other.declare([Limit(queue, 5)], ttl_ms=60_000)  # an older deploy, still live
     caplog.set_level(logging.INFO, logger="dramatiq_slots")
     with running_worker(broker, threads=1):
+        assert not slots.heartbeat.running
         slots.heartbeat.tick()
         slots.heartbeat.tick()
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -21,10 +21,10 @@ from dramatiq_slots.middleware.deferral import MessageDeferred
 from dramatiq_slots.worker.claims import Hold
 from dramatiq_slots.worker.lingering import LingeringHolds, roomy
 from dramatiq_slots.worker.process import SlotsProcess
+from tests.support.fake_clock import make, request_for
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
 from tests.support.servers import Server
 from tests.support.waiting import wait_until
-from tests.test_admission import make, request_for
 
 Q = (Limit("p:queue:q", 8),)
 

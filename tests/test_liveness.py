@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from dramatiq_slots.ops.inspection import Inspector
 from tests.support.command import SCRIPT, run_command
 from tests.support.servers import RedisTarget
 from tests.support.waiting import wait_until
-from tests.support.worker_groups import CAPPED_QUEUE, AppConfig, WorkerFleet, WorkerGroup, fleets_of
+from tests.support.worker_groups import CAPPED_QUEUE, AppConfig, WorkerFleet, WorkerGroup
 
 pytestmark = pytest.mark.slow
 
@@ -41,11 +40,9 @@ Command = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
 @pytest.fixture
-def make_fleet(
-    redis_server: RedisTarget, redis_client: redis.Redis, key_prefix: str, tmp_path: Path
-) -> Iterator[Callable[..., WorkerFleet]]:
-    """``make_fleet(**config overrides)``; every group it started is killed after the test."""
-    base = AppConfig.for_test(
+def fleet_config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
+    """The default beat ratio, and jobs that hold their slots for the whole test."""
+    return AppConfig.for_test(
         redis_server.url,
         key_prefix,
         capacity=CAP,
@@ -53,8 +50,6 @@ def make_fleet(
         beat_interval=DEFAULT_BEAT,
         job_ms=LONG_JOB,
     )
-    with fleets_of(base, redis_client, tmp_path) as make:
-        yield make
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -92,7 +92,7 @@ def slots_lines(text: str) -> str:
 
 
 @pytest.fixture
-def config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
+def fleet_config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
     """Every key the workers write (broker, ledger, probe) starts with this test's ``key_prefix``."""
     return AppConfig.for_test(
         redis_server.url,
@@ -108,9 +108,8 @@ def config(redis_server: RedisTarget, key_prefix: str) -> AppConfig:
 
 
 @pytest.fixture
-def cluster(config: AppConfig, redis_client: redis.Redis, tmp_path: Path) -> Iterator[WorkerFleet]:
-    with WorkerFleet(config, redis_client, tmp_path) as cluster:
-        yield cluster
+def cluster(make_fleet: Callable[..., WorkerFleet]) -> WorkerFleet:
+    return make_fleet()
 
 
 class Scraper:

@@ -16,7 +16,7 @@ from dramatiq_slots.middleware.admission import Admission
 from dramatiq_slots.waiting.admits import InLine
 from dramatiq_slots.waiting.parking import Parking, Ticket
 from dramatiq_slots.worker.claims import this_process
-from tests.test_admission import FakeClock, make, request_for
+from tests.support.fake_clock import FakeClock, make, request_for
 
 OTHER = "other:1:1:1"
 

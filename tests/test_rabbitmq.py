@@ -15,12 +15,9 @@ to the queue.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import pytest
-import redis
 
 from tests.support.probe import max_overlap
 from tests.support.rabbitmq import RabbitServer
@@ -32,7 +29,6 @@ from tests.support.worker_groups import (
     AppConfig,
     WorkerFleet,
     WorkerGroup,
-    close_all,
     key_scope,
     runtime_key,
 )
@@ -52,20 +48,12 @@ LEDGER_EMPTY_TIMEOUT = 10.0
 
 
 @pytest.fixture
-def make_cluster(
-    rabbit_server: RabbitServer,
-    redis_server: RedisTarget,
-    redis_client: redis.Redis,
-    key_prefix: str,
-    tmp_path: Path,
-) -> Iterator[Callable[..., WorkerFleet]]:
-    """``make_cluster(**overrides)``: the broker on RabbitMQ; ledger and probe in Redis (``key_prefix``)."""
-    config = AppConfig(
-        redis_url=redis_server.url,  # the ledger's and the probe's
+def fleet_config(rabbit_server: RabbitServer, redis_server: RedisTarget, key_prefix: str) -> AppConfig:
+    """The broker on RabbitMQ; the ledger and the probe in Redis (``key_prefix``)."""
+    return AppConfig.for_test(
+        redis_server.url,  # the ledger's and the probe's
+        key_prefix,
         broker_url=rabbit_server.url,
-        namespace=f"{key_prefix}-unused",  # a RedisBroker's only
-        key_prefix=key_prefix,
-        probe_prefix=f"{key_prefix}-probe",
         capacity=CAP,
         hold_ttl=2_000,
         beat_interval=300,
@@ -73,15 +61,6 @@ def make_cluster(
         defer_max_backoff=500,
         job_ms=JOB_MS,
     )
-    clusters: list[WorkerFleet] = []
-
-    def make(**overrides: Any) -> WorkerFleet:
-        cluster = WorkerFleet(config.replace(**overrides), redis_client, tmp_path)
-        clusters.append(cluster)
-        return cluster
-
-    yield make
-    close_all(clusters)
 
 
 def _start(cluster: WorkerFleet, *names: str) -> list[WorkerGroup]:
@@ -116,10 +95,10 @@ def _assert_each_ran_once(cluster: WorkerFleet, sent: list[str], scope: str | No
 
 
 @pytest.mark.timeout(150)
-def test_control_without_slots_the_probe_sees_overlap(make_cluster: Callable[..., WorkerFleet]) -> None:
+def test_control_without_slots_the_probe_sees_overlap(make_fleet: Callable[..., WorkerFleet]) -> None:
     # The same topology and load with Slots left out of the workers: through RabbitMQ the
     # probe must see more than CAP capped jobs at once, or the tests below prove nothing.
-    cluster = make_cluster(slots=False)
+    cluster = make_fleet(slots=False)
     _start(cluster, "c1", "c2")
 
     sent = cluster.send_capped(JOBS)
@@ -131,8 +110,8 @@ def test_control_without_slots_the_probe_sees_overlap(make_cluster: Callable[...
 
 
 @pytest.mark.timeout(150)
-def test_queue_capacity_across_hosts_with_rabbitmq(make_cluster: Callable[..., WorkerFleet]) -> None:
-    cluster = make_cluster()
+def test_queue_capacity_across_hosts_with_rabbitmq(make_fleet: Callable[..., WorkerFleet]) -> None:
+    cluster = make_fleet()
     _start(cluster, "r1", "r2")  # 2 hosts x 4 threads = 8 threads for 3 slots
 
     sent = cluster.send_capped(JOBS)
@@ -150,10 +129,10 @@ def test_queue_capacity_across_hosts_with_rabbitmq(make_cluster: Callable[..., W
 
 
 @pytest.mark.timeout(150)
-def test_deferral_goes_through_the_rabbitmq_delay_queue(make_cluster: Callable[..., WorkerFleet]) -> None:
+def test_deferral_goes_through_the_rabbitmq_delay_queue(make_fleet: Callable[..., WorkerFleet]) -> None:
     # max_wait=0: nobody waits in line, every refused message is deferred at once, through
     # the broker: a copy enqueued with a delay (on RabbitMQ: into mp_capped.DQ).
-    cluster = make_cluster(max_wait=0)
+    cluster = make_fleet(max_wait=0)
     _start(cluster, "r1", "r2")
 
     sent = cluster.send_capped(JOBS)
@@ -180,8 +159,8 @@ def test_deferral_goes_through_the_rabbitmq_delay_queue(make_cluster: Callable[.
 
 
 @pytest.mark.timeout(150)
-def test_runtime_key_across_hosts_with_rabbitmq(make_cluster: Callable[..., WorkerFleet]) -> None:
-    cluster = make_cluster()
+def test_runtime_key_across_hosts_with_rabbitmq(make_fleet: Callable[..., WorkerFleet]) -> None:
+    cluster = make_fleet()
     _start(cluster, "r1", "r2")
 
     sent = cluster.send_keyed(KEYS, 6)

@@ -51,7 +51,7 @@ from typing import Any
 
 import redis
 
-from .probe import Probe, max_overlap
+from .probe import max_overlap
 from .worker_groups import CAPPED_QUEUE, WorkerFleet
 
 #: Live holds of one ledger, by the Redis clock of the ledger's own server.
@@ -203,25 +203,6 @@ SCENARIOS: dict[str, tuple[str, str, str]] = {
         "an OOM answer is 'not admitted': deferred, nothing written, runs once there is room",
     ),
 }
-
-
-@dataclass
-class ChaosFleet(WorkerFleet):
-    """A :class:`WorkerFleet` whose ledger and oracle live on their own servers.
-
-    ``client`` (the base class's) is the broker's server; ``ledger_client``
-    the ledger's (faulted); ``oracle_client`` the probe's (never faulted).
-    """
-
-    ledger_client: redis.Redis | None = None
-    oracle_client: redis.Redis | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.oracle_client is not None:
-            self.probe = Probe(self.oracle_client, self.config.probe_prefix)
-        if self.ledger_client is not None:
-            self.ledger = type(self.ledger)(self.ledger_client, key_prefix=self.config.key_prefix)
 
 
 class LedgerWatch:

@@ -1,4 +1,7 @@
-"""The ``dramatiq-slots`` command, run as a user runs it: a subprocess, to its end."""
+"""The ``dramatiq-slots`` command, run as a user runs it: a subprocess, to its end; and its output read.
+
+The ledger states its tests plant are in :mod:`.planted`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import os
 import pty
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 #: ``python -m dramatiq_slots``, and the console script of this environment.
@@ -13,6 +17,11 @@ MODULE = [sys.executable, "-m", "dramatiq_slots"]
 SCRIPT = Path(sys.executable).parent / "dramatiq-slots"
 #: Bound on any one run; a run takes well under a second.
 RUN_TIMEOUT = 30
+#: The password of the servers (and of the URLs) that must never be printed.
+PASSWORD = "s3cret-pass"
+
+#: A test's way to run the command: ``run("status", ...)`` with its server and prefix filled in.
+Run = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
 def user_env(**extra: str) -> dict[str, str]:
@@ -57,3 +66,9 @@ def answer_on_terminal(args: list[str], answer: str) -> tuple[int, str, str]:
             os.close(terminal)
         os.close(controller)
     return process.returncode, out, errors
+
+
+def row(stdout: str, token: str) -> list[str]:
+    """The fields of the ``status`` table line of one holder."""
+    (line,) = [line for line in stdout.splitlines() if line.rstrip().endswith(token)]
+    return line.split()

@@ -13,11 +13,15 @@ Pieces, each usable on its own:
     messages. Its processes are found by scanning ``/proc`` for its pgid (:mod:`.processes`).
 :class:`WorkerFleet`
     The groups of one test, the probe, a sender for messages and a view of
-    the ledger; :meth:`WorkerFleet.kill_group` SIGKILLs a host and
+    the ledger (each on its own server when the config puts it there);
+    :meth:`WorkerFleet.kill_group` SIGKILLs a host and
     :meth:`WorkerFleet.wait_holds_gone` times how long its holds outlive it.
     Closing the fleet kills every group it started (use it as a context
-    manager or in a fixture finalizer, so no worker outlives its test;
-    :func:`fleets_of` makes the fleets of one test and closes them all).
+    manager or in a fixture finalizer, so no worker outlives its test).
+:func:`fleets_of`
+    The one fleet builder: ``make(**config overrides)`` makes the fleets of one test (with
+    clients of the ledger's and the probe's own servers, where the config names them) and
+    closes them all at the end. The ``make_fleet`` fixture (:mod:`.fleets`) is it, for a test.
 Waits are :func:`~.waiting.wait_until` (a bounded deadline; no fixed sleep stands in for
 synchronisation).
 
@@ -222,7 +226,7 @@ class AppConfig:
 
         return RabbitmqBroker(url=self.broker_url, middleware=middleware)
 
-    # -- what a worker app builds from it (tests' app and the bench's) ------
+    # -- what a worker app builds from it (the tests' apps) ----------------------
 
     def broker(self) -> dramatiq.Broker:
         """The app's broker (RedisBroker, or RabbitmqBroker for an ``amqp://`` ``broker_url``),
@@ -297,7 +301,7 @@ class WorkerGroup:
     """
 
     stop_timeout = 15.0
-    #: The module the ``dramatiq`` command line loads (the bench runs its own app).
+    #: The module the ``dramatiq`` command line loads (test_metrics runs an app of its own).
     app_module = APP_MODULE
 
     def __init__(
@@ -481,18 +485,23 @@ class Kill:
 class WorkerFleet:
     """The worker groups of one test, with the probe and a message sender.
 
-    ``client`` is the test's Redis client (of the server in ``config.redis_url``);
-    the fleet does not close it. :meth:`close` kills every group.
+    ``client`` is the test's Redis client (of the server in ``config.redis_url``: the
+    broker's); ``ledger_client`` and ``probe_client``, those of the ledger's and the probe's
+    own servers when the config puts them elsewhere (``ledger_url``, ``probe_url``; the chaos
+    suite faults the ledger's and never the probe's). The fleet closes none of them.
+    :meth:`close` kills every group.
     """
 
     config: AppConfig
     client: redis.Redis
     log_dir: Path
     groups: list[WorkerGroup] = field(default_factory=list)
+    ledger_client: redis.Redis | None = None
+    probe_client: redis.Redis | None = None
 
     def __post_init__(self) -> None:
-        self.probe = Probe(self.client, self.config.probe_prefix)
-        self.ledger = Ledger(self.client, key_prefix=self.config.key_prefix)
+        self.probe = Probe(self.probe_client or self.client, self.config.probe_prefix)
+        self.ledger = Ledger(self.ledger_client or self.client, key_prefix=self.config.key_prefix)
         self._broker: dramatiq.Broker
         if self.config.uses_rabbitmq:
             self._broker = self.config.rabbitmq_broker(middleware=[])
@@ -515,7 +524,7 @@ class WorkerFleet:
         that has been up for a while (a test of a brand-new one's settling does not call this)."""
         if not self.config.slots:
             return
-        if self.config.ledger_url is None:
+        if self.config.ledger_url is None or self.ledger_client is not None:
             self.ledger.settle()
             return
         client = redis.Redis.from_url(self.config.ledger_url)
@@ -696,18 +705,44 @@ class WorkerFleet:
 
 @contextlib.contextmanager
 def fleets_of(config: AppConfig, client: redis.Redis, log_dir: Path) -> Iterator[Callable[..., WorkerFleet]]:
-    """``make(**config overrides)``: a :class:`WorkerFleet` of ``config``; all are closed on exit."""
+    """The fleet builder: ``make(**config overrides)``, a :class:`WorkerFleet` of ``config`` (overridden).
+
+    ``client`` is the broker's server's (``config.redis_url``); a fleet whose config names the
+    ledger's or the probe's own server (``ledger_url``, ``probe_url``) gets a client of it too.
+    On exit every fleet is closed (its groups killed), then every client made here.
+    """
     made: list[WorkerFleet] = []
+    clients: list[redis.Redis] = []
+
+    def own(url: str | None) -> redis.Redis | None:
+        if url is None:
+            return None
+        # Short timeouts: a faulted ledger server must not hang the test's reads of it for long.
+        own_client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+        clients.append(own_client)
+        return own_client
 
     def make(**overrides: Any) -> WorkerFleet:
-        fleet = WorkerFleet(config.replace(**overrides), client, log_dir)
-        made.append(fleet)
-        return fleet
+        fleet_config = config.replace(**overrides)
+        made.append(
+            WorkerFleet(
+                fleet_config,
+                client,
+                log_dir,
+                ledger_client=own(fleet_config.ledger_url),
+                probe_client=own(fleet_config.probe_url),
+            )
+        )
+        return made[-1]
 
     try:
         yield make
     finally:
-        close_all(made)
+        try:
+            close_all(made)
+        finally:
+            for own_client in clients:
+                own_client.close()
 
 
 def close_all(fleets: Iterable[WorkerFleet]) -> None:

