@@ -36,7 +36,7 @@ W7, one hot runtime key and many cold keys in one queue
     reported as a ratio to its ideal.
 
 W8, load and leak at 10,000 runtime keys (``--quick``: 1,000)
-    3 short jobs per key (2 ms), interleaved (every key's first job, then
+    3 short jobs per key (10 ms), interleaved (every key's first job, then
     every key's second...), so a key's jobs never wait for each other: each
     is a fresh admission and release on a key ledger of its own. Its Slots
     ledger has a Redis server of its own (:mod:`bench.leak`), read fresh,

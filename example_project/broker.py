@@ -34,15 +34,18 @@ slots = Slots(
     hold_ttl=settings.SLOTS_HOLD_TTL_MS,
     beat_interval=settings.SLOTS_BEAT_INTERVAL_MS,
     max_wait=settings.SLOTS_MAX_WAIT_MS,
-    # These workers serve every queue of the app: with all threads allowed to wait in line
-    # for a partner_api slot, a partner_api backlog would hold up account syncs and reports.
+    # Used only on a dramatiq release the gate is not tested with (a WARNING at boot says so),
+    # where a refused message waits in its worker thread: these workers serve every queue of
+    # the app, so at most this share of their threads may wait for a partner_api slot. With the
+    # gate (dramatiq 2.2.x) no thread waits, and this has no effect (docs/options.md).
     waiting_share=settings.SLOTS_WAITING_SHARE,
 )
 broker.add_middleware(slots, before=TimeLimit)
 
 if settings.DRAMATIQ_PROMETHEUS:
-    # After Slots, so a message waiting in line for a slot does not count as in progress.
-    # dramatiq_slots then adds its per-ledger gauges and counters (dramatiq_slots_*).
+    # After Slots: where a message waits in its worker thread (no gate), the wait then does
+    # not count as in progress; a parked message runs no hook at all. dramatiq_slots then adds
+    # its per-ledger gauges and counters (dramatiq_slots_*).
     from dramatiq.middleware.prometheus import Prometheus
 
     broker.add_middleware(Prometheus())

@@ -17,8 +17,9 @@
     Two reports that both scan the warehouse tables; either may run, never
     both at once. They share the literal key ``"nightly_report"``.
 
-A message that cannot start yet waits in line in its worker thread, then is
-deferred (put back on its queue with a delay): neither counts as a retry.
+A message that cannot start yet waits in line, parked in its worker (no
+thread held); after ``max_wait`` it is deferred (put back on its queue with a
+delay): neither counts as a retry.
 The bodies ``time.sleep`` where a real app would wait on the network or a
 database.
 """

@@ -13,7 +13,6 @@ dramatiq.
 from __future__ import annotations
 
 import ast
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,8 +36,8 @@ ALLOWED: dict[str, set[str]] = {
 SHARED = {"errors", "failpoints"}
 #: Folders that must not import dramatiq (directly: the subprocess tests below prove the rest).
 WITHOUT_DRAMATIQ = {"ledger", "ops"}
-#: What may stay at the top level besides the deprecated shims of the old flat modules.
-TOP_LEVEL = {"__init__", "__main__", "_moved", *SHARED}
+#: What may stay at the top level: the public face, ``python -m``, and the shared modules.
+TOP_LEVEL = {"__init__", "__main__", *SHARED}
 
 
 def module_name(path: Path) -> str:
@@ -131,14 +130,9 @@ def test_the_ledger_and_the_operator_tools_import_no_dramatiq() -> None:
     assert wrong == [], "\n".join(wrong)
 
 
-def test_only_the_shims_of_the_old_flat_modules_stay_at_the_top_level() -> None:
-    for path in sorted(PACKAGE.glob("*.py")):
-        if path.stem in TOP_LEVEL:
-            continue
-        text = path.read_text("utf-8")
-        assert re.search(r"moved\(\s*__name__", text), (
-            f"{path.name}: a new module belongs in one of the folders {sorted(ALLOWED)}, not at the top"
-        )
+def test_every_other_module_lives_in_a_folder() -> None:
+    strays = [path.name for path in sorted(PACKAGE.glob("*.py")) if path.stem not in TOP_LEVEL]
+    assert strays == [], f"a new module belongs in one of the folders {sorted(ALLOWED)}, not at the top"
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:

@@ -1,9 +1,8 @@
 -- settle.lua: declare the ledgers of a prefix settled now (lib/epoch.lua): a
 -- missing epoch then keeps no newcomer out. For whoever knows that no job of
 -- the prefix runs: a deployment's first start on an empty Redis, a test suite,
--- an operator after a planned restart of every worker (Ledger.settle,
--- `dramatiq-slots settle`). Never needed for correctness: a settling ends by
--- itself; this only shortens it.
+-- an operator after a planned restart of every worker (Ledger.settle). Never
+-- needed for correctness: a settling ends by itself; this only shortens it.
 --
 -- KEYS[1]  the epoch (lib/epoch.lua)
 --

@@ -1,0 +1,359 @@
+"""The docs' tables that restate the code are checked against the code, so they cannot drift.
+
+As ``tests/test_security.py`` reads the README's ACL line and runs it, these read the tables:
+
+- the actor and message options (README's list, docs/options.md's table, with defaults and
+  whether a message may set each) against what ``Slots`` accepts and does;
+- the settings of ``Slots(...)`` (docs/options.md) against ``Slots.__init__``'s signature;
+- the metrics (docs/operations.md) against the ones ``dramatiq_slots``' metrics module makes;
+- the ``dramatiq-slots`` subcommands and their flags named anywhere in the docs against the
+  command's parser;
+- the script table of docs/design.md against the ``.lua`` files and their headers' replies.
+
+No server is needed: nothing here talks to Redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq.brokers.stub import StubBroker
+
+import dramatiq_slots
+from dramatiq_slots import ConfigurationError, KeySpace, Slots
+from dramatiq_slots.middleware.metrics import PrometheusMetrics
+
+# The internal modules these tests read, in one place: update these lines when the modules move.
+from dramatiq_slots.ops.cli.arguments import build_parser as cli_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+OPTIONS = DOCS / "options.md"
+OPERATIONS = DOCS / "operations.md"
+DESIGN = DOCS / "design.md"
+PACKAGE = Path(dramatiq_slots.__file__).resolve().parent
+
+#: Every page a user reads (where a command may be named).
+PAGES = [README, *sorted(DOCS.glob("*.md")), ROOT / "example_project" / "README.md", ROOT / "CHANGELOG.md"]
+
+#: A URL no test connects to: a ledger client is built, never used.
+NO_REDIS = "redis://127.0.0.1:9/0"
+
+
+# -- reading markdown -------------------------------------------------------------------------
+
+
+def cells(line: str) -> list[str]:
+    """The cells of a table row, split on ``|`` outside code spans, stripped."""
+    out, cell, code = [], "", False
+    for char in line.strip().strip("|"):
+        if char == "`":
+            code = not code
+        if char == "|" and not code:
+            out.append(cell.strip())
+            cell = ""
+        else:
+            cell += char
+    out.append(cell.strip())
+    return out
+
+
+def table(page: Path, header: str) -> list[dict[str, str]]:
+    """The rows of the table of ``page`` whose header row is ``header``, by column name."""
+    lines = page.read_text("utf-8").splitlines()
+    starts = [i for i, line in enumerate(lines) if line.strip() == header]
+    assert len(starts) == 1, f"{page.name}: expected one table headed {header!r}, found {len(starts)}"
+    names = cells(header)
+    rows = []
+    for line in lines[starts[0] + 2 :]:
+        if not line.startswith("|"):
+            break
+        row = cells(line)
+        assert len(row) == len(names), f"{page.name}: a row of {len(row)} cells under {header!r}: {line}"
+        rows.append(dict(zip(names, row, strict=True)))
+    return rows
+
+
+def code_spans(text: str) -> list[str]:
+    """The contents of the inline code spans of ``text`` (``` `x` ``` and ``` ``x`` ```)."""
+    return [m.group(2) for m in re.finditer(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)", text, flags=re.DOTALL)]
+
+
+def first_code(cell: str) -> str:
+    spans = code_spans(cell)
+    assert spans, f"no `name` in the cell {cell!r}"
+    return spans[0]
+
+
+def section(page: Path, heading: str) -> str:
+    """The text of ``page`` from the line ``heading`` to the next heading of the same level or above."""
+    text = page.read_text("utf-8")
+    level = heading.split(" ", 1)[0]
+    start = text.index(heading + "\n")
+    rest = text[start + len(heading) + 1 :]
+    ends = [m.start() for m in re.finditer(rf"^#{{1,{len(level)}}} ", rest, flags=re.MULTILINE)]
+    return rest[: ends[0]] if ends else rest
+
+
+# -- actor and message options ------------------------------------------------------------------
+
+#: A valid value of each option, to send per message (an option the code gains needs one here).
+SAMPLES: dict[str, Any] = {
+    "queue_capacity": 1,
+    "unique_at_runtime_key": "sample-key",
+    "runtime_key_capacity": 2,
+    "defer_min_backoff": 100,
+    "defer_max_backoff": 5_000,
+    "on_busy": "skip",
+    "on_lost_hold": "interrupt",
+}
+
+
+def actor_options() -> set[str]:
+    """The actor options ``Slots`` declares to dramatiq (dramatiq rejects any other)."""
+    return set(Slots(url=NO_REDIS).actor_options)
+
+
+def limits_of(options: Mapping[str, Any]) -> Any:
+    """What ``Slots`` makes of one message of an actor declared with ``options``: the message's
+    ``Request`` (its limits, backoffs, on_busy codes, strictness), or None when it is under none.
+
+    Reads the middleware's declarations (an internal API: update here when it moves)."""
+    slots = Slots(url=NO_REDIS)
+    config = slots.declarations.declare("an_actor", "a_queue", options)
+    return slots.declarations.request(
+        config,
+        message_id="m-1",
+        queue_name="a_queue",
+        options={},
+        args=(),
+        kwargs={},
+        message_timestamp=1,
+    )
+
+
+def documented_default(cell: str) -> Any:
+    """The default a cell of docs/options.md gives: ``unset...`` (None), or its first code literal."""
+    if cell.startswith("unset"):
+        return None
+    return ast.literal_eval(first_code(cell))
+
+
+def readme_actor_options() -> list[str]:
+    """The options README's "Actors take ..." sentence lists (up to its first ';')."""
+    text = README.read_text("utf-8")
+    start = text.index("Actors take ")
+    return code_spans(text[start : text.index(";", start)])
+
+
+def test_readme_lists_every_actor_option_and_no_other() -> None:
+    listed = readme_actor_options()
+    assert len(listed) == len(set(listed))
+    assert set(listed) == actor_options(), "README.md's 'Actors take ...' sentence"
+
+
+def test_options_md_documents_every_actor_option_with_its_default() -> None:
+    rows = {first_code(row["Option"]): row for row in table(OPTIONS, OPTIONS_HEADER)}
+    assert set(rows) == actor_options(), "docs/options.md's table of actor and message options"
+    settings = inspect.signature(Slots.__init__).parameters
+    key = {"unique_at_runtime_key": "k"}
+    # Neither option: the message is under no limit (not capped, no key).
+    assert documented_default(rows["queue_capacity"]["Default"]) is None
+    assert documented_default(rows["unique_at_runtime_key"]["Default"]) is None
+    assert limits_of({}) is None
+    for option, row in rows.items():
+        if option in ("queue_capacity", "unique_at_runtime_key"):
+            continue
+        default = documented_default(row["Default"])
+        if option in settings:  # "the middleware's": the setting of the same name
+            assert default == settings[option].default, f"docs/options.md: the default of {option}"
+        # Leaving the option out does what the documented default does.
+        assert limits_of(key) == limits_of({**key, option: default}), (
+            f"docs/options.md: the default of {option} is not {default!r}"
+        )
+
+
+OPTIONS_HEADER = "| Option | Type | Default | Per message? | Meaning |"
+
+
+def test_options_md_says_which_options_a_message_may_set() -> None:
+    """A message may set an option the table says "yes" for, and is refused one it says "no" for."""
+    broker = StubBroker()
+    broker.add_middleware(Slots(url=NO_REDIS))
+
+    def job() -> None: ...
+
+    actor = dramatiq.actor(broker=broker, queue_name="a_queue", unique_at_runtime_key="k")(job)
+    rows = {first_code(row["Option"]): row for row in table(OPTIONS, OPTIONS_HEADER)}
+    assert set(SAMPLES) == set(rows), "give each option a sample value in SAMPLES"
+    for option, row in rows.items():
+        says = row["Per message?"].strip("*").split(":")[0].strip()
+        assert says in ("yes", "no"), f"docs/options.md: {option}'s 'Per message?' is {row['Per message?']!r}"
+        if says == "no":
+            with pytest.raises(ConfigurationError, match=option):
+                actor.send_with_options(**{option: SAMPLES[option]})
+        else:
+            actor.send_with_options(**{option: SAMPLES[option]})
+
+
+# -- settings of Slots(...) ---------------------------------------------------------------------
+
+
+def test_options_md_documents_every_setting_of_slots_with_its_default() -> None:
+    signature = inspect.signature(Slots.__init__)
+    params = {
+        name: p.default
+        for name, p in signature.parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert len(params) == len(signature.parameters) - 1, "Slots takes keyword arguments only (docs say so)"
+    rows = {
+        first_code(row["Setting"]): row
+        for row in table(OPTIONS, "| Setting | Unit / type | Default | Meaning |")
+    }
+    assert set(rows) == set(params), "docs/options.md's table of settings"
+    for name, default in params.items():
+        written = documented_default(rows[name]["Default"])
+        assert written == default and type(written) is type(default), (
+            f"docs/options.md: the default of Slots({name}=...) is {default!r}, not {written!r}"
+        )
+
+
+def test_readme_names_only_real_settings() -> None:
+    text = section(README, "## Settings and options")
+    bullets = text[: text.index("Actors take ")]
+    named = {span.split("=")[0] for span in code_spans(bullets) if re.fullmatch(r"[a-z_]+(=.*)?", span)}
+    assert named, "README.md's settings list"
+    assert named <= set(inspect.signature(Slots.__init__).parameters), "README.md's settings list"
+
+
+# -- metrics ------------------------------------------------------------------------------------
+
+
+def code_metrics() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Every metric the metrics module makes: exposed name -> (type, label names)."""
+    import prometheus_client
+
+    metrics = PrometheusMetrics(KeySpace())
+    found = {}
+    for value in vars(metrics).values():
+        if isinstance(value, prometheus_client.metrics.MetricWrapperBase):
+            kind = str(value._type)
+            name = str(value._name) + ("_total" if kind == "counter" else "")
+            found[name] = (kind, tuple(value._labelnames))
+    assert found
+    return found
+
+
+def test_operations_md_lists_every_metric_with_its_labels_and_no_other() -> None:
+    documented = {
+        first_code(row["metric"]): (row["type"], tuple(code_spans(row["labels"])))
+        for row in table(OPERATIONS, "| metric | type | labels | what |")
+    }
+    assert documented == code_metrics(), "docs/operations.md's table of metrics"
+
+
+# -- the dramatiq-slots command -------------------------------------------------------------
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = cli_parser()
+    found = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert len(found) == 1
+    choices: dict[str, argparse.ArgumentParser] = found[0].choices
+    return choices
+
+
+def command_lines(text: str) -> Iterator[list[str]]:
+    """The words of each ``dramatiq-slots <command> ...`` that ``text`` gives: in code spans, and
+    as lines of its code blocks."""
+    spans = code_spans(re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL))
+    blocks = re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+    for line in [*spans, *(line for block in blocks for line in block.splitlines())]:
+        words = line.split("#")[0].split()
+        if len(words) >= 2 and words[0] == "dramatiq-slots" and re.fullmatch(r"[a-z][a-z-]*", words[1]):
+            yield words
+
+
+def test_every_subcommand_is_documented() -> None:
+    named = {words[1] for page in (README, OPERATIONS) for words in command_lines(page.read_text("utf-8"))}
+    missing = set(subcommands()) - named
+    assert not missing, f"subcommands that neither README.md nor docs/operations.md shows: {missing}"
+
+
+def test_no_doc_names_a_subcommand_or_a_flag_the_command_lacks() -> None:
+    commands = subcommands()
+    sources = [*PAGES, *sorted(PACKAGE.rglob("*.py")), *sorted(PACKAGE.rglob("*.lua"))]
+    wrong = []
+    for source in sources:
+        for words in command_lines(source.read_text("utf-8")):
+            command = commands.get(words[1])
+            if command is None:
+                wrong.append(f"{source.relative_to(ROOT)}: no command {words[1]!r}")
+                continue
+            flags = {flag for action in command._actions for flag in action.option_strings}
+            for word in words[2:]:
+                flag = word.strip("[]().,").split("=")[0]
+                if flag.startswith("-") and flag not in flags:
+                    wrong.append(f"{source.relative_to(ROOT)}: dramatiq-slots {words[1]} has no {flag}")
+    assert not wrong, "\n".join(wrong)
+
+
+# -- the script table of docs/design.md ---------------------------------------------------------
+
+
+def scripts() -> dict[str, Path]:
+    """Every script the ledger runs (``lib/`` holds what they inline), by file name."""
+    found = {p.name: p for p in PACKAGE.rglob("*.lua") if "lib" not in p.relative_to(PACKAGE).parts}
+    assert found
+    return found
+
+
+def braces(text: str) -> list[str]:
+    """The ``{...}`` replies in ``text``, written one way: no spaces, ``a1, .., an`` as ``a1..an``."""
+    groups = re.findall(r"\{[^{}<]*\}", text)
+    return [re.sub(r",\.\.,", "..", re.sub(r"\s", "", g.replace("…", "..."))) for g in groups]
+
+
+def header_reply(script: Path) -> str | None:
+    """The reply the script's header gives first (not the malformed-arguments ``{-1, j}``)."""
+    for line in script.read_text("utf-8").splitlines():
+        if not line.startswith("--"):
+            break
+        if "Returns" in line:
+            replies = [b for b in braces(line) if not b.startswith("{-1")]
+            if replies:
+                return replies[0]
+    return None
+
+
+def test_design_md_has_one_row_per_script_with_its_reply() -> None:
+    rows = table(DESIGN, "| Script | Does | Reply |")
+    on_disk = scripts()
+    named = {}
+    for row in rows:
+        link = re.fullmatch(r"\[`([a-z_]+\.lua)`\]\(([^)]+)\)", row["Script"])
+        assert link, f"docs/design.md: a script row without a [`name.lua`](path) link: {row['Script']}"
+        name, target = link.groups()
+        path = (DESIGN.parent / target).resolve()
+        assert path.is_file() and path.name == name, f"docs/design.md links {name} to {target}: no such file"
+        named[name] = row
+    assert set(named) == set(on_disk), "docs/design.md's script table"
+    for name, row in named.items():
+        header = braces(
+            "\n".join(line for line in on_disk[name].read_text("utf-8").splitlines() if line.startswith("--"))
+        )
+        for reply in braces(row["Reply"]):
+            assert reply in header, f"docs/design.md: {name} replies {reply}, which its header does not give"
+        first = header_reply(on_disk[name])
+        if first is not None:
+            assert first in braces(row["Reply"]), f"docs/design.md: {name}'s row lacks its reply {first}"
