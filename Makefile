@@ -3,6 +3,8 @@
 #   make test    lint + format check + mypy (package, tests, bench, example) + the whole pytest suite (the default)
 #   make lint    ruff check and ruff format --check
 #   make quick   pytest without the slow multi-process suites
+#   make test-oldest-dramatiq  the quick suite (the contract tests of dramatiq_slots/borrowed.py
+#                among them) on the oldest dramatiq pyproject.toml allows (own venv: .venv-oldest)
 #   make demo    the example project on real worker groups, one SIGKILLed mid-run (own venv: .venv-demo)
 #   make clean   remove the venvs, caches and build artifacts
 #   make bench   the side-by-side benchmark, then how fast hosts follow a control (bench/controls.py)
@@ -21,12 +23,13 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-from-pyproject
+CHECK_PYTHON = @$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dramatiq-slots needs Python >= 3.10; $(PYTHON) is " + sys.version.split()[0])'
 
 .DEFAULT_GOAL := test
-.PHONY: test lint typecheck pytest quick venv clean demo bench reliability soak
+.PHONY: test lint typecheck pytest quick venv clean demo bench reliability soak test-oldest-dramatiq
 
 $(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dramatiq-slots needs Python >= 3.10; $(PYTHON) is " + sys.version.split()[0])'
+	$(CHECK_PYTHON)
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -e '.[dev]'
@@ -50,7 +53,7 @@ quick: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
+	rm -rf $(VENV) $(DEMO_VENV) $(OLDEST_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
 	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # The demo has a venv of its own (.venv-demo: the package with the example's extras, no test
@@ -59,11 +62,30 @@ DEMO_VENV ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed-from-pyproject
 
 $(DEMO_STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dramatiq-slots needs Python >= 3.10; $(PYTHON) is " + sys.version.split()[0])'
+	$(CHECK_PYTHON)
 	rm -rf $(DEMO_VENV)
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/python -m pip install -e '.[example]'
 	touch $(DEMO_STAMP)
+
+# The oldest dramatiq pyproject.toml allows (the X of its "dramatiq>=X"), in a venv of its own
+# (.venv-oldest: the package with its test extra, dramatiq pinned at X), rebuilt only when
+# pyproject.toml changes, like .venv above; .venv gets the newest dramatiq. CI runs both.
+OLDEST_VENV ?= .venv-oldest
+OLDEST_STAMP := $(OLDEST_VENV)/.installed-from-pyproject
+OLDEST_DRAMATIQ := $(shell sed -n 's/^ *"dramatiq>=\([0-9.]*\)",$$/\1/p' pyproject.toml)
+
+$(OLDEST_STAMP): pyproject.toml
+	$(CHECK_PYTHON)
+	@test -n "$(OLDEST_DRAMATIQ)" || { echo 'no "dramatiq>=X" in pyproject.toml dependencies' >&2; exit 1; }
+	rm -rf $(OLDEST_VENV)
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -e '.[test]' 'dramatiq[rabbitmq,watch]==$(OLDEST_DRAMATIQ)'
+	touch $(OLDEST_STAMP)
+
+test-oldest-dramatiq: $(OLDEST_STAMP)
+	@$(OLDEST_VENV)/bin/python -c 'import dramatiq; print("dramatiq", dramatiq.__version__, "(the oldest pyproject.toml allows: $(OLDEST_DRAMATIQ))")'
+	$(OLDEST_VENV)/bin/python -m pytest -m "not slow"
 
 # REDIS_URL unset: a private server on a free port, stopped afterwards; set: that server (the
 # demo's own keys only, deleted afterwards).

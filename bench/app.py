@@ -31,6 +31,7 @@ each actor has its own probe scope (the queue's, or the key's).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -44,7 +45,8 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.rate_limits import ConcurrentRateLimiter
 from dramatiq.rate_limits.backends import RedisBackend
 
-from dramatiq_slots.waiting import prefetch, work_queue
+from dramatiq_slots import borrowed
+from dramatiq_slots.waiting import prefetch
 
 from .config import (
     CAPPED_ACTOR,
@@ -74,7 +76,8 @@ crl = config.way in (CRL_DEFAULT, CRL_TUNED)
 broker = config.broker()
 if config.way in SLOTS_WAYS:
     if config.way in (SLOTS_THREADS, SLOTS_SHARE):
-        work_queue.TESTED_DRAMATIQ = ()  # no gate: refused messages wait in their worker threads
+        # No gate (its touchpoint tested with no release): refused messages wait in their threads.
+        borrowed.WORK_QUEUE = dataclasses.replace(borrowed.WORK_QUEUE, until=borrowed.WORK_QUEUE.since)
     if config.way == SLOTS_COUNTED:
         prefetch.UNFETCHED_PER_QUEUE = 0  # parked messages all stay in their queue's prefetch
     broker.add_middleware(config.slots_middleware(), before=TimeLimit)

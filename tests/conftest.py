@@ -23,6 +23,7 @@ the keys of a test's prefix are deleted after it, nothing else is touched.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -62,7 +63,7 @@ def _missing(reason: str) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    lines = []
+    lines = [f"dramatiq {importlib.metadata.version('dramatiq')} (tests/test_borrowed.py checks it)"]
     for kind in ENGINES:
         found = find_engine(kind)
         what = found if isinstance(found, str) else f"{found.version_line} ({found.binary})"

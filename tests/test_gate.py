@@ -17,12 +17,13 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import TimeLimit
 
-from dramatiq_slots import Slots
+from dramatiq_slots import Slots, borrowed
 from dramatiq_slots.ledger import Limit, Line
 from dramatiq_slots.middleware.deferral import DEFERRALS
 from dramatiq_slots.middleware.metrics import Metrics
-from dramatiq_slots.waiting import parking, work_queue
+from dramatiq_slots.waiting import parking
 from dramatiq_slots.waiting.work_queue import GatedWorkQueue
+from tests.support.borrowed import untested
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.waiting import wait_until
@@ -192,7 +193,7 @@ def test_on_an_untested_dramatiq_messages_wait_in_their_threads(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(work_queue, "TESTED_DRAMATIQ", ("0.",))
+    untested(monkeypatch, borrowed.WORK_QUEUE)
     slots = add_slots()
     limit = Limit(slots.keys.queue("capped"), 1)
 

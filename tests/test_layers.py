@@ -3,7 +3,9 @@
 ``ledger/`` is the Redis side; ``worker/`` the state of one worker process; ``waiting/`` where a
 message waits for its slot; ``middleware/`` the dramatiq glue; ``ops/`` the operator tools. A
 folder imports only the folders below it (``ops/`` only ``ledger/``), plus the top-level
-``errors`` and ``failpoints``, which import nothing of the package. A collaborator from above is
+``errors``, ``failpoints`` and ``borrowed`` (dramatiq's internals, :mod:`dramatiq_slots.borrowed`),
+which import nothing of the package; ``ledger/`` and ``ops/`` import neither dramatiq nor
+``borrowed``. A collaborator from above is
 passed in, typed by a protocol of the lower folder. The checks parse each module's imports
 (every ``import``, in functions and ``TYPE_CHECKING`` blocks too), so the rule cannot rot
 unnoticed; and two subprocesses prove that the ledger and ``dramatiq-slots status`` run without
@@ -32,8 +34,9 @@ ALLOWED: dict[str, set[str]] = {
     "middleware": {"waiting", "worker", "ledger"},
     "ops": {"ledger"},
 }
-#: Top-level modules any folder may import: they import nothing of the package.
-SHARED = {"errors", "failpoints"}
+#: Top-level modules any folder may import: they import nothing of the package (``borrowed`` only
+#: the folders that may import dramatiq).
+SHARED = {"errors", "failpoints", "borrowed"}
 #: Folders that must not import dramatiq (directly: the subprocess tests below prove the rest).
 WITHOUT_DRAMATIQ = {"ledger", "ops"}
 #: What may stay at the top level: the public face, ``python -m``, and the shared modules.
@@ -124,9 +127,11 @@ def test_the_ledger_and_the_operator_tools_import_no_dramatiq() -> None:
     wrong = []
     for layer in WITHOUT_DRAMATIQ:
         for path in layer_modules()[layer]:
-            for module, _, line in imports(path):
+            for module, names, line in imports(path):
                 if module == "dramatiq" or module.startswith("dramatiq."):
                     wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}")
+                elif "borrowed" in targets(module, names):  # it imports dramatiq
+                    wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports dramatiq_slots.borrowed")
     assert wrong == [], "\n".join(wrong)
 
 

@@ -13,13 +13,14 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from dramatiq_slots import Slots
+from dramatiq_slots import Slots, borrowed
 from dramatiq_slots.ledger import Limit, Line
 from dramatiq_slots.middleware.deferral import DEFERRALS
-from dramatiq_slots.waiting import parking, work_queue
+from dramatiq_slots.waiting import parking
 from dramatiq_slots.waiting.places import PLACE
 from dramatiq_slots.worker.claims import new_token, this_process
 from dramatiq_slots.worker.wakeups import Wakeups
+from tests.support.borrowed import untested
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.waiting import wait_until
@@ -166,7 +167,7 @@ def test_without_the_gate_waiting_share_bounds_the_threads_in_line(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # An untested dramatiq: refused messages wait in their threads, at most waiting_share of them.
-    monkeypatch.setattr(work_queue, "TESTED_DRAMATIQ", ("0.",))
+    untested(monkeypatch, borrowed.WORK_QUEUE)
     slots, release, blocker, job, line = line_setup(broker, add_slots, probe, waiting_share=0.5)
     most = 0
     with running_worker(broker, threads=4):

@@ -34,12 +34,12 @@ ack of the original, both exist, as with any dramatiq message.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import dramatiq
 from dramatiq.broker import MessageProxy
 from dramatiq.middleware import Middleware, SkipMessage
 
+from .. import borrowed
 from .balancing import call_hook, prometheus_after
 from .skips import mark_deferred
 
@@ -72,15 +72,14 @@ def defer(
     # a delay consumer may pick it up (and count it as delayed) at once.
     balanced = prometheus_after(broker, owner)
     for prometheus in balanced:
-        call_hook(prometheus, "before_process_message", broker, message)
+        call_hook(borrowed.count_in_progress, prometheus, broker, message)
     try:
         broker.enqueue(copy, delay=delay_ms)
     except BaseException:
         for prometheus in balanced:
-            call_hook(prometheus, "after_skip_message", broker, message)
+            call_hook(borrowed.count_skipped, prometheus, broker, message)
         raise
-    options: dict[str, Any] = message.options
-    options["store_results"] = False
+    borrowed.store_no_result(message)
     mark_deferred(message)
     logger.debug(
         "Deferred message %s (%s) by %d ms: %s (deferral #%d).",

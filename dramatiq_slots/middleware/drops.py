@@ -8,12 +8,12 @@ logger is ``dramatiq_slots.deferral``'s.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import dramatiq
 from dramatiq.broker import MessageProxy
 from dramatiq.middleware import Middleware, SkipMessage
 
+from .. import borrowed
 from .balancing import call_hook, prometheus_after
 from .skips import mark_deferred
 
@@ -34,18 +34,10 @@ def drop(broker: dramatiq.Broker, owner: Middleware, message: MessageProxy, *, r
     """
     text = f"actor {message.actor_name!r}: message {message.message_id} was dropped, not run: {reason}"
     dropped = MessageDropped(text)
-    from dramatiq.results import Results  # here: most workers never drop a message
-
-    for results in (m for m in broker.middleware if isinstance(m, Results)):
-        actor = broker.get_actor(message.actor_name)
-        options: dict[str, Any] = message.options
-        store = options.get("store_results", actor.options.get("store_results", results.store_results))
-        ttl = options.get("result_ttl", actor.options.get("result_ttl", results.result_ttl))
-        if store:
-            results.backend.store_exception(message, dropped, ttl)
+    borrowed.store_error(broker, message, dropped)
     for prometheus in prometheus_after(broker, owner):
-        call_hook(prometheus, "before_process_message", broker, message)
-    message.options["store_results"] = False  # Results' after_skip_message would store a None
+        call_hook(borrowed.count_in_progress, prometheus, broker, message)
+    borrowed.store_no_result(message)  # Results' after_skip_message would store a None
     mark_deferred(message, dropped=True)
     logger.info("Dropped message %s (%s): %s.", message.message_id, message.actor_name, reason)
     return dropped

@@ -48,7 +48,8 @@ Nothing is created, and ``prometheus_client`` is not imported, unless the
 broker has the ``Prometheus`` middleware: :func:`metrics_for` returns the
 no-op :class:`Metrics` otherwise.
 
-This module imports nothing from dramatiq at import time.
+Importing this module imports neither prometheus_client nor dramatiq's prometheus module (which
+creates its database folder): :mod:`dramatiq_slots.borrowed` finds the latter if it was imported.
 """
 
 from __future__ import annotations
@@ -56,11 +57,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import sys
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .. import borrowed
 from ..ledger.controls import Control
 from ..ledger.keys import KeySpace
 from ..ledger.replies import Limit
@@ -69,11 +70,6 @@ from ..worker.metrics import Metrics
 
 #: A live-mode gauge file of prometheus_client's multiprocess folder: ``gauge_live<mode>_<pid>.db``.
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
-
-
-def _multiprocess_dir() -> str | None:
-    """prometheus_client's multiprocess folder (set by dramatiq's ``Prometheus`` at process boot)."""
-    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
 def process_exists(pid: int) -> bool:
@@ -246,7 +242,7 @@ class PrometheusMetrics(Metrics):
         name their pid; a pid with no process behind it is marked dead here, which also
         drops its other live gauges (dramatiq's in-progress gauge). Counters are kept.
         """
-        path = _multiprocess_dir()
+        path = borrowed.prometheus_multiproc_dir()
         if path is None:
             return []
         from prometheus_client import multiprocess
@@ -313,9 +309,8 @@ class MetricsInForce(Metrics):
 
 def metrics_for(middleware: Iterable[object], keys: KeySpace) -> Metrics:
     """Prometheus metrics when dramatiq's ``Prometheus`` middleware is among ``middleware``, else no-op."""
-    # Looked up, not imported: importing dramatiq's prometheus module creates its database folder.
-    module = sys.modules.get("dramatiq.middleware.prometheus")
-    if module is None or not any(isinstance(m, module.Prometheus) for m in middleware):
+    prometheus = borrowed.prometheus_class()
+    if prometheus is None or not any(isinstance(m, prometheus) for m in middleware):
         return Metrics()
     try:
         return PrometheusMetrics(keys)

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from dramatiq import broker as dramatiq_broker
-from dramatiq.brokers.redis import RedisBroker
 from redis.connection import parse_url
 
+from .. import borrowed
 from ..ledger.client import URL_ENV, RedisClient
 from ..ledger.keys import KeySpace
 from ..worker.heartbeat import REPORT_BEATS
@@ -152,8 +151,8 @@ def ledger_client(settings: Settings, broker: Any) -> RedisClient:
             url, socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
         )
         return client
-    if isinstance(broker, RedisBroker):
-        broker_client: redis.Redis = broker.client
+    broker_client = borrowed.broker_client(broker)
+    if broker_client is not None:
         return broker_client
     broker_kind = type(broker).__name__ if broker is not None else "no broker yet"
     raise opt.ConfigurationError(
@@ -164,7 +163,7 @@ def ledger_client(settings: Settings, broker: Any) -> RedisClient:
 
 def global_broker_with(middleware: object) -> Any:
     """dramatiq's global broker if ``middleware`` is installed on it, else None."""
-    candidate = dramatiq_broker.global_broker
+    candidate = borrowed.global_broker()
     if candidate is not None and middleware in candidate.middleware:
         return candidate
     return None

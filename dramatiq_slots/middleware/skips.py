@@ -13,8 +13,7 @@ from typing import Any
 
 from dramatiq.broker import MessageProxy
 
-#: The WARNING dramatiq's ``WorkerThread.process_message`` logs for every ``SkipMessage``.
-SKIP_WARNING = "Message %s was skipped."
+from .. import borrowed
 
 #: Per worker thread: the message proxy it is skipping as deferred (between ``defer`` and
 #: ``after_skip_message``). The proxy itself, not its id: an id can be reused once it is freed.
@@ -23,20 +22,20 @@ _skipping = threading.local()
 
 def mark_deferred(message: MessageProxy, *, dropped: bool = False) -> None:
     """``message`` is about to be skipped as deferred (or ``dropped``), on this thread."""
-    _skipping.message = message
+    _skipping.proxy = message
     _skipping.dropped = dropped
 
 
 def is_deferred(message: object) -> bool:
     """Whether this thread is skipping ``message`` as deferred or dropped."""
-    return getattr(_skipping, "message", None) is message
+    return getattr(_skipping, "proxy", None) is message
 
 
 def clear_deferred(message: MessageProxy) -> bool:
     """The skip of ``message`` is over (``after_skip_message``); True if it was a deferral."""
     if not is_deferred(message):
         return False
-    _skipping.message = None
+    _skipping.proxy = None
     return not getattr(_skipping, "dropped", False)
 
 
@@ -45,15 +44,16 @@ class QuietDeferrals:
 
     Slots gives every dramatiq ``WorkerThread`` one (``after_worker_thread_boot``, which
     the thread emits itself before it takes its first message), in place of its
-    ``logger`` attribute: only that thread's ``logger.warning(SKIP_WARNING, message)``
+    ``logger`` attribute: only that thread's ``logger.warning(borrowed.SKIP_WARNING, message)``
     for the message it is deferring is dropped, before any ``Logger`` method runs, so
     neither a filter nor a handler nor code that patches or wraps the ``Logger`` ever
     sees it; every other call goes to the thread's own logger unchanged (``warning``
     with ``stacklevel`` one higher, so records still name dramatiq's line).
 
     The trade-off: this relies on dramatiq's ``WorkerThread.logger`` attribute and the
-    exact text of its warning (both pinned by the tests). Should a dramatiq release
-    change either, the warning is logged again; nothing else changes. The alternatives
+    exact text of its warning (:data:`dramatiq_slots.borrowed.SKIP_LOG`, pinned by its contract
+    test). Should a dramatiq release change either, the warning is logged again; nothing else
+    changes. The alternatives
     were worse: a ``logging.Filter`` (the old way) runs only after ``Logger.warning``
     was called; replacing the ``dramatiq.worker.WorkerThread`` logger itself, or
     patching ``Logger``, would change logging for the whole process; and any exception
@@ -65,7 +65,7 @@ class QuietDeferrals:
         self.logger = logger
 
     def warning(self, msg: object, *args: object, **kwargs: Any) -> None:
-        if msg == SKIP_WARNING and len(args) == 1 and is_deferred(args[0]):
+        if msg == borrowed.SKIP_WARNING and len(args) == 1 and is_deferred(args[0]):
             return
         kwargs["stacklevel"] = int(kwargs.get("stacklevel", 1)) + 1
         self.logger.warning(msg, *args, **kwargs)
@@ -76,6 +76,4 @@ class QuietDeferrals:
 
 def quiet_deferrals(thread: object) -> None:
     """Give a dramatiq worker thread a :class:`QuietDeferrals` logger (idempotent)."""
-    logger = getattr(thread, "logger", None)
-    if isinstance(logger, logging.Logger):
-        setattr(thread, "logger", QuietDeferrals(logger))  # noqa: B010 -- dramatiq types it a Logger
+    borrowed.replace_thread_logger(thread, QuietDeferrals)

@@ -33,9 +33,10 @@ from typing import Any
 import dramatiq
 import redis
 from dramatiq.broker import MessageProxy
-from dramatiq.middleware import Middleware, MiddlewareError, Retries, TimeLimit
+from dramatiq.middleware import Middleware, MiddlewareError, Retries
 from dramatiq.worker import WorkerThread
 
+from .. import borrowed
 from ..errors import LedgerError
 from ..ledger.client import RedisClient, eviction_risk, redacted_address
 from ..ledger.controls import Controls
@@ -46,8 +47,6 @@ from ..ledger.reports import ProcessReport, ReportedHold
 from ..waiting.admits import Request
 from ..waiting.gate import Gate
 from ..waiting.places import PLACE, PlaceClock
-from ..waiting.work_queue import TESTED_DRAMATIQ
-from ..waiting.work_queue import supported as gate_supported
 from ..worker.claims import Hold, HoldRegistry, this_process
 from ..worker.heartbeat import Heartbeat
 from ..worker.interrupts import HoldLost, wrapped_by
@@ -203,21 +202,22 @@ class Slots(Middleware):
         self._broker = broker
         declared = self.declarations
         config = declared.check(actor.actor_name, actor.queue_name, actor.options)
+        fn = borrowed.actor_function(actor)
         if callable(config.runtime_key) and not isinstance(config.runtime_key, bool):
             where = opt.actor_where(actor.actor_name, opt.UNIQUE_AT_RUNTIME_KEY)
-            opt.check_key_signature(config.runtime_key, actor.fn, where)
+            opt.check_key_signature(config.runtime_key, fn, where)
         if callable(config.runtime_key_capacity):
             where = opt.actor_where(actor.actor_name, opt.RUNTIME_KEY_CAPACITY)
-            opt.check_key_signature(config.runtime_key_capacity, actor.fn, where, what="capacity callable")
+            opt.check_key_signature(config.runtime_key_capacity, fn, where, what="capacity callable")
         if declared.limited or config.queue_capacity is not None or config.capped:
             try:
                 self.ledger  # noqa: B018 -- fail at declaration, not at the first message, when there is no Redis
             except opt.ConfigurationError as e:
                 raise opt.ConfigurationError(f"actor {actor.actor_name!r}: {e}") from e.__cause__
         declared.record(config)
-        if declared.strict(config) and wrapped_by(actor.fn) is not self.process.bodies:
+        if declared.strict(config) and wrapped_by(fn) is not self.process.bodies:
             # Marks where the job body starts and ends, so an interrupt lands only inside it.
-            actor.fn = self.process.bodies.wrap(actor.fn)
+            borrowed.rewrap_actor(actor, self.process.bodies.wrap)
 
     def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int) -> None:
         options = message.options
@@ -257,19 +257,20 @@ class Slots(Middleware):
         if not self.declarations.limited:
             return
         if self.settings.max_wait > 0:
-            if gate_supported(worker):
+            if borrowed.can_replace_work_queue(worker):
                 # Waiting messages park in the worker's queue; no thread waits (docs/design.md).
                 self._gate = Gate(self.admission, lambda message: self._request(broker, message), worker)
                 self._gate.install()
             else:
-                logger.warning(
-                    "dramatiq %s is not a release Slots parks waiting messages with (tested: %s): "
-                    "refused messages wait in their worker threads (waiting_share=%s).",
-                    dramatiq.__version__,
-                    ", ".join(v + "x" for v in TESTED_DRAMATIQ),
-                    self.settings.waiting_share,
-                )
-                process.wait_gate.reset(max(0, int(worker.worker_threads * self.settings.waiting_share)))
+                if borrowed.WORK_QUEUE.tested():  # else its WARNING said why
+                    logger.warning(
+                        "The worker's work queue is not dramatiq's own empty PriorityQueue (another "
+                        "middleware replaced or filled it): refused messages wait in their worker "
+                        "threads (waiting_share=%s).",
+                        self.settings.waiting_share,
+                    )
+                threads = borrowed.worker_threads(worker)
+                process.wait_gate.reset(max(0, int(threads * self.settings.waiting_share)))
         self._check_ledger_server()
         # One beat now, in this thread: the process report is there before its first hold.
         process.heartbeat.boot()
@@ -383,9 +384,8 @@ class Slots(Middleware):
 
             # A TimeLimit before Slots has started the actor's clock: stop it while the
             # message waits for its slot, and start it afresh once admitted.
-            timers = self._time_limits_before(broker)
-            for timer in timers:
-                timer.after_process_message(broker, message)  # type: ignore[no-untyped-call]
+            timers = borrowed.time_limits_before(broker, self)
+            borrowed.stop_time_limits(timers, broker, message)
             self.admission.admit(
                 request,
                 id(message),
@@ -393,8 +393,7 @@ class Slots(Middleware):
                 defer=defer_message,
                 drop=lambda reason: self._dropped(broker, message, reason),
             )
-            for timer in timers:
-                timer.before_process_message(broker, message)  # type: ignore[no-untyped-call]
+            borrowed.restart_time_limits(timers, broker, message)
         except MiddlewareError:
             raise
         except Exception as e:
@@ -408,16 +407,6 @@ class Slots(Middleware):
         """Count and prepare a message its ``on_busy`` policy drops; the exception to raise."""
         self.metrics.dropped_message(message.queue_name, message.actor_name)
         return drop(broker, self, message, reason=reason)
-
-    def _time_limits_before(self, broker: dramatiq.Broker) -> list[TimeLimit]:
-        """The TimeLimit middleware that run before this one (their clock would count the wait)."""
-        found: list[TimeLimit] = []
-        for middleware in broker.middleware:
-            if middleware is self:
-                return found
-            if isinstance(middleware, TimeLimit):
-                found.append(middleware)
-        return []
 
     def after_process_message(
         self,

@@ -26,6 +26,7 @@ from typing import Any
 
 from dramatiq.middleware import Interrupt
 
+from .. import borrowed
 from ..ledger.replies import Line
 from ..worker.claims import Hold
 from ..worker.wakeups import Waiter
@@ -60,15 +61,15 @@ class Gate:
         #: Claims of this process on one ledger (held, or parked in its line) never outnumber
         #: its threads: a slot handed to a parked message then finds a thread not busy with
         #: that ledger's jobs. The messages refused beyond that are held back, in no line.
-        self.holding = HoldingBack(max(1, int(getattr(worker, "worker_threads", 1))), self._claims_here)
+        self.holding = HoldingBack(max(1, borrowed.worker_threads(worker)), self._claims_here)
 
     def install(self) -> None:
         """Put the gated queue in place of the worker's (before any thread reads it)."""
-        self.worker.work_queue = self.queue
+        borrowed.replace_work_queue(self.worker, self.queue)
 
     def admit(self, item: Any) -> bool:
         """Whether ``item`` may run now (admitted, uncapped, or for admit() to decide); else parked."""
-        message = item.message
+        message = borrowed.message_of(item)
         try:
             request = self.request(message)
         except Exception:
@@ -105,9 +106,9 @@ class Gate:
                 # The worker thread takes it, and before_process_message drops it (acked, never run).
                 self.process.drop_later(id(message), answer.reason)
                 return True
-            consumer = self.prefetch.unfetch(message, answer.full)
+            taken_from = self.prefetch.unfetch(message, answer.full)
             if isinstance(answer, Refused):
-                held = HeldBack(item, request, self.admission.clock.monotonic(), answer.full, consumer)
+                held = HeldBack(item, request, self.admission.clock.monotonic(), answer.full, taken_from)
                 self.holding.hold_back(held)
                 self._count(held, 1)
                 self.parking.ensure_thread()  # its max_wait is kept by the parking thread's ticks
@@ -116,7 +117,7 @@ class Gate:
             self.holding.parking(request, self.parking.count_in)
             reserved = False
             self.parking.park(
-                answer.hold, request, item, made[-1], full=answer.full, consumer=consumer, counted=True
+                answer.hold, request, item, made[-1], full=answer.full, taken_from=taken_from, counted=True
             )
             return False
         except Interrupt as e:
@@ -160,10 +161,10 @@ class Gate:
         try:
             process.leftovers()
             if process.registry.is_held(ticket.hold.token):
-                process.running(id(item.message), ticket.hold, None)
+                process.running(id(borrowed.message_of(item)), ticket.hold, None)
         except Interrupt as e:
             self._interrupted(ticket.request, ticket.waiter, item, e)
-            if not process.runs_here(id(item.message)):
+            if not process.runs_here(id(borrowed.message_of(item))):
                 hold = process.registry.begin_release(ticket.hold.token)
                 if hold is not None:
                     process.release(hold)
@@ -175,7 +176,7 @@ class Gate:
             self.process.release(hold)
 
     def _out_of_parking(self, ticket: Ticket, admitted: bool) -> None:
-        self.prefetch.refetch(ticket.item, ticket.consumer)
+        self.prefetch.refetch(ticket.item, ticket.taken_from)
         if self.process.stopping.is_set() and not admitted:
             self.queue.give_back(ticket.item)
         else:
@@ -188,7 +189,7 @@ class Gate:
         self.parking.close()
         for entry in self.holding.take_all():
             self._count(entry, -1)
-            self.prefetch.refetch(entry.item, entry.consumer)
+            self.prefetch.refetch(entry.item, entry.taken_from)
             self.queue.give_back(entry.item)
 
     # -- holding back -------------------------------------------------------
@@ -210,7 +211,7 @@ class Gate:
         if entry is None:
             return
         self._count(entry, -1)
-        self.prefetch.refetch(entry.item, entry.consumer)
+        self.prefetch.refetch(entry.item, entry.taken_from)
         if self.process.stopping.is_set():
             self.queue.give_back(entry.item)
         else:
@@ -222,7 +223,7 @@ class Gate:
         bound = self.admission.settings.max_wait / 1000
         for entry in self.holding.expired(now, bound, self.admission.waits_on):
             self._count(entry, -1)
-            self.prefetch.refetch(entry.item, entry.consumer)
+            self.prefetch.refetch(entry.item, entry.taken_from)
             self.queue.ready(entry.item, None)
 
     def _count(self, entry: HeldBack, count: int) -> None:

@@ -29,8 +29,8 @@ class HeldBack:
     since: float
     #: The ledger it waits for.
     full: str | None = None
-    #: The broker consumer whose prefetch count it was taken out of.
-    consumer: object = None
+    #: The broker consumer whose prefetch count it was taken out of (see :mod:`.prefetch`).
+    taken_from: object = None
 
 
 class HoldingBack:

@@ -49,8 +49,8 @@ class Ticket:
     pause: float
     #: The ledger whose line it waits in.
     full: str | None = None
-    #: The broker consumer whose prefetch count it was taken out of (see :mod:`.gate`).
-    consumer: object = None
+    #: The broker consumer whose prefetch count it was taken out of (see :mod:`.prefetch`).
+    taken_from: object = None
     #: Woken (or due) while the thread was asking for it: ask again.
     due: bool = False
     asking: bool = False
@@ -129,7 +129,7 @@ class Parking:
         waiter: Waiter,
         *,
         full: str | None,
-        consumer: object = None,
+        taken_from: object = None,
         counted: bool = False,
     ) -> Ticket:
         """Keep a claim now in line (:meth:`~.admits.Admits.arrive` answered so); ``counted``: its
@@ -144,7 +144,7 @@ class Parking:
             next_ask=now + REASK_S,
             pause=REASK_S,
             full=full,
-            consumer=consumer,
+            taken_from=taken_from,
         )
         with self._lock:
             self._tickets[waiter] = ticket

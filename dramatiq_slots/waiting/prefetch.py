@@ -5,7 +5,8 @@ parked is simply not fetched from, while other queues are. A message parked or h
 runtime key's ledger is taken out of the Redis broker's count of outstanding messages (up to
 :data:`UNFETCHED_PER_QUEUE` per queue), so one busy key does not keep the other keys of its
 queue from being fetched; it stays unacked in the broker all the same. This relies on the Redis
-consumer's ``queued_message_ids``, which is not public API (see :mod:`.work_queue`).
+consumer's count of outstanding messages, which is not public API
+(:data:`dramatiq_slots.borrowed.PREFETCH`: on an untested dramatiq the message keeps counting).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from .. import borrowed
 from ..ledger.keys import KeySpace
 
 #: At most this many parked messages of one queue are taken out of its prefetch count.
@@ -37,28 +39,22 @@ class Prefetch:
         parsed = self.keys.parse(full or "")
         if parsed is None or parsed[0] != "key":
             return None
-        thread = getattr(self.worker, "consumers", {}).get(message.queue_name)
-        consumer = getattr(thread, "consumer", None)
-        ids = getattr(consumer, "queued_message_ids", None)
-        if not isinstance(ids, set):
+        consumer = borrowed.redis_consumer(self.worker, message.queue_name)
+        if consumer is None:
             return None
         with self._lock:
             count = self._unfetched.get(message.queue_name, 0)
             if count >= UNFETCHED_PER_QUEUE:
                 return None
             self._unfetched[message.queue_name] = count + 1
-        ids.discard(message.message_id)
+        borrowed.uncount(consumer, message.message_id)
         return consumer
 
     def refetch(self, item: Any, taken_from: object) -> None:
         """Count the message in its consumer's prefetch again (it leaves waiting)."""
-        consumer: Any = taken_from
-        if consumer is None:
+        if taken_from is None:
             return
-        message = item.message
+        message = borrowed.message_of(item)
         with self._lock:
             self._unfetched[message.queue_name] -= 1
-        thread = getattr(self.worker, "consumers", {}).get(message.queue_name)
-        ids: set[str] = consumer.queued_message_ids
-        if getattr(thread, "consumer", None) is consumer:
-            ids.add(message.message_id)
+        borrowed.count_again(self.worker, taken_from, message.queue_name, message.message_id)

@@ -3,10 +3,9 @@
 :class:`GatedWorkQueue` replaces the worker's ``work_queue`` at boot
 (:meth:`~.gate.Gate.install`); its blocking ``get`` hands a thread only a message the
 :class:`~.gate.Gate` admitted (or one that is not capped). This relies on dramatiq's
-``Worker.work_queue`` (a ``PriorityQueue`` of ``_WorkQueueItem``) and on ``Worker.stop``
-draining it with ``get_nowait`` to requeue what is left: neither is public API, so
-:func:`supported` names the dramatiq versions this is tested with, and on any other Slots falls
-back to waiting in the thread.
+``Worker.work_queue`` and on ``Worker.stop`` draining it with ``get_nowait`` to requeue what is
+left: neither is public API (:data:`dramatiq_slots.borrowed.WORK_QUEUE` says where it is tested;
+on any other release Slots falls back to waiting in the thread).
 """
 
 from __future__ import annotations
@@ -17,26 +16,12 @@ from collections import deque
 from queue import Empty, PriorityQueue
 from typing import TYPE_CHECKING, Any
 
-import dramatiq
 from dramatiq.middleware import Interrupt
 
 from .parking import Ticket
 
 if TYPE_CHECKING:
     from .gate import Gate
-
-#: dramatiq releases whose worker internals the gate is tested with.
-TESTED_DRAMATIQ: tuple[str, ...] = ("2.2.",)
-
-
-def supported(worker: object) -> bool:
-    """Whether this worker's queue can be gated (a tested dramatiq, a plain ``PriorityQueue``)."""
-    work_queue = getattr(worker, "work_queue", None)
-    return (
-        dramatiq.__version__.startswith(TESTED_DRAMATIQ)
-        and type(work_queue) is PriorityQueue
-        and work_queue.empty()
-    )
 
 
 class GatedWorkQueue(PriorityQueue[Any]):

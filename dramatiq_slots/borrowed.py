@@ -1,0 +1,426 @@
+"""Everything dramatiq-slots borrows from dramatiq's non-public internals, in one place.
+
+Each *touchpoint* is a :class:`Touchpoint` (what it uses, the dramatiq releases it is tested
+with, what the package does on any other) and the few small functions below it; no other module
+of the package touches those internals (``tests/test_borrowed.py`` reads them all and fails if
+one does). Outside its range a touchpoint takes its fallback, or, where there is none, goes on
+as on a tested release; either way it logs one WARNING per process saying so
+(:meth:`Touchpoint.check`). ``tests/test_borrowed.py`` has one contract test per touchpoint,
+run against the installed dramatiq; CI runs them on the oldest and the newest release
+``pyproject.toml`` allows. docs/design.md ("What it borrows from dramatiq") has the list.
+
+Imports dramatiq, and nothing of the package (``tests/test_layers.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from queue import PriorityQueue
+from typing import Any
+
+import dramatiq
+import redis
+from dramatiq import broker as dramatiq_broker
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import Middleware, TimeLimit
+from dramatiq.results import Results
+
+logger = logging.getLogger("dramatiq_slots.borrowed")
+
+#: The oldest dramatiq release ``pyproject.toml`` allows, the first every touchpoint is tested with.
+OLDEST = "2.2.0"
+#: The first dramatiq release no touchpoint is tested with (ranges end before it).
+UNTIL = "2.3"
+
+
+def release(version: str) -> tuple[int, ...]:
+    """``"2.2.1"`` as ``(2, 2, 1)``: the leading numbers of a version (a suffix such as ``rc1`` is
+    ignored, so ``2.3.0rc1`` counts as 2.3.0)."""
+    found = re.match(r"\d+(?:\.\d+)*", version)
+    numbers = tuple(int(part) for part in found.group(0).split(".")) if found else ()
+    return numbers + (0,) * (3 - len(numbers))
+
+
+def installed() -> str:
+    """The installed dramatiq's version."""
+    return str(dramatiq.__version__)
+
+
+@dataclass(frozen=True)
+class Touchpoint:
+    """One use of a dramatiq internal: what it uses, where it is tested, what happens elsewhere.
+
+    ``names``: the dramatiq attributes, option keys and modules it touches (no other module of
+    the package may); ``since``/``until``: the releases it is tested with (``until`` excluded);
+    ``outside``: what the package does on any other release.
+    """
+
+    name: str
+    uses: str
+    outside: str
+    names: tuple[str, ...]
+    since: str = OLDEST
+    until: str = UNTIL
+
+    def tested(self, version: str | None = None) -> bool:
+        """Whether ``version`` (default: the installed dramatiq) is in this touchpoint's range."""
+        return release(self.since) <= release(version or installed()) < release(self.until)
+
+    def check(self) -> bool:
+        """:meth:`tested`; when not, this touchpoint's WARNING is logged (once per process)."""
+        if self.tested():
+            return True
+        with _warned_lock:
+            first = self not in _warned
+            _warned.add(self)
+        if first:
+            logger.warning(
+                "dramatiq %s is not a release dramatiq-slots is tested with for the %s (tested: %s "
+                "to before %s): %s.",
+                installed(),
+                self.name,
+                self.since,
+                self.until,
+                self.outside,
+            )
+        return False
+
+
+_warned: set[Touchpoint] = set()
+_warned_lock = threading.Lock()
+
+
+# -- the worker's work queue ----------------------------------------------------------------
+
+WORK_QUEUE = Touchpoint(
+    "work queue",
+    uses=(
+        "Worker.work_queue, a PriorityQueue of _WorkQueueItem(priority, message) that the worker's "
+        "threads take by reference when they are made, after before_worker_boot; WorkerThread.run "
+        "takes from it with get(timeout=...) and calls task_done(); Worker.stop drains it with "
+        "get_nowait and requeues item.message; Worker.join waits on join() and unfinished_tasks"
+    ),
+    outside="the gate is not installed: refused messages wait in their worker threads, at most "
+    "waiting_share of them",
+    names=("work_queue", "message"),
+)
+
+
+def can_replace_work_queue(worker: object) -> bool:
+    """Whether ``worker``'s work queue may be replaced: a tested dramatiq, and still its own plain,
+    empty ``PriorityQueue`` (call it in ``before_worker_boot``)."""
+    if not WORK_QUEUE.check():
+        return False
+    queue = getattr(worker, "work_queue", None)
+    return type(queue) is PriorityQueue and queue.empty()
+
+
+def replace_work_queue(worker: Any, queue: PriorityQueue[Any]) -> None:
+    """Put ``queue`` in place of ``worker``'s work queue (before any thread reads it)."""
+    worker.work_queue = queue
+
+
+def message_of(item: Any) -> Any:
+    """The message proxy of a work-queue item (a ``_WorkQueueItem``)."""
+    return item.message
+
+
+# -- the worker's thread count --------------------------------------------------------------
+
+WORKER_THREADS = Touchpoint(
+    "worker thread count",
+    uses="Worker.worker_threads, the number of worker threads Worker.start makes",
+    outside="it is read all the same (1 if the attribute is gone)",
+    names=("worker_threads",),
+)
+
+
+def worker_threads(worker: object) -> int:
+    """How many worker threads ``worker`` runs."""
+    WORKER_THREADS.check()
+    return int(getattr(worker, "worker_threads", 1))
+
+
+# -- the Redis consumer's prefetch count ----------------------------------------------------
+
+PREFETCH = Touchpoint(
+    "prefetch count",
+    uses=(
+        "Worker.consumers[queue].consumer.queued_message_ids, the Redis consumer's set of fetched, "
+        "unacked message ids, which counts against its prefetch (ack and nack discard from it)"
+    ),
+    outside="a message waiting for a runtime key keeps counting in its queue's prefetch, as one "
+    "waiting for a queue's capacity does",
+    names=("consumers", "consumer", "queued_message_ids"),
+)
+
+
+def _consumer(worker: object, queue_name: str) -> Any:
+    thread = getattr(worker, "consumers", {}).get(queue_name)
+    return getattr(thread, "consumer", None)
+
+
+def redis_consumer(worker: object, queue_name: str) -> object | None:
+    """The consumer of ``queue_name`` in ``worker`` whose prefetch count can be changed (a Redis
+    consumer on a tested dramatiq), else None."""
+    consumer: object = _consumer(worker, queue_name)
+    if not isinstance(getattr(consumer, "queued_message_ids", None), set) or not PREFETCH.check():
+        return None
+    return consumer
+
+
+def uncount(consumer: Any, message_id: str) -> None:
+    """``message_id`` no longer counts in ``consumer``'s prefetch (it stays unacked)."""
+    consumer.queued_message_ids.discard(message_id)
+
+
+def count_again(worker: object, consumer: Any, queue_name: str, message_id: str) -> None:
+    """``message_id`` counts in ``consumer``'s prefetch again, if ``consumer`` still serves its
+    queue (a restarted consumer never fetched it)."""
+    if _consumer(worker, queue_name) is consumer:
+        consumer.queued_message_ids.add(message_id)
+
+
+# -- the worker thread's skip WARNING -------------------------------------------------------
+
+SKIP_LOG = Touchpoint(
+    "worker thread's logger",
+    uses=(
+        "WorkerThread.logger, the Logger on which WorkerThread.process_message logs "
+        "logger.warning(SKIP_WARNING, message) for every SkipMessage, message being the proxy "
+        "the hooks saw"
+    ),
+    outside="dramatiq's skip WARNING is logged for every deferral too",
+    names=("logger",),
+)
+
+#: The WARNING dramatiq's ``WorkerThread.process_message`` logs for every ``SkipMessage``.
+SKIP_WARNING = "Message %s was skipped."
+
+
+def replace_thread_logger(thread: object, wrap: Callable[[logging.Logger], object]) -> bool:
+    """Give a worker thread ``wrap(its logger)`` as its logger; False if it was left alone
+    (an untested dramatiq, or its logger is not a ``Logger``: already replaced)."""
+    current = getattr(thread, "logger", None)
+    if not isinstance(current, logging.Logger) or not SKIP_LOG.check():
+        return False
+    setattr(thread, "logger", wrap(current))  # noqa: B010 -- dramatiq types it a Logger
+    return True
+
+
+# -- TimeLimit's hooks, called out of band --------------------------------------------------
+
+TIME_LIMIT = Touchpoint(
+    "TimeLimit hooks",
+    uses=(
+        "TimeLimit.after_process_message(broker, message), which disarms the calling thread's "
+        "timer, and TimeLimit.before_process_message(broker, message), which arms it afresh "
+        "with the message's time limit"
+    ),
+    outside="they are not called: a TimeLimit before Slots counts the wait for a slot in the "
+    "job's time limit (add Slots with before=TimeLimit)",
+    names=("after_process_message", "before_process_message"),
+)
+
+
+def time_limits_before(broker: dramatiq.Broker, owner: Middleware) -> list[TimeLimit]:
+    """The TimeLimit middleware before ``owner`` whose clock would count its wait (none on an
+    untested dramatiq: then they count it)."""
+    found: list[TimeLimit] = []
+    for middleware in broker.middleware:
+        if middleware is owner:
+            return found if not found or TIME_LIMIT.check() else []
+        if isinstance(middleware, TimeLimit):
+            found.append(middleware)
+    return []
+
+
+def stop_time_limits(timers: Iterable[TimeLimit], broker: dramatiq.Broker, message: Any) -> None:
+    """Disarm this thread's timer of each of ``timers`` (from :func:`time_limits_before`)."""
+    for timer in timers:
+        timer.after_process_message(broker, message)  # type: ignore[no-untyped-call]
+
+
+def restart_time_limits(timers: Iterable[TimeLimit], broker: dramatiq.Broker, message: Any) -> None:
+    """Arm this thread's timer of each of ``timers`` afresh, with ``message``'s time limit."""
+    for timer in timers:
+        timer.before_process_message(broker, message)  # type: ignore[no-untyped-call]
+
+
+# -- the actor's function, wrapped ----------------------------------------------------------
+
+ACTOR_FN = Touchpoint(
+    "actor's function",
+    uses=(
+        "Actor.fn, read for its signature and replaced after declaration: Actor.__call__ calls "
+        "self.fn at each call, in the worker thread, and an async actor's fn is already its "
+        "synchronous bridge to the event loop"
+    ),
+    outside="strict actors are wrapped all the same: on_lost_hold='interrupt' may fail to stop "
+    "a job whose hold is lost",
+    names=("fn",),
+)
+
+
+def actor_function(actor: dramatiq.Actor[Any, Any]) -> Callable[..., Any]:
+    """The function an actor calls (an async actor's: its synchronous bridge)."""
+    fn: Callable[..., Any] = actor.fn
+    return fn
+
+
+def rewrap_actor(actor: dramatiq.Actor[Any, Any], wrap: Callable[[Callable[..., Any]], Any]) -> None:
+    """Make every later call of ``actor`` go through ``wrap(its function)``."""
+    ACTOR_FN.check()
+    actor.fn = wrap(actor.fn)
+
+
+# -- dramatiq's Prometheus ------------------------------------------------------------------
+
+PROMETHEUS = Touchpoint(
+    "Prometheus lookup",
+    uses=(
+        "dramatiq.middleware.prometheus.Prometheus, found in sys.modules (importing the module "
+        "creates its database folder), and PROMETHEUS_MULTIPROC_DIR, which its "
+        "after_process_boot sets before any worker boots"
+    ),
+    outside="it is looked up all the same",
+    names=("dramatiq.middleware.prometheus",),
+)
+
+
+def prometheus_class() -> type[Middleware] | None:
+    """dramatiq's ``Prometheus`` middleware class, if its module was imported (never imports it)."""
+    module = sys.modules.get("dramatiq.middleware.prometheus")
+    if module is None:
+        return None
+    PROMETHEUS.check()
+    found: type[Middleware] | None = getattr(module, "Prometheus", None)
+    return found
+
+
+def prometheus_multiproc_dir() -> str | None:
+    """prometheus_client's multiprocess folder, as dramatiq's ``Prometheus`` set it at process boot."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+PROMETHEUS_HOOKS = Touchpoint(
+    "Prometheus hooks",
+    uses=(
+        "Prometheus.before_process_message, which counts a message in progress, and "
+        "Prometheus.after_skip_message (its after_process_message), which uncounts it, called "
+        "out of band for a message Slots skips before a later Prometheus saw it"
+    ),
+    outside="they are not called: a Prometheus after Slots may count a deferred or dropped "
+    "message out of progress without having counted it in (its in-progress gauge drifts)",
+    names=("after_skip_message",),
+)
+
+
+def prometheus_after(broker: dramatiq.Broker, owner: Middleware) -> list[Middleware]:
+    """dramatiq's Prometheus middleware after ``owner`` (none on an untested dramatiq)."""
+    prometheus = prometheus_class()
+    if prometheus is None or owner not in broker.middleware:
+        return []
+    after = broker.middleware[broker.middleware.index(owner) + 1 :]
+    found = [m for m in after if isinstance(m, prometheus)]
+    return found if not found or PROMETHEUS_HOOKS.check() else []
+
+
+def count_in_progress(prometheus: Any, broker: dramatiq.Broker, message: Any) -> None:
+    """Count ``message`` in progress, as ``prometheus``'s ``before_process_message`` does."""
+    prometheus.before_process_message(broker, message)
+
+
+def count_skipped(prometheus: Any, broker: dramatiq.Broker, message: Any) -> None:
+    """Uncount ``message``, as ``prometheus``'s ``after_skip_message`` does."""
+    prometheus.after_skip_message(broker, message)
+
+
+# -- Results --------------------------------------------------------------------------------
+
+RESULTS = Touchpoint(
+    "Results internals",
+    uses=(
+        "Results.backend, Results.store_results and Results.result_ttl, read in the order "
+        "Results looks its options up (message option, actor option, its own default), and "
+        "Results.after_skip_message, which stores None unless the message's store_results "
+        "option is off"
+    ),
+    outside="they are used all the same",
+    names=("backend", "store_results", "result_ttl", "store_exception", "dramatiq.results"),
+)
+
+
+def store_error(broker: dramatiq.Broker, message: Any, error: Exception) -> None:
+    """Store ``error`` as ``message``'s result in every Results that stores it."""
+    for results in (m for m in broker.middleware if isinstance(m, Results)):
+        RESULTS.check()
+        actor = broker.get_actor(message.actor_name)
+        options: dict[str, Any] = message.options
+        store = options.get("store_results", actor.options.get("store_results", results.store_results))
+        ttl = options.get("result_ttl", actor.options.get("result_ttl", results.result_ttl))
+        if store:
+            results.backend.store_exception(message, error, ttl)
+
+
+def store_no_result(message: Any) -> None:
+    """Results stores nothing for ``message`` when it is skipped (call it once its copy was sent)."""
+    message.options["store_results"] = False
+
+
+# -- the global broker ----------------------------------------------------------------------
+
+GLOBAL_BROKER = Touchpoint(
+    "global broker",
+    uses="dramatiq.broker.global_broker, read without get_broker(), which would make a broker",
+    outside="it is read all the same (none if it is gone)",
+    names=("global_broker",),
+)
+
+
+def global_broker() -> dramatiq.Broker | None:
+    """The broker ``dramatiq.set_broker`` set, if any (never makes one)."""
+    GLOBAL_BROKER.check()
+    found: dramatiq.Broker | None = getattr(dramatiq_broker, "global_broker", None)
+    return found
+
+
+# -- the Redis broker's connection ----------------------------------------------------------
+
+REDIS_CLIENT = Touchpoint(
+    "Redis broker's client",
+    uses="RedisBroker.client, the redis-py client the broker sends its own commands with",
+    outside="it is used all the same",
+    names=("dramatiq.brokers",),
+)
+
+
+def broker_client(broker: object) -> redis.Redis | None:
+    """A Redis broker's own client (None: not a ``RedisBroker``)."""
+    if not isinstance(broker, RedisBroker):
+        return None
+    REDIS_CLIENT.check()
+    client: redis.Redis = broker.client
+    return client
+
+
+#: Every touchpoint, each with its contract test in tests/test_borrowed.py.
+TOUCHPOINTS: tuple[Touchpoint, ...] = (
+    WORK_QUEUE,
+    WORKER_THREADS,
+    PREFETCH,
+    SKIP_LOG,
+    TIME_LIMIT,
+    ACTOR_FN,
+    PROMETHEUS,
+    PROMETHEUS_HOOKS,
+    RESULTS,
+    GLOBAL_BROKER,
+    REDIS_CLIENT,
+)
