@@ -30,4 +30,14 @@ class LedgerUnavailable(LedgerError):
 
 
 class LedgerArgumentError(LedgerError, ValueError):
-    """A ledger script refused its arguments (its ``{-1, j}`` answer)."""
+    """A ledger script refused an argument (its ``SLOTS_ARG`` error reply; nothing was written).
+
+    ``script``: the script's name (``enter``...); ``index``: the ARGV index refused (0: a wrong
+    number of KEYS or ARGV); ``argument``: that argument's name in the script's header.
+    """
+
+    def __init__(self, message: str, *, script: str = "", index: int = 0, argument: str = "") -> None:
+        super().__init__(message)
+        self.script = script
+        self.index = index
+        self.argument = argument

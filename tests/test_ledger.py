@@ -16,6 +16,7 @@ from redis.retry import Retry
 
 from dramatiq_slots.errors import LedgerArgumentError, LedgerError, LedgerUnavailable
 from dramatiq_slots.ledger import SCRIPTS, Entered, Ledger, Limit, Line, Member, RedisClient
+from dramatiq_slots.ledger.specs import SPECS
 from tests.support.ports import free_port
 from tests.support.servers import ENGINES, Server
 from tests.support.waiting import wait_until
@@ -597,22 +598,24 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
 
-BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int]] = [
+BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int, str]] = [
     # enter.lua: ARGV = token, ttl, line, place, capacities...
-    ("enter-empty-token", lambda lg, a, b: lg.enter("", [Limit(a, 1)], ttl_ms=LONG), "enter", 1),
-    ("enter-ttl-0", lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=0), "enter", 2),
-    ("enter-ttl-negative", lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=-5), "enter", 2),
+    ("enter-empty-token", lambda lg, a, b: lg.enter("", [Limit(a, 1)], ttl_ms=LONG), "enter", 1, "token"),
+    ("enter-ttl-0", lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=0), "enter", 2, "ttl"),
+    ("enter-ttl-negative", lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=-5), "enter", 2, "ttl"),
     (
         "enter-ttl-fraction",
         lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=2.5),  # type: ignore[arg-type]
         "enter",
         2,
+        "ttl",
     ),
     (
         "enter-line-unknown",
         lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=LONG, line=3),  # type: ignore[arg-type]
         "enter",
         3,
+        "line",
     ),
     (
         "enter-place-not-a-number",
@@ -625,100 +628,153 @@ BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int]] 
         ),
         "enter",
         4,
+        "place",
     ),
-    ("enter-capacity-0", lambda lg, a, b: lg.enter(token(1), [Limit(a, 0)], ttl_ms=LONG), "enter", 5),
+    (
+        "enter-capacity-0",
+        lambda lg, a, b: lg.enter(token(1), [Limit(a, 0)], ttl_ms=LONG),
+        "enter",
+        5,
+        "capacity",
+    ),
     (
         "enter-second-capacity-0",
         lambda lg, a, b: lg.enter(token(1), [Limit(a, 1), Limit(b, 0)], ttl_ms=LONG),
         "enter",
         6,
+        "capacity",
     ),
     (
         "enter-capacity-fraction",
         lambda lg, a, b: lg.enter(token(1), [Limit(a, 1.5)], ttl_ms=LONG),  # type: ignore[arg-type]
         "enter",
         5,
+        "capacity",
     ),
     (
         "enter-join-capacity-0",
         lambda lg, a, b: lg.enter(token(1), [Limit(a, 0)], ttl_ms=LONG, line=Line.JOIN, place=1),
         "enter",
         5,
+        "capacity",
     ),
     (
         "enter-settle-negative",
         lambda lg, a, b: lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG, settle_ms=-1),
         "enter",
         9,
+        "settle",
     ),
     # leave.lua: ARGV = token, wake channel prefix, ttl, age, own process, capacities (0 allowed)...
-    ("leave-ttl-0", lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=0), "leave", 3),
-    ("leave-ttl-negative", lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=-5), "leave", 3),
+    ("leave-ttl-0", lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=0), "leave", 3, "ttl"),
+    ("leave-ttl-negative", lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=-5), "leave", 3, "ttl"),
     (
         "leave-ttl-fraction",
         lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=2.5),  # type: ignore[arg-type]
         "leave",
         3,
+        "ttl",
     ),
-    ("leave-capacity-negative", lambda lg, a, b: lg.leave(token(1), [Limit(a, -1)], ttl_ms=LONG), "leave", 6),
+    (
+        "leave-capacity-negative",
+        lambda lg, a, b: lg.leave(token(1), [Limit(a, -1)], ttl_ms=LONG),
+        "leave",
+        6,
+        "capacity",
+    ),
     (
         "leave-second-capacity-negative",
         lambda lg, a, b: lg.leave(token(1), [Limit(a, 0), Limit(b, -1)], ttl_ms=LONG),
         "leave",
         7,
+        "capacity",
     ),
     (
         "leave-capacity-fraction",
         lambda lg, a, b: lg.leave(token(1), [Limit(a, 1.5)], ttl_ms=LONG),  # type: ignore[arg-type]
         "leave",
         6,
+        "capacity",
     ),
     (
         "beat-ttl-0",
         lambda lg, a, b: lg.beat([Member(a, token(1))], [Member(b, token(2))], ttl_ms=0),
         "beat",
         1,
+        "ttl",
     ),
     (
         "beat-settle-negative",
         lambda lg, a, b: lg.beat([Member(a, token(1))], [Member(b, token(2))], ttl_ms=LONG, settle_ms=-1),
         "beat",
         8,
+        "settle",
     ),
     (
         "beat-settle-fraction",
         lambda lg, a, b: lg.beat([], ttl_ms=LONG, lines=[Limit(a, 1)], settle_ms=0.5),  # type: ignore[arg-type]
         "beat",
         6,
+        "settle",
     ),
     (
         "reassert-ttl-0",
         lambda lg, a, b: lg.reassert([Member(a, token(1)), Member(b, token(2))], ttl_ms=0),
         "reassert",
         1,
+        "ttl",
     ),
-    ("reclaim-empty-token", lambda lg, a, b: lg.reclaim("", [Limit(a, 1)], ttl_ms=LONG), "reclaim", 1),
-    ("reclaim-ttl-0", lambda lg, a, b: lg.reclaim(token(1), [Limit(a, 1)], ttl_ms=0), "reclaim", 2),
+    (
+        "reclaim-empty-token",
+        lambda lg, a, b: lg.reclaim("", [Limit(a, 1)], ttl_ms=LONG),
+        "reclaim",
+        1,
+        "token",
+    ),
+    ("reclaim-ttl-0", lambda lg, a, b: lg.reclaim(token(1), [Limit(a, 1)], ttl_ms=0), "reclaim", 2, "ttl"),
     (
         "reclaim-second-capacity-0",
         lambda lg, a, b: lg.reclaim(token(1), [Limit(a, 1), Limit(b, 0)], ttl_ms=LONG),
         "reclaim",
         4,
+        "capacity",
     ),
+    ("withdraw-ttl-0", lambda lg, a, b: lg.withdraw(token(1), [Limit(a, 1)], ttl_ms=0), "withdraw", 2, "ttl"),
+    (
+        "declare-settle-negative",
+        lambda lg, a, b: lg.declare([Limit(a, 1), Limit(b, 1)], ttl_ms=LONG, settle_ms=-1),
+        "declare",
+        2,
+        "settle",
+    ),
+    (
+        "declare-second-capacity-0",
+        lambda lg, a, b: lg.declare([Limit(a, 1), Limit(b, 0)], ttl_ms=LONG),
+        "declare",
+        4,
+        "capacity",
+    ),
+    ("control-which-unknown", lambda lg, a, b: lg.control(a, "speed", ""), "control", 2, "which"),
+    ("control-capacity-0", lambda lg, a, b: lg.control(a, "capacity", "0"), "control", 3, "value"),
+    ("control-pause-with-2", lambda lg, a, b: lg.control(a, "paused", "2"), "control", 3, "value"),
 ]
 
 
 @pytest.mark.parametrize(
-    ("call", "script", "index"), [c[1:] for c in BAD_ARGUMENTS], ids=[c[0] for c in BAD_ARGUMENTS]
+    ("call", "script", "index", "name"), [c[1:] for c in BAD_ARGUMENTS], ids=[c[0] for c in BAD_ARGUMENTS]
 )
 def test_bad_arguments_are_refused_naming_the_argv_index(
-    engine_ledger: Ledger, call: Callable[[Ledger, str, str], object], script: str, index: int
+    engine_ledger: Ledger, call: Callable[[Ledger, str, str], object], script: str, index: int, name: str
 ) -> None:
     lg = engine_ledger
     a, b = lg.keys.queue("a"), lg.keys.runtime_key("b")
     with pytest.raises(LedgerArgumentError) as caught:
         call(lg, a, b)
-    assert str(caught.value) == f"{script}.lua refused ARGV[{index}]"
+    kind = next(f.kind for f in SPECS[script].args if name in f.names)
+    assert kind is not None
+    assert str(caught.value) == f"{script}.lua refused ARGV[{index}] ({name}: {kind.value})"
+    assert (caught.value.script, caught.value.index, caught.value.argument) == (script, index, name)
+    assert isinstance(caught.value.__cause__, redis.ResponseError)  # the script's error reply
     assert isinstance(caught.value, ValueError)
     assert isinstance(caught.value, LedgerError)
     assert lg.client.exists(a, b, lg.keys.line(a), lg.keys.line(b)) == 0  # nothing written, in no line

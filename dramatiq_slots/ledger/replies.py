@@ -85,6 +85,14 @@ class Handoff:
     fence: int = field(default=0, compare=False)
 
 
+class Left(NamedTuple):
+    """What :meth:`Ledger.leave` answers: how many of the token's members were removed, and a
+    :class:`Handoff` for each claim handed a slot."""
+
+    removed: int
+    handoffs: tuple[Handoff, ...] = ()
+
+
 class Withdrawn(NamedTuple):
     """What :meth:`Ledger.withdraw` answers: how many of its ledgers the claim holds, and when it
     holds them all, a fresh fencing token for each."""
@@ -129,6 +137,22 @@ class Beaten(list[Member]):
         self.refused: dict[str, str] = dict(refused or {})
         #: The Redis clock the beat read (ms; None: ``beat.lua`` did not run).
         self.redis_ms = redis_ms
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    """What ``reclaim.lua`` answers: the first ledger full without the claim (nothing written),
+    or None when it holds every ledger again."""
+
+    full: str | None
+
+
+class Changed(NamedTuple):
+    """What :meth:`Ledger.control` answers: whether the control changed, and its value before
+    (``""``: none)."""
+
+    changed: bool
+    before: str
 
 
 @dataclass(frozen=True)
