@@ -33,6 +33,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 
+from ..errors import ArgumentError
 from .client import RedisClient, redacted_address
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .replies import Beaten, Declared, Entered, Handoff, Holder, Limit, Line, Member, Withdrawn, _text
@@ -59,7 +60,7 @@ class Ledger:
         replicas_timeout_ms: int = 100,
     ) -> None:
         if replicas and isinstance(client, RedisCluster):
-            raise ValueError(
+            raise ArgumentError(
                 "replicas: WAIT must follow the admission on its own connection, which a cluster "
                 "client does not offer; not supported on Redis Cluster"
             )
@@ -152,11 +153,11 @@ class Ledger:
         a missing epoch keeps newcomers out (``lib/epoch.lua``; 0: the epoch is not read).
         """
         if not limits:
-            raise ValueError("enter needs at least one limit")
+            raise ArgumentError("enter needs at least one limit")
         keys = [*self._with_controls(limits), self.keys.epoch()]
         codes = list(busy) or [0] * len(limits)
         if len(codes) != len(limits):
-            raise ValueError("enter needs one on_busy code per limit")
+            raise ArgumentError("enter needs one on_busy code per limit")
         args: list[Any] = [
             token,
             ttl_ms,
@@ -465,7 +466,7 @@ class Ledger:
         ledger that is full without it (nothing written). See ``reclaim.lua``.
         """
         if not limits:
-            raise ValueError("reclaim needs at least one limit")
+            raise ArgumentError("reclaim needs at least one limit")
         with self._translated("reclaim"):
             reply = self._run(
                 "reclaim",

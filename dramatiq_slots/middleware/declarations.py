@@ -120,7 +120,7 @@ class Declarations:
         key_option = opt.pick(options.get(opt.UNIQUE_AT_RUNTIME_KEY), actor.runtime_key, None)
         has_options = not opt.ACTOR_OPTIONS.isdisjoint(options)
         if has_options:
-            opt.check_key_capacity(actor, options)
+            opt.check_key_options(actor, options)
         if queue_capacity is None and (key_option is None or key_option is False):
             return None
         if has_options:

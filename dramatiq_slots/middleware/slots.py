@@ -36,7 +36,7 @@ from dramatiq.broker import MessageProxy
 from dramatiq.middleware import Middleware, MiddlewareError, Retries, TimeLimit
 from dramatiq.worker import WorkerThread
 
-from ..errors import LedgerError
+from ..errors import ArgumentError, LedgerError
 from ..ledger.client import RedisClient, eviction_risk, redacted_address
 from ..ledger.controls import Controls
 from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace
@@ -232,7 +232,7 @@ class Slots(Middleware):
         opt.check_message_options(message.actor_name, options)
         config = self.declarations.actor(message.actor_name)
         if config is not None:
-            opt.check_key_capacity(config, options)
+            opt.check_key_options(config, options)
             self.declarations.backoff(config, options)
 
     # -- worker life cycle -----------------------------------------------
@@ -484,5 +484,5 @@ class Slots(Middleware):
 
     def _ledger_of(self, queue: str | None, key: str | None, method: str) -> str:
         if (queue is None) == (key is None):
-            raise TypeError(f"{method}() takes exactly one of queue= or key=")
+            raise ArgumentError(f"{method}() takes exactly one of queue= or key=")
         return self.keys.queue(queue) if queue is not None else self.keys.runtime_key(key or "")

@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import LedgerError, LedgerUnavailable
+from ..errors import ArgumentError, LedgerError, LedgerUnavailable
 from ..ledger.ledger import Ledger
 from ..ledger.replies import Beaten, Declared, Handoff, Limit, Member
 from .claims import Hold, HoldRegistry, this_process
@@ -116,7 +116,7 @@ class Heartbeat:
         settle_ms: int = 0,
     ) -> None:
         if beat_interval >= hold_ttl:
-            raise ValueError(f"beat_interval ({beat_interval} ms) must be < hold_ttl ({hold_ttl} ms)")
+            raise ArgumentError(f"beat_interval ({beat_interval} ms) must be < hold_ttl ({hold_ttl} ms)")
         self.ledger = ledger
         self.registry = registry
         self.hold_ttl = hold_ttl
