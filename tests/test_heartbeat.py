@@ -67,7 +67,7 @@ def test_a_tick_records_when_each_expiry_was_written(ledger: Ledger) -> None:
     after = [registry.age_ms(fresh.token), registry.age_ms(unknown.token)]
     assert all(age is not None and age < 1_000 for age in after), "a beat writes every expiry"
     registry.begin_release(fresh.token)
-    registry.confirm([fresh.token])
+    registry.paid([fresh.token])
     assert registry.age_ms(fresh.token) is None, "forgotten with the hold"
 
 
@@ -196,7 +196,7 @@ def test_a_beat_racing_a_release_never_resurrects_the_hold(
     def job_releases() -> None:  # what SlotsProcess.release does, after the beat's snapshot
         registry.begin_release(hold.token)
         assert ledger.leave(hold.token, hold.limits, ttl_ms=8_000) == (1, ())
-        registry.confirm([hold.token])
+        registry.paid([hold.token])
 
     ledger.before_beat = job_releases
     caplog.set_level(logging.WARNING)

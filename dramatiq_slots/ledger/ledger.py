@@ -196,8 +196,8 @@ class Ledger:
             )
         return Entered(
             admitted=False,
-            full=limits[int(reply[1]) - 1].ledger,
-            waiting=int(reply[2]) == 1,
+            refused_by=limits[int(reply[1]) - 1].ledger,
+            in_line=int(reply[2]) == 1,
             paused=int(reply[3]) == 1,
             dropped=int(reply[4]) == 1,
             settling_ms=int(reply[5]),

@@ -71,7 +71,7 @@ class Declarations:
     @property
     def limited(self) -> bool:
         """Whether any queue or actor declared here is under a limit (then workers need the ledger)."""
-        return bool(self._capacities) or any(a.capped for a in self._actors.values())
+        return bool(self._capacities) or any(a.keyed for a in self._actors.values())
 
     def queue_capacity(self, queue_name: str) -> int | None:
         """The capacity of a queue, as declared in this process (None: not capped)."""
@@ -99,7 +99,7 @@ class Declarations:
         config = self._actors.get(actor_name)
         return (
             config is None
-            or config.capped
+            or config.keyed
             or self.queue_capacity(queue_name) is not None
             or not opt.ACTOR_OPTIONS.isdisjoint(options)
         )

@@ -265,7 +265,7 @@ class ActorSlots:
         )
 
     @property
-    def capped(self) -> bool:
+    def keyed(self) -> bool:
         """Whether the actor itself asks for a runtime key (queue caps are looked up by queue)."""
         return self.runtime_key is not None and self.runtime_key is not False
 

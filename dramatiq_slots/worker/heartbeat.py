@@ -161,7 +161,7 @@ class Heartbeat:
         """
         report = BeatReport()
         held, owed = self.registry.snapshot()
-        waiting = self.registry.waiting()
+        waiting = self.registry.in_doubt()
         written: tuple[str, str] | None = None
         if self.report is not None:
             try:
@@ -205,7 +205,7 @@ class Heartbeat:
             logger.info("Ledger reachable again after %d failed beat(s).", self._failures)
             self._failures = 0
         refused = lost.refused
-        self.registry.confirm([hold.token for hold in owed if not set(hold.ledgers) & refused.keys()])
+        self.registry.paid([hold.token for hold in owed if not set(hold.ledgers) & refused.keys()])
         lost_tokens = {token for _, token in lost}
         self.registry.written(
             [
