@@ -29,6 +29,7 @@ releases its parent's holds.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import socket
 import threading
@@ -179,11 +180,12 @@ class HoldRegistry:
                     self._written[token] = at
 
     def age_ms(self, token: str) -> int | None:
-        """How long ago the hold's expiry was written (ms), or None when unknown."""
+        """How long ago the hold's expiry was written (whole ms, rounded up: never younger than it
+        is), or None when unknown."""
         with self._lock:
             self._check_fork()
             at = self._written.get(token)
-        return None if at is None else int((self.monotonic() - at) * 1000)
+        return None if at is None else math.ceil((self.monotonic() - at) * 1000)
 
     def begin_release(self, token: str) -> Hold | None:
         """Stop refreshing a hold and owe its release; None when it is not ours (any more)."""

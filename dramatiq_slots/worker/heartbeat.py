@@ -336,12 +336,13 @@ class Heartbeat:
     def written_at(self, expiry_ms: int) -> float | None:
         """When (monotonic) a hold expiring at ``expiry_ms`` by the Redis clock was written, at the
         earliest: the Redis clock is read as the last beat saw it, as if it had read it when it was
-        sent (so it errs towards less time left). None before any beat read it."""
+        sent, and at the end of the millisecond it names (so it errs towards less time left). None
+        before any beat read it."""
         if self._redis_clock is None:
             return None
         redis_ms, sent = self._redis_clock
         now = self.registry.monotonic()
-        left_ms = expiry_ms - (redis_ms + (now - sent) * 1000)
+        left_ms = expiry_ms - (redis_ms + 1 + (now - sent) * 1000)
         return now - (self.hold_ttl - min(left_ms, self.hold_ttl)) / 1000
 
     def _reclaim(self, holds: Sequence[Hold]) -> tuple[list[str], list[str]]:
