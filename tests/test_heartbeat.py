@@ -7,7 +7,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import dramatiq
@@ -18,7 +18,7 @@ from dramatiq.brokers.redis import RedisBroker
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dramatiq_slots.ledger import Beaten, Ledger, Limit, Member
+from dramatiq_slots.ledger import Beaten, Ledger, Limit
 from dramatiq_slots.ops.inspection import ProcessReport
 from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token, this_process
 from dramatiq_slots.worker.heartbeat import Heartbeat
@@ -158,31 +158,9 @@ class _ReleaseDuringBeat(Ledger):
 
     before_beat: Callable[[], None] = staticmethod(lambda: None)
 
-    def beat(
-        self,
-        refresh: Sequence[Member],
-        release: Sequence[Member] = (),
-        *,
-        ttl_ms: int,
-        report: tuple[str, str] | None = None,
-        report_ttl_ms: int | None = None,
-        lines: Sequence[Limit] = (),
-        own_process: str = "",
-        declare: Sequence[Limit] | None = None,
-        settle_ms: int = 0,
-    ) -> Beaten:
+    def beat(self, *args: Any, **kwargs: Any) -> Beaten:
         self.before_beat()
-        return super().beat(
-            refresh,
-            release,
-            ttl_ms=ttl_ms,
-            report=report,
-            report_ttl_ms=report_ttl_ms,
-            lines=lines,
-            own_process=own_process,
-            settle_ms=settle_ms,
-            declare=declare,
-        )
+        return super().beat(*args, **kwargs)
 
 
 def test_a_beat_racing_a_release_never_resurrects_the_hold(

@@ -155,7 +155,7 @@ class Slots(Middleware):
                 replicas=self.settings.wait_replicas,
                 replicas_timeout_ms=self.settings.wait_replicas_timeout,
             )
-        except ValueError as e:
+        except ArgumentError as e:
             raise opt.ConfigurationError(f"Slots(wait_replicas=...): {e}") from e
 
     # -- the parts ----------------------------------------------------------
