@@ -235,7 +235,7 @@ class Admission:
         known = entered.admitted and (line is Line.NONE or not entered.replayed)
         return Answer(entered, sent if known else None)
 
-    # -- a message that waits parked, in its worker's queue (see :mod:`.parking`) --
+    # -- a message that waits parked, in its worker's queue (see :mod:`dramatiq_slots.waiting.parking`) --
 
     def admit_or_park(
         self, request: Request, message_key: int, waiter: Callable[[], Waiter], *, line: Line = Line.JOIN

@@ -49,7 +49,7 @@ class Ticket:
     pause: float
     #: The ledger whose line it waits in.
     refused_by: str | None = None
-    #: The broker consumer whose prefetch count it was taken out of (see :mod:`.gate`).
+    #: The broker consumer whose prefetch count it was taken out of (see :mod:`.prefetch`).
     consumer: object = None
     #: Woken (or due) while the thread was asking for it: ask again.
     due: bool = False
