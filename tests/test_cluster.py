@@ -143,7 +143,7 @@ def test_a_slot_left_split_by_a_migration_is_unavailable_not_an_error(
         # Moved: the same call now goes through (after MOVED), and finds the ledger as it was.
         assert local_cluster.wait_served(queue) is target
         entry = ledger.enter("b:2:2:2", limits, ttl_ms=60_000, line=Line.JOIN, place=2)
-        assert not entry.admitted and entry.waiting
+        assert not entry.admitted and entry.in_line
         assert [h.token for h in ledger.holders(queue)] == ["a:1:1:1"]
     finally:
         client.close()

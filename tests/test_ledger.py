@@ -48,7 +48,7 @@ def test_admits_up_to_capacity_then_refuses(engine_ledger: Ledger) -> None:
         )
         assert lg.in_use(key) == n + 1
     refused = lg.enter(token(3), [Limit(key, 3)], ttl_ms=LONG)
-    assert refused == Entered(admitted=False, full=key)
+    assert refused == Entered(admitted=False, refused_by=key)
     assert score(lg.client, key, token(3)) is None
     assert lg.in_use(key) == 3
     assert tokens_of(lg, key) == {token(0), token(1), token(2)}
@@ -68,7 +68,7 @@ def test_all_or_nothing_across_two_ledgers(engine_ledger: Ledger) -> None:
     assert lg.enter(token(0), [Limit(b, 1)], ttl_ms=LONG).admitted
 
     refused = lg.enter(token(1), [Limit(a, 2), Limit(b, 1)], ttl_ms=LONG)
-    assert refused == Entered(admitted=False, full=b)
+    assert refused == Entered(admitted=False, refused_by=b)
     # Refused on the second ledger: nothing was written on the first.
     assert score(client, a, token(1)) is None
     assert client.exists(a) == 0
@@ -85,8 +85,8 @@ def test_refusal_names_the_first_full_ledger(engine_ledger: Ledger) -> None:
     a, b, c = (lg.keys.queue(n) for n in "abc")
     for key in (a, b):
         assert lg.enter(token(0), [Limit(key, 1)], ttl_ms=LONG).admitted
-    assert lg.enter(token(1), [Limit(c, 1), Limit(b, 1), Limit(a, 1)], ttl_ms=LONG).full == b
-    assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG).full == a
+    assert lg.enter(token(1), [Limit(c, 1), Limit(b, 1), Limit(a, 1)], ttl_ms=LONG).refused_by == b
+    assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG).refused_by == a
     assert lg.client.exists(c) == 0
 
 
@@ -137,7 +137,9 @@ def test_partial_replay_refused_gives_the_held_ledger_back(engine_ledger: Ledger
     assert lg.enter(token(1), [Limit(a, 1)], ttl_ms=LONG).admitted
     assert lg.enter(token(2), [Limit(b, 1)], ttl_ms=LONG).admitted
     assert score(lg.client, a, token(1)) is not None
-    assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG) == Entered(admitted=False, full=b)
+    assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG) == Entered(
+        admitted=False, refused_by=b
+    )
     # All or nothing: refused on b, the claim holds neither; the slot of a it held is free...
     assert score(lg.client, a, token(1)) is None
     assert score(lg.client, b, token(1)) is None
@@ -159,12 +161,12 @@ def test_a_silent_hold_expires_and_a_live_holders_beat_gives_its_slot_to_a_newco
     # Token 0's long hold keeps the key alive, so token 1's member outlives its hold.
     assert lg.enter(token(0), [Limit(key, 2)], ttl_ms=LONG).admitted
     assert lg.enter(token(1), [Limit(key, 2)], ttl_ms=SHORT).admitted
-    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, refused_by=key)
     wait_until(lambda: lg.in_use(key) == 1, timeout=5.0, what="the short hold to expire")
     assert tokens_of(lg, key) == {token(0)}
     assert lg.client.zcard(key) == 2  # the expired member is still there...
     # ...and enter counts members, not live holds (it never sweeps): still refused, nothing written.
-    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, refused_by=key)
     assert score(lg.client, key, token(2)) is None
     assert score(lg.client, key, token(1)) is not None
     # The live holder's beat sweeps the dead member...
@@ -181,7 +183,7 @@ def test_a_silent_hold_expires_and_a_live_holders_beat_gives_its_slot_to_a_newco
 def test_a_lone_expired_hold_frees_its_slot_when_its_key_expires(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
     assert lg.enter(token(1), [Limit(key, 1)], ttl_ms=SHORT).admitted
-    assert lg.enter(token(2), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    assert lg.enter(token(2), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=False, refused_by=key)
     # No live holder beats this ledger: the key expires whole, with its only hold.
     wait_until(
         lambda: lg.client.exists(key) == 0, timeout=5.0, what="the key of the lone short hold to expire"
@@ -251,7 +253,7 @@ def test_leave_after_expiry_removes_its_own_member_only(engine_ledger: Ledger) -
     wait_until(lambda: lg.in_use(key) == 1, timeout=5.0, what="token 1's hold to expire")
     # Its member is still in the set (nothing swept it), and enter still counts it:
     assert score(lg.client, key, token(1)) is not None
-    assert lg.enter(token(3), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    assert lg.enter(token(3), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, refused_by=key)
     # leave counts any member of the token as removed, expired or not; nobody else's is touched.
     assert lg.leave(token(1), [Limit(key, 0)], ttl_ms=LONG) == (1, ())
     assert score(lg.client, key, token(1)) is None
@@ -388,7 +390,7 @@ def test_a_missing_epoch_keeps_newcomers_out_while_it_settles_then_admits(engine
     lg, client = engine_ledger, engine_ledger.client
     key = lg.keys.queue("q")
     refused = lg.enter(token(1), [Limit(key, 3)], ttl_ms=LONG, line=Line.JOIN, settle_ms=SETTLE)
-    assert not refused.admitted and refused.waiting and refused.full == key
+    assert not refused.admitted and refused.in_line and refused.refused_by == key
     assert 0 < refused.settling_ms <= SETTLE
     assert lg.line(key) == [token(1)] and lg.in_use(key) == 0
     # The epoch was made, and lives on its own (a day), whatever the ledgers do.
@@ -399,8 +401,8 @@ def test_a_missing_epoch_keeps_newcomers_out_while_it_settles_then_admits(engine
     assert lg.enter(token(2), [Limit(held, 1)], ttl_ms=LONG, settle_ms=SETTLE).admitted
     # Without a line it is refused and written nowhere; on_busy never drops while settling.
     skipped = lg.enter(token(3), [Limit(key, 3)], ttl_ms=LONG, settle_ms=SETTLE, busy=[1])
-    assert not skipped.admitted and not skipped.waiting and not skipped.dropped
-    assert skipped.full == key and skipped.settling_ms > 0
+    assert not skipped.admitted and not skipped.in_line and not skipped.dropped
+    assert skipped.refused_by == key and skipped.settling_ms > 0
     assert score(client, key, token(3)) is None
     wait_until(
         lambda: lg.enter(token(1), [Limit(key, 3)], ttl_ms=LONG, line=Line.KEEP, settle_ms=SETTLE).admitted,
@@ -511,7 +513,7 @@ def test_reassert_readds_over_capacity(engine_ledger: Ledger) -> None:
     assert lg.in_use(key) == 2
     assert tokens_of(lg, key) == {token(1), token(2)}
     # Over capacity: newcomers wait until it drains.
-    assert lg.enter(token(3), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    assert lg.enter(token(3), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=False, refused_by=key)
     assert lg.leave(token(1), [Limit(key, 1)], ttl_ms=LONG) == (1, ())
     assert not lg.enter(token(3), [Limit(key, 1)], ttl_ms=LONG).admitted
     assert lg.leave(token(2), [Limit(key, 1)], ttl_ms=LONG) == (1, ())
@@ -923,7 +925,7 @@ def test_works_with_decode_responses(engine_server: Server, engine_ledger: Ledge
             admitted=True, members=(1, 1), capacities=(1, 1)
         )
         assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG).replayed
-        assert lg.enter(token(2), [Limit(a, 1)], ttl_ms=LONG) == Entered(admitted=False, full=a)
+        assert lg.enter(token(2), [Limit(a, 1)], ttl_ms=LONG) == Entered(admitted=False, refused_by=a)
         assert lg.control(a, "capacity", "2") == (True, "")
         assert lg.declare([Limit(a, 1)], ttl_ms=LONG).controls == {f"capacity:{a}": "2"}
         (held,) = lg.holders(a)

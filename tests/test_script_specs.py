@@ -24,6 +24,7 @@ from dramatiq_slots.errors import LedgerArgumentError, LedgerError
 from dramatiq_slots.ledger import SCRIPTS, Ledger, Limit, Member
 from dramatiq_slots.ledger.specs import SPECS, Call, Field, Kind, ScriptSpec, key
 from dramatiq_slots.ledger.translation import refused_argument
+from dramatiq_slots.ops.cli.connection import describe_redis_error
 
 LUA = Path(__file__).resolve().parent.parent / "dramatiq_slots" / "ledger" / "lua"
 LONG = 60_000
@@ -275,6 +276,16 @@ def test_the_beat_refuses_counts_that_do_not_add_up_as_a_wrong_count(ledger: Led
     assert (error.index, error.argument) == (2, "r")
     error = refusal(ledger, dataclasses.replace(call, args=[*call.args[:2], "-1", *call.args[3:]]))
     assert (error.index, error.argument) == (3, "o")
+
+
+def test_the_cli_names_a_refused_argument_not_the_raw_error_reply(ledger: Ledger, key_prefix: str) -> None:
+    spec = SPECS["reclaim"]
+    call = sample_call(spec, key_prefix)
+    index, name = next((j, n) for j, n in positions(spec).items() if n == "ttl")
+    args = list(call.args)
+    args[index - 1] = "soon"
+    line = describe_redis_error(refusal(ledger, dataclasses.replace(call, args=args)), "redis://h:1/0")
+    assert line == f"Redis at redis://h:1/0 refused a ledger call: reclaim.lua refused ARGV[{index}] (ttl: integer >= 1)"
 
 
 # -- in a pipeline ------------------------------------------------------------------------------

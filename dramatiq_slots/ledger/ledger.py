@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 import redis
 from redis.cluster import RedisCluster
 
+from ..errors import ArgumentError
 from .client import RedisClient, redacted_address
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .replies import Beaten, Changed, Declared, Entered, Holder, Left, Limit, Line, Member, Withdrawn, _text
@@ -77,7 +78,7 @@ class Ledger:
         replicas_timeout_ms: int = 100,
     ) -> None:
         if replicas and isinstance(client, RedisCluster):
-            raise ValueError(
+            raise ArgumentError(
                 "replicas: WAIT must follow the admission on its own connection, which a cluster "
                 "client does not offer; not supported on Redis Cluster"
             )
@@ -171,10 +172,10 @@ class Ledger:
         a missing epoch keeps newcomers out (``lib/epoch.lua``; 0: the epoch is not read).
         """
         if not limits:
-            raise ValueError("enter needs at least one limit")
+            raise ArgumentError("enter needs at least one limit")
         codes = list(busy) or [0] * len(limits)
         if len(codes) != len(limits):
-            raise ValueError("enter needs one on_busy code per limit")
+            raise ArgumentError("enter needs one on_busy code per limit")
         call = ENTER.call(
             keys={**self._runs(limits), "controls": self.keys.controls(), "epoch": self.keys.epoch()},
             args={
@@ -437,13 +438,13 @@ class Ledger:
         ledger that is full without it (nothing written). See ``reclaim.lua``.
         """
         if not limits:
-            raise ValueError("reclaim needs at least one limit")
+            raise ArgumentError("reclaim needs at least one limit")
         call = RECLAIM.call(
             keys={"ledger": [limit.ledger for limit in limits], "controls": self.keys.controls()},
             args={"token": token, "ttl": ttl_ms, "capacity": [limit.capacity for limit in limits]},
         )
         with self._translated("reclaim"):
-            return self._run(call).full
+            return self._run(call).refused_by
 
     def in_use(self, ledger: str) -> int:
         """Live holds of one ledger, by the Redis clock."""

@@ -46,16 +46,16 @@ class Entered:
 
     ``admitted``: the token now holds every ledger it asked for.
     ``replayed``: it held them all already (a retried call, or a slot a release
-    handed over): nothing was counted twice. ``full``: when refused, the first
-    ledger found at capacity. ``waiting``: a refused claim is in that ledger's
+    handed over): nothing was counted twice. ``refused_by``: when refused, the first
+    ledger found at capacity. ``in_line``: a refused claim is in that ledger's
     line now. ``members``: when admitted, each ledger's member count after the
     admission (its capacity where the token already held it).
     """
 
     admitted: bool
     replayed: bool = False
-    full: str | None = None
-    waiting: bool = False
+    refused_by: str | None = None
+    in_line: bool = False
     members: tuple[int, ...] = ()
     #: How many replicas acknowledged the admission (``WAIT``); None when not asked.
     replicated: int | None = None
@@ -141,10 +141,10 @@ class Beaten(list[Member]):
 
 @dataclass(frozen=True)
 class Reclaimed:
-    """What ``reclaim.lua`` answers: the first ledger full without the claim (nothing written),
-    or None when it holds every ledger again."""
+    """What ``reclaim.lua`` answers: ``refused_by``, the first ledger full without the claim
+    (nothing written), or None when it holds every ledger again."""
 
-    full: str | None
+    refused_by: str | None
 
 
 class Changed(NamedTuple):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
 
-from ..errors import LedgerArgumentError
+from ..errors import ArgumentError, LedgerArgumentError
 from .replies import (
     Beaten,
     Changed,
@@ -152,19 +152,19 @@ class ScriptSpec(Generic[R]):
         for section, fields, given in (("KEYS", self.keys, keys), ("ARGV", self.args, args)):
             names = {name for f in fields if f.count is None for name in f.names}
             if set(given) != names:
-                raise ValueError(f"{self.name}.lua: {section} takes {sorted(names)}, not {sorted(given)}")
+                raise ArgumentError(f"{self.name}.lua: {section} takes {sorted(names)}, not {sorted(given)}")
             for f in fields:
                 if f.per is None:
                     continue
                 for name in f.names:
                     value = given[name]
                     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-                        raise TypeError(f"{self.name}.lua: {section} {name} takes a sequence")
+                        raise ArgumentError(f"{self.name}.lua: {section} {name} takes a sequence")
                     items = counts.setdefault(f.per, len(value))
                     if items != len(value):
-                        raise ValueError(f"{self.name}.lua: {section} {name} needs {items} items")
+                        raise ArgumentError(f"{self.name}.lua: {section} {name} needs {items} items")
         if ledgers is not None and len(ledgers) != counts.get("n", 0):
-            raise ValueError(f"{self.name}.lua: one ledger per item of n, not {len(ledgers)}")
+            raise ArgumentError(f"{self.name}.lua: one ledger per item of n, not {len(ledgers)}")
         named_keys = {name: keys[name] for f in self.keys for name in f.names}
         named_args = {name: args[name] for f in self.args if f.count is None for name in f.names}
         return Call(
@@ -256,8 +256,8 @@ def _entered(raw: Any, call: Call[Entered]) -> Entered:
         )
     return Entered(
         admitted=False,
-        full=call.ledger(raw[1]),
-        waiting=int(raw[2]) == 1,
+        refused_by=call.ledger(raw[1]),
+        in_line=int(raw[2]) == 1,
         paused=int(raw[3]) == 1,
         dropped=int(raw[4]) == 1,
         settling_ms=int(raw[5]),
