@@ -23,7 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .errors import LedgerArgumentError, LedgerError, LedgerUnavailable, SlotsError
+    from .errors import ArgumentError, LedgerArgumentError, LedgerError, LedgerUnavailable, SlotsError
     from .ledger.client import URL_ENV
     from .ledger.controls import Control, Controls
     from .ledger.keys import DEFAULT_KEY_PREFIX, KeySpace
@@ -52,6 +52,7 @@ _PUBLIC = {
     "MAX_RUNTIME_KEY_BYTES": ".middleware.options",
     "URL_ENV": ".ledger.client",
     "AdmissionError": ".middleware.admission",
+    "ArgumentError": ".errors",
     "ConfigurationError": ".middleware.options",
     "Control": ".ledger.controls",
     "Controls": ".ledger.controls",
@@ -102,6 +103,7 @@ __all__ = [
     "MAX_RUNTIME_KEY_BYTES",
     "URL_ENV",
     "AdmissionError",
+    "ArgumentError",
     "ConfigurationError",
     "Control",
     "Controls",

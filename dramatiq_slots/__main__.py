@@ -1,4 +1,4 @@
-"""``python -m dramatiq_slots``: the ``dramatiq-slots`` command (see :mod:`dramatiq_slots.cli`)."""
+"""``python -m dramatiq_slots``: the ``dramatiq-slots`` command (see :mod:`dramatiq_slots.ops.cli`)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 This module imports nothing from dramatiq: the ledger can be used (and
 tested) on its own. The errors that dramatiq must see as middleware errors
 live beside the code that raises them (``ConfigurationError`` and
-``RuntimeKeyError`` in :mod:`dramatiq_slots.options`, ``AdmissionError`` in
-:mod:`dramatiq_slots.admission`) and derive from :class:`SlotsError` too, so
+``RuntimeKeyError`` in :mod:`dramatiq_slots.middleware.options`, ``AdmissionError`` in
+:mod:`dramatiq_slots.middleware.admission`) and derive from :class:`SlotsError` too, so
 ``except SlotsError`` catches every error this package raises. (``HoldLost``
 is no error but a dramatiq ``Interrupt``, raised in a strict job's thread.)
 """
@@ -14,6 +14,10 @@ from __future__ import annotations
 
 class SlotsError(Exception):
     """Base class of every error raised by dramatiq_slots."""
+
+
+class ArgumentError(SlotsError, ValueError):
+    """A call's argument is wrong (a ledger name, a capacity, a prefix, a URL...); nothing was done."""
 
 
 class LedgerError(SlotsError):
@@ -29,5 +33,15 @@ class LedgerUnavailable(LedgerError):
     """Redis could not be reached, timed out, or refused to write (OOM, read-only replica)."""
 
 
-class LedgerArgumentError(LedgerError, ValueError):
-    """A ledger script refused its arguments (its ``{-1, j}`` answer)."""
+class LedgerArgumentError(LedgerError, ArgumentError):
+    """A ledger script refused an argument (its ``SLOTS_ARG`` error reply; nothing was written).
+
+    ``script``: the script's name (``enter``...); ``index``: the ARGV index refused (0: a wrong
+    number of KEYS or ARGV); ``argument``: that argument's name in the script's header.
+    """
+
+    def __init__(self, message: str, *, script: str = "", index: int = 0, argument: str = "") -> None:
+        super().__init__(message)
+        self.script = script
+        self.index = index
+        self.argument = argument

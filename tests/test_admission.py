@@ -68,7 +68,7 @@ def test_a_claim_handed_one_slot_of_two_gives_it_back_while_the_other_is_busy(le
     # is refused by the key and holds none of the two (all or nothing), in the key's line.
     clock.during[0] = lambda: ledger.leave("other:1:1:1", [queue], ttl_ms=60_000, own_process="me:1") and None
     answer = admission.wait_in_line(Hold("me:1:1:1", (queue, key)), request_for(queue, key), Waiter())
-    assert answer.entered.admitted is False and answer.entered.full == key.ledger
+    assert answer.entered.admitted is False and answer.entered.refused_by == key.ledger
     assert ledger.in_use(queue.ledger) == 0  # the handed slot was given back
     assert ledger.line(queue.ledger) == [] and ledger.line(key.ledger) == []
 
@@ -126,7 +126,7 @@ def test_a_wake_up_that_arrives_late_is_read_by_the_expiry_it_carries(ledger: Le
     queue = Limit(ledger.keys.queue("q"), 1)
     hold = Hold("me:1:1:1", (queue,))
     assert ledger.enter("other:1:1:1", [queue], ttl_ms=3_000).admitted
-    assert ledger.enter(hold.token, [queue], ttl_ms=3_000, line=Line.JOIN).waiting
+    assert ledger.enter(hold.token, [queue], ttl_ms=3_000, line=Line.JOIN).in_line
     process.registry.doubt(hold, owner=PARKED)
     process.heartbeat.tick()  # a claim waits: beat.lua runs, and its answer says the Redis clock
     _, handoffs = ledger.leave("other:1:1:1", [queue], ttl_ms=3_000, age_ms=0, own_process="me:1")

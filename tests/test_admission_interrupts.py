@@ -121,7 +121,7 @@ class Harness:
         monkeypatch.setattr(self.process.heartbeat, "start", lambda: None)
         monkeypatch.setattr(self.process.heartbeat, "ensure_started", lambda: None)
         monkeypatch.setattr(self.process.wakeups, "start", lambda: None)
-        self.process.wait_gate.reset(4)
+        self.process.waiting_share.reset(4)
         #: While set, the test itself calls Slots' code (another message's release): no interrupt.
         self.quiet = False
 
@@ -181,7 +181,7 @@ class Harness:
             assert self.ledger.line(limit.ledger) == [], f"line entries left for {limit.ledger}"
         assert len(self.process.registry) == 0, self.process.registry.snapshot()
         assert not self.process.wakeups._waiting, "a waiter left registered"
-        assert self.process.wait_gate is not None and len(self.process.wait_gate) == 0
+        assert self.process.waiting_share is not None and len(self.process.waiting_share) == 0
 
 
 def _text(value: object) -> str:
@@ -435,14 +435,14 @@ def test_a_line_whose_waiters_died_expires_and_a_live_waiters_beat_keeps_it(
     line = ledger.keys.line(queue.ledger)
     assert ledger.enter("holder:1:1:1", [queue], ttl_ms=60_000).admitted
     for i in range(3):  # three waiters of processes that die now: nobody beats for them
-        assert ledger.enter(f"dead{i}:1:1:1", [queue], ttl_ms=400, line=Line.JOIN, place=i).waiting
+        assert ledger.enter(f"dead{i}:1:1:1", [queue], ttl_ms=400, line=Line.JOIN, place=i).in_line
     assert 0 < redis_client.pttl(line) <= 400
     wait_until(lambda: not redis_client.exists(line), timeout=5, what="the dead waiters' line to expire")
     assert ledger.in_use(queue.ledger) == 1  # the ledger itself lives as long as its holds
 
     # A live waiter's process beats: its line lives on, at least hold_ttl past each beat,
     # and a beat never brings an expiry forward.
-    assert ledger.enter("live:1:1:1", [queue], ttl_ms=400, line=Line.JOIN, place=9).waiting
+    assert ledger.enter("live:1:1:1", [queue], ttl_ms=400, line=Line.JOIN, place=9).in_line
     assert ledger.beat([], ttl_ms=30_000, lines=[queue]) == []
     assert 20_000 < redis_client.pttl(line) <= 30_000
     assert ledger.beat([], ttl_ms=1_000, lines=[queue]) == []
@@ -504,7 +504,7 @@ def test_an_exception_wherever_it_lands_in_the_gate_loses_no_message_and_leaves_
             else:
                 # It runs (with the hold the gate recorded, if any), and ends.
                 h.process.finished(id(item.message))
-            h.process.abandon()
+            h.process.owe_doubts()
             h.process.heartbeat.tick()
             h.assert_nothing_left(*limits)
             return interrupt

@@ -16,7 +16,7 @@ from dramatiq.brokers.redis import RedisBroker
 from redis.crc import key_slot
 
 from dramatiq_slots import Slots
-from dramatiq_slots.errors import LedgerUnavailable
+from dramatiq_slots.errors import LedgerArgumentError, LedgerUnavailable
 from dramatiq_slots.ledger import Ledger, Limit, Line
 from tests.support.failover import caps_through_failover
 from tests.support.in_process import RunRecorder
@@ -143,7 +143,29 @@ def test_a_slot_left_split_by_a_migration_is_unavailable_not_an_error(
         # Moved: the same call now goes through (after MOVED), and finds the ledger as it was.
         assert local_cluster.wait_served(queue) is target
         entry = ledger.enter("b:2:2:2", limits, ttl_ms=60_000, line=Line.JOIN, place=2)
-        assert not entry.admitted and entry.waiting
+        assert not entry.admitted and entry.in_line
         assert [h.token for h in ledger.holders(queue)] == ["a:1:1:1"]
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_malformed_argument_is_an_argument_error_on_a_cluster_too(
+    local_cluster: LocalCluster, key_prefix: str
+) -> None:
+    """A script's ``SLOTS_ARG`` error reply reads the same through the cluster client, which
+    sends a beat's report, declaration and beat one by one."""
+    client = local_cluster.client()
+    ledger = Ledger(client, key_prefix=key_prefix)
+    queue = ledger.keys.queue("malformed")
+    try:
+        with pytest.raises(LedgerArgumentError) as caught:
+            ledger.enter("a:1:1:1", [Limit(queue, 1)], ttl_ms=0)
+        assert (caught.value.script, caught.value.index, caught.value.argument) == ("enter", 2, "ttl")
+        report = (ledger.keys.process("h:1"), "{}")
+        with pytest.raises(LedgerArgumentError) as caught:
+            ledger.beat([], ttl_ms=60_000, report=report, declare=[Limit(queue, 0)])
+        assert (caught.value.script, caught.value.index, caught.value.argument) == ("declare", 3, "capacity")
+        assert client.exists(queue, ledger.keys.line(queue), ledger.keys.declared(queue)) == 0
     finally:
         client.close()

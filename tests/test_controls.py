@@ -74,7 +74,7 @@ def test_a_pause_refuses_newcomers_keeps_the_line_and_resume_reads_as_before(
     (paused_at,) = [c.paused_at for c in controls.read().values()]
     assert paused_at is not None
     refused = ledger.enter("h:1:1:1", [Limit(key, 5)], ttl_ms=60_000, line=Line.JOIN, place=1)
-    assert (refused.admitted, refused.waiting, refused.paused) == (False, True, True)
+    assert (refused.admitted, refused.in_line, refused.paused) == (False, True, True)
     again = ledger.enter("h:1:1:1", [Limit(key, 5)], ttl_ms=60_000, line=Line.KEEP, place=1)
     assert again.paused and ledger.line(key) == ["h:1:1:1"]
     assert not controls.pause(key).changed, "a second pause keeps the first one's time"
@@ -86,7 +86,7 @@ def test_a_pause_refuses_newcomers_keeps_the_line_and_resume_reads_as_before(
 def test_a_release_on_a_paused_ledger_hands_nothing_on(ledger: Ledger, controls: Controls) -> None:
     queue = controls.queue("q")
     assert ledger.enter("h:1:1:1", [Limit(queue, 1)], ttl_ms=60_000).admitted
-    assert ledger.enter("h:1:1:2", [Limit(queue, 1)], ttl_ms=60_000, line=Line.JOIN, place=1).waiting
+    assert ledger.enter("h:1:1:2", [Limit(queue, 1)], ttl_ms=60_000, line=Line.JOIN, place=1).in_line
     controls.pause(queue)
     assert ledger.leave("h:1:1:1", [Limit(queue, 1)], ttl_ms=60_000, own_process="h:1") == (1, ())
     assert ledger.line(queue) == ["h:1:1:2"] and ledger.in_use(queue) == 0
@@ -213,7 +213,7 @@ def test_a_release_by_hand_hands_on_when_an_override_says_the_capacity(
 ) -> None:
     queue = controls.queue("nobody-declares")
     assert ledger.enter("gone:1:1:1", [Limit(queue, 1)], ttl_ms=60_000).admitted
-    assert ledger.enter("gone:2:1:1", [Limit(queue, 1)], ttl_ms=60_000, line=Line.JOIN, place=1).waiting
+    assert ledger.enter("gone:2:1:1", [Limit(queue, 1)], ttl_ms=60_000, line=Line.JOIN, place=1).in_line
     controls.set_capacity(queue, 1)
     caplog.set_level(logging.INFO)
     done = cli("release", "queue:nobody-declares", "gone:1:1:1", "--yes")
@@ -475,16 +475,16 @@ def test_enter_drops_by_policy_only_when_the_key_is_full_and_never_while_paused(
         "free: admitted whatever the policy"
     )
     skipped = ledger.enter("h:1:1:2", [key], ttl_ms=60_000, line=Line.JOIN, place=1, busy=[1])
-    assert skipped.dropped and not skipped.waiting and ledger.line(key.ledger) == []
+    assert skipped.dropped and not skipped.in_line and ledger.line(key.ledger) == []
     first = ledger.enter("h:1:1:3", [key], ttl_ms=60_000, line=Line.JOIN, place=2, busy=[2])
-    assert not first.dropped and first.waiting, "coalesce: the first to wait waits"
+    assert not first.dropped and first.in_line, "coalesce: the first to wait waits"
     second = ledger.enter("h:1:1:4", [key], ttl_ms=60_000, line=Line.JOIN, place=3, busy=[2])
     assert second.dropped and ledger.line(key.ledger) == ["h:1:1:3"]
     again = ledger.enter("h:1:1:3", [key], ttl_ms=60_000, line=Line.KEEP, place=2, busy=[2])
-    assert again.waiting and not again.dropped, "the waiter itself is never dropped"
+    assert again.in_line and not again.dropped, "the waiter itself is never dropped"
     controls.pause(key.ledger)
     paused = ledger.enter("h:1:1:5", [key], ttl_ms=60_000, line=Line.JOIN, place=4, busy=[1])
-    assert paused.paused and paused.waiting and not paused.dropped
+    assert paused.paused and paused.in_line and not paused.dropped
     queue = Limit(controls.queue("q"), 1)
     assert ledger.enter("h:1:2:1", [queue], ttl_ms=60_000).admitted
     assert ledger.enter(
@@ -494,7 +494,7 @@ def test_enter_drops_by_policy_only_when_the_key_is_full_and_never_while_paused(
         line=Line.JOIN,
         place=1,
         busy=[0, 1],
-    ).waiting, "a full queue: it waits"
+    ).in_line, "a full queue: it waits"
 
 
 def _busy_app(broker: RedisBroker, probe: Probe, on_busy: str) -> tuple[Any, threading.Event]:

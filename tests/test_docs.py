@@ -357,3 +357,24 @@ def test_design_md_has_one_row_per_script_with_its_reply() -> None:
         first = header_reply(on_disk[name])
         if first is not None:
             assert first in braces(row["Reply"]), f"docs/design.md: {name}'s row lacks its reply {first}"
+
+
+def test_the_readmes_table_of_errors_is_every_slots_error_with_its_bases() -> None:
+    text = README.read_text("utf-8")
+    section = text[text.index("## Errors") :]
+    section = section[: section.index("\n## ", 1)]
+    listed = {
+        match[1]: {base.strip(" `") for base in match[2].split(",")}
+        for match in re.finditer(r"^\| `(\w+)` \| ([^|]+) \|", section, re.M)
+    }
+    errors = {
+        name: getattr(dramatiq_slots, name)
+        for name in dramatiq_slots.__all__
+        if isinstance(getattr(dramatiq_slots, name), type)
+        and issubclass(getattr(dramatiq_slots, name), dramatiq_slots.SlotsError)
+        and name != "SlotsError"
+    }
+    assert set(listed) == set(errors), "README.md's table of errors"
+    for name, error in errors.items():
+        bases = {base.__name__ for base in error.__bases__}
+        assert listed[name] == bases, f"README.md: {name} derives from {sorted(bases)}"

@@ -84,7 +84,7 @@ def test_release_by_hand_hands_the_slot_to_the_first_in_line(ledger: Ledger, key
     queue = ledger.keys.queue("stuck")
     assert ledger.enter("dead:1:1:1", [Limit(queue, 1)], ttl_ms=60_000).admitted
     entry = ledger.enter("waiter:2:2:2", [Limit(queue, 1)], ttl_ms=60_000, line=Line.JOIN, place=1)
-    assert entry.waiting
+    assert entry.in_line
     # A live process reports the capacity, so the release can hand the slot over at once.
     report = ProcessReport(
         process="alive:3",

@@ -16,6 +16,7 @@ from redis.retry import Retry
 
 from dramatiq_slots.errors import LedgerArgumentError, LedgerError, LedgerUnavailable
 from dramatiq_slots.ledger import SCRIPTS, Entered, Ledger, Limit, Line, Member, RedisClient
+from dramatiq_slots.ledger.specs import SPECS
 from tests.support.ports import free_port
 from tests.support.servers import ENGINES, Server
 from tests.support.waiting import wait_until
@@ -47,7 +48,7 @@ def test_admits_up_to_capacity_then_refuses(engine_ledger: Ledger) -> None:
         )
         assert lg.in_use(key) == n + 1
     refused = lg.enter(token(3), [Limit(key, 3)], ttl_ms=LONG)
-    assert refused == Entered(admitted=False, full=key)
+    assert refused == Entered(admitted=False, refused_by=key)
     assert score(lg.client, key, token(3)) is None
     assert lg.in_use(key) == 3
     assert tokens_of(lg, key) == {token(0), token(1), token(2)}
@@ -67,7 +68,7 @@ def test_all_or_nothing_across_two_ledgers(engine_ledger: Ledger) -> None:
     assert lg.enter(token(0), [Limit(b, 1)], ttl_ms=LONG).admitted
 
     refused = lg.enter(token(1), [Limit(a, 2), Limit(b, 1)], ttl_ms=LONG)
-    assert refused == Entered(admitted=False, full=b)
+    assert refused == Entered(admitted=False, refused_by=b)
     # Refused on the second ledger: nothing was written on the first.
     assert score(client, a, token(1)) is None
     assert client.exists(a) == 0
@@ -84,8 +85,8 @@ def test_refusal_names_the_first_full_ledger(engine_ledger: Ledger) -> None:
     a, b, c = (lg.keys.queue(n) for n in "abc")
     for key in (a, b):
         assert lg.enter(token(0), [Limit(key, 1)], ttl_ms=LONG).admitted
-    assert lg.enter(token(1), [Limit(c, 1), Limit(b, 1), Limit(a, 1)], ttl_ms=LONG).full == b
-    assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG).full == a
+    assert lg.enter(token(1), [Limit(c, 1), Limit(b, 1), Limit(a, 1)], ttl_ms=LONG).refused_by == b
+    assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG).refused_by == a
     assert lg.client.exists(c) == 0
 
 
@@ -136,7 +137,9 @@ def test_partial_replay_refused_gives_the_held_ledger_back(engine_ledger: Ledger
     assert lg.enter(token(1), [Limit(a, 1)], ttl_ms=LONG).admitted
     assert lg.enter(token(2), [Limit(b, 1)], ttl_ms=LONG).admitted
     assert score(lg.client, a, token(1)) is not None
-    assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG) == Entered(admitted=False, full=b)
+    assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG) == Entered(
+        admitted=False, refused_by=b
+    )
     # All or nothing: refused on b, the claim holds neither; the slot of a it held is free...
     assert score(lg.client, a, token(1)) is None
     assert score(lg.client, b, token(1)) is None
@@ -158,12 +161,12 @@ def test_a_silent_hold_expires_and_a_live_holders_beat_gives_its_slot_to_a_newco
     # Token 0's long hold keeps the key alive, so token 1's member outlives its hold.
     assert lg.enter(token(0), [Limit(key, 2)], ttl_ms=LONG).admitted
     assert lg.enter(token(1), [Limit(key, 2)], ttl_ms=SHORT).admitted
-    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, refused_by=key)
     wait_until(lambda: lg.in_use(key) == 1, timeout=5.0, what="the short hold to expire")
     assert tokens_of(lg, key) == {token(0)}
     assert lg.client.zcard(key) == 2  # the expired member is still there...
     # ...and enter counts members, not live holds (it never sweeps): still refused, nothing written.
-    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    assert lg.enter(token(2), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, refused_by=key)
     assert score(lg.client, key, token(2)) is None
     assert score(lg.client, key, token(1)) is not None
     # The live holder's beat sweeps the dead member...
@@ -180,7 +183,7 @@ def test_a_silent_hold_expires_and_a_live_holders_beat_gives_its_slot_to_a_newco
 def test_a_lone_expired_hold_frees_its_slot_when_its_key_expires(engine_ledger: Ledger) -> None:
     lg, key = engine_ledger, engine_ledger.keys.queue("q")
     assert lg.enter(token(1), [Limit(key, 1)], ttl_ms=SHORT).admitted
-    assert lg.enter(token(2), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    assert lg.enter(token(2), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=False, refused_by=key)
     # No live holder beats this ledger: the key expires whole, with its only hold.
     wait_until(
         lambda: lg.client.exists(key) == 0, timeout=5.0, what="the key of the lone short hold to expire"
@@ -250,7 +253,7 @@ def test_leave_after_expiry_removes_its_own_member_only(engine_ledger: Ledger) -
     wait_until(lambda: lg.in_use(key) == 1, timeout=5.0, what="token 1's hold to expire")
     # Its member is still in the set (nothing swept it), and enter still counts it:
     assert score(lg.client, key, token(1)) is not None
-    assert lg.enter(token(3), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    assert lg.enter(token(3), [Limit(key, 2)], ttl_ms=LONG) == Entered(admitted=False, refused_by=key)
     # leave counts any member of the token as removed, expired or not; nobody else's is touched.
     assert lg.leave(token(1), [Limit(key, 0)], ttl_ms=LONG) == (1, ())
     assert score(lg.client, key, token(1)) is None
@@ -387,7 +390,7 @@ def test_a_missing_epoch_keeps_newcomers_out_while_it_settles_then_admits(engine
     lg, client = engine_ledger, engine_ledger.client
     key = lg.keys.queue("q")
     refused = lg.enter(token(1), [Limit(key, 3)], ttl_ms=LONG, line=Line.JOIN, settle_ms=SETTLE)
-    assert not refused.admitted and refused.waiting and refused.full == key
+    assert not refused.admitted and refused.in_line and refused.refused_by == key
     assert 0 < refused.settling_ms <= SETTLE
     assert lg.line(key) == [token(1)] and lg.in_use(key) == 0
     # The epoch was made, and lives on its own (a day), whatever the ledgers do.
@@ -398,8 +401,8 @@ def test_a_missing_epoch_keeps_newcomers_out_while_it_settles_then_admits(engine
     assert lg.enter(token(2), [Limit(held, 1)], ttl_ms=LONG, settle_ms=SETTLE).admitted
     # Without a line it is refused and written nowhere; on_busy never drops while settling.
     skipped = lg.enter(token(3), [Limit(key, 3)], ttl_ms=LONG, settle_ms=SETTLE, busy=[1])
-    assert not skipped.admitted and not skipped.waiting and not skipped.dropped
-    assert skipped.full == key and skipped.settling_ms > 0
+    assert not skipped.admitted and not skipped.in_line and not skipped.dropped
+    assert skipped.refused_by == key and skipped.settling_ms > 0
     assert score(client, key, token(3)) is None
     wait_until(
         lambda: lg.enter(token(1), [Limit(key, 3)], ttl_ms=LONG, line=Line.KEEP, settle_ms=SETTLE).admitted,
@@ -510,7 +513,7 @@ def test_reassert_readds_over_capacity(engine_ledger: Ledger) -> None:
     assert lg.in_use(key) == 2
     assert tokens_of(lg, key) == {token(1), token(2)}
     # Over capacity: newcomers wait until it drains.
-    assert lg.enter(token(3), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=False, full=key)
+    assert lg.enter(token(3), [Limit(key, 1)], ttl_ms=LONG) == Entered(admitted=False, refused_by=key)
     assert lg.leave(token(1), [Limit(key, 1)], ttl_ms=LONG) == (1, ())
     assert not lg.enter(token(3), [Limit(key, 1)], ttl_ms=LONG).admitted
     assert lg.leave(token(2), [Limit(key, 1)], ttl_ms=LONG) == (1, ())
@@ -597,22 +600,24 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
 
-BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int]] = [
+BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int, str]] = [
     # enter.lua: ARGV = token, ttl, line, place, capacities...
-    ("enter-empty-token", lambda lg, a, b: lg.enter("", [Limit(a, 1)], ttl_ms=LONG), "enter", 1),
-    ("enter-ttl-0", lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=0), "enter", 2),
-    ("enter-ttl-negative", lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=-5), "enter", 2),
+    ("enter-empty-token", lambda lg, a, b: lg.enter("", [Limit(a, 1)], ttl_ms=LONG), "enter", 1, "token"),
+    ("enter-ttl-0", lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=0), "enter", 2, "ttl"),
+    ("enter-ttl-negative", lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=-5), "enter", 2, "ttl"),
     (
         "enter-ttl-fraction",
         lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=2.5),  # type: ignore[arg-type]
         "enter",
         2,
+        "ttl",
     ),
     (
         "enter-line-unknown",
         lambda lg, a, b: lg.enter(token(1), [Limit(a, 1)], ttl_ms=LONG, line=3),  # type: ignore[arg-type]
         "enter",
         3,
+        "line",
     ),
     (
         "enter-place-not-a-number",
@@ -625,100 +630,153 @@ BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int]] 
         ),
         "enter",
         4,
+        "place",
     ),
-    ("enter-capacity-0", lambda lg, a, b: lg.enter(token(1), [Limit(a, 0)], ttl_ms=LONG), "enter", 5),
+    (
+        "enter-capacity-0",
+        lambda lg, a, b: lg.enter(token(1), [Limit(a, 0)], ttl_ms=LONG),
+        "enter",
+        5,
+        "capacity",
+    ),
     (
         "enter-second-capacity-0",
         lambda lg, a, b: lg.enter(token(1), [Limit(a, 1), Limit(b, 0)], ttl_ms=LONG),
         "enter",
         6,
+        "capacity",
     ),
     (
         "enter-capacity-fraction",
         lambda lg, a, b: lg.enter(token(1), [Limit(a, 1.5)], ttl_ms=LONG),  # type: ignore[arg-type]
         "enter",
         5,
+        "capacity",
     ),
     (
         "enter-join-capacity-0",
         lambda lg, a, b: lg.enter(token(1), [Limit(a, 0)], ttl_ms=LONG, line=Line.JOIN, place=1),
         "enter",
         5,
+        "capacity",
     ),
     (
         "enter-settle-negative",
         lambda lg, a, b: lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG, settle_ms=-1),
         "enter",
         9,
+        "settle",
     ),
     # leave.lua: ARGV = token, wake channel prefix, ttl, age, own process, capacities (0 allowed)...
-    ("leave-ttl-0", lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=0), "leave", 3),
-    ("leave-ttl-negative", lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=-5), "leave", 3),
+    ("leave-ttl-0", lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=0), "leave", 3, "ttl"),
+    ("leave-ttl-negative", lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=-5), "leave", 3, "ttl"),
     (
         "leave-ttl-fraction",
         lambda lg, a, b: lg.leave(token(1), [Limit(a, 1)], ttl_ms=2.5),  # type: ignore[arg-type]
         "leave",
         3,
+        "ttl",
     ),
-    ("leave-capacity-negative", lambda lg, a, b: lg.leave(token(1), [Limit(a, -1)], ttl_ms=LONG), "leave", 6),
+    (
+        "leave-capacity-negative",
+        lambda lg, a, b: lg.leave(token(1), [Limit(a, -1)], ttl_ms=LONG),
+        "leave",
+        6,
+        "capacity",
+    ),
     (
         "leave-second-capacity-negative",
         lambda lg, a, b: lg.leave(token(1), [Limit(a, 0), Limit(b, -1)], ttl_ms=LONG),
         "leave",
         7,
+        "capacity",
     ),
     (
         "leave-capacity-fraction",
         lambda lg, a, b: lg.leave(token(1), [Limit(a, 1.5)], ttl_ms=LONG),  # type: ignore[arg-type]
         "leave",
         6,
+        "capacity",
     ),
     (
         "beat-ttl-0",
         lambda lg, a, b: lg.beat([Member(a, token(1))], [Member(b, token(2))], ttl_ms=0),
         "beat",
         1,
+        "ttl",
     ),
     (
         "beat-settle-negative",
         lambda lg, a, b: lg.beat([Member(a, token(1))], [Member(b, token(2))], ttl_ms=LONG, settle_ms=-1),
         "beat",
         8,
+        "settle",
     ),
     (
         "beat-settle-fraction",
         lambda lg, a, b: lg.beat([], ttl_ms=LONG, lines=[Limit(a, 1)], settle_ms=0.5),  # type: ignore[arg-type]
         "beat",
         6,
+        "settle",
     ),
     (
         "reassert-ttl-0",
         lambda lg, a, b: lg.reassert([Member(a, token(1)), Member(b, token(2))], ttl_ms=0),
         "reassert",
         1,
+        "ttl",
     ),
-    ("reclaim-empty-token", lambda lg, a, b: lg.reclaim("", [Limit(a, 1)], ttl_ms=LONG), "reclaim", 1),
-    ("reclaim-ttl-0", lambda lg, a, b: lg.reclaim(token(1), [Limit(a, 1)], ttl_ms=0), "reclaim", 2),
+    (
+        "reclaim-empty-token",
+        lambda lg, a, b: lg.reclaim("", [Limit(a, 1)], ttl_ms=LONG),
+        "reclaim",
+        1,
+        "token",
+    ),
+    ("reclaim-ttl-0", lambda lg, a, b: lg.reclaim(token(1), [Limit(a, 1)], ttl_ms=0), "reclaim", 2, "ttl"),
     (
         "reclaim-second-capacity-0",
         lambda lg, a, b: lg.reclaim(token(1), [Limit(a, 1), Limit(b, 0)], ttl_ms=LONG),
         "reclaim",
         4,
+        "capacity",
     ),
+    ("withdraw-ttl-0", lambda lg, a, b: lg.withdraw(token(1), [Limit(a, 1)], ttl_ms=0), "withdraw", 2, "ttl"),
+    (
+        "declare-settle-negative",
+        lambda lg, a, b: lg.declare([Limit(a, 1), Limit(b, 1)], ttl_ms=LONG, settle_ms=-1),
+        "declare",
+        2,
+        "settle",
+    ),
+    (
+        "declare-second-capacity-0",
+        lambda lg, a, b: lg.declare([Limit(a, 1), Limit(b, 0)], ttl_ms=LONG),
+        "declare",
+        4,
+        "capacity",
+    ),
+    ("control-which-unknown", lambda lg, a, b: lg.control(a, "speed", ""), "control", 2, "which"),
+    ("control-capacity-0", lambda lg, a, b: lg.control(a, "capacity", "0"), "control", 3, "value"),
+    ("control-pause-with-2", lambda lg, a, b: lg.control(a, "paused", "2"), "control", 3, "value"),
 ]
 
 
 @pytest.mark.parametrize(
-    ("call", "script", "index"), [c[1:] for c in BAD_ARGUMENTS], ids=[c[0] for c in BAD_ARGUMENTS]
+    ("call", "script", "index", "name"), [c[1:] for c in BAD_ARGUMENTS], ids=[c[0] for c in BAD_ARGUMENTS]
 )
 def test_bad_arguments_are_refused_naming_the_argv_index(
-    engine_ledger: Ledger, call: Callable[[Ledger, str, str], object], script: str, index: int
+    engine_ledger: Ledger, call: Callable[[Ledger, str, str], object], script: str, index: int, name: str
 ) -> None:
     lg = engine_ledger
     a, b = lg.keys.queue("a"), lg.keys.runtime_key("b")
     with pytest.raises(LedgerArgumentError) as caught:
         call(lg, a, b)
-    assert str(caught.value) == f"{script}.lua refused ARGV[{index}]"
+    kind = next(f.kind for f in SPECS[script].args if name in f.names)
+    assert kind is not None
+    assert str(caught.value) == f"{script}.lua refused ARGV[{index}] ({name}: {kind.value})"
+    assert (caught.value.script, caught.value.index, caught.value.argument) == (script, index, name)
+    assert isinstance(caught.value.__cause__, redis.ResponseError)  # the script's error reply
     assert isinstance(caught.value, ValueError)
     assert isinstance(caught.value, LedgerError)
     assert lg.client.exists(a, b, lg.keys.line(a), lg.keys.line(b)) == 0  # nothing written, in no line
@@ -867,7 +925,7 @@ def test_works_with_decode_responses(engine_server: Server, engine_ledger: Ledge
             admitted=True, members=(1, 1), capacities=(1, 1)
         )
         assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG).replayed
-        assert lg.enter(token(2), [Limit(a, 1)], ttl_ms=LONG) == Entered(admitted=False, full=a)
+        assert lg.enter(token(2), [Limit(a, 1)], ttl_ms=LONG) == Entered(admitted=False, refused_by=a)
         assert lg.control(a, "capacity", "2") == (True, "")
         assert lg.declare([Limit(a, 1)], ttl_ms=LONG).controls == {f"capacity:{a}": "2"}
         (held,) = lg.holders(a)

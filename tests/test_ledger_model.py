@@ -172,8 +172,8 @@ class LedgerModel(RuleBasedStateMachine):
                 self.waiters.add(token)
             return Entered(
                 admitted=False,
-                full=refused,
-                waiting=line is not Line.NONE,
+                refused_by=refused,
+                in_line=line is not Line.NONE,
                 paused=self.state[refused].paused,
             )
         after = []

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from dramatiq_slots.errors import LedgerArgumentError
-from dramatiq_slots.ledger import Ledger, Limit, Line, Member
+from dramatiq_slots.ledger import Entered, Ledger, Limit, Line, Member
 from dramatiq_slots.worker.claims import process_part
 from tests.support.waiting import wait_until
 
@@ -73,7 +73,7 @@ _places = itertools.count(1)
 
 def enter(
     ledger: Ledger, token: str, *limits: Limit, line: Line = Line.JOIN, place: int | None = None
-) -> Any:
+) -> Entered:
     """enter.lua; each call takes a later place than the one before unless ``place`` is given."""
     return ledger.enter(token, limits, ttl_ms=TTL, line=line, place=next(_places) if place is None else place)
 
@@ -95,7 +95,7 @@ def test_a_release_hands_its_slot_to_the_first_in_line_not_to_a_newcomer(
     assert enter(ledger, "a:1:1:1", q).admitted
     with listening(redis_client, ledger, "b:1") as heard:
         refused = enter(ledger, "b:1:1:1", q)
-        assert not refused.admitted and refused.waiting and refused.full == q.ledger
+        assert not refused.admitted and refused.in_line and refused.refused_by == q.ledger
         assert ledger.line(q.ledger) == ["b:1:1:1"]
         assert leave(ledger, "a:1:1:1", q) == (1, (("b:1:1:1", q.ledger),))
         assert holders(ledger, q) == ["b:1:1:1"]
@@ -115,7 +115,7 @@ def test_the_line_is_served_in_arrival_order(ledger: Ledger, redis_client: redis
     waiters = [f"w{i}:1:1:1" for i in range(5)]
     with listening(redis_client, ledger, *(process_part(w) for w in waiters)):
         for w in waiters:
-            assert enter(ledger, w, q).waiting
+            assert enter(ledger, w, q).in_line
         served = []
         for releaser in ["h1:1:1:1", "h2:1:1:1", *waiters[:3]]:
             removed, handed = leave(ledger, releaser, q)
@@ -128,9 +128,9 @@ def test_the_line_is_served_in_arrival_order(ledger: Ledger, redis_client: redis
 def test_a_waiter_nobody_listens_for_is_skipped(ledger: Ledger, redis_client: redis.Redis) -> None:
     q = queue(ledger)
     assert enter(ledger, "a:1:1:1", q).admitted
-    assert enter(ledger, "dead:9:1:1", q).waiting  # its process is gone: no subscriber
+    assert enter(ledger, "dead:9:1:1", q).in_line  # its process is gone: no subscriber
     with listening(redis_client, ledger, "b:1") as heard:
-        assert enter(ledger, "b:1:1:1", q).waiting
+        assert enter(ledger, "b:1:1:1", q).in_line
         assert leave(ledger, "a:1:1:1", q) == (1, (("b:1:1:1", q.ledger),))
         assert heard["b:1"].messages() == [f"b:1:1:1 {q.ledger}"]
     assert holders(ledger, q) == ["b:1:1:1"]
@@ -152,7 +152,7 @@ def test_a_release_with_capacity_unknown_frees_the_slot_and_hands_it_to_nobody(
     q = queue(ledger)
     assert enter(ledger, "a:1:1:1", q).admitted
     with listening(redis_client, ledger, "b:1") as heard:
-        assert enter(ledger, "b:1:1:1", q).waiting
+        assert enter(ledger, "b:1:1:1", q).in_line
         assert leave(ledger, "a:1:1:1", Limit(q.ledger, 0)) == (1, ())
         assert heard["b:1"].messages() == []
     assert holders(ledger, q) == []
@@ -172,7 +172,7 @@ def test_no_slot_is_handed_over_while_the_ledger_is_over_capacity(
         assert enter(ledger, t, old).admitted
     new = queue(ledger, capacity=1)  # the same ledger, declared with a lower cap
     with listening(redis_client, ledger, "w:1") as heard:
-        assert enter(ledger, "w:1:1:1", new).waiting
+        assert enter(ledger, "w:1:1:1", new).in_line
         assert leave(ledger, "a:1:1:1", new) == (1, ())
         assert leave(ledger, "b:1:1:1", new) == (1, ())
         assert ledger.line(new.ledger) == ["w:1:1:1"]  # kept its place
@@ -186,11 +186,11 @@ def test_withdraw_leaves_the_line_or_reports_a_slot_handed_first(
 ) -> None:
     q = queue(ledger)
     assert enter(ledger, "a:1:1:1", q).admitted
-    assert enter(ledger, "b:1:1:1", q).waiting
+    assert enter(ledger, "b:1:1:1", q).in_line
     assert ledger.withdraw("b:1:1:1", [q], ttl_ms=60_000).held == 0
     assert ledger.line(q.ledger) == []
     with listening(redis_client, ledger, "c:1"):
-        assert enter(ledger, "c:1:1:1", q).waiting
+        assert enter(ledger, "c:1:1:1", q).in_line
         leave(ledger, "a:1:1:1", q)
         # c gives up a moment too late: the slot is already its own.
         withdrawn = ledger.withdraw("c:1:1:1", [q], ttl_ms=60_000)
@@ -201,16 +201,16 @@ def test_withdraw_leaves_the_line_or_reports_a_slot_handed_first(
 def test_asking_again_keeps_the_place_in_line(ledger: Ledger) -> None:
     q = queue(ledger)
     assert enter(ledger, "a:1:1:1", q).admitted
-    assert enter(ledger, "b:1:1:1", q, place=100).waiting
-    assert enter(ledger, "c:1:1:1", q, place=200).waiting
-    assert enter(ledger, "b:1:1:1", q, line=Line.KEEP, place=100).waiting
+    assert enter(ledger, "b:1:1:1", q, place=100).in_line
+    assert enter(ledger, "c:1:1:1", q, place=200).in_line
+    assert enter(ledger, "b:1:1:1", q, line=Line.KEEP, place=100).in_line
     assert ledger.line(q.ledger) == ["b:1:1:1", "c:1:1:1"]
     # Dropped from the line (its process did not answer a wake-up): it takes its place again.
     leave(ledger, "a:1:1:1", q)  # nobody listens: both are skipped
     assert ledger.line(q.ledger) == []
     assert enter(ledger, "x:1:1:1", q, line=Line.NONE).admitted  # the slot went to a newcomer
-    assert enter(ledger, "c:1:1:1", q, line=Line.KEEP, place=200).waiting
-    assert enter(ledger, "b:1:1:1", q, line=Line.KEEP, place=100).waiting
+    assert enter(ledger, "c:1:1:1", q, line=Line.KEEP, place=200).in_line
+    assert enter(ledger, "b:1:1:1", q, line=Line.KEEP, place=100).in_line
     assert ledger.line(q.ledger) == ["b:1:1:1", "c:1:1:1"]
 
 
@@ -218,15 +218,15 @@ def test_the_line_is_ordered_by_place_not_by_arrival(ledger: Ledger) -> None:
     """A message sent earlier but taken later by its worker still goes ahead."""
     q = queue(ledger)
     assert enter(ledger, "a:1:1:1", q).admitted
-    assert enter(ledger, "late:1:1:1", q, place=2_000).waiting
-    assert enter(ledger, "early:1:1:1", q, place=1_000).waiting
+    assert enter(ledger, "late:1:1:1", q, place=2_000).in_line
+    assert enter(ledger, "early:1:1:1", q, place=1_000).in_line
     assert ledger.line(q.ledger) == ["early:1:1:1", "late:1:1:1"]
 
 
 def test_admitted_on_asking_again_leaves_the_line(ledger: Ledger) -> None:
     q = queue(ledger)
     assert enter(ledger, "a:1:1:1", q).admitted
-    assert enter(ledger, "b:1:1:1", q).waiting
+    assert enter(ledger, "b:1:1:1", q).in_line
     # A release that hands nothing over (the heartbeat's, sent by beat.lua):
     assert ledger.beat([], [Member(q.ledger, "a:1:1:1")], ttl_ms=TTL) == []
     assert ledger.line(q.ledger) == ["b:1:1:1"]
@@ -242,11 +242,11 @@ def test_a_claim_handed_one_slot_of_two_gives_it_back_when_the_other_is_full(
     assert enter(ledger, "x:1:1:1", k).admitted
     with listening(redis_client, ledger, "b:1"):
         refused = enter(ledger, "b:1:1:1", q, k)
-        assert refused.waiting and refused.full == q.ledger
+        assert refused.in_line and refused.refused_by == q.ledger
         leave(ledger, "a:1:1:1", q)
         assert holders(ledger, q) == ["b:1:1:1"]
         again = enter(ledger, "b:1:1:1", q, k, line=Line.KEEP)
-    assert not again.admitted and again.full == k.ledger and again.waiting
+    assert not again.admitted and again.refused_by == k.ledger and again.in_line
     assert ledger.in_use(q.ledger) == 0  # given back: never one of two
     assert ledger.line(k.ledger) == ["b:1:1:1"]
 
@@ -286,13 +286,13 @@ def test_a_handed_hold_keeps_a_young_expiry_and_gets_a_fresh_one_when_old(
     q = queue(ledger)
     assert ledger.enter("a:1:1:1", [q], ttl_ms=10_000, line=Line.NONE).admitted  # expires in 10 s
     with listening(redis_client, ledger, "b:1", "c:1") as heard:
-        assert enter(ledger, "b:1:1:1", q).waiting
+        assert enter(ledger, "b:1:1:1", q).in_line
         assert leave(ledger, "a:1:1:1", q, age_ms=1_000) == (1, (("b:1:1:1", q.ledger),))
         assert heard["b:1"].messages() == [f"b:1:1:1 {q.ledger}"]
         kept = ledger.holders(q.ledger)[0].seconds_left
         assert 8 < kept <= 10, "slot for slot: the leaving hold's expiry passed on"
         assert heard["b:1"].expiries == [int(redis_client.zscore(q.ledger, "b:1:1:1") or 0)]
-        assert enter(ledger, "c:1:1:1", q).waiting
+        assert enter(ledger, "c:1:1:1", q).in_line
         # b's expiry is older than half the ttl (or of unknown age): c gets now + ttl.
         assert leave(ledger, "b:1:1:1", q, age_ms=None) == (1, (("c:1:1:1", q.ledger),))
         assert heard["c:1"].messages() == [f"c:1:1:1 {q.ledger}"]
@@ -307,7 +307,7 @@ def test_a_waiter_of_the_releasers_own_process_is_not_told_over_pub_sub(
 ) -> None:
     q = queue(ledger)
     assert enter(ledger, "h:7:1:1", q).admitted
-    assert enter(ledger, "h:7:2:2", q).waiting  # same process (h:7), another thread
+    assert enter(ledger, "h:7:2:2", q).in_line  # same process (h:7), another thread
     with listening(redis_client, ledger, "h:7") as heard:
         removed, handoffs = ledger.leave("h:7:1:1", [q], ttl_ms=TTL, age_ms=0, own_process="h:7")
         assert (removed, [h.token for h in handoffs]) == (1, ["h:7:2:2"])

@@ -45,20 +45,20 @@ def test_a_parked_hold_is_taken_by_the_next_claim_on_the_same_ledgers_within_its
     holds = LingeringHolds(released.append)
     hold = Hold("h:1:1:1", Q)
     holds.reusable(hold, 10_000)
-    assert holds.park(hold)
-    assert holds.take((Limit("p:queue:other", 8),)) is None
-    assert holds.take(Q) is hold
-    assert holds.take(Q) is None, "taken once"
-    assert holds.park(hold), "still in its window after a reuse"
+    assert holds.linger(hold)
+    assert holds.reuse((Limit("p:queue:other", 8),)) is None
+    assert holds.reuse(Q) is hold
+    assert holds.reuse(Q) is None, "taken once"
+    assert holds.linger(hold), "still in its window after a reuse"
     holds.release_all()
     assert released == [hold]
-    assert not holds.park(hold), "no lingering while stopped"
+    assert not holds.linger(hold), "no lingering while stopped"
     holds.resume()
 
 
 def test_a_hold_not_marked_reusable_is_not_parked() -> None:
     holds = LingeringHolds(lambda h: None)
-    assert not holds.park(Hold("h:1:1:2", Q))
+    assert not holds.linger(Hold("h:1:1:2", Q))
 
 
 def test_a_lingering_hold_is_released_by_the_thread_when_its_window_ends() -> None:
@@ -73,10 +73,10 @@ def test_a_lingering_hold_is_released_by_the_thread_when_its_window_ends() -> No
     hold = Hold("h:1:1:3", Q)
     holds.reusable(hold, 50)
     began = time.monotonic()
-    assert holds.park(hold)
+    assert holds.linger(hold)
     assert released.wait(5)
     assert got == [hold] and time.monotonic() - began >= 0.04
-    assert holds.take(Q) is None
+    assert holds.reuse(Q) is None
     assert len(holds) == 0
 
 

@@ -14,7 +14,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import TimeLimit
 
-from dramatiq_slots import Slots
+from dramatiq_slots import ArgumentError, Slots
 from dramatiq_slots.ledger import Limit
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
@@ -249,9 +249,9 @@ def test_holds_are_visible_while_running_and_gone_after(
 
 def test_holders_needs_exactly_one_ledger(add_slots: SlotsFactory) -> None:
     slots = add_slots()
-    with pytest.raises(TypeError, match="exactly one"):
+    with pytest.raises(ArgumentError, match="exactly one"):
         slots.holders()
-    with pytest.raises(TypeError, match="exactly one"):
+    with pytest.raises(ArgumentError, match="exactly one"):
         slots.holders(queue="a", key="b")
 
 

@@ -384,7 +384,7 @@ def test_a_deferral_the_broker_refuses_fails_the_message(
     assert any(r.exc_info and isinstance(r.exc_info[1], _NoCopies) for r in caplog.records)
 
 
-def test_a_runtime_key_capacity_without_a_runtime_key_is_refused(
+def test_a_runtime_key_capacity_or_on_busy_without_a_runtime_key_is_refused(
     broker: RedisBroker, add_slots: SlotsFactory
 ) -> None:
     add_slots()
@@ -409,6 +409,15 @@ def test_a_runtime_key_capacity_without_a_runtime_key_is_refused(
             actor.send_with_options(runtime_key_capacity=2, unique_at_runtime_key=key)
         assert str(raised.value) == (
             f"actor {actor.actor_name!r}: message option 'runtime_key_capacity': the message has no "
+            "runtime key for it to apply to (neither the message nor the actor sets unique_at_runtime_key)"
+        )
+    # on_busy, too, decides only for a runtime key: a message without one is told, not ignored.
+    plain.send_with_options(unique_at_runtime_key="index:eu", on_busy="skip")
+    for actor, key in ((per_message, None), (plain, False)):
+        with pytest.raises(ConfigurationError) as raised:
+            actor.send_with_options(on_busy="skip", unique_at_runtime_key=key)
+        assert str(raised.value) == (
+            f"actor {actor.actor_name!r}: message option 'on_busy': the message has no "
             "runtime key for it to apply to (neither the message nor the actor sets unique_at_runtime_key)"
         )
 

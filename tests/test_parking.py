@@ -44,9 +44,9 @@ def held_elsewhere(ledger: Ledger) -> Limit:
 def park_one(admission: Admission, parking: Parking, queue: Limit) -> Ticket:
     request = request_for(queue)
     waiter = parking.waiter()
-    answer = admission.arrive(request, 1, lambda: waiter)
+    answer = admission.admit_or_park(request, 1, lambda: waiter)
     assert isinstance(answer, InLine), answer
-    return parking.park(answer.hold, request, object(), waiter, full=answer.full)
+    return parking.park(answer.hold, request, object(), waiter, refused_by=answer.refused_by)
 
 
 def test_a_parked_claim_asks_again_after_2_4_8_s_and_leaves_its_line_at_max_wait(
@@ -73,7 +73,7 @@ def test_a_parked_claim_asks_again_after_2_4_8_s_and_leaves_its_line_at_max_wait
     assert ledger.line(queue.ledger) == []
     assert round(clock.now - start) == 30
     assert len(parking) == 0
-    assert admission.process.registry.waiting() == [], "no longer in doubt"
+    assert admission.process.registry.in_doubt() == [], "no longer in doubt"
 
 
 def test_a_slot_handed_by_a_release_makes_the_parked_message_ready_without_asking(

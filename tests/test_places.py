@@ -58,7 +58,7 @@ def test_places_a_microsecond_apart_keep_their_order_in_a_line(
     base = 1_796_016_120_520_514  # µs since the epoch: past Lua's 14 printed digits
     for token, place in (("b", base + 1), ("c", base + 2), ("a", base)):
         entry = ledger.enter(token, limit, ttl_ms=10_000, line=Line.JOIN, place=place)
-        assert not entry.admitted and entry.waiting
+        assert not entry.admitted and entry.in_line
     assert list(ledger.line(ledger.keys.queue("q"))) == ["a", "b", "c"]
     waiting = ledger.keys.line(ledger.keys.queue("q"))
     scores = cast("list[tuple[bytes, float]]", engine_client.zrange(waiting, 0, -1, withscores=True))

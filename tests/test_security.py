@@ -217,8 +217,8 @@ def test_the_readme_acl_allows_every_ledger_operation_and_nothing_more(
                 first, second, lost = f"{me}:1:1", f"{me}:2:1", "gone-host:1:1:1"
                 assert lg.enter(first, both, ttl_ms=LONG, line=Line.JOIN, place=1).admitted
                 waiter = wakeups.expect(second)
-                assert lg.enter(second, [Limit(queue, 1)], ttl_ms=LONG, line=Line.JOIN, place=2).waiting
-                assert lg.enter(second, [Limit(queue, 1)], ttl_ms=LONG, line=Line.KEEP, place=2).waiting
+                assert lg.enter(second, [Limit(queue, 1)], ttl_ms=LONG, line=Line.JOIN, place=2).in_line
+                assert lg.enter(second, [Limit(queue, 1)], ttl_ms=LONG, line=Line.KEEP, place=2).in_line
                 assert lg.line(queue) == [second]
                 # Released as if by another process (no own_process): the handoff goes out by
                 # PUBLISH, with a fresh expiry (unknown age: TIME and PEXPIREAT in leave.lua).

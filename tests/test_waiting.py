@@ -231,7 +231,7 @@ def test_a_slot_handed_to_a_claim_nobody_waits_for_is_given_back(
     assert ledger.enter("elsewhere:1:1:1", [limit], ttl_ms=30_000, line=Line.JOIN).admitted
     # A claim of this process in line that gave up without leaving it (its outcome was unknown).
     stray = new_token()
-    assert ledger.enter(stray, [limit], ttl_ms=30_000, line=Line.JOIN).waiting
+    assert ledger.enter(stray, [limit], ttl_ms=30_000, line=Line.JOIN).in_line
     removed, handoffs = ledger.leave("elsewhere:1:1:1", [limit], ttl_ms=30_000, age_ms=0)
     assert (removed, [(h.token, h.ledger) for h in handoffs]) == (1, [(stray, limit.ledger)])
     # Handed over, heard by this process's wake channel, owed back, released by the heartbeat.
@@ -258,7 +258,7 @@ def test_a_wake_up_sets_its_waiters_event_and_names_the_ledger() -> None:
     assert waiter.fence == 7
     wakeups.handle("h:1:2:4 0 8 p:key:a b")  # nobody waits for it: a stray, ledger names may hold spaces
     assert strays == [("h:1:2:4", "p:key:a b")]
-    wakeups.forget("h:1:2:3")
+    wakeups.stop_expecting("h:1:2:3")
     wakeups.handle("h:1:2:3 0 9 p:queue:q")
     assert strays[-1] == ("h:1:2:3", "p:queue:q")
 

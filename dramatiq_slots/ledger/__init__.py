@@ -6,6 +6,8 @@ on its own. Its modules, by job:
 
 - :mod:`.keys`: the name of every key in Redis;
 - :mod:`.scripts`, with ``lua/``: the Lua scripts, their includes, their registration per client;
+- :mod:`.specs`: one spec per script (its KEYS, its ARGV, its reply's parser), which the
+  script's header repeats;
 - :mod:`.ledger`: :class:`Ledger`, the Python face of the scripts;
 - :mod:`.replies`: what its methods take and answer (:class:`Limit`, :class:`Member`, ...);
 - :mod:`.client`: the client it talks to, and how it is named without credentials;
@@ -19,18 +21,20 @@ from __future__ import annotations
 from ..errors import LedgerError
 from .client import RedisClient, eviction_risk, redacted_address
 from .ledger import Ledger
-from .replies import Beaten, Declared, Entered, Handoff, Holder, Limit, Line, Member, Withdrawn
+from .replies import Beaten, Changed, Declared, Entered, Handoff, Holder, Left, Limit, Line, Member, Withdrawn
 from .scripts import SCRIPTS
 
 __all__ = [
     "SCRIPTS",
     "Beaten",
+    "Changed",
     "Declared",
     "Entered",
     "Handoff",
     "Holder",
     "Ledger",
     "LedgerError",
+    "Left",
     "Limit",
     "Line",
     "Member",

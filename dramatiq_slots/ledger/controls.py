@@ -31,6 +31,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from ..errors import ArgumentError
 from .client import RedisClient
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .ledger import Ledger
@@ -134,7 +135,7 @@ class Controls:
     def set_capacity(self, ledger: str, capacity: int) -> Change:
         """Override ``ledger``'s capacity on every worker (until :meth:`reset_capacity`)."""
         if isinstance(capacity, bool) or not isinstance(capacity, int) or not 1 <= capacity <= MAX_CAPACITY:
-            raise ValueError(f"capacity must be an int from 1 to {MAX_CAPACITY}, got {capacity!r}")
+            raise ArgumentError(f"capacity must be an int from 1 to {MAX_CAPACITY}, got {capacity!r}")
         return self._set(ledger, CAPACITY, str(capacity))
 
     def reset_capacity(self, ledger: str) -> Change:
@@ -157,7 +158,7 @@ class Controls:
 
     def _checked(self, ledger: str) -> str:
         if self.keys.parse(ledger) is None:
-            raise ValueError(
+            raise ArgumentError(
                 f"not a ledger under prefix {self.keys.prefix!r}: {ledger!r} (Controls.queue(name) and "
                 "Controls.runtime_key(key) name one)"
             )

@@ -71,6 +71,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import ArgumentError
+
 LedgerKind = Literal["queue", "key"]
 
 DEFAULT_KEY_PREFIX = "dramatiq-slots"
@@ -92,9 +94,9 @@ class KeySpace:
 
     def __post_init__(self) -> None:
         if not isinstance(self.prefix, str) or not self.prefix:
-            raise ValueError(f"key_prefix must be a non-empty str, got {self.prefix!r}")
+            raise ArgumentError(f"key_prefix must be a non-empty str, got {self.prefix!r}")
         if "{" in self.prefix or "}" in self.prefix:
-            raise ValueError(
+            raise ArgumentError(
                 f"key_prefix must not contain braces, got {self.prefix!r}: it becomes the Redis Cluster "
                 "hash tag {<prefix>} of every key"
             )
@@ -120,7 +122,7 @@ class KeySpace:
     def _parsed(self, ledger: str) -> tuple[LedgerKind, str]:
         parsed = self.parse(ledger)
         if parsed is None:
-            raise ValueError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
+            raise ArgumentError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
         return parsed
 
     def controls(self) -> str:

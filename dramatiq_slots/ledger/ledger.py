@@ -11,8 +11,9 @@ nothing that belongs to anyone else.
 
 Every operation is one Lua script (``lua/*.lua``, shipped with the
 package, each opening with its KEYS/ARGV/return contract; :mod:`.scripts`), registered on the
-client this ledger was given and called with EVALSHA; redis-py loads it again
-after a ``NOSCRIPT`` (a ``SCRIPT FLUSH`` or a restarted server). Time is
+client this ledger was given and called with EVALSHA through its spec (:mod:`.specs`: KEYS and
+ARGV by name, the reply typed, an error reply raised as the ledger's error); redis-py loads it
+again after a ``NOSCRIPT`` (a ``SCRIPT FLUSH`` or a restarted server). Time is
 always read inside the script with ``TIME``: callers' clocks never decide
 whether a hold is alive, so a host whose clock is off cannot expire anyone.
 What the methods take and answer is in :mod:`.replies`; how Redis's failures become the
@@ -28,16 +29,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import redis
 from redis.cluster import RedisCluster
 
+from ..errors import ArgumentError
 from .client import RedisClient, redacted_address
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .replies import Beaten, Declared, Entered, Handoff, Holder, Limit, Line, Member, Withdrawn, _text
+from .replies import Beaten, Changed, Declared, Entered, Holder, Left, Limit, Line, Member, Withdrawn, _text
 from .scripts import register
-from .translation import check_codes, refused_for_now, translated
+from .specs import (
+    BEAT,
+    CONTROL,
+    DECLARE,
+    ENTER,
+    HOLDERS,
+    IN_USE,
+    LEAVE,
+    REASSERT,
+    RECLAIM,
+    SETTLE,
+    WITHDRAW,
+    Call,
+)
+from .translation import refused_for_now, translated
+
+R = TypeVar("R")
 
 
 class Ledger:
@@ -59,7 +78,7 @@ class Ledger:
         replicas_timeout_ms: int = 100,
     ) -> None:
         if replicas and isinstance(client, RedisCluster):
-            raise ValueError(
+            raise ArgumentError(
                 "replicas: WAIT must follow the admission on its own connection, which a cluster "
                 "client does not offer; not supported on Redis Cluster"
             )
@@ -93,11 +112,13 @@ class Ledger:
     def _translated(self, operation: str) -> AbstractContextManager[None]:
         return translated(self.client, operation)
 
-    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Call script ``name``; its ``{-1, j}`` answer (ARGV[j] malformed) is a LedgerArgumentError."""
-        reply = self._scripts[name](keys=list(keys), args=list(args))
-        check_codes(name, reply)
-        return reply
+    def _run(self, call: Call[R]) -> R:
+        """Send ``call``; its typed reply, or its error reply as the ledger's error (:meth:`Call.answer`)."""
+        try:
+            raw: Any = self._scripts[call.spec.name](keys=call.keys, args=call.args)
+        except redis.ResponseError as e:
+            raw = e
+        return call.answer(raw)
 
     def _pipelined(self, fill: Callable[[Any], None]) -> list[Any]:
         """One round trip: ``fill(pipe)`` queues its commands, scripts with :meth:`_queue`; the
@@ -115,19 +136,18 @@ class Ledger:
                 self.client.script_load(script.script)
         return replies
 
-    def _queue(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
-        """Queue script ``name`` on ``pipe`` (see :meth:`_pipelined`)."""
-        pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+    def _queue(self, pipe: Any, call: Call[Any]) -> None:
+        """Queue ``call`` on ``pipe`` (see :meth:`_pipelined`); :meth:`Call.answer` reads its reply."""
+        pipe.evalsha(self._scripts[call.spec.name].sha, len(call.keys), *call.keys, *call.args)
 
-    def _with_controls(self, limits: Sequence[Limit]) -> list[str]:
-        """Ledgers, their lines, the controls, the fence keys (what enter.lua and leave.lua take)."""
-        fences = [self.keys.fence(limit.ledger) for limit in limits]
-        return [*self._with_lines(limits), self.keys.controls(), *fences]
-
-    def _with_lines(self, limits: Sequence[Limit]) -> list[str]:
-        """Ledgers, then their lines."""
+    def _runs(self, limits: Sequence[Limit]) -> dict[str, Any]:
+        """The KEYS runs ``ledger``, ``line`` and ``fence`` of ``limits`` (enter, leave, withdraw)."""
         ledgers = [limit.ledger for limit in limits]
-        return [*ledgers, *map(self.keys.line, ledgers)]
+        return {
+            "ledger": ledgers,
+            "line": [self.keys.line(ledger) for ledger in ledgers],
+            "fence": [self.keys.fence(ledger) for ledger in ledgers],
+        }
 
     def enter(
         self,
@@ -152,55 +172,36 @@ class Ledger:
         a missing epoch keeps newcomers out (``lib/epoch.lua``; 0: the epoch is not read).
         """
         if not limits:
-            raise ValueError("enter needs at least one limit")
-        keys = [*self._with_controls(limits), self.keys.epoch()]
+            raise ArgumentError("enter needs at least one limit")
         codes = list(busy) or [0] * len(limits)
         if len(codes) != len(limits):
-            raise ValueError("enter needs one on_busy code per limit")
-        args: list[Any] = [
-            token,
-            ttl_ms,
-            int(line),
-            place,
-            *(limit.capacity for limit in limits),
-            *codes,
-            settle_ms,
-        ]
-        replicated: int | None = None
-        with self._translated("enter"):
-            if self.replicas:
-                # One connection for both, so WAIT counts the replicas that have this admission.
-
-                def enter_and_wait(pipe: Any) -> None:
-                    self._queue(pipe, "enter", keys, args)
-                    pipe.execute_command("WAIT", self.replicas, self.replicas_timeout_ms)
-
-                reply, acked = self._pipelined(enter_and_wait)
-                for answer in (reply, acked):
-                    if isinstance(answer, Exception):
-                        raise answer
-                check_codes("enter", reply)
-                replicated = int(acked)
-            else:
-                reply = self._run("enter", keys, args)
-        if int(reply[0]) == 1:
-            n = len(limits)
-            return Entered(
-                admitted=True,
-                replayed=int(reply[1]) == 1,
-                members=tuple(int(m) for m in reply[2 : 2 + n]),
-                replicated=replicated,
-                capacities=tuple(int(c) for c in reply[2 + n : 2 + 2 * n]),
-                fences=tuple(int(f) for f in reply[2 + 2 * n : 2 + 3 * n]),
-            )
-        return Entered(
-            admitted=False,
-            full=limits[int(reply[1]) - 1].ledger,
-            waiting=int(reply[2]) == 1,
-            paused=int(reply[3]) == 1,
-            dropped=int(reply[4]) == 1,
-            settling_ms=int(reply[5]),
+            raise ArgumentError("enter needs one on_busy code per limit")
+        call = ENTER.call(
+            keys={**self._runs(limits), "controls": self.keys.controls(), "epoch": self.keys.epoch()},
+            args={
+                "token": token,
+                "ttl": ttl_ms,
+                "line": int(line),
+                "place": place,
+                "capacity": [limit.capacity for limit in limits],
+                "busy": codes,
+                "settle": settle_ms,
+            },
         )
+        with self._translated("enter"):
+            if not self.replicas:
+                return self._run(call)
+            # One connection for both, so WAIT counts the replicas that have this admission.
+
+            def enter_and_wait(pipe: Any) -> None:
+                self._queue(pipe, call)
+                pipe.execute_command("WAIT", self.replicas, self.replicas_timeout_ms)
+
+            reply, acked = self._pipelined(enter_and_wait)
+            entered = call.answer(reply)
+            if isinstance(acked, Exception):
+                raise acked
+        return replace(entered, replicated=int(acked)) if entered.admitted else entered
 
     def leave(
         self,
@@ -210,7 +211,7 @@ class Ledger:
         ttl_ms: int,
         age_ms: int | None = None,
         own_process: str = "",
-    ) -> tuple[int, tuple[Handoff, ...]]:
+    ) -> Left:
         """Remove ``token``'s holds, handing each freed slot to the first claim in that ledger's line.
 
         A limit's capacity of 0 means "unknown": that ledger's slot is freed and
@@ -229,33 +230,30 @@ class Ledger:
         removed, and a :class:`Handoff` for each claim handed a slot.
         """
         if not limits:
-            return 0, ()
+            return Left(0)
         age = -1 if age_ms is None or age_ms * 2 > ttl_ms else max(0, int(age_ms))
-        args: list[Any] = [
-            token,
-            self.keys.wake_channel_prefix(),
-            ttl_ms,
-            age,
-            own_process,
-            *(limit.capacity for limit in limits),
-        ]
-        with self._translated("leave"):
-            reply = self._run("leave", self._with_controls(limits), args)
-        rest = reply[1:]
-        return int(reply[0]), tuple(
-            Handoff(_text(rest[k]), limits[int(rest[k + 1]) - 1].ledger, int(rest[k + 2]), int(rest[k + 3]))
-            for k in range(0, len(rest), 4)
+        call = LEAVE.call(
+            keys={**self._runs(limits), "controls": self.keys.controls()},
+            args={
+                "token": token,
+                "channel": self.keys.wake_channel_prefix(),
+                "ttl": ttl_ms,
+                "age": age,
+                "own": own_process,
+                "capacity": [limit.capacity for limit in limits],
+            },
         )
+        with self._translated("leave"):
+            return self._run(call)
 
     def withdraw(self, token: str, limits: Sequence[Limit], *, ttl_ms: int) -> Withdrawn:
         """Take ``token`` out of every line; how many of the ledgers it holds now (all: it is
         admitted, and gets a fresh fence on each)."""
         if not limits:
             return Withdrawn(0)
-        keys = [*self._with_lines(limits), *(self.keys.fence(limit.ledger) for limit in limits)]
+        call = WITHDRAW.call(keys=self._runs(limits), args={"token": token, "ttl": ttl_ms})
         with self._translated("withdraw"):
-            reply = self._run("withdraw", keys, [token, ttl_ms])
-        return Withdrawn(int(reply[0]), tuple(int(f) for f in reply[1:]))
+            return self._run(call)
 
     def line(self, ledger: str) -> list[str]:
         """The claims in ``ledger``'s line, first in line first."""
@@ -302,29 +300,29 @@ class Ledger:
         waited = list({limit.ledger: limit for limit in lines}.values())
         report_px = ttl_ms if report_ttl_ms is None else report_ttl_ms
         beating = bool(refresh or owed or waited)
-        keys = [
-            *(m.ledger for m in refresh),
-            *(key for m in owed for key in (m.ledger, self.keys.line(m.ledger))),
-            *(
-                key
-                for limit in waited
-                for key in (limit.ledger, self.keys.line(limit.ledger), self.keys.fence(limit.ledger))
-            ),
-            self.keys.epoch(),
-            self.keys.controls(),
-        ]
-        args: list[Any] = [
-            ttl_ms,
-            len(refresh),
-            len(owed),
-            *(m.token for m in [*refresh, *owed]),
-            self.keys.wake_channel_prefix(),
-            own_process,
-            settle_ms,
-            *(limit.capacity for limit in waited),
-        ]
-        declared_keys, declared_args = self._declaration(declare or (), report_px, settle_ms)
-        reply: Any = None
+        call = BEAT.call(
+            keys={
+                "refreshed": [m.ledger for m in refresh],
+                "owed": [m.ledger for m in owed],
+                "owed_line": [self.keys.line(m.ledger) for m in owed],
+                "waited": [limit.ledger for limit in waited],
+                "waited_line": [self.keys.line(limit.ledger) for limit in waited],
+                "waited_fence": [self.keys.fence(limit.ledger) for limit in waited],
+                "epoch": self.keys.epoch(),
+                "controls": self.keys.controls(),
+            },
+            args={
+                "ttl": ttl_ms,
+                "refresh_token": [m.token for m in refresh],
+                "owed_token": [m.token for m in owed],
+                "channel": self.keys.wake_channel_prefix(),
+                "own": own_process,
+                "settle": settle_ms,
+                "capacity": [limit.capacity for limit in waited],
+            },
+        )
+        declaration = self._declaration(declare or (), report_px, settle_ms)
+        beaten = Beaten()
         declared: Declared | None = None
         with self._translated("beat"):
             if isinstance(self.client, RedisCluster):
@@ -332,12 +330,12 @@ class Ledger:
                 if report is not None:
                     self._write_report(report, report_px)
                 if declare is not None:
-                    declared = self._declared(declare, self._run("declare", declared_keys, declared_args))
+                    declared = self._run(declaration)
                 if beating:
-                    reply = self._run("beat", keys, args)
+                    beaten = self._run(call)
             elif report is None and declare is None:
                 if beating:
-                    reply = self._run("beat", keys, args)
+                    beaten = self._run(call)
             else:
                 # The report first: a refreshed hold never shows without its process's report.
 
@@ -345,9 +343,9 @@ class Ledger:
                     if report is not None:
                         pipe.set(report[0], report[1], px=report_px)
                     if declare is not None:
-                        self._queue(pipe, "declare", declared_keys, declared_args)
+                        self._queue(pipe, declaration)
                     if beating:
-                        self._queue(pipe, "beat", keys, args)
+                        self._queue(pipe, call)
 
                 replies = self._pipelined(report_and_beat)
                 if report is not None:
@@ -356,78 +354,50 @@ class Ledger:
                         raise written
                     self.report_error = written if isinstance(written, Exception) else None
                 if declare is not None:
-                    answer = replies.pop(0)
-                    if isinstance(answer, Exception):
-                        raise answer
-                    check_codes("declare", answer)
-                    declared = self._declared(declare, answer)
+                    declared = declaration.answer(replies.pop(0))
                 if beating:
-                    reply = replies.pop(0)
-                    if isinstance(reply, Exception):
-                        raise reply
-                    check_codes("beat", reply)
-        if reply is None:
-            return Beaten(declared=declared)
-        lost, handed, bad, now_ms = reply
-        return Beaten(
-            (refresh[int(i) - 1] for i in lost),
-            handoffs=tuple(
-                Handoff(_text(handed[k]), waited[int(handed[k + 1]) - 1].ledger, 0, int(handed[k + 2]))
-                for k in range(0, len(handed), 3)
-            ),
-            declared=declared,
-            refused={_text(bad[k]): _text(bad[k + 1]) for k in range(0, len(bad), 2)},
-            redis_ms=int(now_ms),
-        )
+                    beaten = call.answer(replies.pop(0))
+        beaten.declared = declared
+        return beaten
 
-    def _declaration(
-        self, limits: Sequence[Limit], ttl_ms: int, settle_ms: int
-    ) -> tuple[list[str], list[Any]]:
-        """declare.lua's keys and arguments."""
-        return (
-            [
-                self.keys.controls(),
-                self.keys.epoch(),
-                *(self.keys.declared(limit.ledger) for limit in limits),
-            ],
-            [ttl_ms, settle_ms, *(limit.capacity for limit in limits)],
-        )
-
-    @staticmethod
-    def _declared(limits: Sequence[Limit], reply: Any) -> Declared:
-        flat = [_text(v) for v in reply[0]]
-        return Declared(
-            controls=dict(zip(flat[0::2], flat[1::2], strict=True)),
-            others={
-                limit.ledger: tuple(int(c) for c in others)
-                for limit, others in zip(limits, reply[3:], strict=True)
-                if others
+    def _declaration(self, limits: Sequence[Limit], ttl_ms: int, settle_ms: int) -> Call[Declared]:
+        """declare.lua's call."""
+        return DECLARE.call(
+            keys={
+                "controls": self.keys.controls(),
+                "epoch": self.keys.epoch(),
+                "declared": [self.keys.declared(limit.ledger) for limit in limits],
             },
-            settling_ms=int(reply[1]),
-            redis_ms=int(reply[2]) or None,
+            args={"ttl": ttl_ms, "settle": settle_ms, "capacity": [limit.capacity for limit in limits]},
+            ledgers=[limit.ledger for limit in limits],
         )
 
     def declare(self, limits: Sequence[Limit], *, ttl_ms: int, settle_ms: int = 0) -> Declared:
         """Say which capacities this process declares (each counts ``ttl_ms``); read the controls
         and the other capacities live processes declare (``declare.lua``; read-only on the controls);
         with ``settle_ms``, keep the epoch alive (made when missing: ``lib/epoch.lua``)."""
-        keys, args = self._declaration(limits, ttl_ms, settle_ms)
+        call = self._declaration(limits, ttl_ms, settle_ms)
         with self._translated("declare"):
-            return self._declared(limits, self._run("declare", keys, args))
+            return self._run(call)
 
-    def control(self, ledger: str, which: str, value: str) -> tuple[bool, str]:
+    def control(self, ledger: str, which: str, value: str) -> Changed:
         """Set (``value``) or clear (``""``) control ``which`` (``capacity`` or ``paused``) of
         ``ledger``, and tell the workers; ``(changed, value before)`` (``control.lua``)."""
+        controls = self.keys.controls()
+        call = CONTROL.call(
+            keys={"controls": controls},
+            args={"ledger": ledger, "which": which, "value": value, "channel": controls},
+        )
         with self._translated("control"):
-            reply = self._run("control", [self.keys.controls()], [ledger, which, value, self.keys.controls()])
-        return int(reply[0]) == 1, _text(reply[1])
+            return self._run(call)
 
     def settle(self) -> int:
         """Declare the ledgers settled now (``settle.lua``): no newcomer waits for a missing epoch
         (docs/design.md, "Restarted empty: the epoch"). Only for when no job of the prefix runs.
         Returns the ms that were left of a settling (0: none was in course)."""
+        call = SETTLE.call(keys={"epoch": self.keys.epoch()}, args={})
         with self._translated("settle"):
-            return int(self._run("settle", [self.keys.epoch()], []))
+            return self._run(call)
 
     def _write_report(self, report: tuple[str, str], ttl_ms: int) -> None:
         """``SET`` a process report with ``PX``; a refusal that is not "try later" goes to report_error."""
@@ -454,9 +424,12 @@ class Ledger:
         members = [Member(*m) for m in members]
         if not members:
             return []
+        call = REASSERT.call(
+            keys={"ledger": [m.ledger for m in members]},
+            args={"ttl": ttl_ms, "token": [m.token for m in members]},
+        )
         with self._translated("reassert"):
-            reply = self._run("reassert", [m.ledger for m in members], [ttl_ms, *(m.token for m in members)])
-        return [int(n) for n in reply]
+            return self._run(call)
 
     def reclaim(self, token: str, limits: Sequence[Limit], *, ttl_ms: int) -> str | None:
         """Take a lost hold back on every ledger where it still fits, or on none.
@@ -465,25 +438,25 @@ class Ledger:
         ledger that is full without it (nothing written). See ``reclaim.lua``.
         """
         if not limits:
-            raise ValueError("reclaim needs at least one limit")
+            raise ArgumentError("reclaim needs at least one limit")
+        call = RECLAIM.call(
+            keys={"ledger": [limit.ledger for limit in limits], "controls": self.keys.controls()},
+            args={"token": token, "ttl": ttl_ms, "capacity": [limit.capacity for limit in limits]},
+        )
         with self._translated("reclaim"):
-            reply = self._run(
-                "reclaim",
-                [*(limit.ledger for limit in limits), self.keys.controls()],
-                [token, ttl_ms, *(limit.capacity for limit in limits)],
-            )
-        return None if int(reply[0]) == 1 else limits[int(reply[1]) - 1].ledger
+            return self._run(call).refused_by
 
     def in_use(self, ledger: str) -> int:
         """Live holds of one ledger, by the Redis clock."""
+        call = IN_USE.call(keys={"ledger": ledger}, args={})
         with self._translated("in_use"):
-            return int(self._run("in_use", [ledger], []))
+            return self._run(call)
 
     def holders(self, ledger: str) -> list[Holder]:
         """Live holds of one ledger, soonest to expire first."""
+        call = HOLDERS.call(keys={"ledger": ledger}, args={})
         with self._translated("holders"):
-            reply = self._run("holders", [ledger], [])
-        return [Holder(_text(reply[i]), int(reply[i + 1]) / 1000) for i in range(0, len(reply), 2)]
+            return self._run(call)
 
     def ledgers(self) -> list[str]:
         """Every ledger key under this prefix (SCAN; for inspection, not for admission)."""

@@ -46,16 +46,16 @@ class Entered:
 
     ``admitted``: the token now holds every ledger it asked for.
     ``replayed``: it held them all already (a retried call, or a slot a release
-    handed over): nothing was counted twice. ``full``: when refused, the first
-    ledger found at capacity. ``waiting``: a refused claim is in that ledger's
+    handed over): nothing was counted twice. ``refused_by``: when refused, the first
+    ledger found at capacity. ``in_line``: a refused claim is in that ledger's
     line now. ``members``: when admitted, each ledger's member count after the
     admission (its capacity where the token already held it).
     """
 
     admitted: bool
     replayed: bool = False
-    full: str | None = None
-    waiting: bool = False
+    refused_by: str | None = None
+    in_line: bool = False
     members: tuple[int, ...] = ()
     #: How many replicas acknowledged the admission (``WAIT``); None when not asked.
     replicated: int | None = None
@@ -83,6 +83,14 @@ class Handoff:
     age_ms: int
     #: Left out of comparisons, as :attr:`Entered.fences`.
     fence: int = field(default=0, compare=False)
+
+
+class Left(NamedTuple):
+    """What :meth:`Ledger.leave` answers: how many of the token's members were removed, and a
+    :class:`Handoff` for each claim handed a slot."""
+
+    removed: int
+    handoffs: tuple[Handoff, ...] = ()
 
 
 class Withdrawn(NamedTuple):
@@ -129,6 +137,22 @@ class Beaten(list[Member]):
         self.refused: dict[str, str] = dict(refused or {})
         #: The Redis clock the beat read (ms; None: ``beat.lua`` did not run).
         self.redis_ms = redis_ms
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    """What ``reclaim.lua`` answers: ``refused_by``, the first ledger full without the claim
+    (nothing written), or None when it holds every ledger again."""
+
+    refused_by: str | None
+
+
+class Changed(NamedTuple):
+    """What :meth:`Ledger.control` answers: whether the control changed, and its value before
+    (``""``: none)."""
+
+    changed: bool
+    before: str
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """The Lua scripts: the table of them, their includes, and their registration on a client.
 
 Every operation of :class:`~.ledger.Ledger` is one Lua script, ``lua/<name>.lua`` (shipped with
-the package, each opening with its KEYS/ARGV/return contract). A script sent to Redis is
-self-contained, so each ``-- include: <lib>`` line is replaced by ``lua/lib/<lib>.lua`` when the
-script is loaded. The scripts are registered per client, not in module globals: each
-registered script caches its SHA and reloads itself on its client after ``NOSCRIPT``.
+the package, each opening with its KEYS/ARGV/return contract, which its spec in :mod:`.specs`
+repeats for Python). A script sent to Redis is self-contained, so each ``-- include: <lib>`` line
+is replaced by ``lua/lib/<lib>.lua`` when the script is loaded. The scripts are registered per
+client, not in module globals: each registered script caches its SHA and reloads itself on its
+client after ``NOSCRIPT``.
 
 This module imports nothing from dramatiq.
 """
@@ -15,21 +16,11 @@ from importlib import resources
 from typing import Any
 
 from .client import RedisClient
+from .specs import SPECS
 
-#: Every script, by the name of the :class:`Ledger` method that calls it (``lua/<name>.lua``).
-SCRIPTS = (
-    "enter",
-    "leave",
-    "withdraw",
-    "beat",
-    "reassert",
-    "reclaim",
-    "holders",
-    "in_use",
-    "declare",
-    "control",
-    "settle",
-)
+#: Every script, by the name of the :class:`Ledger` method that calls it (``lua/<name>.lua``):
+#: one per spec (:mod:`.specs`).
+SCRIPTS = tuple(SPECS)
 
 #: A script line that inlines ``lua/lib/<name>.lua`` (Lua scripts sent to Redis are self-contained).
 _INCLUDE = "-- include: "

@@ -3,8 +3,9 @@
 An unreachable server, a cluster moving its slots, and a refusal that says nothing about the
 request (no memory, a read-only replica, a server loading...) are :class:`LedgerUnavailable`:
 the same call may succeed later, and nothing was written. Any other refusal is a
-:class:`LedgerError`; a script's ``{-1, j}`` answer (ARGV[j] malformed) a
-:class:`LedgerArgumentError`. Every message names the server by
+:class:`LedgerError`; a script's ``SLOTS_ARG <j> <name>`` error reply (ARGV[j] malformed) a
+:class:`LedgerArgumentError`, built by the call's spec (:meth:`.specs.Call.refused`), which
+reads it with :func:`refused_argument`. Every message names the server by
 :func:`~.client.redacted_address`, never with its credentials.
 
 This module imports nothing from dramatiq.
@@ -12,13 +13,13 @@ This module imports nothing from dramatiq.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import redis
 
-from ..errors import LedgerArgumentError, LedgerError, LedgerUnavailable
+from ..errors import LedgerError, LedgerUnavailable
 from .client import RedisClient, redacted_address
 
 #: Redis answers that mean "cannot write now", treated like an unreachable server.
@@ -77,6 +78,16 @@ def translated(client: RedisClient, operation: str) -> Iterator[None]:
         raise LedgerError(f"ledger {operation} failed: {e}") from e
 
 
-def check_codes(script: str, reply: Any) -> None:
-    if isinstance(reply, list) and len(reply) == 2 and reply[0] == -1:
-        raise LedgerArgumentError(f"{script}.lua refused ARGV[{reply[1]}]")
+#: A script's error reply for a malformed argument, ``SLOTS_ARG <j> <name>`` (``lua/lib/args.lua``),
+#: as redis-py gives it: alone, or after the ``Command # k (...) of pipeline caused error: `` it
+#: puts before the first error of a pipeline that raises.
+_ARGUMENT_REFUSED = re.compile(r"(?:^|of pipeline caused error: )SLOTS_ARG (\d+) (\w+)")
+
+
+def refused_argument(error: BaseException) -> tuple[int, str] | None:
+    """``(j, name)`` of a script's ``SLOTS_ARG`` error reply (j = 0: a wrong count); None for any
+    other error."""
+    if not isinstance(error, redis.ResponseError):
+        return None
+    found = _ARGUMENT_REFUSED.search(str(error))
+    return None if found is None else (int(found[1]), found[2])

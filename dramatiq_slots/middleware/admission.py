@@ -90,7 +90,7 @@ class Admission:
             return self._admit(request, message_key, deferrals=deferrals, defer=defer, drop=drop)
         finally:
             # Settled on every path but an exception's: then what is in doubt is owed.
-            process.abandon()
+            process.owe_doubts()
 
     def reuse(self, request: Request, message_key: int) -> Hold | None:
         """A lingering hold of the same limits, now the message's (on record as running), if any."""
@@ -99,7 +99,7 @@ class Admission:
             limit.ledger for limit in request.limits
         ):
             return None
-        lingering = process.lingering.take(request.limits, claim=process.registry.doubt)
+        lingering = process.lingering.reuse(request.limits, claim=process.registry.doubt)
         if lingering is None:
             return None
         # Its expiry's age is still on record (lingering does not forget it).
@@ -127,7 +127,7 @@ class Admission:
             hold = Hold(new_token(), request.limits, request.label, request.strict, request.actor)
             refused: Sequence[Limit]
             try:
-                answer = self.attempt(hold, request)
+                answer = self.claim(hold, request)
             except LedgerUnavailable as e:
                 # The script may have run before the reply was lost (redis-py's
                 # own retries of this call replayed the same token; they are
@@ -145,16 +145,18 @@ class Admission:
                 raise AdmissionError(f"actor {request.actor!r}: {e}; the actor did not run") from e
             else:
                 entered = answer.entered
-                distrust = self._take(hold, request, message_key, answer) if entered.admitted else None
+                distrust = (
+                    self._record_admitted(hold, request, message_key, answer) if entered.admitted else None
+                )
                 if entered.admitted and distrust is None:
                     return hold
                 if entered.dropped and drop is not None:
-                    raise drop(busy_reason(request, entered.full))
+                    raise drop(busy_reason(request, entered.refused_by))
                 if distrust is not None:
                     reason, refused = distrust, request.limits  # given back: come back later
                 else:
-                    reason = f"ledger {entered.full!r} is full"
-                    refused = tuple(limit for limit in request.limits if limit.ledger == entered.full)
+                    reason = f"ledger {entered.refused_by!r} is full"
+                    refused = tuple(limit for limit in request.limits if limit.ledger == entered.refused_by)
             delay = backoff_ms(deferrals + 1, request.min_backoff, request.max_backoff)
             try:
                 deferred = defer(delay, reason)
@@ -185,7 +187,7 @@ class Admission:
             process.metrics.deferred(refused, request.actor)  # counted on the ledger(s) that refused
             raise deferred
 
-    def attempt(self, hold: Hold, request: Request) -> Answer:
+    def claim(self, hold: Hold, request: Request) -> Answer:
         """Enter; when refused and a thread may wait, wait in line for a release to hand over a slot.
 
         The claim is in doubt from before its first ``enter`` until its outcome
@@ -194,7 +196,7 @@ class Admission:
         and admit() then owes it.
         """
         process = self.process
-        gate = process.wait_gate
+        gate = process.waiting_share
         if process.stopping.is_set() or not gate.enter():
             # May not wait: the same admission, without joining a line.
             return self._enter(hold, request, Line.NONE, "enter")
@@ -203,11 +205,11 @@ class Admission:
             wakeups.start()  # no-op once listening in this process
             # Registered before the claim joins a line, so no wake-up is missed. Until
             # the claim is held, a wake-up that finds it gone finds it in doubt, and
-            # leaves its slot alone (SlotsProcess.give_back).
+            # leaves its slot alone (SlotsProcess.owe_handed).
             waiter = wakeups.expect(hold.token)
             return self.wait_in_line(hold, request, waiter)
         finally:
-            wakeups.forget(hold.token)
+            wakeups.stop_expecting(hold.token)
             gate.leave()
 
     def _enter(
@@ -226,16 +228,16 @@ class Admission:
             settle_ms=self.settings.settle_ms,
         )
         reach(step)
-        if not entered.admitted and not entered.waiting:
-            registry.settle(hold.token)  # refused, in no line, holding nothing
+        if not entered.admitted and not entered.in_line:
+            registry.clear_doubt(hold.token)  # refused, in no line, holding nothing
         # When the expiry was written: by this call, or by its own earlier landing (a replay
         # of a fresh token without a line). A replay in line found a handed slot: age unknown.
         known = entered.admitted and (line is Line.NONE or not entered.replayed)
         return Answer(entered, sent if known else None)
 
-    # -- a message that waits parked, in its worker's queue (see :mod:`.parking`) --
+    # -- a message that waits parked, in its worker's queue (see :mod:`dramatiq_slots.waiting.parking`) --
 
-    def arrive(
+    def admit_or_park(
         self, request: Request, message_key: int, waiter: Callable[[], Waiter], *, line: Line = Line.JOIN
     ) -> Hold | InLine | Refused | Dropped | None:
         """Admit a message a worker thread is about to take, or put its claim in line.
@@ -270,7 +272,7 @@ class Admission:
                 return None
             entered = answer.entered
             if entered.admitted:
-                distrust = self._take(hold, request, message_key, answer)
+                distrust = self._record_admitted(hold, request, message_key, answer)
                 if distrust is not None:
                     logger.debug(
                         "Gave back the hold of %s: %s; admitting it afresh.", request.label, distrust
@@ -278,15 +280,15 @@ class Admission:
                     return None
                 return hold
             if entered.dropped:
-                return Dropped(entered.full, busy_reason(request, entered.full))
-            if not entered.waiting:
-                return Refused(entered.full) if line is Line.NONE else None
+                return Dropped(entered.refused_by, busy_reason(request, entered.refused_by))
+            if not entered.in_line:
+                return Refused(entered.refused_by) if line is Line.NONE else None
             process.registry.doubt(hold, owner=PARKED)
             parked = True
-            return InLine(hold, entered.full)
+            return InLine(hold, entered.refused_by)
         finally:
             if not parked:
-                wakeups.forget(hold.token)
+                wakeups.stop_expecting(hold.token)
 
     def reask(self, hold: Hold, request: Request) -> Answer:
         """A parked claim asks again, keeping its place in line (still owned by PARKED)."""
@@ -301,7 +303,7 @@ class Admission:
         if withdrawn.held == len(request.limits):
             return hold.fenced(withdrawn.fences)
         if withdrawn.held == 0:
-            self.process.registry.settle(hold.token)
+            self.process.registry.clear_doubt(hold.token)
             return None
         entered = self._enter(hold, request, Line.NONE, "give-back", owner=PARKED).entered
         return hold.fenced(entered.fences) if entered.admitted else None
@@ -312,8 +314,8 @@ class Admission:
         answer = self._enter(hold, request, Line.JOIN, "enter")
         deadline = clock.monotonic() + self.settings.max_wait / 1000
         pause = REASK_S
-        while not answer.entered.admitted and answer.entered.waiting:
-            if self.waits_on(answer.entered.full, told=answer.entered.paused):
+        while not answer.entered.admitted and answer.entered.in_line:
+            if self.waits_on(answer.entered.refused_by, told=answer.entered.paused):
                 deadline = clock.monotonic() + self.settings.max_wait / 1000
             remaining = deadline - clock.monotonic()
             if remaining <= 0 or self.process.stopping.is_set():
@@ -322,8 +324,8 @@ class Admission:
                 if withdrawn.held == len(request.limits):
                     return Answer(Entered(admitted=True, replayed=True, fences=withdrawn.fences), None)
                 if withdrawn.held == 0:
-                    self.process.registry.settle(hold.token)  # out of every line, holding nothing
-                    return Answer(replace(answer.entered, waiting=False), None)
+                    self.process.registry.clear_doubt(hold.token)  # out of every line, holding nothing
+                    return Answer(replace(answer.entered, in_line=False), None)
                 # Handed one slot of several: take the rest now, or give it back.
                 return self._enter(hold, request, Line.NONE, "give-back")
             woken = clock.wait(waiter.event, min(remaining, pause))
@@ -340,11 +342,11 @@ class Admission:
             answer = self._enter(hold, request, Line.KEEP, "re-ask")
         return answer
 
-    def waits_on(self, full: str | None, *, told: bool = False) -> bool:
-        """Whether ``max_wait`` is suspended for a message waiting for ledger ``full``: the ledger is
+    def waits_on(self, refused_by: str | None, *, told: bool = False) -> bool:
+        """Whether ``max_wait`` is suspended for a message waiting for ledger ``refused_by``: the ledger is
         paused (``told`` by the answer of an ask, or as this process's last beat read it), and then
         its wait starts again instead of ending in a deferral."""
-        return told or (full is not None and self.process.controls.paused([full]))
+        return told or (refused_by is not None and self.process.controls.paused([refused_by]))
 
     def handed(self, request: Request, waiter: Waiter) -> Answer | None:
         """The answer a wake-up that handed ``waiter`` its slot stands for, when no ask is needed.
@@ -361,7 +363,7 @@ class Admission:
         fences = (waiter.fence,) if waiter.fence else ()
         return Answer(Entered(admitted=True, replayed=True, fences=fences), waiter.written_at)
 
-    def _take(self, hold: Hold, request: Request, message_key: int, answer: Answer) -> str | None:
+    def _record_admitted(self, hold: Hold, request: Request, message_key: int, answer: Answer) -> str | None:
         """An admitted claim: on record as running (kept reusable where there is room), or, when it
         cannot be trusted, given back at once; why it was not trusted (None: it runs)."""
         process = self.process
@@ -405,14 +407,14 @@ class Admission:
             logger.warning("%s; deferring capped messages until it answers.", error)
 
 
-def busy_reason(request: Request, full: str | None) -> str:
+def busy_reason(request: Request, refused_by: str | None) -> str:
     """Why a message was dropped, for its log line and its result."""
     policy = next(name for name, code in BUSY_CODES.items() if code == max(request.busy, default=0))
     if policy == "skip":
         why = "its runtime key is at capacity"
     else:
         why = "its runtime key is at capacity and another message of that key already waits"
-    return f"{why} ({full!r}; on_busy={policy!r})"
+    return f"{why} ({refused_by!r}; on_busy={policy!r})"
 
 
 #: An attempt's answers and the re-ask schedule live in dramatiq_slots.waiting.admits (waiting reads them).

@@ -71,7 +71,7 @@ class Declarations:
     @property
     def limited(self) -> bool:
         """Whether any queue or actor declared here is under a limit (then workers need the ledger)."""
-        return bool(self._capacities) or any(a.capped for a in self._actors.values())
+        return bool(self._capacities) or any(a.keyed for a in self._actors.values())
 
     def queue_capacity(self, queue_name: str) -> int | None:
         """The capacity of a queue, as declared in this process (None: not capped)."""
@@ -99,7 +99,7 @@ class Declarations:
         config = self._actors.get(actor_name)
         return (
             config is None
-            or config.capped
+            or config.keyed
             or self.queue_capacity(queue_name) is not None
             or not opt.ACTOR_OPTIONS.isdisjoint(options)
         )
@@ -120,7 +120,7 @@ class Declarations:
         key_option = opt.pick(options.get(opt.UNIQUE_AT_RUNTIME_KEY), actor.runtime_key, None)
         has_options = not opt.ACTOR_OPTIONS.isdisjoint(options)
         if has_options:
-            opt.check_key_capacity(actor, options)
+            opt.check_key_options(actor, options)
         if queue_capacity is None and (key_option is None or key_option is False):
             return None
         if has_options:

@@ -265,7 +265,7 @@ class ActorSlots:
         )
 
     @property
-    def capped(self) -> bool:
+    def keyed(self) -> bool:
         """Whether the actor itself asks for a runtime key (queue caps are looked up by queue)."""
         return self.runtime_key is not None and self.runtime_key is not False
 
@@ -344,16 +344,18 @@ def check_message_options(actor_name: str, options: Mapping[str, Any]) -> None:
         busy_policy(options[ON_BUSY], message_where(actor_name, ON_BUSY))
 
 
-def check_key_capacity(actor: ActorSlots, options: Mapping[str, Any]) -> None:
-    """ConfigurationError when a message sets ``runtime_key_capacity`` but has no runtime key."""
-    if options.get(RUNTIME_KEY_CAPACITY) is None:
-        return
+def check_key_options(actor: ActorSlots, options: Mapping[str, Any]) -> None:
+    """ConfigurationError when a message sets ``runtime_key_capacity`` or ``on_busy`` but has no
+    runtime key for it to apply to."""
     key = pick(options.get(UNIQUE_AT_RUNTIME_KEY), actor.runtime_key, None)
-    if key is None or key is False:
-        raise ConfigurationError(
-            f"{message_where(actor.actor_name, RUNTIME_KEY_CAPACITY)}: the message has no runtime key for "
-            f"it to apply to (neither the message nor the actor sets {UNIQUE_AT_RUNTIME_KEY})"
-        )
+    if key is not None and key is not False:
+        return
+    for option in (RUNTIME_KEY_CAPACITY, ON_BUSY):
+        if options.get(option) is not None:
+            raise ConfigurationError(
+                f"{message_where(actor.actor_name, option)}: the message has no runtime key for "
+                f"it to apply to (neither the message nor the actor sets {UNIQUE_AT_RUNTIME_KEY})"
+            )
 
 
 def pick(message_value: Any, actor_value: Any, default: Any) -> Any:

@@ -16,6 +16,7 @@ import redis
 from redis.connection import parse_url
 
 from .. import borrowed
+from ..errors import ArgumentError
 from ..ledger.client import URL_ENV, RedisClient
 from ..ledger.keys import KeySpace
 from ..worker.heartbeat import REPORT_BEATS
@@ -66,7 +67,7 @@ class Settings:
             check_url(self.url, _setting("url"))
         try:
             set_(self, "keys", KeySpace(self.key_prefix))
-        except ValueError as e:
+        except ArgumentError as e:
             raise opt.ConfigurationError(
                 f"{_setting('key_prefix')}: {str(e).removeprefix('key_prefix ')}"
             ) from None

@@ -37,7 +37,7 @@ from dramatiq.middleware import Middleware, MiddlewareError, Retries
 from dramatiq.worker import WorkerThread
 
 from .. import borrowed
-from ..errors import LedgerError
+from ..errors import ArgumentError, LedgerError
 from ..ledger.client import RedisClient, eviction_risk, redacted_address
 from ..ledger.controls import Controls
 from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace
@@ -51,7 +51,7 @@ from ..worker.claims import Hold, HoldRegistry, this_process
 from ..worker.heartbeat import Heartbeat
 from ..worker.interrupts import HoldLost, wrapped_by
 from ..worker.process import SlotsProcess
-from ..worker.wait_gate import WaitGate
+from ..worker.waiting_share import WaitingShare
 from ..worker.wakeups import Wakeups
 from . import options as opt
 from .admission import Admission, AdmissionError
@@ -128,7 +128,7 @@ class Slots(Middleware):
             self._new_ledger,
             report=self._report,
             metrics=self.metrics_in_force,
-            wait_gate=WaitGate(0),
+            waiting_share=WaitingShare(0),
             declared=self._declared,
             on_ended=self._hold_ended,
         )
@@ -154,7 +154,7 @@ class Slots(Middleware):
                 replicas=self.settings.wait_replicas,
                 replicas_timeout_ms=self.settings.wait_replicas_timeout,
             )
-        except ValueError as e:
+        except ArgumentError as e:
             raise opt.ConfigurationError(f"Slots(wait_replicas=...): {e}") from e
 
     # -- the parts ----------------------------------------------------------
@@ -209,7 +209,7 @@ class Slots(Middleware):
         if callable(config.runtime_key_capacity):
             where = opt.actor_where(actor.actor_name, opt.RUNTIME_KEY_CAPACITY)
             opt.check_key_signature(config.runtime_key_capacity, fn, where, what="capacity callable")
-        if declared.limited or config.queue_capacity is not None or config.capped:
+        if declared.limited or config.queue_capacity is not None or config.keyed:
             try:
                 self.ledger  # noqa: B018 -- fail at declaration, not at the first message, when there is no Redis
             except opt.ConfigurationError as e:
@@ -232,7 +232,7 @@ class Slots(Middleware):
         opt.check_message_options(message.actor_name, options)
         config = self.declarations.actor(message.actor_name)
         if config is not None:
-            opt.check_key_capacity(config, options)
+            opt.check_key_options(config, options)
             self.declarations.backoff(config, options)
 
     # -- worker life cycle -----------------------------------------------
@@ -253,7 +253,7 @@ class Slots(Middleware):
             self.metrics_in_force.use(metrics_for(broker.middleware, self.keys))
         process.metrics.forget_dead_processes()
         self._gate = None
-        process.wait_gate.reset(0)
+        process.waiting_share.reset(0)
         if not self.declarations.limited:
             return
         if self.settings.max_wait > 0:
@@ -270,11 +270,11 @@ class Slots(Middleware):
                         self.settings.waiting_share,
                     )
                 threads = borrowed.worker_threads(worker)
-                process.wait_gate.reset(max(0, int(threads * self.settings.waiting_share)))
+                process.waiting_share.reset(max(0, int(threads * self.settings.waiting_share)))
         self._check_ledger_server()
         # One beat now, in this thread: the process report is there before its first hold.
         process.heartbeat.boot()
-        if process.wait_gate.places > 0 or self._gate is not None:
+        if process.waiting_share.places > 0 or self._gate is not None:
             process.wakeups.start()
             # A claim in line before the subscription is up would be skipped by a release.
             process.wakeups.listening.wait(_LISTEN_WAIT_S)
@@ -328,7 +328,7 @@ class Slots(Middleware):
             heartbeat.stop()
             # No worker thread admits any more: a claim still in doubt was left by an
             # exception; send what is owed in one last beat.
-            self.registry.abandon()
+            self.registry.owe_doubts()
             if self.registry.snapshot()[1]:
                 heartbeat.tick()
             held, owed = self.registry.snapshot()
@@ -453,7 +453,7 @@ class Slots(Middleware):
                 for hold, since in self.registry.held_since()
             ],
             owed=[hold.token for hold in self.registry.snapshot()[1]],
-            waiting=[hold.token for hold in self.registry.waiting()],
+            waiting=[hold.token for hold in self.registry.in_doubt()],
         )
         return self.keys.process(process), report.to_json()
 
@@ -473,5 +473,5 @@ class Slots(Middleware):
 
     def _ledger_of(self, queue: str | None, key: str | None, method: str) -> str:
         if (queue is None) == (key is None):
-            raise TypeError(f"{method}() takes exactly one of queue= or key=")
+            raise ArgumentError(f"{method}() takes exactly one of queue= or key=")
         return self.keys.queue(queue) if queue is not None else self.keys.runtime_key(key or "")

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from redis.cluster import RedisCluster
 
+from ..errors import ArgumentError
 from ..ledger.client import RedisClient
 from ..ledger.controls import Control, Controls
 from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
@@ -130,7 +131,7 @@ class Inspector:
             return self.keys.queue(rest)
         if sep and kind == "key" and len(rest) == len(key_digest("")) and _is_hex(rest):
             return f"{self.keys.tag}:key:{rest}"
-        raise ValueError(
+        raise ArgumentError(
             f"not a ledger name: {name!r} (expected queue:<queue name>, key:<32 hex digits> "
             f"or a key under {self.keys.tag})"
         )
@@ -182,7 +183,7 @@ class Inspector:
     ) -> LedgerView:
         parsed = self.keys.parse(ledger)
         if parsed is None:
-            raise ValueError(f"not a ledger under prefix {self.keys.prefix!r}: {ledger!r}")
+            raise ArgumentError(f"not a ledger under prefix {self.keys.prefix!r}: {ledger!r}")
         kind, name = parsed
         holds = {h.token: (r, h) for r in reports.values() for h in r.holds if ledger in h.ledgers}
         holders = []

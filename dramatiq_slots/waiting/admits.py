@@ -66,25 +66,25 @@ class InLine:
     """A claim refused and now in line: its hold-to-be, and the ledger whose line it is in."""
 
     hold: Hold
-    full: str | None
+    refused_by: str | None
 
 
 @dataclass(frozen=True)
 class Dropped:
-    """A claim its ``on_busy`` policy dropped (``skip``, ``coalesce``): ``full``'s key is at capacity.
+    """A claim its ``on_busy`` policy dropped (``skip``, ``coalesce``): ``refused_by``'s key is at capacity.
 
     ``reason``: why, for the message's log line and its result.
     """
 
-    full: str | None
+    refused_by: str | None
     reason: str = ""
 
 
 @dataclass(frozen=True)
 class Refused:
-    """A claim refused without joining a line (it holds nothing, nothing is on record): by ``full``."""
+    """A claim refused without joining a line (it holds nothing, nothing is on record): by ``refused_by``."""
 
-    full: str | None
+    refused_by: str | None
 
 
 class WaitSettings(Protocol):
@@ -111,7 +111,7 @@ class Admits(Protocol):
 
     def reuse(self, request: Request, message_key: int) -> Hold | None: ...
 
-    def arrive(
+    def admit_or_park(
         self, request: Request, message_key: int, waiter: Callable[[], Waiter], *, line: Line = ...
     ) -> Hold | InLine | Refused | Dropped | None: ...
 
@@ -123,4 +123,4 @@ class Admits(Protocol):
 
     def distrust(self, entered: Entered, written_at: float | None) -> str | None: ...
 
-    def waits_on(self, full: str | None, *, told: bool = False) -> bool: ...
+    def waits_on(self, refused_by: str | None, *, told: bool = False) -> bool: ...

@@ -77,7 +77,7 @@ class Gate:
         if request is None:
             return True
         if self.process.stopping.is_set():
-            self.queue.give_back(item)
+            self.queue.set_aside(item)
             return False
         self.process.leftovers()
         made: list[Waiter] = []
@@ -99,16 +99,18 @@ class Gate:
                 answer: Hold | InLine | Refused | Dropped | None = Refused(parked_on)
             else:
                 line = Line.JOIN if reserved else Line.NONE
-                answer = self.admission.arrive(request, id(message), waiter, line=line)
+                answer = self.admission.admit_or_park(request, id(message), waiter, line=line)
             if answer is None or isinstance(answer, Hold):
                 return True
             if isinstance(answer, Dropped):
                 # The worker thread takes it, and before_process_message drops it (acked, never run).
                 self.process.drop_later(id(message), answer.reason)
                 return True
-            taken_from = self.prefetch.unfetch(message, answer.full)
+            taken_from = self.prefetch.unfetch(message, answer.refused_by)
             if isinstance(answer, Refused):
-                held = HeldBack(item, request, self.admission.clock.monotonic(), answer.full, taken_from)
+                held = HeldBack(
+                    item, request, self.admission.clock.monotonic(), answer.refused_by, taken_from
+                )
                 self.holding.hold_back(held)
                 self._count(held, 1)
                 self.parking.ensure_thread()  # its max_wait is kept by the parking thread's ticks
@@ -117,7 +119,13 @@ class Gate:
             self.holding.parking(request, self.parking.count_in)
             reserved = False
             self.parking.park(
-                answer.hold, request, item, made[-1], full=answer.full, taken_from=taken_from, counted=True
+                answer.hold,
+                request,
+                item,
+                made[-1],
+                refused_by=answer.refused_by,
+                taken_from=taken_from,
+                counted=True,
             )
             return False
         except Interrupt as e:
@@ -143,10 +151,10 @@ class Gate:
         if (waiter is not None and self.parking.has(waiter)) or self.held_back(item):
             return False  # parked or held back: it waits as any other
         if waiter is not None and waiter.token:
-            self.process.wakeups.forget(waiter.token)
-            if self.process.registry.abandon_claim(waiter.token) is not None:
+            self.process.wakeups.stop_expecting(waiter.token)
+            if self.process.registry.owe_doubt(waiter.token) is not None:
                 self.process.heartbeat.ensure_started()
-        self.process.abandon()
+        self.process.owe_doubts()
         return True  # held (before_process_message finds it) or admitted afresh there
 
     def take(self, item: Any, ticket: Ticket | None) -> None:
@@ -178,7 +186,7 @@ class Gate:
     def _out_of_parking(self, ticket: Ticket, admitted: bool) -> None:
         self.prefetch.refetch(ticket.item, ticket.taken_from)
         if self.process.stopping.is_set() and not admitted:
-            self.queue.give_back(ticket.item)
+            self.queue.set_aside(ticket.item)
         else:
             self.queue.ready(ticket.item, ticket if admitted else None)
         if not admitted:
@@ -190,7 +198,7 @@ class Gate:
         for entry in self.holding.take_all():
             self._count(entry, -1)
             self.prefetch.refetch(entry.item, entry.taken_from)
-            self.queue.give_back(entry.item)
+            self.queue.set_aside(entry.item)
 
     # -- holding back -------------------------------------------------------
 
@@ -213,7 +221,7 @@ class Gate:
         self._count(entry, -1)
         self.prefetch.refetch(entry.item, entry.taken_from)
         if self.process.stopping.is_set():
-            self.queue.give_back(entry.item)
+            self.queue.set_aside(entry.item)
         else:
             self.queue.retry(entry.item)
 
@@ -227,4 +235,4 @@ class Gate:
             self.queue.ready(entry.item, None)
 
     def _count(self, entry: HeldBack, count: int) -> None:
-        count_waiting(self.process.metrics, entry.request, entry.full, count)
+        count_waiting(self.process.metrics, entry.request, entry.refused_by, count)

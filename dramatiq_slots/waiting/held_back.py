@@ -28,7 +28,7 @@ class HeldBack:
     request: Request
     since: float
     #: The ledger it waits for.
-    full: str | None = None
+    refused_by: str | None = None
     #: The broker consumer whose prefetch count it was taken out of (see :mod:`.prefetch`).
     taken_from: object = None
 
@@ -96,7 +96,7 @@ class HoldingBack:
         ledger ``waits_on`` (paused) starts its wait again instead."""
         with self._lock:
             for entry in self._held_back:
-                if now - entry.since >= bound and waits_on(entry.full):
+                if now - entry.since >= bound and waits_on(entry.refused_by):
                     entry.since = now
             expired = [e for e in self._held_back if now - e.since >= bound]
             for entry in expired:

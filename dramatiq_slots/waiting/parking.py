@@ -48,7 +48,7 @@ class Ticket:
     next_ask: float
     pause: float
     #: The ledger whose line it waits in.
-    full: str | None = None
+    refused_by: str | None = None
     #: The broker consumer whose prefetch count it was taken out of (see :mod:`.prefetch`).
     taken_from: object = None
     #: Woken (or due) while the thread was asking for it: ask again.
@@ -56,9 +56,9 @@ class Ticket:
     asking: bool = False
 
 
-def count_waiting(metrics: Metrics, request: Request, full: str | None, count: int) -> None:
-    """``dramatiq_slots_messages_parked`` on ``full``, the ledger a message waits for."""
-    limit = next((limit for limit in request.limits if limit.ledger == full), None)
+def count_waiting(metrics: Metrics, request: Request, refused_by: str | None, count: int) -> None:
+    """``dramatiq_slots_messages_parked`` on ``refused_by``, the ledger a message waits for."""
+    limit = next((limit for limit in request.limits if limit.ledger == refused_by), None)
     if limit is not None:
         metrics.parked(limit, request.actor, count)
 
@@ -128,11 +128,11 @@ class Parking:
         item: object,
         waiter: Waiter,
         *,
-        full: str | None,
+        refused_by: str | None,
         taken_from: object = None,
         counted: bool = False,
     ) -> Ticket:
-        """Keep a claim now in line (:meth:`~.admits.Admits.arrive` answered so); ``counted``: its
+        """Keep a claim now in line (:meth:`~.admits.Admits.admit_or_park` answered so); ``counted``: its
         ledgers' counts already have it (:meth:`count_in`)."""
         now = self.clock.monotonic()
         ticket = Ticket(
@@ -143,13 +143,13 @@ class Parking:
             deadline=now + self.settings.max_wait / 1000,
             next_ask=now + REASK_S,
             pause=REASK_S,
-            full=full,
+            refused_by=refused_by,
             taken_from=taken_from,
         )
         with self._lock:
             self._tickets[waiter] = ticket
         if counted:  # on the ledgers already (count_in): the gauge only
-            count_waiting(self.process.metrics, request, full, 1)
+            count_waiting(self.process.metrics, request, refused_by, 1)
         else:
             self._count(ticket, 1)
         self.ensure_thread()
@@ -182,7 +182,7 @@ class Parking:
     def _admitted(self, ticket: Ticket, answer: Answer) -> None:
         written_at = answer.written_at
         ticket.hold = ticket.hold.fenced(answer.entered.fences)
-        self.process.wakeups.forget(ticket.hold.token)
+        self.process.wakeups.stop_expecting(ticket.hold.token)
         self.process.registry.add(ticket.hold, written_at=written_at)
         self.process.heartbeat.ensure_started()
         self.on_ready(ticket, True)
@@ -199,7 +199,7 @@ class Parking:
         """The per-ledger counts, and the parked-messages gauge."""
         with self._lock:
             self._per_ledger.update({limit.ledger: count for limit in ticket.request.limits})
-        count_waiting(self.process.metrics, ticket.request, ticket.full, count)
+        count_waiting(self.process.metrics, ticket.request, ticket.refused_by, count)
 
     # -- asking again -------------------------------------------------------
 
@@ -222,7 +222,7 @@ class Parking:
             return max(0.0, min(min(t.next_ask, t.deadline) for t in pending) - self.clock.monotonic())
 
     def _ask(self, ticket: Ticket, now: float) -> None:
-        if now >= ticket.deadline and self.admission.waits_on(ticket.full):
+        if now >= ticket.deadline and self.admission.waits_on(ticket.refused_by):
             ticket.deadline = now + self.settings.max_wait / 1000
         if now >= ticket.deadline or self.process.stopping.is_set():
             if self._unparked(ticket):
@@ -239,7 +239,7 @@ class Parking:
             if self._unparked(ticket):
                 self.process.registry.owe(ticket.hold)
                 self.process.heartbeat.ensure_started()
-                self.process.wakeups.forget(ticket.hold.token)
+                self.process.wakeups.stop_expecting(ticket.hold.token)
                 logger.debug("Parked claim %s: %s.", ticket.hold.token, e)
                 self.on_ready(ticket, False)
             return
@@ -248,26 +248,26 @@ class Parking:
                 if self.admission.distrust(answer.entered, answer.written_at) is None:
                     self._admitted(ticket, answer)
                 else:
-                    self.process.wakeups.forget(ticket.hold.token)
+                    self.process.wakeups.stop_expecting(ticket.hold.token)
                     self.process.release(
                         self.process.registry.begin_release(ticket.hold.token) or ticket.hold
                     )
                     self.on_ready(ticket, False)
             return
-        if answer is not None and self.admission.waits_on(ticket.full, told=answer.entered.paused):
+        if answer is not None and self.admission.waits_on(ticket.refused_by, told=answer.entered.paused):
             ticket.deadline = max(ticket.deadline, self.clock.monotonic() + self.settings.max_wait / 1000)
         with self._lock:
             ticket.asking = False
             if not ticket.due:
                 ticket.pause = min(ticket.pause * 2, REASK_MAX_S)
                 ticket.next_ask = self.clock.monotonic() + ticket.pause
-        if answer is not None and not answer.entered.waiting and self._unparked(ticket):
-            self.process.wakeups.forget(ticket.hold.token)
+        if answer is not None and not answer.entered.in_line and self._unparked(ticket):
+            self.process.wakeups.stop_expecting(ticket.hold.token)
             self.on_ready(ticket, False)
 
     def _leave_line(self, ticket: Ticket) -> bool:
         """Out of its line (``max_wait``, or shutdown); whether it holds its slots after all."""
-        self.process.wakeups.forget(ticket.hold.token)
+        self.process.wakeups.stop_expecting(ticket.hold.token)
         try:
             held = self.admission.leave_line(ticket.hold, ticket.request)
         except LedgerError:

@@ -33,10 +33,10 @@ class Prefetch:
         self._lock = threading.Lock()
         self._unfetched: dict[str, int] = {}
 
-    def unfetch(self, message: Any, full: str | None) -> object:
+    def unfetch(self, message: Any, refused_by: str | None) -> object:
         """Take a message waiting for a runtime key out of its Redis consumer's prefetch count;
         the consumer it was taken out of (None: it was not)."""
-        parsed = self.keys.parse(full or "")
+        parsed = self.keys.parse(refused_by or "")
         if parsed is None or parsed[0] != "key":
             return None
         consumer = borrowed.redis_consumer(self.worker, message.queue_name)

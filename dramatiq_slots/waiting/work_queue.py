@@ -54,7 +54,7 @@ class GatedWorkQueue(PriorityQueue[Any]):
             self._ready.append((item, ticket))
             self.not_empty.notify()
 
-    def give_back(self, item: Any) -> None:
+    def set_aside(self, item: Any) -> None:
         """Keep ``item`` for ``Worker.stop`` to requeue (the worker is stopping)."""
         with self.mutex:
             self._returned.append(item)

@@ -29,6 +29,7 @@ releases its parent's holds.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import socket
 import threading
@@ -109,7 +110,7 @@ class HoldRegistry:
     their lines. ``doubts`` are claims an admission is deciding: recorded
     before their first ``enter``, settled once the outcome is on record (held,
     or nothing held and in no line); while the thread that admits them is at
-    it, a beat only keeps their lines alive; left unsettled, :meth:`abandon`
+    it, a beat only keeps their lines alive; left unsettled, :meth:`owe_doubts`
     makes them owed (docs/design.md, "Release").
 
     The lock also orders a release against a re-assert: :meth:`release_lock`
@@ -179,11 +180,12 @@ class HoldRegistry:
                     self._written[token] = at
 
     def age_ms(self, token: str) -> int | None:
-        """How long ago the hold's expiry was written (ms), or None when unknown."""
+        """How long ago the hold's expiry was written (whole ms, rounded up: never younger than it
+        is), or None when unknown."""
         with self._lock:
             self._check_fork()
             at = self._written.get(token)
-        return None if at is None else int((self.monotonic() - at) * 1000)
+        return None if at is None else math.ceil((self.monotonic() - at) * 1000)
 
     def begin_release(self, token: str) -> Hold | None:
         """Stop refreshing a hold and owe its release; None when it is not ours (any more)."""
@@ -196,7 +198,7 @@ class HoldRegistry:
             del self._held[token]
             return hold
 
-    def forget(self, token: str) -> Hold | None:
+    def lose(self, token: str) -> Hold | None:
         """Drop a hold that is gone from the ledger: neither refreshed nor released any more."""
         with self._lock:
             self._check_fork()
@@ -204,7 +206,7 @@ class HoldRegistry:
             self._since.pop(token, None)
             return self._held.pop(token, None)
 
-    def discard(self, token: str) -> None:
+    def linger(self, token: str) -> None:
         """Stop refreshing a hold without owing its release (it lingers, see :mod:`.lingering`)."""
         with self._lock:
             self._check_fork()
@@ -232,19 +234,19 @@ class HoldRegistry:
         """A claim of this thread is about to enter: on record before anything can land in Redis.
 
         ``owner``: who decides it, when not this thread (a parked claim's
-        :data:`~dramatiq_slots.worker.wakeups.PARKED`: no thread's :meth:`abandon` owes it).
+        :data:`~dramatiq_slots.worker.wakeups.PARKED`: no thread's :meth:`owe_doubts` owes it).
         """
         with self._lock:
             self._check_fork()
             self._doubts[hold.token] = (hold, threading.get_ident() if owner is None else owner)
 
-    def settle(self, token: str) -> None:
+    def clear_doubt(self, token: str) -> None:
         """A claim in doubt holds nothing and is in no line: nothing to owe."""
         with self._lock:
             self._check_fork()
             self._doubts.pop(token, None)
 
-    def abandon(self, thread: int | None = None) -> list[Hold]:
+    def owe_doubts(self, thread: int | None = None) -> list[Hold]:
         """Owe a release of every claim in doubt of ``thread`` (None: of every thread); those owed.
 
         For when that thread no longer admits them (an exception ended its
@@ -263,7 +265,7 @@ class HoldRegistry:
                 del self._doubts[token]
         return owed
 
-    def abandon_claim(self, token: str) -> Hold | None:
+    def owe_doubt(self, token: str) -> Hold | None:
         """Owe a release of the claim ``token`` if it is in doubt, whoever decides it; the hold owed."""
         with self._lock:
             self._check_fork()
@@ -273,7 +275,7 @@ class HoldRegistry:
             self._owed[token] = entry[0]
             return entry[0]
 
-    def confirm(self, tokens: Sequence[str]) -> None:
+    def paid(self, tokens: Sequence[str]) -> None:
         """Forget owed releases that Redis has now confirmed."""
         with self._lock:
             self._check_fork()
@@ -309,7 +311,7 @@ class HoldRegistry:
             self._check_fork()
             return sum(1 for token in self._owed if token not in self._since)
 
-    def waiting(self) -> list[Hold]:
+    def in_doubt(self) -> list[Hold]:
         """The claims in doubt: a beat keeps their lines alive."""
         with self._lock:
             self._check_fork()

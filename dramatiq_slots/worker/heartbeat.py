@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import LedgerError, LedgerUnavailable
+from ..errors import ArgumentError, LedgerError, LedgerUnavailable
 from ..ledger.ledger import Ledger
 from ..ledger.replies import Beaten, Declared, Handoff, Limit, Member
 from .claims import Hold, HoldRegistry, this_process
@@ -116,7 +116,7 @@ class Heartbeat:
         settle_ms: int = 0,
     ) -> None:
         if beat_interval >= hold_ttl:
-            raise ValueError(f"beat_interval ({beat_interval} ms) must be < hold_ttl ({hold_ttl} ms)")
+            raise ArgumentError(f"beat_interval ({beat_interval} ms) must be < hold_ttl ({hold_ttl} ms)")
         self.ledger = ledger
         self.registry = registry
         self.hold_ttl = hold_ttl
@@ -161,7 +161,7 @@ class Heartbeat:
         """
         report = BeatReport()
         held, owed = self.registry.snapshot()
-        waiting = self.registry.waiting()
+        waiting = self.registry.in_doubt()
         written: tuple[str, str] | None = None
         if self.report is not None:
             try:
@@ -205,7 +205,7 @@ class Heartbeat:
             logger.info("Ledger reachable again after %d failed beat(s).", self._failures)
             self._failures = 0
         refused = lost.refused
-        self.registry.confirm([hold.token for hold in owed if not set(hold.ledgers) & refused.keys()])
+        self.registry.paid([hold.token for hold in owed if not set(hold.ledgers) & refused.keys()])
         lost_tokens = {token for _, token in lost}
         self.registry.written(
             [
@@ -336,12 +336,13 @@ class Heartbeat:
     def written_at(self, expiry_ms: int) -> float | None:
         """When (monotonic) a hold expiring at ``expiry_ms`` by the Redis clock was written, at the
         earliest: the Redis clock is read as the last beat saw it, as if it had read it when it was
-        sent (so it errs towards less time left). None before any beat read it."""
+        sent, and at the end of the millisecond it names (so it errs towards less time left). None
+        before any beat read it."""
         if self._redis_clock is None:
             return None
         redis_ms, sent = self._redis_clock
         now = self.registry.monotonic()
-        left_ms = expiry_ms - (redis_ms + (now - sent) * 1000)
+        left_ms = expiry_ms - (redis_ms + 1 + (now - sent) * 1000)
         return now - (self.hold_ttl - min(left_ms, self.hold_ttl)) / 1000
 
     def _reclaim(self, holds: Sequence[Hold]) -> tuple[list[str], list[str]]:

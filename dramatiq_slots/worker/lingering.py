@@ -79,7 +79,7 @@ class LingeringHolds:
             self._check_fork()
             self._windows[hold.token] = (time.monotonic() + window_ms / 1000, hold.limits)
 
-    def take(self, limits: tuple[Limit, ...], claim: Callable[[Hold], None] | None = None) -> Hold | None:
+    def reuse(self, limits: tuple[Limit, ...], claim: Callable[[Hold], None] | None = None) -> Hold | None:
         """A lingering hold on exactly these ledgers, still in its window (it is in use again), or None.
 
         ``claim`` is called with the hold before it stops lingering, so it is
@@ -99,33 +99,33 @@ class LingeringHolds:
             self._windows[hold.token] = (ends, limits)
             return hold
 
-    def park(self, hold: Hold, parked: Callable[[Hold], None] | None = None) -> bool:
+    def linger(self, hold: Hold, on_linger: Callable[[Hold], None] | None = None) -> bool:
         """At the end of a job: keep ``hold`` lingering if its window is open (True), else False.
 
-        ``parked`` is called with the hold once it lingers, before another claim
+        ``on_linger`` is called with the hold once it lingers, before another claim
         can take it over (which puts it on record again), so what it takes off
         a record (the registry's holds, for a job's end) stays off only while
-        the hold lingers. Parking a hold that lingers already says True again
+        the hold lingers. Lingering a hold that lingers already says True again
         (a job's end run twice).
         """
         with self._cond:
             self._check_fork()
             if any(idle.token == hold.token for _, idle in self._idle.get(hold.limits, ())):
-                if parked is not None:
-                    parked(hold)
+                if on_linger is not None:
+                    on_linger(hold)
                 return True
             ends = self._windows.pop(hold.token, (0.0, ()))[0]
             if self._stop or ends <= time.monotonic():
                 return False
             self._idle.setdefault(hold.limits, []).append((ends, hold))
-            if parked is not None:
-                parked(hold)
+            if on_linger is not None:
+                on_linger(hold)
             self._ensure_thread()
             if ends < self._wakes_at:
                 self._cond.notify()  # only when the thread would wake too late: a wake-up is not free
             return True
 
-    def drop(self, token: str) -> None:
+    def cancel(self, token: str) -> None:
         """Stop lingering ``token`` without releasing it (its release is owed elsewhere)."""
         with self._cond:
             self._check_fork()
@@ -137,7 +137,7 @@ class LingeringHolds:
                 else:
                     del self._idle[limits]
 
-    def forget(self, token: str) -> None:
+    def lose(self, token: str) -> None:
         """Stop treating an in-use hold as reusable (it was lost: it is in no ledger any more)."""
         with self._cond:
             self._check_fork()

@@ -9,7 +9,7 @@ every path: a job's release (which hands freed slots to the line), a slot
 handed to a claim that no longer waits, and a strict hold given up by the
 heartbeat (whose job is stopped). A release Redis does not confirm is owed:
 the heartbeat sends it again on its next beat. So is every claim an
-exception took out of its admission, wherever it landed (:meth:`SlotsProcess.abandon`).
+exception took out of its admission, wherever it landed (:meth:`SlotsProcess.owe_doubts`).
 
 Everything it is told comes in through its constructor: the settings it reads
 (:class:`ProcessSettings`, which the middleware's settings are), the metrics, the wait gate,
@@ -36,7 +36,7 @@ from .interrupts import Bodies
 from .lingering import LingeringHolds
 from .metrics import Metrics
 from .texts import control_text
-from .wait_gate import WaitGate
+from .waiting_share import WaitingShare
 from .wakeups import Wakeups
 
 logger = logging.getLogger("dramatiq_slots.process")
@@ -64,7 +64,7 @@ class SlotsProcess:
       report: this process's report for ``dramatiq-slots status``, ``(key, JSON)``.
       clock: what admission and the hold registry read (:mod:`.clock`).
       metrics: where the process and its heartbeat count (no-op by default).
-      wait_gate: which threads may wait in line, in the thread (none, until a boot opens it).
+      waiting_share: which threads may wait in line, in the thread (none, until a boot opens it).
       declared: the queue capacities this process declares, sent with every beat.
       on_ended: called with each hold whose job ended here (the gate lets a held-back message
         try again).
@@ -78,7 +78,7 @@ class SlotsProcess:
         report: Callable[[], tuple[str, str]] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         metrics: Metrics | None = None,
-        wait_gate: WaitGate | None = None,
+        waiting_share: WaitingShare | None = None,
         declared: Callable[[], Sequence[Limit]] = list,
         on_ended: Callable[[Hold], None] | None = None,
     ) -> None:
@@ -98,7 +98,7 @@ class SlotsProcess:
         #: Set from worker shutdown to the next boot: nothing new waits in line.
         self.stopping = threading.Event()
         #: Which threads wait in line, up to how many (its places: 0, none may).
-        self.wait_gate = wait_gate if wait_gate is not None else WaitGate(0)
+        self.waiting_share = waiting_share if waiting_share is not None else WaitingShare(0)
         #: Jobs stopped because their hold was lost (on_lost_hold="interrupt").
         self.interrupted = 0
         self._on_ended = on_ended
@@ -158,7 +158,7 @@ class SlotsProcess:
                     self._wakeups = Wakeups(
                         ledger.client,
                         ledger.keys.wake_channel_prefix(),
-                        on_stray=self.give_back,
+                        on_stray=self.owe_handed,
                         controls_channel=ledger.keys.controls(),
                         on_control=self.control_changed,
                         expiry_to_written=lambda expiry_ms: self.heartbeat.written_at(expiry_ms),
@@ -235,7 +235,7 @@ class SlotsProcess:
     def running(self, message_key: int, hold: Hold, written_at: float | None) -> None:
         """Record the hold of a message about to run (``written_at``: see :meth:`HoldRegistry.add`)."""
         # Its message first, then held (and no longer in doubt): whatever an exception
-        # interrupts, finished() or abandon() finds the claim.
+        # interrupts, finished() or owe_doubts() finds the claim.
         with self._running_lock:
             self._running[message_key] = (hold.token, threading.get_ident())
         self.registry.add(hold, written_at=written_at)
@@ -274,7 +274,7 @@ class SlotsProcess:
         Safe to run again after an exception interrupted it anywhere (dramatiq
         runs ``after_process_message`` again when one escapes it).
         """
-        self.abandon()  # an admission of this thread that an exception ended
+        self.owe_doubts()  # an admission of this thread that an exception ended
         with self._running_lock:
             entry = self._running.get(message_key)
         if entry is None:
@@ -286,7 +286,9 @@ class SlotsProcess:
         # Kept for the next message of the same ledgers (its window is open); not refreshed
         # meanwhile (the window is far shorter than hold_ttl): the registry discards it under
         # lingering's lock, so never after another thread took it over and holds it again.
-        if hold is not None and self.lingering.park(hold, parked=lambda h: self.registry.discard(h.token)):
+        if hold is not None and self.lingering.linger(
+            hold, on_linger=lambda h: self.registry.linger(h.token)
+        ):
             self._ended(message_key, hold)
             self._tell_ended(hold)
             return
@@ -311,18 +313,18 @@ class SlotsProcess:
         if ended and hold is not None:
             self.metrics.finished(hold)
 
-    def abandon(self) -> None:
+    def owe_doubts(self) -> None:
         """Owe a release (leave and withdraw) of each claim this thread was admitting and left
         unsettled: an exception ended its admission, wherever it landed."""
         # This thread waits no more, whatever stopped it.
-        self.wait_gate.leave()
+        self.waiting_share.leave()
         if self._wakeups is not None:
             self._wakeups.forget_thread()
-        owed = self.registry.abandon(threading.get_ident())
+        owed = self.registry.owe_doubts(threading.get_ident())
         if not owed:
             return
         for hold in owed:
-            self.lingering.drop(hold.token)
+            self.lingering.cancel(hold.token)
         self.heartbeat.ensure_started()
 
     def leftovers(self) -> None:
@@ -332,7 +334,7 @@ class SlotsProcess:
         the waiting threads or a running hold of this thread is left over from
         an end that an exception cut short (where dramatiq runs no hook again).
         """
-        self.abandon()
+        self.owe_doubts()
         me = threading.get_ident()
         with self._running_lock:
             stale = [key for key, (_, thread) in self._running.items() if thread == me]
@@ -364,7 +366,7 @@ class SlotsProcess:
             self.heartbeat.ensure_started()
             return
         reach("release")
-        self.registry.confirm([hold.token])
+        self.registry.paid([hold.token])
         if handoffs and self._wakeups is not None:
             self.hand_over(handoffs, sent)
 
@@ -378,9 +380,9 @@ class SlotsProcess:
             )
             if not woken and process_part(handoff.token) == own:
                 # Ours, told by nobody else: its waiter left (admitted, or failed) meanwhile.
-                self.give_back(handoff.token, handoff.ledger)
+                self.owe_handed(handoff.token, handoff.ledger)
 
-    def give_back(self, token: str, ledger: str) -> None:
+    def owe_handed(self, token: str, ledger: str) -> None:
         """A slot handed to a claim nobody here waits for: owe its release (the next beat sends it)."""
         if self.lingering.has(token):
             return  # the claim got in some other way and lingers: the slot is its own
@@ -393,11 +395,11 @@ class SlotsProcess:
     def stop_job(self, hold: Hold, reason: str) -> None:
         """The heartbeat lost a strict hold (or may lose it): forget it, and stop its job if it runs."""
         with self.registry.release_lock():
-            if self.registry.forget(hold.token) is None:
+            if self.registry.lose(hold.token) is None:
                 return  # released meanwhile: its job is over
             running = self.bodies.interrupt(hold.token)
         # Outside the registry's lock: lingering takes its own lock first, then the registry's.
-        self.lingering.forget(hold.token)
+        self.lingering.lose(hold.token)
         self.interrupted += 1
         self.metrics.finished(hold)
         self.metrics.interrupted(hold)

@@ -159,7 +159,7 @@ class Wakeups:
                 self._by_thread.setdefault(waiter.thread, set()).add(token)
         return waiter
 
-    def forget(self, token: str) -> None:
+    def stop_expecting(self, token: str) -> None:
         with self._lock:
             waiter = self._waiting.pop(token, None)
             if waiter is not None and waiter.thread != PARKED:

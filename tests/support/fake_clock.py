@@ -1,6 +1,6 @@
 """The tests' one fake clock (:class:`FakeClock`), and a process's admission on it.
 
-:class:`FakeClock` is a :class:`dramatiq_slots.clock.Clock` that answers every wait at once and
+:class:`FakeClock` is a :class:`dramatiq_slots.worker.clock.Clock` that answers every wait at once and
 moves its own time on by the timeout (or by nothing, when the event it waits on is set), so the
 re-ask schedule, the ``max_wait`` bound, the late-reply guard and the outage pause are read off
 the clock instead of being waited for. :func:`make` builds an :class:`Admission` of a new

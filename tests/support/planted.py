@@ -47,7 +47,7 @@ def plant_busy_queue(ledger: Ledger) -> str:
     emails = ledger.keys.queue("emails")
     hold(ledger, emails, LIVE_TOKEN, capacity=2)
     hold(ledger, emails, DEAD_TOKEN, capacity=2)
-    assert ledger.enter("web-1:4242:8:2", [Limit(emails, 2)], ttl_ms=60_000, line=Line.JOIN, place=1).waiting
+    assert ledger.enter("web-1:4242:8:2", [Limit(emails, 2)], ttl_ms=60_000, line=Line.JOIN, place=1).in_line
     taken = ReportedHold(LIVE_TOKEN, "send_email", "send_email(msg-1)", time.time() - 75, {emails: 2})
     report(ledger, "web-1:4242", taken, capacities={emails: 2})
     return emails

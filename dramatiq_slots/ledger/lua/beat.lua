@@ -3,26 +3,33 @@
 -- wait in, and hand the slots that expired in those lines' ledgers to the
 -- first claims in line.
 --
--- KEYS[1..r]         ledgers of the holds to refresh
--- KEYS[r+1..r+2o]    owed releases, two keys each: the ledger, then its line
--- KEYS[r+2o+1..n-2]  lines that claims of this process wait in, three keys
---                    each: the ledger, its line, its fence key (w triples)
--- KEYS[n-1]          the epoch (lib/epoch.lua)
--- KEYS[n]            the operators' controls (hash, lib/control.lua)
--- ARGV[1]            hold ttl in milliseconds (integer >= 1)
--- ARGV[2]            r, how many holds to refresh (0 <= r)
--- ARGV[3]            o, how many owed releases (0 <= o, r + 2o <= n)
--- ARGV[3+i]          claim token of refresh i (1 <= i <= r), then of owed release j
---                    at ARGV[3+r+j] (1 <= j <= o)
--- ARGV[4+r+o]        wake channel prefix (as leave.lua's ARGV[2])
--- ARGV[5+r+o]        the caller's own process part (as leave.lua's ARGV[5])
--- ARGV[6+r+o]        settling time, ms (integer >= 0; as enter.lua's): while the
---                    epoch says the ledgers are settling (a missing epoch is made),
---                    nothing is handed on from a line; 0 = the epoch is not read
--- ARGV[6+r+o+k]      declared capacity of the k-th waited ledger (integer >= 1);
---                    an override wins, and a paused ledger hands nothing on
+-- KEYS[1..r]                 refreshed: the ledgers of the holds to refresh
+-- KEYS[r+1..r+2o]            (owed, owed_line): the owed releases, two keys each:
+--                            the ledger, then its line
+-- KEYS[r+2o+1..r+2o+3w]      (waited, waited_line, waited_fence): the lines that
+--                            claims of this process wait in, three keys each: the
+--                            ledger, its line, its fence key
+-- KEYS[r+2o+3w+1]            epoch: the epoch (lib/epoch.lua)
+-- KEYS[r+2o+3w+2]            controls: the operators' controls (hash, lib/control.lua)
+-- ARGV[1]                    ttl (integer >= 1): hold ttl, ms
+-- ARGV[2]                    r (integer >= 0): how many holds to refresh
+-- ARGV[3]                    o (integer >= 0): how many owed releases (w, the
+--                            waited lines, is what KEYS has left for them)
+-- ARGV[4..r+3]               refresh_token (text): the claim token of refresh i
+-- ARGV[r+4..r+o+3]           owed_token (text): the claim token of owed release j
+-- ARGV[r+o+4]                channel (text): the wake channel prefix (as
+--                            leave.lua's ARGV[2])
+-- ARGV[r+o+5]                own (text): the caller's own process part (as
+--                            leave.lua's ARGV[5])
+-- ARGV[r+o+6]                settle (integer >= 0): settling time, ms (as
+--                            enter.lua's): while the epoch says the ledgers are
+--                            settling (a missing epoch is made), nothing is handed
+--                            on from a line; 0 = the epoch is not read
+-- ARGV[r+o+7..r+o+w+6]       capacity (integer >= 1): declared capacity of the k-th
+--                            waited ledger; an override wins, and a paused ledger
+--                            hands nothing on
 --
--- Returns {lost, handed, bad, now}: lost lists the indexes i (1 <= i <= r) whose hold
+-- Returns Beaten: {lost, handed, bad, now} lost lists the indexes i (1 <= i <= r) whose hold
 -- was lost: the member was gone (Redis lost it) or had already expired (the
 -- holder was silent longer than the ttl). A lost hold is NOT re-created here:
 -- a refresh only extends members that exist (ZADD XX), so a beat racing a
@@ -38,7 +45,8 @@
 -- touch (ACL) fails the whole call before it runs; the heartbeat then beats
 -- each ledger on its own to find it. now is the Redis clock (ms) the beat read:
 -- how a process reads the expiry a wake-up message carries.
--- Returns {-1, j} when ARGV[j] is malformed (j = 0: wrong count); nothing written.
+-- Errors  SLOTS_ARG <j> <name>: ARGV[j] is malformed (j = 0: wrong count: of KEYS for
+--         r and o, or of ARGV); nothing written
 --
 -- Each refreshed or waited ledger is swept of expired members (holders that
 -- died): admission (enter.lua) counts members, not live holds, so the beats
@@ -53,23 +61,20 @@
 -- A waited line gets an expiry of at least now + ttl (a line nobody
 -- refreshes expires: enter.lua gives each new line one).
 
-local ttl, r, o = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then
-  return {-1, 1}
-end
-if not r or r < 0 or r ~= math.floor(r) then
-  return {-1, 2}
-end
-local w = (#KEYS - 2 - r - 2 * (o or 0)) / 3
-if not o or o < 0 or o ~= math.floor(o) or w < 0 or w ~= math.floor(w) or #ARGV ~= 6 + r + o + w then
-  return {-1, 3}
-end
-local channel, own, settle = ARGV[4 + r + o], ARGV[5 + r + o], tonumber(ARGV[6 + r + o])
-if not settle or settle < 0 or settle ~= math.floor(settle) then return {-1, 6 + r + o} end
+-- include: args
+if #ARGV < 6 then return bad(0, 'count') end
+local ttl, r, o = integer(ARGV[1], 1), integer(ARGV[2], 0), integer(ARGV[3], 0)
+if not ttl then return bad(1, 'ttl') end
+if not r then return bad(2, 'r') end
+if not o then return bad(3, 'o') end
+local w = (#KEYS - 2 - r - 2 * o) / 3
+if w < 0 or w ~= math.floor(w) or #ARGV ~= 6 + r + o + w then return bad(0, 'count') end
+local channel, own, settle = ARGV[4 + r + o], ARGV[5 + r + o], integer(ARGV[6 + r + o], 0)
+if not settle then return bad(6 + r + o, 'settle') end
 local caps = {}
 for k = 1, w do
-  caps[k] = tonumber(ARGV[6 + r + o + k])
-  if not caps[k] or caps[k] < 1 or caps[k] ~= math.floor(caps[k]) then return {-1, 6 + r + o + k} end
+  caps[k] = integer(ARGV[6 + r + o + k], 1)
+  if not caps[k] then return bad(6 + r + o + k, 'capacity') end
 end
 
 local clock = redis.call('TIME')

@@ -7,29 +7,30 @@
 -- raise (or a resume) made to the first claims in line, and refreshes what each
 -- process shows and logs.
 --
--- KEYS[1]   the operators' controls (hash): capacity:<ledger> = an integer >= 1,
---           paused:<ledger> = when it was paused (ms, Redis clock)
--- ARGV[1]   the ledger's key
--- ARGV[2]   which control: 'capacity' or 'paused'
--- ARGV[3]   'capacity': the new capacity (integer >= 1), '' to clear it;
---           'paused': '1' to pause, '' to resume
--- ARGV[4]   the channel the workers listen on for changes
+-- KEYS[1]   controls: the operators' controls (hash): capacity:<ledger> = an
+--           integer >= 1, paused:<ledger> = when it was paused (ms, Redis clock)
+-- ARGV[1]   ledger (text, not empty): the ledger's key
+-- ARGV[2]   which ('capacity' or 'paused'): which control
+-- ARGV[3]   value ('', an integer >= 1 or '1'): 'capacity': the new capacity
+--           (below 2^31), '' to clear it; 'paused': '1' to pause, '' to resume
+-- ARGV[4]   channel (text): the channel the workers listen on for changes
 --
--- Returns {changed, before}: changed = 1 when the control now differs from
+-- Returns Changed: {changed, before} changed = 1 when the control now differs from
 -- before; before = its previous value ('' when it had none).
--- Returns {-1, j} when ARGV[j] is malformed; nothing written.
+-- Errors  SLOTS_ARG <j> <name>: ARGV[j] is malformed (j = 0: wrong count); nothing written
 
-if #KEYS ~= 1 or #ARGV ~= 4 then return {-1, 0} end
+-- include: args
+if #KEYS ~= 1 or #ARGV ~= 4 then return bad(0, 'count') end
 local ledger, which, value, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if ledger == '' then return {-1, 1} end
-if which ~= 'capacity' and which ~= 'paused' then return {-1, 2} end
+if ledger == '' then return bad(1, 'ledger') end
+if which ~= 'capacity' and which ~= 'paused' then return bad(2, 'which') end
 if value ~= '' then
   if which == 'capacity' then
-    local cap = tonumber(value)
-    if not cap or cap < 1 or cap ~= math.floor(cap) or cap >= 2 ^ 31 then return {-1, 3} end
+    local cap = integer(value, 1)
+    if not cap or cap >= 2 ^ 31 then return bad(3, 'value') end
     value = string.format('%d', cap)
   elseif value ~= '1' then
-    return {-1, 3}
+    return bad(3, 'value')
   end
 end
 

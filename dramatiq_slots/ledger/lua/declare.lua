@@ -8,31 +8,34 @@
 -- epoch alive (lib/epoch.lua), and makes it when it is missing: a worker's
 -- first beat starts a brand-new deployment's settling before any admission.
 --
--- KEYS[1]       the operators' controls (hash, see control.lua)
--- KEYS[2]       the epoch (lib/epoch.lua)
--- KEYS[2+i]     the declarations of ledger i (sorted set: member = a capacity,
---               score = when the latest live process declaring it stops counting, ms)
--- ARGV[1]       how long a declaration counts without being renewed, ms (integer >= 1)
--- ARGV[2]       settling time, ms (integer >= 0; as enter.lua's); 0 = the epoch is
---               neither read nor made
--- ARGV[2+i]     the capacity this process declares for ledger i (integer >= 1)
+-- KEYS[1]       controls: the operators' controls (hash, see control.lua)
+-- KEYS[2]       epoch: the epoch (lib/epoch.lua)
+-- KEYS[3..n+2]  declared: the declarations of ledger i (sorted set: member = a
+--               capacity, score = when the latest live process declaring it stops
+--               counting, ms)
+-- ARGV[1]       ttl (integer >= 1): how long a declaration counts without being
+--               renewed, ms
+-- ARGV[2]       settle (integer >= 0): settling time, ms (as enter.lua's); 0 = the
+--               epoch is neither read nor made
+-- ARGV[3..n+2]  capacity (integer >= 1): the capacity this process declares for
+--               ledger i
 --
--- Returns {controls, settling, now, others1, .., othersn}: controls is the hash as
--- a flat list {field1, value1, ...}; settling the ms left of the epoch's settling
+-- Returns Declared: {controls, settling, now, others1, .., othersn} controls is the
+-- hash as a flat list {field1, value1, ...}; settling the ms left of the epoch's settling
 -- (0: settled, or not read); now the Redis clock (ms; 0: not read, when there is
 -- nothing to declare and no epoch to keep), by which the process reads the expiry a
 -- wake-up carries; othersi lists the other capacities that live processes declare
 -- for ledger i.
--- Returns {-1, j} when ARGV[j] is malformed (j = 0: wrong count); nothing written.
+-- Errors  SLOTS_ARG <j> <name>: ARGV[j] is malformed (j = 0: wrong count); nothing written
 
+-- include: args
 local n = #KEYS - 2
-if n < 0 or #ARGV ~= n + 2 then return {-1, 0} end
-local ttl, settle = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 1} end
-if not settle or settle < 0 or settle ~= math.floor(settle) then return {-1, 2} end
+if n < 0 or #ARGV ~= n + 2 then return bad(0, 'count') end
+local ttl, settle = integer(ARGV[1], 1), integer(ARGV[2], 0)
+if not ttl then return bad(1, 'ttl') end
+if not settle then return bad(2, 'settle') end
 for i = 1, n do
-  local cap = tonumber(ARGV[2 + i])
-  if not cap or cap < 1 or cap ~= math.floor(cap) then return {-1, 2 + i} end
+  if not integer(ARGV[2 + i], 1) then return bad(2 + i, 'capacity') end
 end
 
 -- include: epoch

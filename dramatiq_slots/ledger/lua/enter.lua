@@ -6,47 +6,48 @@
 -- script that admits (Ledger.enter; ARGV[3] is its Line: NONE, JOIN, KEEP).
 -- What each path costs: docs/design.md, "What each operation costs".
 --
--- KEYS[1..n]      ledgers (sorted sets: member = claim token, score = expiry ms)
--- KEYS[n+1..2n]   their lines (sorted sets: member = claim token, score =
---                 its place, first in line = lowest)
--- KEYS[2n+1]      the operators' controls (hash, lib/control.lua)
--- KEYS[2n+2..3n+1] their fence keys (lib/fence.lua)
--- KEYS[3n+2]      the epoch (lib/epoch.lua)
--- ARGV[1]         claim token
--- ARGV[2]         hold ttl, ms (integer >= 1)
--- ARGV[3]         line: 0 = do not wait; 1 = join the refusing ledger's line;
---                 2 = already in line (a waiter asking again: keeps its place,
---                 or takes it again if a release dropped it)
--- ARGV[4]         place in line: an integer below 2^53, lowest first; the
---                 middleware passes when the message was first sent, in us
---                 (so a line is served in the order messages were sent,
---                 whatever the order in which workers took them; ties: by
---                 token). Written as given, never through a Lua number.
--- ARGV[4+i]       declared capacity of KEYS[i] (integer >= 1); an operator's
---                 override wins over it
--- ARGV[4+n+i]     what a full KEYS[i] does with the claim (on_busy): 0 = wait
---                 (as ARGV[3] says); 1 = drop it (skip); 2 = drop it when a
---                 claim waits in that line already (coalesce; a claim in line
---                 itself, ARGV[3] = 2, is never dropped). A paused ledger never
---                 drops: its claims wait
--- ARGV[2n+5]      settling time, ms (integer >= 0): how long no newcomer is
---                 admitted after the epoch is found missing (lib/epoch.lua);
---                 0 = the epoch is neither read nor made
+-- KEYS[1..n]        ledger: the claim's ledgers (sorted sets: member = claim token,
+--                   score = expiry ms)
+-- KEYS[n+1..2n]     line: their lines (sorted sets: member = claim token, score =
+--                   its place, first in line = lowest)
+-- KEYS[2n+1]        controls: the operators' controls (hash, lib/control.lua)
+-- KEYS[2n+2..3n+1]  fence: their fence keys (lib/fence.lua)
+-- KEYS[3n+2]        epoch: the epoch (lib/epoch.lua)
+-- ARGV[1]           token (text, not empty): the claim token
+-- ARGV[2]           ttl (integer >= 1): hold ttl, ms
+-- ARGV[3]           line (0, 1 or 2): 0 = do not wait; 1 = join the refusing
+--                   ledger's line; 2 = already in line (a waiter asking again:
+--                   keeps its place, or takes it again if a release dropped it)
+-- ARGV[4]           place (number): place in line, an integer below 2^53, lowest
+--                   first; the middleware passes when the message was first sent,
+--                   in us (so a line is served in the order messages were sent,
+--                   whatever the order in which workers took them; ties: by
+--                   token). Written as given, never through a Lua number.
+-- ARGV[5..n+4]      capacity (integer >= 1): declared capacity of KEYS[i]; an
+--                   operator's override wins over it
+-- ARGV[n+5..2n+4]   busy (0, 1 or 2): what a full KEYS[i] does with the claim
+--                   (on_busy): 0 = wait (as ARGV[3] says); 1 = drop it (skip);
+--                   2 = drop it when a claim waits in that line already (coalesce;
+--                   a claim in line itself, ARGV[3] = 2, is never dropped). A
+--                   paused ledger never drops: its claims wait
+-- ARGV[2n+5]        settle (integer >= 0): settling time, ms: how long no newcomer
+--                   is admitted after the epoch is found missing (lib/epoch.lua);
+--                   0 = the epoch is neither read nor made
 --
--- Returns {1, replay, m1, .., mn, c1, .., cn, f1, .., fn}
+-- Returns Entered: {1, replay, m1, .., mn, c1, .., cn, f1, .., fn}
 --                       admitted; replay = 1 when the token already held every
 --                       ledger (a retried call, or a slot a release handed over);
 --                       mi = members of KEYS[i] now (its capacity when the token
 --                       already held it: no count was taken); ci = the capacity
 --                       in force on KEYS[i]; fi = its fencing token for this
 --                       admission (a replay gets a fresh one too)
---         {0, i, w, p, d, s} refused at KEYS[i], the first full (or paused) ledger;
+--      or {0, i, w, p, d, s} refused at KEYS[i], the first full (or paused) ledger;
 --                       w = 1 when the claim is in that ledger's line now; p = 1
 --                       when that ledger is paused; d = 1 when the claim is
 --                       dropped by its on_busy policy (then w = 0); s = the ms
 --                       left of a settling that refused it (then i is the first
 --                       ledger it did not hold; 0: not settling)
---         {-1, j}       ARGV[j] malformed (j = 0: wrong argument count); nothing written
+-- Errors  SLOTS_ARG <j> <name>: ARGV[j] is malformed (j = 0: wrong count); nothing written
 --
 -- Counting: a ledger is full when its members (ZCARD) reach capacity. That
 -- counts expired members of dead holders until someone sweeps them (every
@@ -74,26 +75,25 @@
 -- live waiters' processes push it on. A line whose waiters all died is gone
 -- within ttl of its last push.
 
+-- include: args
 local n = (#KEYS - 2) / 3
-if n < 1 or n ~= math.floor(n) or #ARGV ~= 2 * n + 5 then
-  return {-1, 0}
-end
-local token, ttl, line, place = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if token == '' then return {-1, 1} end
-if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 2} end
-if line ~= 0 and line ~= 1 and line ~= 2 then return {-1, 3} end
-if not place then return {-1, 4} end
-local settle = tonumber(ARGV[2 * n + 5])
-if not settle or settle < 0 or settle ~= math.floor(settle) then return {-1, 2 * n + 5} end
+if n < 1 or n ~= math.floor(n) or #ARGV ~= 2 * n + 5 then return bad(0, 'count') end
+local token, ttl, line, place = ARGV[1], integer(ARGV[2], 1), tonumber(ARGV[3]), tonumber(ARGV[4])
+if token == '' then return bad(1, 'token') end
+if not ttl then return bad(2, 'ttl') end
+if line ~= 0 and line ~= 1 and line ~= 2 then return bad(3, 'line') end
+if not place then return bad(4, 'place') end
+local settle = integer(ARGV[2 * n + 5], 0)
+if not settle then return bad(2 * n + 5, 'settle') end
 -- include: control
 local controls = KEYS[2 * n + 1]
 local caps, paused = {}, nil
 local busy = {}
 for i = 1, n do
-  caps[i] = tonumber(ARGV[4 + i])
-  if not caps[i] or caps[i] < 1 or caps[i] ~= math.floor(caps[i]) then return {-1, 4 + i} end
+  caps[i] = integer(ARGV[4 + i], 1)
+  if not caps[i] then return bad(4 + i, 'capacity') end
   busy[i] = tonumber(ARGV[4 + n + i])
-  if busy[i] ~= 0 and busy[i] ~= 1 and busy[i] ~= 2 then return {-1, 4 + n + i} end
+  if busy[i] ~= 0 and busy[i] ~= 1 and busy[i] ~= 2 then return bad(4 + n + i, 'busy') end
 end
 local ledgers = {}
 for i = 1, n do ledgers[i] = KEYS[i] end

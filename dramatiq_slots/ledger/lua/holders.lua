@@ -1,12 +1,16 @@
 -- holders.lua: the live holds of one ledger, by the Redis clock.
 --
--- KEYS[1]  ledger
+-- KEYS[1]  ledger: the ledger
 -- ARGV     none
 --
--- Returns a flat list {token1, ms_left1, token2, ms_left2, ...} of the holds
--- whose expiry is still ahead, soonest to expire first; ms_left is an
+-- Returns list[Holder]: {token1, ms_left1, token2, ms_left2, ...} a flat list of
+-- the holds whose expiry is still ahead, soonest to expire first; ms_left is an
 -- integer number of milliseconds. Expired members are left for a beat
 -- (or a reassert, a reclaim) to sweep: this script only reads.
+-- Errors  SLOTS_ARG 0 count: called with other keys or arguments
+
+-- include: args
+if #KEYS ~= 1 or #ARGV ~= 0 then return bad(0, 'count') end
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)

@@ -1,23 +1,26 @@
 -- leave.lua: end one claim's holds, and hand each freed slot to the first
 -- claim in that ledger's line (see enter.lua).
 --
--- KEYS[1..n]      ledgers the claim holds
--- KEYS[n+1..2n]   their lines (sorted sets of claim tokens by place)
--- KEYS[2n+1]      the operators' controls (hash, lib/control.lua)
--- KEYS[2n+2..3n+1] their fence keys (lib/fence.lua): a handed slot gets the next fence
--- ARGV[1]         claim token
--- ARGV[2]         wake channel prefix: a waiter's channel is this prefix
---                 followed by its process part (the token without its last
---                 two ':' fields), see dramatiq_slots.wakeups
--- ARGV[3]         hold ttl, ms (integer >= 1)
--- ARGV[4]         age of the leaving hold's expiry, ms: how long ago it was
---                 last written (the caller tracks it); -1 = unknown or too
---                 old, and the handed hold is then written afresh
--- ARGV[5]         the caller's own process part: a waiter of that same
---                 process is woken by the caller itself, so no PUBLISH
--- ARGV[5+i]       declared capacity of KEYS[i]; 0 = unknown (an operator's
---                 release by hand): the slot is then handed on only when an
---                 override says the capacity, else to nobody
+-- KEYS[1..n]        ledger: the ledgers the claim holds
+-- KEYS[n+1..2n]     line: their lines (sorted sets of claim tokens by place)
+-- KEYS[2n+1]        controls: the operators' controls (hash, lib/control.lua)
+-- KEYS[2n+2..3n+1]  fence: their fence keys (lib/fence.lua): a handed slot gets
+--                   the next fence
+-- ARGV[1]           token (text): the claim token
+-- ARGV[2]           channel (text): the wake channel prefix: a waiter's channel
+--                   is this prefix followed by its process part (the token
+--                   without its last two ':' fields), see dramatiq_slots.wakeups
+-- ARGV[3]           ttl (integer >= 1): hold ttl, ms
+-- ARGV[4]           age (integer >= -1): age of the leaving hold's expiry, ms:
+--                   how long ago it was last written (the caller tracks it);
+--                   -1 = unknown or too old, and the handed hold is then written
+--                   afresh
+-- ARGV[5]           own (text): the caller's own process part: a waiter of that
+--                   same process is woken by the caller itself, so no PUBLISH
+-- ARGV[6..n+5]      capacity (integer >= 0): declared capacity of KEYS[i]; 0 =
+--                   unknown (an operator's release by hand): the slot is then
+--                   handed on only when an override says the capacity, else to
+--                   nobody
 --
 -- Controls: an override is the capacity; a paused ledger hands nothing on.
 --
@@ -39,25 +42,25 @@
 -- A token without a member (its hold was lost, or released before) frees
 -- nothing, so it hands nothing over.
 --
--- Returns {removed, token, i, age, fence, ...}: members removed, then for each
+-- Returns Left: {removed, token, i, age, fence, ...} members removed, then for each
 -- slot handed over the claim's token, the index i of KEYS[i], the age passed on
 -- and the claim's fencing token (at most one per ledger), so a releaser can wake
 -- a claim of its own process at once. The wake-up message carries the fence too:
 -- "<token> <expiry> <fence> <ledger>", <expiry> the handed hold's score (ms): a late
 -- message still says how much of the hold is left.
+-- Errors  SLOTS_ARG <j> <name>: ARGV[j] is malformed (j = 0: wrong count); nothing written
 -- Costs: docs/design.md, "What each operation costs".
 
+-- include: args
 local n = (#KEYS - 1) / 3
-if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 5 then
-  return {-1, 0}
-end
-local token, channel, ttl, age, own = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 3} end
-if not age or age ~= math.floor(age) or age < -1 then return {-1, 4} end
+if n < 1 or n ~= math.floor(n) or #ARGV ~= n + 5 then return bad(0, 'count') end
+local token, channel, ttl, age, own = ARGV[1], ARGV[2], integer(ARGV[3], 1), integer(ARGV[4], -1), ARGV[5]
+if not ttl then return bad(3, 'ttl') end
+if not age then return bad(4, 'age') end
 local caps = {}
 for i = 1, n do
-  caps[i] = tonumber(ARGV[5 + i])
-  if not caps[i] or caps[i] < 0 or caps[i] ~= math.floor(caps[i]) then return {-1, 5 + i} end
+  caps[i] = integer(ARGV[5 + i], 0)
+  if not caps[i] then return bad(5 + i, 'capacity') end
 end
 
 -- A renewed expiry is the ledger's newest: the key's expiry is pushed to it,

@@ -6,20 +6,18 @@
 -- that puts the ledger over capacity: the ledger must count what really
 -- runs, and new admissions then wait until it drains.
 --
--- KEYS[1..n]  ledgers
--- ARGV[1]     hold ttl in milliseconds (integer >= 1)
--- ARGV[1+i]   claim token for KEYS[i]
+-- KEYS[1..n]    ledger: the ledgers of the lost holds
+-- ARGV[1]       ttl (integer >= 1): hold ttl, ms
+-- ARGV[2..n+1]  token (text): the claim token of the hold on KEYS[i]
 --
--- Returns, for each i, the number of live holds on KEYS[i] afterwards.
--- Returns {-1, j} when ARGV[j] is malformed; nothing written.
+-- Returns list[int]: {live1, .., liven} livei = how many live holds the ledger
+-- of KEYS[i] has afterwards.
+-- Errors  SLOTS_ARG <j> <name>: ARGV[j] is malformed (j = 0: wrong count); nothing written
 
-if #ARGV ~= #KEYS + 1 then
-  return {-1, 0}
-end
-local ttl = tonumber(ARGV[1])
-if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then
-  return {-1, 1}
-end
+-- include: args
+if #ARGV ~= #KEYS + 1 then return bad(0, 'count') end
+local ttl = integer(ARGV[1], 1)
+if not ttl then return bad(1, 'ttl') end
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)

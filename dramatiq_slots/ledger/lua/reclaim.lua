@@ -7,33 +7,33 @@
 -- full without it, somebody else was admitted meanwhile: nothing is written,
 -- and the caller interrupts the job instead, so the cap is never exceeded.
 --
--- KEYS[1..n]  the claim's ledgers
--- KEYS[n+1]   the operators' controls (hash, lib/control.lua)
--- ARGV[1]     claim token
--- ARGV[2]     hold ttl in milliseconds (integer >= 1)
--- ARGV[2+i]   declared capacity of KEYS[i] (integer >= 1); an override wins.
---             A pause does not count: the claim's job is running already
+-- KEYS[1..n]    ledger: the claim's ledgers
+-- KEYS[n+1]     controls: the operators' controls (hash, lib/control.lua)
+-- ARGV[1]       token (text, not empty): the claim token
+-- ARGV[2]       ttl (integer >= 1): hold ttl, ms
+-- ARGV[3..n+2]  capacity (integer >= 1): declared capacity of KEYS[i]; an
+--               override wins. A pause does not count: the claim's job is
+--               running already
 --
--- Returns {1, 0}   held again on every ledger (a fresh expiry on each)
---         {0, i}   KEYS[i] is full without this claim: nothing written
---         {-1, j}  ARGV[j] malformed (j = 0: wrong argument count); nothing written
+-- Returns Reclaimed: {1, 0} held again on every ledger (a fresh expiry on each)
+--      or {0, i} KEYS[i] is full without this claim: nothing written
+-- Errors  SLOTS_ARG <j> <name>: ARGV[j] is malformed (j = 0: wrong count); nothing written
 --
 -- Expired members are swept first (by TIME), so a dead holder's leftovers
 -- do not count against the claim. This runs only after a loss, so the sweep
 -- costs nothing on the busy path. A slot handed to a waiter is a member and
 -- counts: it belongs to the waiter.
 
+-- include: args
 local n = #KEYS - 1
-if n < 1 or #ARGV ~= n + 2 then
-  return {-1, 0}
-end
-local token, ttl = ARGV[1], tonumber(ARGV[2])
-if token == '' then return {-1, 1} end
-if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then return {-1, 2} end
+if n < 1 or #ARGV ~= n + 2 then return bad(0, 'count') end
+local token, ttl = ARGV[1], integer(ARGV[2], 1)
+if token == '' then return bad(1, 'token') end
+if not ttl then return bad(2, 'ttl') end
 local caps = {}
 for i = 1, n do
-  caps[i] = tonumber(ARGV[2 + i])
-  if not caps[i] or caps[i] < 1 or caps[i] ~= math.floor(caps[i]) then return {-1, 2 + i} end
+  caps[i] = integer(ARGV[2 + i], 1)
+  if not caps[i] then return bad(2 + i, 'capacity') end
 end
 
 -- include: outlive

@@ -4,12 +4,14 @@
 -- an operator after a planned restart of every worker (Ledger.settle). Never
 -- needed for correctness: a settling ends by itself; this only shortens it.
 --
--- KEYS[1]  the epoch (lib/epoch.lua)
+-- KEYS[1]  epoch: the epoch (lib/epoch.lua)
+-- ARGV     none
 --
--- Returns the ms that were left of a settling (0: none was in course).
--- Returns {-1, 0} when called with other keys or arguments; nothing written.
+-- Returns int: integer, the ms that were left of a settling (0: none was in course).
+-- Errors  SLOTS_ARG 0 count: called with other keys or arguments; nothing written
 
-if #KEYS ~= 1 or #ARGV ~= 0 then return {-1, 0} end
+-- include: args
+if #KEYS ~= 1 or #ARGV ~= 0 then return bad(0, 'count') end
 -- include: epoch
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)

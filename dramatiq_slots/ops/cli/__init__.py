@@ -32,6 +32,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ...errors import ArgumentError
 from ...ledger.keys import KeySpace
 from .arguments import build_parser
 from .commands import control_command, release_command, status_command
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         try:
             KeySpace(args.prefix)
-        except ValueError as e:
+        except ArgumentError as e:
             raise Failure(f"bad --prefix: {e}") from e
         client = connect(url, source, cluster=args.cluster)
         try:

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from ...errors import ArgumentError
 from ...ledger.client import RedisClient, redacted_address
 from ...ledger.controls import Change
 from ..inspection import Inspector, LedgerView, Released
@@ -28,7 +29,7 @@ def resolved(inspector: Inspector, name: str) -> str:
     """The ledger key of a name as status prints it (or a full key); a :class:`Failure` for any other."""
     try:
         return inspector.resolve(name)
-    except ValueError as e:
+    except ArgumentError as e:
         raise Failure(str(e)) from e
 
 

@@ -23,7 +23,7 @@ from redis.connection import parse_url
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel
 
-from ...errors import LedgerError
+from ...errors import ArgumentError, LedgerArgumentError, LedgerError
 from ...ledger.client import URL_ENV, RedisClient, redacted_address
 from .exits import Failure
 
@@ -119,7 +119,7 @@ def cluster_client(url: str, source: str) -> RedisCluster:
     try:
         options = parse_url(plain)  # type: ignore[no-untyped-call]
         if options.get("db", 0) != 0:
-            raise ValueError("a Redis Cluster has database 0 only")
+            raise ArgumentError("a Redis Cluster has database 0 only")
         parts = urlsplit(plain)
         address = redacted_cluster(parts.hostname or "localhost", parts.port or DEFAULT_CLUSTER_PORT)
     except ValueError as e:
@@ -190,11 +190,13 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     path = path_text.removesuffix("/").split("/")
     service = unquote(path[0])
     if not service:
-        raise ValueError(
+        raise ArgumentError(
             f"a sentinel URL names the primary's service after its sentinels: {SENTINEL_URL_FORM}"
         )
     if len(path) > 2:
-        raise ValueError(f"a sentinel URL has a service and at most a database after it: {SENTINEL_URL_FORM}")
+        raise ArgumentError(
+            f"a sentinel URL has a service and at most a database after it: {SENTINEL_URL_FORM}"
+        )
     query = parse_qs(query_text)
     sentinel_options = {
         SENTINEL_OPTIONS[name]: query.pop(name)[-1] for name in list(query) if name in SENTINEL_OPTIONS
@@ -206,7 +208,9 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     primary_options.pop("host", None)
     if len(path) == 2 and "db" not in primary_options:
         if not (path[1].isascii() and path[1].isdigit()):
-            raise ValueError(f"a sentinel URL's database after the service is a number: {SENTINEL_URL_FORM}")
+            raise ArgumentError(
+                f"a sentinel URL's database after the service is a number: {SENTINEL_URL_FORM}"
+            )
         primary_options["db"] = int(path[1])
     username, colon, password = userinfo.partition(":")
     if username:
@@ -226,16 +230,20 @@ def sentinel_address(text: str) -> tuple[str, int]:
     else:
         host, _, port = text.partition(":")
     if not host:
-        raise ValueError(f"a sentinel URL names each sentinel by HOST[:PORT]: {SENTINEL_URL_FORM}")
+        raise ArgumentError(f"a sentinel URL names each sentinel by HOST[:PORT]: {SENTINEL_URL_FORM}")
     if not port:
         return unquote(host), DEFAULT_SENTINEL_PORT
     if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-        raise ValueError(f"a sentinel's port is a number from 1 to 65535: {SENTINEL_URL_FORM}")
+        raise ArgumentError(f"a sentinel's port is a number from 1 to 65535: {SENTINEL_URL_FORM}")
     return unquote(host), int(port)
 
 
 def describe_redis_error(error: BaseException, address: str) -> str:
     """One line for a failed Redis conversation, naming the server by its redacted address."""
+    if isinstance(error, LedgerArgumentError):
+        # Our script refused what we sent (a bug, or a server running other scripts): say which
+        # argument, not the raw SLOTS_ARG reply.
+        return f"Redis at {address} refused a ledger call: {error}"
     if isinstance(error, LedgerError) and error.__cause__ is not None:
         error = error.__cause__
     if isinstance(error, redis.exceptions.RedisClusterException) and isinstance(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 
 
-class WaitGate:
+class WaitingShare:
     """Which threads wait in line now: at most ``places`` at once.
 
     A place belongs to its thread (by thread id), unlike a semaphore's

@@ -1,0 +1,441 @@
+"""One spec per Lua script: its KEYS and ARGV by name, and the parser of its reply.
+
+A script's contract is written twice: in the header of ``lua/<name>.lua``, for its reader, and
+here, for :class:`~.ledger.Ledger`, which builds every call through its spec (:meth:`ScriptSpec.call`)
+and gets the typed reply of :mod:`.replies` from it (:meth:`Call.answer`), or the ledger's error
+that the script's error reply means. ``tests/test_script_specs.py`` reads every header and fails
+where it differs from the spec; the header format is in docs/design.md, "Scripts".
+
+This module imports nothing from dramatiq.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
+
+from ..errors import ArgumentError, LedgerArgumentError
+from .replies import (
+    Beaten,
+    Changed,
+    Declared,
+    Entered,
+    Handoff,
+    Holder,
+    Left,
+    Member,
+    Reclaimed,
+    Withdrawn,
+    _text,
+)
+from .translation import refused_argument
+
+R = TypeVar("R")
+
+
+class Kind(str, Enum):
+    """What a script checks of one ARGV value: the words in its header's parentheses."""
+
+    TEXT = "text"
+    NAME = "text, not empty"
+    POSITIVE = "integer >= 1"
+    NATURAL = "integer >= 0"
+    AGE = "integer >= -1"
+    CHOICE = "0, 1 or 2"
+    NUMBER = "number"
+    WHICH = "'capacity' or 'paused'"
+    SETTING = "'', an integer >= 1 or '1'"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One KEYS or ARGV entry, or a run of them: ``per``, a group's letter, repeats ``names``
+    (interleaved) once per item of that group; ``count`` makes an ARGV entry that group's length."""
+
+    names: tuple[str, ...]
+    kind: Kind | None = None
+    per: str | None = None
+    count: str | None = None
+
+    @property
+    def label(self) -> str:
+        """How the header names it: ``name``, or ``(a, b)`` for interleaved runs."""
+        return self.names[0] if len(self.names) == 1 else "(" + ", ".join(self.names) + ")"
+
+
+def key(name: str) -> Field:
+    return Field((name,))
+
+
+def keys(*names: str, per: str) -> Field:
+    return Field(names, per=per)
+
+
+def arg(name: str, kind: Kind, *, per: str | None = None) -> Field:
+    return Field((name,), kind, per=per)
+
+
+def count(name: str, *, of: str) -> Field:
+    return Field((name,), Kind.NATURAL, count=of)
+
+
+@dataclass(frozen=True)
+class ScriptSpec(Generic[R]):
+    """The contract of ``lua/<name>.lua``: its KEYS, its ARGV, the shapes of its reply (as its
+    header writes them) and ``parse``, which turns a raw reply into the typed one."""
+
+    name: str
+    keys: tuple[Field, ...]
+    args: tuple[Field, ...]
+    shapes: tuple[str, ...]
+    parse: Callable[[Any, Call[R]], R] = field(compare=False)
+
+    @property
+    def letters(self) -> tuple[str, ...]:
+        """The groups' letters, in the order they first appear (KEYS, then ARGV)."""
+        found: dict[str, None] = {}
+        for f in (*self.keys, *self.args):
+            for letter in (f.per, f.count):
+                if letter is not None:
+                    found.setdefault(letter)
+        return tuple(found)
+
+    @property
+    def returns(self) -> str:
+        """The name of the type ``parse`` answers (``Entered``, ``list[int]``...)."""
+        return _type_name(get_type_hints(self.parse)["return"])
+
+    def layout(self, section: str) -> list[tuple[str, str, Kind | None]]:
+        """``(position, name, kind)`` of each line the header gives ``section`` (``KEYS`` or
+        ``ARGV``): positions such as ``2n+1`` or ``n+1..2n``, letters first, then a constant."""
+        terms: dict[str, int] = {}
+        const = 0
+        rows: list[tuple[str, str, Kind | None]] = []
+        for f in self.keys if section == "KEYS" else self.args:
+            if f.per is None:
+                const += 1
+                rows.append((self._position(terms, const), f.label, f.kind))
+                continue
+            start = self._position(terms, const + 1)
+            terms[f.per] = terms.get(f.per, 0) + len(f.names)
+            rows.append((f"{start}..{self._position(terms, const)}", f.label, f.kind))
+        return rows
+
+    def _position(self, terms: Mapping[str, int], const: int) -> str:
+        parts = [f"{'' if terms[x] == 1 else terms[x]}{x}" for x in self.letters if terms.get(x)]
+        if const or not parts:
+            parts.append(str(const))
+        return "+".join(parts)
+
+    def argument(self, index: int, counts: Mapping[str, int]) -> Field | None:
+        """The ARGV field at ``index`` (from 1) of a call with these group sizes; None: none."""
+        at = 0
+        for f in self.args:
+            at += len(f.names) * (counts[f.per] if f.per is not None else 1)
+            if index <= at:
+                return f
+        return None
+
+    def call(
+        self,
+        *,
+        keys: Mapping[str, Any],
+        args: Mapping[str, Any],
+        ledgers: Sequence[str] | None = None,
+    ) -> Call[R]:
+        """KEYS and ARGV in the script's order, from values by name: a run's name takes a sequence
+        (one per item), a count is filled in. ``ledgers``: what the reply's indexes ``i`` name,
+        one per item of ``n`` (default: the KEYS run ``ledger``)."""
+        counts: dict[str, int] = {}
+        for section, fields, given in (("KEYS", self.keys, keys), ("ARGV", self.args, args)):
+            names = {name for f in fields if f.count is None for name in f.names}
+            if set(given) != names:
+                raise ArgumentError(f"{self.name}.lua: {section} takes {sorted(names)}, not {sorted(given)}")
+            for f in fields:
+                if f.per is None:
+                    continue
+                for name in f.names:
+                    value = given[name]
+                    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+                        raise ArgumentError(f"{self.name}.lua: {section} {name} takes a sequence")
+                    items = counts.setdefault(f.per, len(value))
+                    if items != len(value):
+                        raise ArgumentError(f"{self.name}.lua: {section} {name} needs {items} items")
+        if ledgers is not None and len(ledgers) != counts.get("n", 0):
+            raise ArgumentError(f"{self.name}.lua: one ledger per item of n, not {len(ledgers)}")
+        named_keys = {name: keys[name] for f in self.keys for name in f.names}
+        named_args = {name: args[name] for f in self.args if f.count is None for name in f.names}
+        return Call(
+            self,
+            keys=_lay_out(self.keys, named_keys, counts),
+            args=_lay_out(self.args, named_args, counts),
+            counts=counts,
+            named_keys=named_keys,
+            named_args=named_args,
+            ledgers=tuple(ledgers if ledgers is not None else named_keys.get("ledger", ())),
+        )
+
+
+def _lay_out(fields: Sequence[Field], values: Mapping[str, Any], counts: Mapping[str, int]) -> list[Any]:
+    out: list[Any] = []
+    for f in fields:
+        if f.count is not None:
+            out.append(counts.get(f.count, 0))
+        elif f.per is None:
+            out.append(values[f.names[0]])
+        else:
+            out += [values[name][i] for i in range(counts[f.per]) for name in f.names]
+    return out
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is None:
+        return str(tp.__name__)
+    return f"{origin.__name__}[{', '.join(_type_name(a) for a in get_args(tp))}]"
+
+
+@dataclass(frozen=True)
+class Call(Generic[R]):
+    """One call of a script: KEYS and ARGV as sent, the values by name, what the indexes name."""
+
+    spec: ScriptSpec[R]
+    keys: list[str]
+    args: list[Any]
+    counts: dict[str, int]
+    named_keys: dict[str, Any]
+    named_args: dict[str, Any]
+    ledgers: tuple[str, ...] = ()
+
+    def ledger(self, index: Any) -> str:
+        """The ledger a reply's index ``i`` (from 1) names."""
+        return self.ledgers[int(index) - 1]
+
+    def answer(self, raw: Any) -> R:
+        """The typed reply; for an error (a pipeline's reply, or raised), the ledger's error it
+        means (:meth:`refused`), else the error itself, raised."""
+        if isinstance(raw, Exception):
+            refusal = self.refused(raw)
+            if refusal is None:
+                raise raw
+            raise refusal from raw
+        return self.spec.parse(raw, self)
+
+    def refused(self, error: Exception) -> LedgerArgumentError | None:
+        """The :class:`LedgerArgumentError` of the script's ``SLOTS_ARG`` error reply; None for
+        any other error."""
+        found = refused_argument(error)
+        if found is None:
+            return None
+        index, name = found
+        script = f"{self.spec.name}.lua"
+        if index == 0:
+            message = f"{script} refused its argument count ({len(self.keys)} KEYS, {len(self.args)} ARGV)"
+        else:
+            at = self.spec.argument(index, self.counts)
+            kind = f": {at.kind.value}" if at is not None and at.kind and name in at.names else ""
+            message = f"{script} refused ARGV[{index}] ({name}{kind})"
+        return LedgerArgumentError(message, script=self.spec.name, index=index, argument=name)
+
+
+def _ints(values: Sequence[Any]) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def _entered(raw: Any, call: Call[Entered]) -> Entered:
+    if int(raw[0]) == 1:
+        n = call.counts["n"]
+        return Entered(
+            admitted=True,
+            replayed=int(raw[1]) == 1,
+            members=_ints(raw[2 : 2 + n]),
+            capacities=_ints(raw[2 + n : 2 + 2 * n]),
+            fences=_ints(raw[2 + 2 * n : 2 + 3 * n]),
+        )
+    return Entered(
+        admitted=False,
+        refused_by=call.ledger(raw[1]),
+        in_line=int(raw[2]) == 1,
+        paused=int(raw[3]) == 1,
+        dropped=int(raw[4]) == 1,
+        settling_ms=int(raw[5]),
+    )
+
+
+def _left(raw: Any, call: Call[Left]) -> Left:
+    rest = raw[1:]
+    return Left(
+        int(raw[0]),
+        tuple(
+            Handoff(_text(rest[k]), call.ledger(rest[k + 1]), int(rest[k + 2]), int(rest[k + 3]))
+            for k in range(0, len(rest), 4)
+        ),
+    )
+
+
+def _withdrawn(raw: Any, call: Call[Withdrawn]) -> Withdrawn:
+    return Withdrawn(int(raw[0]), _ints(raw[1:]))
+
+
+def _beaten(raw: Any, call: Call[Beaten]) -> Beaten:
+    lost, handed, bad, now_ms = raw
+    refreshed, tokens = call.named_keys["refreshed"], call.named_args["refresh_token"]
+    waited = call.named_keys["waited"]
+    return Beaten(
+        (Member(refreshed[int(i) - 1], tokens[int(i) - 1]) for i in lost),
+        handoffs=tuple(
+            Handoff(_text(handed[k]), waited[int(handed[k + 1]) - 1], 0, int(handed[k + 2]))
+            for k in range(0, len(handed), 3)
+        ),
+        refused={_text(bad[k]): _text(bad[k + 1]) for k in range(0, len(bad), 2)},
+        redis_ms=int(now_ms),
+    )
+
+
+def _counts(raw: Any, call: Call[list[int]]) -> list[int]:
+    return [int(n) for n in raw]
+
+
+def _reclaimed(raw: Any, call: Call[Reclaimed]) -> Reclaimed:
+    return Reclaimed(None if int(raw[0]) == 1 else call.ledger(raw[1]))
+
+
+def _holders(raw: Any, call: Call[list[Holder]]) -> list[Holder]:
+    return [Holder(_text(raw[i]), int(raw[i + 1]) / 1000) for i in range(0, len(raw), 2)]
+
+
+def _integer(raw: Any, call: Call[int]) -> int:
+    return int(raw)
+
+
+def _declared(raw: Any, call: Call[Declared]) -> Declared:
+    flat = [_text(v) for v in raw[0]]
+    return Declared(
+        controls=dict(zip(flat[0::2], flat[1::2], strict=True)),
+        others={
+            ledger: _ints(others) for ledger, others in zip(call.ledgers, raw[3:], strict=True) if others
+        },
+        settling_ms=int(raw[1]),
+        redis_ms=int(raw[2]) or None,
+    )
+
+
+def _changed(raw: Any, call: Call[Changed]) -> Changed:
+    return Changed(int(raw[0]) == 1, _text(raw[1]))
+
+
+ENTER = ScriptSpec(
+    "enter",
+    keys=(
+        keys("ledger", per="n"),
+        keys("line", per="n"),
+        key("controls"),
+        keys("fence", per="n"),
+        key("epoch"),
+    ),
+    args=(
+        arg("token", Kind.NAME),
+        arg("ttl", Kind.POSITIVE),
+        arg("line", Kind.CHOICE),
+        arg("place", Kind.NUMBER),
+        arg("capacity", Kind.POSITIVE, per="n"),
+        arg("busy", Kind.CHOICE, per="n"),
+        arg("settle", Kind.NATURAL),
+    ),
+    shapes=("{1, replay, m1, .., mn, c1, .., cn, f1, .., fn}", "{0, i, w, p, d, s}"),
+    parse=_entered,
+)
+LEAVE = ScriptSpec(
+    "leave",
+    keys=(keys("ledger", per="n"), keys("line", per="n"), key("controls"), keys("fence", per="n")),
+    args=(
+        arg("token", Kind.TEXT),
+        arg("channel", Kind.TEXT),
+        arg("ttl", Kind.POSITIVE),
+        arg("age", Kind.AGE),
+        arg("own", Kind.TEXT),
+        arg("capacity", Kind.NATURAL, per="n"),
+    ),
+    shapes=("{removed, token, i, age, fence, ...}",),
+    parse=_left,
+)
+WITHDRAW = ScriptSpec(
+    "withdraw",
+    keys=(keys("ledger", per="n"), keys("line", per="n"), keys("fence", per="n")),
+    args=(arg("token", Kind.TEXT), arg("ttl", Kind.POSITIVE)),
+    shapes=("{held, f1, .., fn}",),
+    parse=_withdrawn,
+)
+BEAT = ScriptSpec(
+    "beat",
+    keys=(
+        keys("refreshed", per="r"),
+        keys("owed", "owed_line", per="o"),
+        keys("waited", "waited_line", "waited_fence", per="w"),
+        key("epoch"),
+        key("controls"),
+    ),
+    args=(
+        arg("ttl", Kind.POSITIVE),
+        count("r", of="r"),
+        count("o", of="o"),
+        arg("refresh_token", Kind.TEXT, per="r"),
+        arg("owed_token", Kind.TEXT, per="o"),
+        arg("channel", Kind.TEXT),
+        arg("own", Kind.TEXT),
+        arg("settle", Kind.NATURAL),
+        arg("capacity", Kind.POSITIVE, per="w"),
+    ),
+    shapes=("{lost, handed, bad, now}",),
+    parse=_beaten,
+)
+REASSERT = ScriptSpec(
+    "reassert",
+    keys=(keys("ledger", per="n"),),
+    args=(arg("ttl", Kind.POSITIVE), arg("token", Kind.TEXT, per="n")),
+    shapes=("{live1, .., liven}",),
+    parse=_counts,
+)
+RECLAIM = ScriptSpec(
+    "reclaim",
+    keys=(keys("ledger", per="n"), key("controls")),
+    args=(arg("token", Kind.NAME), arg("ttl", Kind.POSITIVE), arg("capacity", Kind.POSITIVE, per="n")),
+    shapes=("{1, 0}", "{0, i}"),
+    parse=_reclaimed,
+)
+HOLDERS = ScriptSpec(
+    "holders",
+    keys=(key("ledger"),),
+    args=(),
+    shapes=("{token1, ms_left1, token2, ms_left2, ...}",),
+    parse=_holders,
+)
+IN_USE = ScriptSpec("in_use", keys=(key("ledger"),), args=(), shapes=("integer",), parse=_integer)
+DECLARE = ScriptSpec(
+    "declare",
+    keys=(key("controls"), key("epoch"), keys("declared", per="n")),
+    args=(arg("ttl", Kind.POSITIVE), arg("settle", Kind.NATURAL), arg("capacity", Kind.POSITIVE, per="n")),
+    shapes=("{controls, settling, now, others1, .., othersn}",),
+    parse=_declared,
+)
+CONTROL = ScriptSpec(
+    "control",
+    keys=(key("controls"),),
+    args=(
+        arg("ledger", Kind.NAME),
+        arg("which", Kind.WHICH),
+        arg("value", Kind.SETTING),
+        arg("channel", Kind.TEXT),
+    ),
+    shapes=("{changed, before}",),
+    parse=_changed,
+)
+SETTLE = ScriptSpec("settle", keys=(key("epoch"),), args=(), shapes=("integer",), parse=_integer)
+
+#: Every script's spec, by name (``lua/<name>.lua``; the name of the :class:`Ledger` method).
+SPECS: dict[str, ScriptSpec[Any]] = {
+    spec.name: spec
+    for spec in (ENTER, LEAVE, WITHDRAW, BEAT, REASSERT, RECLAIM, HOLDERS, IN_USE, DECLARE, CONTROL, SETTLE)
+}
