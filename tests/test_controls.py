@@ -161,9 +161,9 @@ def test_who_set_a_control_when_why_and_until_when_round_trip(ledger: Ledger, co
     assert by is not None and by.by == f"{getpass.getuser()}@{socket.gethostname()}"
 
 
-def test_an_expired_pause_and_override_end_by_the_redis_clock_for_the_next_enter(
-    ledger: Ledger, controls: Controls
-) -> None:
+def test_an_expired_pause_and_override_end_by_the_redis_clock_on_every_engine(engine_ledger: Ledger) -> None:
+    ledger = engine_ledger  # on every engine: the scripts' Lua reads the values and the clock
+    controls = Controls(ledger.client, key_prefix=ledger.keys.prefix)
     queue, key = controls.queue("q"), controls.runtime_key("k")
     assert ledger.enter("h:1:1:1", [Limit(queue, 1)], ttl_ms=60_000).admitted
     raised = controls.set_capacity(queue, 2, by="alice@ops", for_ms=400).after.override_provenance
@@ -186,6 +186,23 @@ def test_an_expired_pause_and_override_end_by_the_redis_clock_for_the_next_enter
     controls.pause(other, by="bob@ops")
     left = {_text(k) for k in ledger.client.hgetall(ledger.keys.controls())}
     assert left == {f"paused:{other}", f"meta:paused:{other}"}
+
+
+def test_a_write_keeps_who_cleared_a_control_for_a_day(ledger: Ledger, controls: Controls) -> None:
+    old, recent, unreadable = (controls.queue(name) for name in ("old", "recent", "junk"))
+    now = redis_ms(ledger)
+    ledger.client.hset(
+        ledger.keys.controls(),
+        mapping={
+            f"cleared:paused:{old}": json.dumps({"by": "x", "at": now - 86_400_000 - 5_000}),
+            f"cleared:paused:{recent}": json.dumps({"by": "y", "at": now - 86_400_000 + 60_000}),
+            f"cleared:capacity:{unreadable}": "{",
+        },
+    )
+    controls.pause(controls.queue("q"), by="z")
+    left = {_text(k) for k in ledger.client.hgetall(ledger.keys.controls())}
+    assert f"cleared:paused:{recent}" in left
+    assert f"cleared:paused:{old}" not in left and f"cleared:capacity:{unreadable}" not in left
 
 
 def test_an_expired_pause_leaves_its_line_to_the_next_beat(ledger: Ledger, controls: Controls) -> None:

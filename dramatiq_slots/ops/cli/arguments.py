@@ -182,9 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
             command,
             help=summary,
             description=summary[0].upper() + summary[1:] + ".",
-            usage="%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes] [--by TEXT]"
+            usage="%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes]\n       [--by TEXT]"
             + (" [--reason TEXT] [--for DURATION]" if sets else "")
-            + "\n       (LEDGER | --key TEXT)"
+            + " (LEDGER | --key TEXT)"
             + (" N" if command == "set-capacity" else ""),
             epilog=CONTROL_EPILOG,
         )
