@@ -64,12 +64,13 @@ CLEARED = "cleared"
 
 
 def default_by() -> str:
-    """Who sets a control when the caller does not say: ``<OS user>@<hostname>``."""
+    """Who sets a control when the caller does not say: ``<OS user>@<hostname>`` (its first
+    :data:`MAX_BY` characters)."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no name for this uid (a container without a passwd entry)
         user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
-    return f"{user}@{socket.gethostname()}"
+    return f"{user}@{socket.gethostname()}"[:MAX_BY]
 
 
 @dataclass(frozen=True)

@@ -281,7 +281,7 @@ def unchanged(provenance: Provenance | None, by: str, reason: str | None, for_ms
 
 
 def setting_text(by: str, reason: str | None, lasting: str) -> str:
-    """``by alice@h for 1h, ends by itself (reason: db migration)``: what the change records."""
+    """``by alice@h for 1h, then it ends by itself (reason: db migration)``: what the change records."""
     text = f"by {clean(by)}"
     if lasting:
         text += f"{lasting}, then it ends by itself"
