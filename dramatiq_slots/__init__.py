@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .errors import ArgumentError, LedgerArgumentError, LedgerError, LedgerUnavailable, SlotsError
     from .ledger.client import URL_ENV
-    from .ledger.controls import Control, Controls
+    from .ledger.controls import Control, Controls, Provenance
     from .ledger.keys import DEFAULT_KEY_PREFIX, KeySpace
     from .ledger.ledger import Ledger
     from .ledger.replies import Holder, Limit
@@ -56,6 +56,7 @@ _PUBLIC = {
     "ConfigurationError": ".middleware.options",
     "Control": ".ledger.controls",
     "Controls": ".ledger.controls",
+    "Provenance": ".ledger.controls",
     "CurrentHold": ".worker.current",
     "HoldLost": ".worker.interrupts",
     "Holder": ".ledger.replies",
@@ -118,6 +119,7 @@ __all__ = [
     "Limit",
     "MessageDeferred",
     "MessageDropped",
+    "Provenance",
     "RuntimeKeyError",
     "Slots",
     "SlotsError",

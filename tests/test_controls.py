@@ -7,9 +7,11 @@ processes following a change within a beat) in ``test_multiprocess.py``.
 
 from __future__ import annotations
 
+import getpass
 import json
 import logging
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -22,9 +24,19 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.results import ResultFailure, Results
 from dramatiq.results.backends import RedisBackend
 
-from dramatiq_slots import ConfigurationError, CurrentHold, RuntimeKeyError, current_hold
+from dramatiq_slots import ArgumentError, ConfigurationError, CurrentHold, RuntimeKeyError, current_hold
 from dramatiq_slots.ledger import Ledger, Limit, Line
-from dramatiq_slots.ledger.controls import Control, Controls, ControlsSeen, parse_controls
+from dramatiq_slots.ledger.controls import (
+    Control,
+    Controls,
+    ControlsSeen,
+    Provenance,
+    Seen,
+    duration_text,
+    parse_controls,
+    parse_duration,
+)
+from dramatiq_slots.ledger.replies import _text
 from dramatiq_slots.worker.texts import control_text
 from tests.support.command import Run, answer_on_terminal, run_command
 from tests.support.in_process import RunRecorder as Probe
@@ -32,6 +44,9 @@ from tests.support.in_process import SlotsFactory, dead_letter_error, running_wo
 from tests.support.planted import plant_busy_queue, tokens
 from tests.support.servers import Server
 from tests.support.waiting import wait_until
+
+T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC, in ms
+HOUR = 3_600_000
 
 
 @pytest.fixture
@@ -56,11 +71,12 @@ def test_an_override_wins_over_the_declared_capacity_and_reset_drops_it(
     queue = controls.queue("q")
     assert ledger.enter("h:1:1:1", [Limit(queue, 1)], ttl_ms=60_000).admitted
     assert not ledger.enter("h:1:1:2", [Limit(queue, 1)], ttl_ms=60_000).admitted
-    change = controls.set_capacity(queue, 2)
-    assert change.changed and change.before == Control() and change.after == Control(capacity=2)
+    change = controls.set_capacity(queue, 2, by="alice@ops")
+    assert change.changed and change.before == Control() and change.after.capacity == 2
+    assert change.after.override_provenance is not None and change.after.override_provenance.by == "alice@ops"
     entered = ledger.enter("h:1:1:2", [Limit(queue, 1)], ttl_ms=60_000)
     assert entered.admitted and entered.capacities == (2,)
-    assert not controls.set_capacity(queue, 2).changed  # already so
+    assert not controls.set_capacity(queue, 2, by="alice@ops").changed  # already so
     assert controls.reset_capacity(queue).after == Control()
     assert not ledger.enter("h:1:1:3", [Limit(queue, 2)], ttl_ms=60_000).admitted, "2 declared, 2 held"
     assert controls.read() == {}
@@ -105,33 +121,225 @@ def test_bad_capacities_and_ledgers_are_refused(controls: Controls) -> None:
     assert controls.read() == {}
 
 
-def test_the_hash_is_read_leniently() -> None:
+def redis_ms(ledger: Ledger) -> int:
+    seconds, micros = ledger.client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_who_set_a_control_when_why_and_until_when_round_trip(ledger: Ledger, controls: Controls) -> None:
+    queue = controls.queue("q")
+    before = redis_ms(ledger)
+    change = controls.set_capacity(queue, 3, by="alice@ops", reason="partner limit", for_ms=HOUR)
+    after = redis_ms(ledger)
+    made = change.after.override_provenance
+    assert made is not None and (made.by, made.reason) == ("alice@ops", "partner limit")
+    assert made.at is not None and before / 1000 <= made.at <= after / 1000, "at: the Redis clock"
+    assert made.until == made.at + HOUR / 1000 and made.duration == HOUR / 1000
+    assert controls.read() == {queue: change.after}
+    # Paused by one, paused again by another: the first pause's time stays, the rest is the second's.
+    first = controls.pause(queue, by="bob@ops").after
+    assert first.pause_provenance is not None and first.pause_provenance.until is None
+    assert not controls.pause(queue, by="bob@ops").changed, "the same pause again changes nothing"
+    again = controls.pause(queue, by="carol@ops", reason="db migration", for_ms=HOUR)
+    assert again.changed and again.after.paused_at == first.paused_at
+    made = again.after.pause_provenance
+    assert made is not None and (made.by, made.reason) == ("carol@ops", "db migration")
+    assert made.until is not None and made.at is not None and made.until == made.at + HOUR / 1000
+    assert again.after.override_provenance == change.after.override_provenance, "each control has its own"
+    # Set again without for_ms: no expiry any more.
+    lasting = controls.pause(queue, by="carol@ops", reason="db migration").after.pause_provenance
+    assert lasting is not None and lasting.until is None
+    # A clear records who did it, in a field no reader counts as a control.
+    assert not controls.resume(queue, by="dave@ops").after.paused
+    raw = {_text(k): _text(v) for k, v in ledger.client.hgetall(ledger.keys.controls()).items()}
+    assert json.loads(raw[f"cleared:paused:{queue}"])["by"] == "dave@ops"
+    assert f"meta:paused:{queue}" not in raw and f"paused:{queue}" not in raw
+    assert list(controls.read()) == [queue] and controls.of(queue).capacity == 3
+    # By default, the OS user at this host.
+    controls.reset_capacity(queue)
+    by = controls.set_capacity(queue, 2).after.override_provenance
+    assert by is not None and by.by == f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def test_an_expired_pause_and_override_end_by_the_redis_clock_on_every_engine(engine_ledger: Ledger) -> None:
+    ledger = engine_ledger  # on every engine: the scripts' Lua reads the values and the clock
+    controls = Controls(ledger.client, key_prefix=ledger.keys.prefix)
+    queue, key = controls.queue("q"), controls.runtime_key("k")
+    assert ledger.enter("h:1:1:1", [Limit(queue, 1)], ttl_ms=60_000).admitted
+    raised = controls.set_capacity(queue, 2, by="alice@ops", for_ms=400).after.override_provenance
+    paused = controls.pause(key, by="alice@ops", reason="db migration", for_ms=400).after.pause_provenance
+    assert raised is not None and raised.until is not None and paused is not None and paused.until is not None
+    assert ledger.enter("h:1:1:2", [Limit(queue, 1)], ttl_ms=60_000).admitted, "the override is in force"
+    refused = ledger.enter("h:1:1:3", [Limit(key, 5)], ttl_ms=60_000, line=Line.JOIN, place=1)
+    assert refused.paused and refused.in_line
+    ends = max(raised.until, paused.until) * 1000
+    wait_until(lambda: redis_ms(ledger) >= ends, timeout=10, what="the Redis clock past both untils")
+    # Nobody deleted them: the scripts read them, and find them expired.
+    fields = ledger.client.hgetall(ledger.keys.controls())
+    assert {f"capacity:{queue}", f"paused:{key}"} <= {_text(k) for k in fields}
+    again = ledger.enter("h:1:1:3", [Limit(key, 5)], ttl_ms=60_000, line=Line.KEEP, place=1)
+    assert again.admitted, "the next enter admits: the pause expired"
+    assert not ledger.enter("h:1:1:4", [Limit(queue, 1)], ttl_ms=60_000).admitted, "declared 1 again"
+    assert controls.read() == {} and controls.of(queue) == Control()
+    # The next write of the controls deletes what expired, with who set it.
+    other = controls.queue("other")
+    controls.pause(other, by="bob@ops")
+    left = {_text(k) for k in ledger.client.hgetall(ledger.keys.controls())}
+    assert left == {f"paused:{other}", f"meta:paused:{other}"}
+
+
+def test_a_write_keeps_who_cleared_a_control_for_a_day(ledger: Ledger, controls: Controls) -> None:
+    old, recent, unreadable = (controls.queue(name) for name in ("old", "recent", "junk"))
+    now = redis_ms(ledger)
+    ledger.client.hset(
+        ledger.keys.controls(),
+        mapping={
+            f"cleared:paused:{old}": json.dumps({"by": "x", "at": now - 86_400_000 - 5_000}),
+            f"cleared:paused:{recent}": json.dumps({"by": "y", "at": now - 86_400_000 + 60_000}),
+            f"cleared:capacity:{unreadable}": "{",
+        },
+    )
+    controls.pause(controls.queue("q"), by="z")
+    left = {_text(k) for k in ledger.client.hgetall(ledger.keys.controls())}
+    assert f"cleared:paused:{recent}" in left
+    assert f"cleared:paused:{old}" not in left and f"cleared:capacity:{unreadable}" not in left
+
+
+def test_an_expired_pause_leaves_its_line_to_the_next_beat(ledger: Ledger, controls: Controls) -> None:
+    queue = controls.queue("q")
+    made = controls.pause(queue, by="alice@ops", for_ms=300).after.pause_provenance
+    assert made is not None and made.until is not None
+    ends = made.until * 1000
+    assert ledger.enter("h:1:1:1", [Limit(queue, 1)], ttl_ms=60_000, line=Line.JOIN, place=1).in_line
+    assert ledger.beat([], ttl_ms=60_000, lines=[Limit(queue, 1)], own_process="h:1").handoffs == ()
+    wait_until(lambda: redis_ms(ledger) >= ends, timeout=10, what="the pause's until")
+    beaten = ledger.beat([], ttl_ms=60_000, lines=[Limit(queue, 1)], own_process="h:1")
+    assert [h.token for h in beaten.handoffs] == ["h:1:1:1"], "no resume: the beat hands the room on"
+
+
+@pytest.mark.parametrize(
+    ("call", "pattern"),
+    [
+        (lambda c, q: c.pause(q, by=""), r"by must be a non-empty text"),
+        (lambda c, q: c.pause(q, by="   "), r"by must be a non-empty text"),
+        (lambda c, q: c.resume(q, by=7), r"by must be a non-empty text, got 7"),
+        (lambda c, q: c.pause(q, by="x" * 201), r"by must be at most 200 characters"),
+        (lambda c, q: c.pause(q, reason=""), r"reason must be a non-empty text"),
+        (lambda c, q: c.set_capacity(q, 2, reason="x" * 501), r"reason must be at most 500"),
+        (lambda c, q: c.pause(q, for_ms=0), r"for_ms must be an int from 1"),
+        (lambda c, q: c.pause(q, for_ms=-5), r"for_ms must be an int from 1"),
+        (lambda c, q: c.pause(q, for_ms=True), r"for_ms must be an int from 1"),
+        (lambda c, q: c.set_capacity(q, 2, for_ms=1.5), r"for_ms must be an int from 1"),
+        (lambda c, q: c.set_capacity(q, 2, for_ms=2**40), r"for_ms must be an int from 1"),
+    ],
+)
+def test_bad_provenance_arguments_are_refused_naming_them(
+    controls: Controls, call: Callable[[Controls, str], object], pattern: str
+) -> None:
+    with pytest.raises(ArgumentError, match=pattern):
+        call(controls, controls.queue("q"))
+    assert controls.read() == {}
+
+
+def test_the_hash_is_read_leniently_and_an_expired_control_is_absent() -> None:
     fields = {
         "capacity:p:queue:a": "3",
-        "paused:p:queue:a": "1700000000000",
+        "paused:p:queue:a": "1700000000000:1700000060000",
+        "meta:paused:p:queue:a": '{"by": "alice@ops", "at": 1700000000000, "reason": "db migration"}',
         "capacity:p:queue:b": "x",
+        "capacity:p:queue:c": "4:1700000001000",  # expired at 1700000001000
+        "meta:capacity:p:queue:a": "not json",
         "junk": "1",
     }
-    assert parse_controls(fields) == {"p:queue:a": Control(3, 1_700_000_000.0)}
+    paused = Provenance("alice@ops", 1_700_000_000.0, "db migration", 1_700_000_060.0)
+    assert parse_controls(fields, 1_700_000_001_000) == {
+        "p:queue:a": Control(3, 1_700_000_000.0, Provenance(None), paused)
+    }
+    assert paused.duration == 60.0 and paused.seconds_left(1_700_000_045.5) == 14.5
+    # The pause's until is not reached either way: it stays until then, and no later.
+    assert parse_controls(fields, 1_700_000_059_999)["p:queue:a"].paused
+    assert not parse_controls(fields, 1_700_000_060_000)["p:queue:a"].paused
+    assert parse_controls(fields, None)["p:queue:c"].capacity == 4, "no clock: nothing is judged expired"
 
 
-def test_a_process_logs_each_change_once_in_words() -> None:
+def test_a_process_logs_each_change_once_in_words_with_who_why_and_until() -> None:
     seen = ControlsSeen()
-    assert seen.update({}) == []
-    (change,) = seen.update({"capacity:{p}:queue:a": "2"})
-    assert change == ("{p}:queue:a", Control(), Control(capacity=2))
-    assert seen.update({"capacity:{p}:queue:a": "2"}) == []
-    assert control_text("queue:a", Control(), Control(2), 5, False) == (
-        "Ledger queue:a: controls changed: capacity 2 in force (override; declared 5)."
+    queue = "{p}:queue:a"
+    assert seen.update({}, T0) == []
+    override = {
+        f"capacity:{queue}": f"2:{T0 + HOUR}",
+        f"meta:capacity:{queue}": json.dumps({"by": "alice@ops", "at": T0, "reason": "partner limit"}),
+    }
+    (change,) = seen.update(override, T0 + 1)
+    assert (change.ledger, change.before, change.after.capacity) == (queue, Control(), 2)
+    assert control_text("queue:a", change, 5, False) == (
+        "Ledger queue:a: controls changed: capacity 2 in force (override; declared 5), set by alice@ops "
+        "for 1h, until 2023-11-14 23:13:20 UTC (reason: partner limit)."
     )
-    assert control_text("queue:a", Control(2), Control(), 5, False).endswith(
-        "override cleared: declared 5 in force."
+    assert seen.update(override, T0 + HOUR - 1) == [], "in force until its until"
+    # Expired: the same hash (nobody deleted it), read a millisecond later.
+    (expired,) = seen.update(override, T0 + HOUR)
+    assert expired.override_expired and expired.after == Control()
+    assert control_text("queue:a", expired, 5, False) == (
+        "Ledger queue:a: controls changed: override of capacity 2 set by alice@ops at 2023-11-14 "
+        "22:13:20 UTC for 1h (reason: partner limit) expired: declared 5 in force."
     )
-    assert "paused: nothing new is admitted" in control_text(
-        "queue:a", Control(), Control(None, 1.0), 5, True
+    assert seen.update(override, T0 + 2 * HOUR) == [], "an expiry is logged once"
+
+    paused = {f"paused:{queue}": str(T0), f"meta:paused:{queue}": json.dumps({"by": "bob@ops", "at": T0})}
+    (pause,) = seen.update(paused, T0 + 2 * HOUR)
+    assert control_text("queue:a", pause, None, False) == (
+        "Ledger queue:a: controls changed: paused by bob@ops: nothing new is admitted; running jobs "
+        "finish, waiting messages keep their places."
     )
-    assert control_text("queue:a", Control(None, 1.0), Control(), 5, False).endswith("resumed.")
-    assert seen.paused(["{p}:queue:a"]) is False
+    assert seen.paused([queue]) is True
+    resumed = {f"cleared:paused:{queue}": json.dumps({"by": "carol@ops", "at": T0 + 2 * HOUR})}
+    (resume,) = seen.update(resumed, T0 + 2 * HOUR)
+    assert not resume.pause_expired and resume.pause_cleared is not None
+    assert control_text("queue:a", resume, None, False).endswith("controls changed: resumed by carol@ops.")
+    assert seen.paused([queue]) is False
+    # A clearing record older than the control it would clear says nothing of who ended it.
+    seen.update(paused | {f"meta:paused:{queue}": json.dumps({"by": "bob@ops", "at": T0 + 3 * HOUR})}, T0)
+    (again,) = seen.update(resumed, T0 + 4 * HOUR)
+    assert again.pause_cleared is None and control_text("queue:a", again, None, False).endswith(": resumed.")
+    (boot,) = ControlsSeen().update(override, T0)
+    assert control_text("queue:a", boot, None, True).startswith(
+        "Ledger queue:a is under an operator's control: capacity 2 in force (override), set by alice@ops"
+    )
+    assert Seen(queue, Control(2), Control()).override_expired is False, "no clock, no expiry"
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("90s", 90_000),
+        ("15m", 900_000),
+        ("1h", HOUR),
+        ("2h30m", 9_000_000),
+        ("1d", 24 * HOUR),
+        ("1D2H", 26 * HOUR),
+    ],
+)
+def test_a_duration_reads_days_hours_minutes_seconds(text: str, ms: int) -> None:
+    assert parse_duration(text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "90", "1.5h", "1h1d", "h", "0s", "-1h", "1 h", "99999999d"])
+def test_a_malformed_duration_is_refused(text: str) -> None:
+    with pytest.raises(ArgumentError, match=r"duration"):
+        parse_duration(text)
+
+
+def test_a_duration_is_written_in_its_two_largest_units() -> None:
+    assert [duration_text(s) for s in (0.2, 45, 90, 3_600, 9_000, 2_879.6, 86_400 + 7_200 + 60)] == [
+        "0s",
+        "45s",
+        "1m30s",
+        "1h",
+        "2h30m",
+        "48m",
+        "1d2h",
+    ]
 
 
 def test_declare_tells_a_process_what_others_declare(ledger: Ledger, controls: Controls) -> None:
@@ -141,7 +349,8 @@ def test_declare_tells_a_process_what_others_declare(ledger: Ledger, controls: C
     assert other.others == {queue: (3,)}
     assert ledger.declare([Limit(queue, 3)], ttl_ms=60_000).others == {queue: (5,)}
     controls.set_capacity(queue, 4)
-    assert ledger.declare([], ttl_ms=60_000).controls == {f"capacity:{queue}": "4"}
+    read = ledger.declare([], ttl_ms=60_000)
+    assert read.controls[f"capacity:{queue}"] == "4" and read.redis_ms is not None
 
 
 # -- the command line ------------------------------------------------------------------------
@@ -187,9 +396,21 @@ def test_a_control_asks_on_a_terminal(
     redis_server: Any, key_prefix: str, ledger: Ledger, answer: str, paused: bool
 ) -> None:
     code, _, errors = answer_on_terminal(
-        ["pause", "--url", redis_server.url, "--prefix", key_prefix, "queue:emails"], answer
+        [
+            "pause",
+            "--url",
+            redis_server.url,
+            "--prefix",
+            key_prefix,
+            "queue:emails",
+            "--for",
+            "2h30m",
+            "--by",
+            "al",
+        ],
+        answer,
     )
-    assert "pause queue:emails? [y/N]" in errors
+    assert "pause queue:emails for 2h30m as al? [y/N]" in errors
     assert code == (0 if paused else 1), errors
     controls = Controls(ledger.client, key_prefix=ledger.keys.prefix)
     assert controls.of(controls.queue("emails")).paused is paused
@@ -206,6 +427,82 @@ def test_a_control_needs_exactly_one_ledger(cli: Run) -> None:
     assert cli("pause", "--yes").returncode == 2
     both = cli("pause", "queue:emails", "--key", "k", "--yes")
     assert both.returncode == 2 and "LEDGER" in both.stderr
+
+
+def test_who_why_and_for_how_long_are_asked_recorded_and_shown_by_status(cli: Run, ledger: Ledger) -> None:
+    plant_busy_queue(ledger)  # queue:emails, declared 2, 2 in use, 1 in line
+    flags = ("--by", "alice@ops", "--reason", "partner limit", "--for", "1h", "--yes")
+    done = cli("set-capacity", "queue:emails", "1", *flags)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "after: capacity 1 (override); 2 run now: none is stopped, new admissions wait until fewer than 1 "
+        "run; by alice@ops for 1h, then it ends by itself (reason: partner limit)"
+    ) in done.stdout
+    assert re.search(
+        r"^  override 1 set by alice@ops 0s ago for 'partner limit', "
+        r"ends in (1h|59m\d+s) \(at [\d-]+ [\d:]+\)$",
+        done.stdout,
+        re.M,
+    ), done.stdout
+    paused = cli("pause", "queue:emails", "--yes")  # no --by: the OS user at this host
+    assert paused.returncode == 0, paused.stderr
+    me = f"{getpass.getuser()}@{socket.gethostname()}"
+    table = cli("status", "queue:emails").stdout
+    lines = table.splitlines()
+    heading = next(i for i, line in enumerate(lines) if line.startswith("queue:emails"))
+    assert "PAUSED since" in lines[heading]
+    assert lines[heading + 1].startswith("  override 1 set by alice@ops ")
+    assert re.fullmatch(rf"  paused by {re.escape(me)} \d+s ago, until resume", lines[heading + 2]), table
+    document = json.loads(cli("status", "--json", "queue:emails").stdout)
+    (emails,) = document["ledgers"]
+    override, pause = emails["override_provenance"], emails["pause_provenance"]
+    assert (override["by"], override["reason"]) == ("alice@ops", "partner limit")
+    assert override["until"] - override["at"] == pytest.approx(3600.0)
+    assert 3590 < override["seconds_left"] <= 3600 and 0 <= override["age"] < 10
+    assert emails["read_at"] - override["at"] == pytest.approx(override["age"], abs=0.01)
+    assert (pause["by"], pause["reason"], pause["until"], pause["seconds_left"]) == (me, None, None, None)
+    again = ("set-capacity", "queue:emails", "1", "--by", "alice@ops", "--yes")
+    assert cli(*again).returncode == 0, "without --for or --reason: a change"
+    assert cli(*again).returncode == 1, "the same again: nothing to change"
+    reset = cli("reset-capacity", "queue:emails", "--by", "bob@ops", "--yes")
+    assert reset.returncode == 0 and "after: the declared capacity (2) in force; by bob@ops" in reset.stdout
+    assert "override" not in cli("status", "queue:emails").stdout.split("\n", 2)[2]
+
+
+def test_a_pause_for_a_while_ends_by_itself_in_status(cli: Run, ledger: Ledger) -> None:
+    done = cli("pause", "--key", "account:42", "--for", "1s", "--reason", "hot key", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"paused by \S+ 0s ago for 'hot key', ends in 1s \(at ", done.stdout), done.stdout
+    controls = Controls(ledger.client, key_prefix=ledger.keys.prefix)
+    made = controls.of(controls.runtime_key("account:42")).pause_provenance
+    assert made is not None and made.until is not None
+    until = made.until * 1000
+    wait_until(lambda: redis_ms(ledger) >= until, timeout=10, what="the pause's until")
+    assert "PAUSED" not in cli("status").stdout, "an expired pause is not listed"
+    again = cli("resume", "--key", "account:42", "--yes")
+    assert again.returncode == 1 and "nothing to change" in again.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("pause", "queue:emails", "--for", "1x"), r"argument --for: not a duration: '1x'"),
+        (("pause", "queue:emails", "--for", "90"), r"argument --for: not a duration: '90'"),
+        (("pause", "queue:emails", "--for", "0s"), r"argument --for: a duration is from 1s"),
+        (("set-capacity", "queue:emails", "2", "--for", "1.5h"), r"argument --for: not a duration"),
+        (("pause", "queue:emails", "--by", ""), r"argument --by: by must be a non-empty text"),
+        (("pause", "queue:emails", "--reason", " "), r"argument --reason: reason must be a non-empty text"),
+        (("resume", "queue:emails", "--for", "1h"), r"unrecognized arguments: --for 1h"),
+        (("reset-capacity", "queue:emails", "--reason", "x"), r"unrecognized arguments: --reason x"),
+    ],
+)
+def test_a_bad_provenance_flag_is_a_usage_error_naming_it(
+    cli: Run, ledger: Ledger, args: tuple[str, ...], said: str
+) -> None:
+    done = cli(*args, "--yes")
+    assert done.returncode == 2
+    assert re.search(said, done.stderr), done.stderr
+    assert Controls(ledger.client, key_prefix=ledger.keys.prefix).read() == {}
 
 
 def test_a_release_by_hand_hands_on_when_an_override_says_the_capacity(
@@ -255,12 +552,70 @@ def test_a_process_warns_when_another_declares_another_capacity_until_an_overrid
             "set-capacity queue:q N` makes every process use N now."
         ], "one WARNING, not one per beat"
         caplog.clear()
-        Controls(slots.ledger.client, key_prefix=slots.keys.prefix).set_capacity(queue, 4)
+        Controls(slots.ledger.client, key_prefix=slots.keys.prefix).set_capacity(queue, 4, by="ops")
         slots.heartbeat.tick()
         infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
-        assert "Ledger queue:q: controls changed: capacity 4 in force (override; declared 3)." in infos
+        assert (
+            "Ledger queue:q: controls changed: capacity 4 in force (override; declared 3), set by ops."
+            in infos
+        )
         assert not [r for r in caplog.records if r.levelno == logging.WARNING]
         assert slots.process.controls.get(queue).capacity == 4
+
+
+def test_a_process_logs_a_control_as_it_appears_and_once_when_it_expires(
+    broker: RedisBroker,
+    add_slots: SlotsFactory,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slots = add_slots(queue_capacities={"q": 3})
+    monkeypatch.setattr(slots.heartbeat, "start", lambda *, beat_first=False: None)  # beaten by hand
+
+    @dramatiq.actor(queue_name="q", broker=broker)
+    def job() -> None: ...
+
+    queue = slots.keys.queue("q")
+    caplog.set_level(logging.INFO, logger="dramatiq_slots")
+
+    def infos() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.INFO and "Ledger queue:q" in r.getMessage()
+        ]
+
+    with running_worker(broker, threads=1):
+        made = slots.controls.pause(queue, by="alice@ops", reason="db migration", for_ms=2_000)
+        provenance = made.after.pause_provenance
+        assert provenance is not None and provenance.at is not None and provenance.until is not None
+        slots.heartbeat.tick()
+        until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(provenance.until))
+        assert infos() == [
+            f"Ledger queue:q: controls changed: paused by alice@ops for 2s, until {until} (reason: db "
+            "migration): nothing new is admitted; running jobs finish, waiting messages keep their places."
+        ]
+        assert slots.process.controls.paused([queue])
+        caplog.clear()
+        ends = provenance.until * 1000
+        wait_until(lambda: redis_ms(slots.ledger) >= ends, timeout=10, what="the pause's until")
+        slots.heartbeat.tick()
+        slots.heartbeat.tick()
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(provenance.at))
+        assert infos() == [
+            f"Ledger queue:q: controls changed: pause set by alice@ops at {at} for 2s (reason: db migration) "
+            "expired: admitting again."
+        ], "once, with who set it, when, for how long and why"
+        assert not slots.process.controls.paused([queue])
+        caplog.clear()
+        slots.controls.set_capacity(queue, 2, by="bob@ops")
+        slots.heartbeat.tick()
+        slots.controls.reset_capacity(queue, by="carol@ops")
+        slots.heartbeat.tick()
+        assert infos() == [
+            "Ledger queue:q: controls changed: capacity 2 in force (override; declared 3), set by bob@ops.",
+            "Ledger queue:q: controls changed: override cleared by carol@ops: declared 3 in force.",
+        ]
 
 
 # -- fencing tokens ------------------------------------------------------------------------------

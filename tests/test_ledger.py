@@ -579,7 +579,7 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     lg.holders(key)
     lg.in_use(key)
     lg.declare([limit], ttl_ms=LONG)
-    lg.control(key, "capacity", "")
+    lg.control(key, "capacity", "", by="test")
     lg.settle()
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
@@ -595,7 +595,7 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     assert tokens_of(lg, key) == {token(1), token(2), token(3)}
     assert lg.in_use(key) == 3
     assert lg.declare([limit], ttl_ms=LONG).controls == {}
-    assert lg.control(key, "paused", "1")[0]
+    assert lg.control(key, "paused", "1", by="test")[0]
     assert lg.settle() == 0
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
@@ -756,9 +756,24 @@ BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int, s
         4,
         "capacity",
     ),
-    ("control-which-unknown", lambda lg, a, b: lg.control(a, "speed", ""), "control", 2, "which"),
-    ("control-capacity-0", lambda lg, a, b: lg.control(a, "capacity", "0"), "control", 3, "value"),
-    ("control-pause-with-2", lambda lg, a, b: lg.control(a, "paused", "2"), "control", 3, "value"),
+    ("control-which-unknown", lambda lg, a, b: lg.control(a, "speed", "", by="test"), "control", 2, "which"),
+    ("control-capacity-0", lambda lg, a, b: lg.control(a, "capacity", "0", by="test"), "control", 3, "value"),
+    ("control-pause-with-2", lambda lg, a, b: lg.control(a, "paused", "2", by="test"), "control", 3, "value"),
+    ("control-by-nobody", lambda lg, a, b: lg.control(a, "paused", "1", by=""), "control", 5, "by"),
+    (
+        "control-resume-for-a-while",
+        lambda lg, a, b: lg.control(a, "paused", "", by="test", duration_ms=1_000),
+        "control",
+        7,
+        "duration",
+    ),
+    (
+        "control-for-2-to-the-40-ms",
+        lambda lg, a, b: lg.control(a, "capacity", "2", by="test", duration_ms=2**40),
+        "control",
+        7,
+        "duration",
+    ),
 ]
 
 
@@ -926,8 +941,8 @@ def test_works_with_decode_responses(engine_server: Server, engine_ledger: Ledge
         )
         assert lg.enter(token(1), [Limit(a, 1), Limit(b, 1)], ttl_ms=LONG).replayed
         assert lg.enter(token(2), [Limit(a, 1)], ttl_ms=LONG) == Entered(admitted=False, refused_by=a)
-        assert lg.control(a, "capacity", "2") == (True, "")
-        assert lg.declare([Limit(a, 1)], ttl_ms=LONG).controls == {f"capacity:{a}": "2"}
+        assert lg.control(a, "capacity", "2", by="test") == (True, "")
+        assert lg.declare([Limit(a, 1)], ttl_ms=LONG).controls[f"capacity:{a}"] == "2"
         (held,) = lg.holders(a)
         assert held.token == token(1)
         assert held.pid == 1001

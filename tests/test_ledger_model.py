@@ -458,7 +458,7 @@ class LedgerModel(RuleBasedStateMachine):
         assert self.ledger.beat([nobody], ttl_ms=TTL_MS) == [nobody]
         s.sweep()
         s.paused = False
-        assert self.ledger.control(key, "paused", "") is not None
+        assert self.ledger.control(key, "paused", "", by="model") is not None
         while len(s.members) < s.effective:
             self.counter += 1
             newcomer = f"{OWN}:2:{self.counter}"
@@ -476,7 +476,9 @@ class LedgerModel(RuleBasedStateMachine):
         ledger, state = self.keys[key], self.state[self.keys[key]]
         changed = override != state.override
         before = "" if state.override is None else str(state.override)
-        assert self.ledger.control(ledger, "capacity", "" if override is None else str(override)) == (
+        assert self.ledger.control(
+            ledger, "capacity", "" if override is None else str(override), by="model"
+        ) == (
             changed,
             before,
         )
@@ -488,7 +490,7 @@ class LedgerModel(RuleBasedStateMachine):
     @rule(key=st.sampled_from([0, 1, 2]), paused=st.booleans())
     def operator_pauses_or_resumes(self, key: int, paused: bool) -> None:
         ledger, state = self.keys[key], self.state[self.keys[key]]
-        changed, before = self.ledger.control(ledger, "paused", "1" if paused else "")
+        changed, before = self.ledger.control(ledger, "paused", "1" if paused else "", by="model")
         assert changed == (paused != state.paused)
         assert (before != "") == state.paused
         state.paused = paused

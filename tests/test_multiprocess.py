@@ -403,7 +403,44 @@ def test_capacity_changes_and_a_pause_are_followed_on_every_host_within_a_beat(
     assert set(backlog.sent) <= cluster.completed_ids(CAPPED_SCOPE), "a message was lost"
     logs = cluster.tails(lines=400)
     assert logs.count("controls changed: capacity 1 in force (override; declared 3)") >= 2, logs
-    assert "paused: nothing new is admitted" in logs and "resumed" in logs
+    assert ": nothing new is admitted" in logs and "resumed by " in logs
+
+
+@pytest.mark.timeout(180)
+def test_a_pause_for_a_while_ends_by_itself_on_every_host_within_a_beat(
+    make_fleet: Callable[..., WorkerFleet],
+) -> None:
+    # Paused for PAUSE_MS with no resume: while it lasts nothing starts and the messages wait in
+    # line; at its until (the Redis clock) the next beat of each waiting host hands the room on.
+    # A parked message re-asks 2 s after it joined, then 4 s after that, so a start within a beat
+    # or so of the until is the beat's handoff (nobody published anything).
+    pause_ms = 3_000
+    cluster = make_fleet(job_ms=300, broker_heartbeat_timeout=30_000)
+    controls = Controls(cluster.ledger.client, key_prefix=cluster.ledger.keys.prefix)
+    ledger = controls.queue(CAPPED_QUEUE)
+    groups = _start(cluster, "g1", "g2")  # 2 hosts x 4 threads, cap 3
+    made = controls.pause(ledger, by="ops@test", reason="maintenance", for_ms=pause_ms).after.pause_provenance
+    assert made is not None and made.until is not None
+    until_us = round(made.until * 1_000_000)
+    sent = cluster.send_capped(12)
+    wait_until(
+        lambda: len(cluster.ledger.line(ledger)) >= 2,
+        timeout=RUN_TIMEOUT,
+        what="messages of both hosts in line during the pause",
+        context=cluster.tails,
+    )
+    assert cluster.probe.now_us() < until_us, "the line formed too late to judge the pause"
+    cluster.wait_all_ran(sent, timeout=RUN_TIMEOUT)
+    starts = sorted(r.start for r in cluster.probe.runs(CAPPED_SCOPE))
+    after_ms = [(start - until_us) / 1000 for start in starts[:CAP]]
+    print(f"\nMEASURE expired pause: the first {CAP} starts {after_ms} ms after its until (beat {BEAT} ms)")
+    assert starts[0] >= until_us, f"a job started while paused\n{cluster.tails()}"
+    assert after_ms[-1] <= BEAT + 700, f"the room was not handed on within a beat\n{cluster.tails()}"
+    assert cluster.probe.peak(CAPPED_SCOPE) <= CAP
+    logs = "\n".join(group.tail(2_000) for group in groups)
+    expired = f"pause set by ops@test at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(made.at or 0))}"
+    assert logs.count(f"{expired} for 3s (reason: maintenance) expired: admitting again") == 2, logs
+    assert logs.count("paused by ops@test for 3s, until") == 2, "each process saw it appear, once"
 
 
 # -- f. fencing tokens: a stale holder's write is refused -----------------------------------------

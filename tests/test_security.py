@@ -41,7 +41,7 @@ from redis.retry import Retry
 
 from dramatiq_slots import AdmissionError, LedgerError, LedgerUnavailable, Slots
 from dramatiq_slots.ledger import Ledger, Limit, Line, Member
-from dramatiq_slots.ledger.controls import Control, Controls
+from dramatiq_slots.ledger.controls import Controls
 from dramatiq_slots.worker.claims import this_process
 from dramatiq_slots.worker.wakeups import Wakeups
 from tests.support.in_process import RunRecorder, running_worker, stop_threads
@@ -241,9 +241,9 @@ def test_the_readme_acl_allows_every_ledger_operation_and_nothing_more(
                 admin.script_flush()  # NOSCRIPT next: redis-py loads the script again, as this user
                 assert lg.leave(second, [Limit(queue, 1)], ttl_ms=LONG) == (1, ())
                 # The controls: read with every beat (declare.lua), never written by workers.
-                assert Ledger(admin).control(queue, "capacity", "3") == (True, "")
+                assert Ledger(admin).control(queue, "capacity", "3", by="ops") == (True, "")
                 declared = lg.declare([Limit(queue, 1)], ttl_ms=LONG)
-                assert declared.controls == {f"capacity:{queue}": "3"}
+                assert declared.controls[f"capacity:{queue}"] == "3"
                 assert admin.delete(lg.keys.controls(), lg.keys.declared(queue)) == 2
             finally:
                 wakeups.stop()
@@ -261,7 +261,7 @@ def test_the_readme_acl_allows_every_ledger_operation_and_nothing_more(
             with pytest.raises(NoPermissionError):
                 client.hset(lg.keys.controls(), f"capacity:{queue}", "9")  # read-only on the controls
             with pytest.raises(LedgerError, match=r"(?i)noperm|no permissions|can't"):
-                lg.control(queue, "paused", "1")
+                lg.control(queue, "paused", "1", by="worker")
             for command in (("GET", lg.keys.queue("q")), ("KEYS", "*"), ("SCAN", "0"), ("FLUSHALL",)):
                 with pytest.raises(NoPermissionError):
                     client.execute_command(*command)
@@ -648,6 +648,7 @@ def test_the_workers_acl_plus_the_operators_rules_runs_status_release_and_the_co
                 [*command, *control, "--yes"], capture_output=True, text=True, env=env, timeout=60
             )
             assert done.returncode == 0, done.stderr
-        assert Controls(admin).of(queue) == Control(capacity=1)
+        left = Controls(admin).of(queue)
+        assert (left.capacity, left.paused) == (1, False) and left.override_provenance is not None
         assert refusals(admin) == []
         assert password not in status.stdout + status.stderr + release.stdout + release.stderr

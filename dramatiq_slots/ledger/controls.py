@@ -8,15 +8,23 @@ see :mod:`dramatiq_slots.ledger.keys`), and wins over what the code declares:
   paused, ms by the Redis clock). Running jobs finish; waiting messages keep
   their places in line and are not deferred while it lasts.
 
+Either value may end in ``:<until>`` (ms, Redis clock): the control **expires**
+then, by itself, for every script and reader at once (``lua/lib/control.lua``
+decides it by the server's clock; nobody has to delete it). Its **provenance**
+(:class:`Provenance`: who set it, when, why) is in ``meta:<which>:<ledger>``
+(JSON), which no admission reads; ``cleared:<which>:<ledger>`` says who cleared
+it last, for the workers' log.
+
 Every admission, release and beat reads the controls of its ledgers inside its
 script (``lua/lib/control.lua``), so a change is in force for the next of
 them on every worker, whatever each worker process has seen of it. Each change
 is also published on the channel ``{<prefix>}:controls``: listening worker
 processes beat at once (which hands the room a raise or a resume made to the
 first claims in line), and every worker process reads the controls with each
-beat, to log and show them. Workers only read the controls; :class:`Controls`
-(and the ``dramatiq-slots`` command built on it) writes them, with
-``control.lua``. docs/operations.md has the runbook.
+beat, to log and show them. An expiry is published by nobody: the next beat of
+each process finds it (and hands the room on). Workers only read the controls;
+:class:`Controls` (and the ``dramatiq-slots`` command built on it) writes them,
+with ``control.lua``. docs/operations.md has the runbook.
 
 :class:`ControlsSeen` is one worker process's copy of the controls, as its
 last beat read them: what it logs, shows in its metrics, and what keeps its
@@ -27,6 +35,11 @@ This module imports nothing from dramatiq.
 
 from __future__ import annotations
 
+import getpass
+import json
+import os
+import re
+import socket
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -35,22 +48,66 @@ from ..errors import ArgumentError
 from .client import RedisClient
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .ledger import Ledger
-from .replies import _text
 
 #: The largest capacity an override may set (a Redis integer Lua reads exactly).
 MAX_CAPACITY = 2**31 - 1
+#: The longest a control may be set for, ms (``control.lua`` refuses 2^40, about 34 years).
+MAX_DURATION_MS = 2**40 - 1
+#: The longest ``by`` and ``reason`` texts, in characters.
+MAX_BY = 200
+MAX_REASON = 500
 
 CAPACITY = "capacity"
 PAUSED = "paused"
+META = "meta"
+CLEARED = "cleared"
+
+
+def default_by() -> str:
+    """Who sets a control when the caller does not say: ``<OS user>@<hostname>`` (its first
+    :data:`MAX_BY` characters)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container without a passwd entry)
+        user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+    return f"{user}@{socket.gethostname()}"[:MAX_BY]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Who set or cleared one control, when, why, and until when it is in force.
+
+    ``at`` and ``until`` are the Redis clock, in seconds (``until`` None: until it is changed);
+    ``by`` is None when the record cannot be read (written by something else than ``control.lua``).
+    """
+
+    by: str | None
+    at: float | None = None
+    reason: str | None = None
+    until: float | None = None
+
+    @property
+    def duration(self) -> float | None:
+        """How long it was set for (s), as asked: ``until - at``; None without an expiry."""
+        if self.until is None or self.at is None:
+            return None
+        return self.until - self.at
+
+    def seconds_left(self, now: float) -> float | None:
+        """Seconds until it expires at Redis clock ``now`` (s; 0 once expired, None: no expiry)."""
+        return None if self.until is None else max(0.0, self.until - now)
 
 
 @dataclass(frozen=True)
 class Control:
-    """The controls of one ledger: its override (None: the declared capacity is in force) and
-    since when it is paused (Redis clock, s; None: not paused)."""
+    """The controls of one ledger in force: its override (None: the declared capacity is in
+    force), since when it is paused (Redis clock, s; None: not paused), and the provenance of
+    each (None when that control is not set)."""
 
     capacity: int | None = None
     paused_at: float | None = None
+    override_provenance: Provenance | None = None
+    pause_provenance: Provenance | None = None
 
     @property
     def paused(self) -> bool:
@@ -60,26 +117,110 @@ class Control:
         return self.capacity is not None or self.paused_at is not None
 
 
-def parse_controls(fields: Mapping[str, str]) -> dict[str, Control]:
-    """The controls hash (its fields and values) by ledger; fields it cannot read are skipped."""
-    capacities: dict[str, int] = {}
-    paused: dict[str, float] = {}
-    for name, value in fields.items():
+def _value(text: str) -> tuple[int, int | None] | None:
+    """A control's value ``<v>`` or ``<v>:<until>`` as numbers (None: unreadable)."""
+    head, sep, tail = text.partition(":")
+    try:
+        return int(head), int(tail) if sep else None
+    except ValueError:
+        return None
+
+
+def _record(text: str | None) -> Provenance | None:
+    """A ``meta:`` or ``cleared:`` record (JSON ``{by, at, reason}``, ``at`` in ms)."""
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+        at = data.get("at")
+        by, reason = data.get("by"), data.get("reason")
+        return Provenance(
+            by if isinstance(by, str) else None,
+            at / 1000 if isinstance(at, (int, float)) else None,
+            reason if isinstance(reason, str) and reason else None,
+        )
+    except (ValueError, AttributeError):
+        return None
+
+
+def parse_controls(fields: Mapping[str, str], now_ms: int | None) -> dict[str, Control]:
+    """The controls in force, by ledger, from the hash's fields and values as read at Redis clock
+    ``now_ms`` (an expired one is absent; None: none is taken as expired). Fields it cannot read
+    are skipped."""
+    found: dict[str, dict[str, tuple[int, Provenance]]] = {}
+    for name, text in fields.items():
         which, _, ledger = name.partition(":")
-        if not ledger:
+        value = _value(text) if which in (CAPACITY, PAUSED) and ledger else None
+        if value is None:
             continue
-        try:
-            number = int(value)
-        except ValueError:
+        number, until = value
+        expired = until is not None and now_ms is not None and until <= now_ms
+        if expired or (which == CAPACITY and number < 1):
             continue
-        if which == CAPACITY and number >= 1:
-            capacities[ledger] = number
-        elif which == PAUSED:
-            paused[ledger] = number / 1000
-    return {
-        ledger: Control(capacities.get(ledger), paused.get(ledger))
-        for ledger in sorted({*capacities, *paused})
-    }
+        made = _record(fields.get(f"{META}:{name}")) or Provenance(None)
+        provenance = Provenance(made.by, made.at, made.reason, None if until is None else until / 1000)
+        found.setdefault(ledger, {})[which] = (number, provenance)
+    controls = {}
+    for ledger in sorted(found):
+        capacity, paused = found[ledger].get(CAPACITY), found[ledger].get(PAUSED)
+        controls[ledger] = Control(
+            capacity=None if capacity is None else capacity[0],
+            paused_at=None if paused is None else paused[0] / 1000,
+            override_provenance=None if capacity is None else capacity[1],
+            pause_provenance=None if paused is None else paused[1],
+        )
+    return controls
+
+
+def parse_cleared(fields: Mapping[str, str]) -> dict[tuple[str, str], Provenance]:
+    """Who cleared each control last, by ``(which, ledger)``: the hash's ``cleared:`` records
+    (kept a day by ``control.lua``)."""
+    found = {}
+    for name, text in fields.items():
+        kind, _, rest = name.partition(":")
+        which, _, ledger = rest.partition(":")
+        record = _record(text) if kind == CLEARED and which in (CAPACITY, PAUSED) and ledger else None
+        if record is not None:
+            found[(which, ledger)] = record
+    return found
+
+
+# -- durations ---------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+_UNITS = (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1))
+
+
+def parse_duration(text: str) -> int:
+    """``90s``, ``15m``, ``1h``, ``2h30m``, ``1d``: whole days, hours, minutes and seconds, in that
+    order, as ms (ArgumentError for anything else, or nothing)."""
+    found = _DURATION.fullmatch(text.strip().lower())
+    if found is None or not any(found.groups()):
+        raise ArgumentError(
+            f"not a duration: {text!r} (give whole days, hours, minutes, seconds: 90s, 15m, 1h, 2h30m, 1d)"
+        )
+    seconds = sum(int(part or 0) * size for part, (_, size) in zip(found.groups(), _UNITS, strict=True))
+    if not 1 <= seconds * 1000 <= MAX_DURATION_MS:
+        raise ArgumentError(f"a duration is from 1s to {MAX_DURATION_MS // 86_400_000}d, got {text!r}")
+    return seconds * 1000
+
+
+def duration_text(seconds: float) -> str:
+    """``1h``, ``2h30m``, ``1m30s``, ``45s``: a duration in its two largest units (whole seconds,
+    rounded to the nearest; ``0s`` under half a second)."""
+    left = max(0, round(seconds))
+    parts: list[tuple[int, str]] = []
+    for unit, size in _UNITS:
+        count, left = divmod(left, size)
+        if count or (parts and len(parts) < 2):
+            parts.append((count, unit))
+        if len(parts) == 2:
+            break
+    shown = [f"{count}{unit}" for count, unit in parts if count]
+    return "".join(shown) or "0s"
+
+
+# -- writing them ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -95,6 +236,33 @@ class Change:
         return self.before != self.after
 
 
+def _text_argument(name: str, value: object, longest: int) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ArgumentError(f"{name} must be a non-empty text, got {value!r}")
+    if len(value) > longest:
+        raise ArgumentError(f"{name} must be at most {longest} characters, got {len(value)}")
+    return value
+
+
+def checked_by(by: object) -> str:
+    """``by`` as a control records it: ``default_by()`` for None, else a non-empty text."""
+    return default_by() if by is None else _text_argument("by", by, MAX_BY)
+
+
+def checked_reason(reason: object) -> str:
+    """``reason`` as ``control.lua`` takes it (``""``: none)."""
+    return "" if reason is None else _text_argument("reason", reason, MAX_REASON)
+
+
+def checked_for_ms(for_ms: object) -> int:
+    """``for_ms`` as ``control.lua`` takes it (0: until changed)."""
+    if for_ms is None:
+        return 0
+    if isinstance(for_ms, bool) or not isinstance(for_ms, int) or not 1 <= for_ms <= MAX_DURATION_MS:
+        raise ArgumentError(f"for_ms must be an int from 1 to {MAX_DURATION_MS} (ms), got {for_ms!r}")
+    return for_ms
+
+
 class Controls:
     """Set, clear and read the operators' controls under one key prefix.
 
@@ -103,7 +271,10 @@ class Controls:
         the operator's ACL (docs/operations.md), which the workers' lacks.
       key_prefix: the workers' ``key_prefix``.
 
-    Ledgers are named by their keys: :meth:`queue` and :meth:`runtime_key` make them.
+    Ledgers are named by their keys: :meth:`queue` and :meth:`runtime_key` make them. Every
+    write records ``by`` (default: :func:`default_by`, ``<OS user>@<hostname>``; a web page
+    passes its user) and the Redis clock; a set takes an optional ``reason`` and ``for_ms``,
+    after which the control expires by itself (the Redis clock decides).
     """
 
     def __init__(self, client: RedisClient, *, key_prefix: str = DEFAULT_KEY_PREFIX) -> None:
@@ -119,41 +290,53 @@ class Controls:
         return self.keys.runtime_key(key)
 
     def read(self) -> dict[str, Control]:
-        """Every ledger with a control set, by ledger key."""
+        """Every ledger with a control in force, by ledger key (expired ones left out)."""
+        # declare.lua declaring nothing writes nothing: the hash and the Redis clock, at once.
+        call = self.ledger._declaration([], 1, 0)
         with self.ledger._translated("controls"):
-            raw = self.ledger.client.hgetall(self.keys.controls())
-        return parse_controls({_text(k): _text(v) for k, v in raw.items()})
+            declared = self.ledger._run(call)
+        return parse_controls(declared.controls, declared.redis_ms)
 
     def of(self, ledger: str) -> Control:
-        """The controls of one ledger (its two fields only, not the whole hash)."""
-        fields = [f"{CAPACITY}:{self._checked(ledger)}", f"{PAUSED}:{ledger}"]
-        with self.ledger._translated("controls"):
-            values = self.ledger.client.hmget(self.keys.controls(), fields)
-        found = {name: _text(value) for name, value in zip(fields, values, strict=True) if value is not None}
-        return parse_controls(found).get(ledger, Control())
+        """The controls in force on one ledger."""
+        return self.read().get(self._checked(ledger), Control())
 
-    def set_capacity(self, ledger: str, capacity: int) -> Change:
-        """Override ``ledger``'s capacity on every worker (until :meth:`reset_capacity`)."""
+    def set_capacity(
+        self,
+        ledger: str,
+        capacity: int,
+        *,
+        by: str | None = None,
+        reason: str | None = None,
+        for_ms: int | None = None,
+    ) -> Change:
+        """Override ``ledger``'s capacity on every worker, until :meth:`reset_capacity` or, with
+        ``for_ms``, until that many ms from now by the Redis clock."""
         if isinstance(capacity, bool) or not isinstance(capacity, int) or not 1 <= capacity <= MAX_CAPACITY:
             raise ArgumentError(f"capacity must be an int from 1 to {MAX_CAPACITY}, got {capacity!r}")
-        return self._set(ledger, CAPACITY, str(capacity))
+        return self._set(ledger, CAPACITY, str(capacity), by, reason, for_ms)
 
-    def reset_capacity(self, ledger: str) -> Change:
+    def reset_capacity(self, ledger: str, *, by: str | None = None) -> Change:
         """Drop the override: the declared capacity is in force again."""
-        return self._set(ledger, CAPACITY, "")
+        return self._set(ledger, CAPACITY, "", by, None, None)
 
-    def pause(self, ledger: str) -> Change:
-        """Admit nothing new on ``ledger`` (running jobs finish; waiting messages keep their places)."""
-        return self._set(ledger, PAUSED, "1")
+    def pause(
+        self, ledger: str, *, by: str | None = None, reason: str | None = None, for_ms: int | None = None
+    ) -> Change:
+        """Admit nothing new on ``ledger`` (running jobs finish; waiting messages keep their
+        places), until :meth:`resume` or, with ``for_ms``, until that many ms from now. Pausing a
+        paused ledger keeps when it was paused, and takes the new ``by``, ``reason`` and expiry."""
+        return self._set(ledger, PAUSED, "1", by, reason, for_ms)
 
-    def resume(self, ledger: str) -> Change:
+    def resume(self, ledger: str, *, by: str | None = None) -> Change:
         """Admit again on ``ledger``: the room is handed to the first in line at once."""
-        return self._set(ledger, PAUSED, "")
+        return self._set(ledger, PAUSED, "", by, None, None)
 
-    def _set(self, ledger: str, which: str, value: str) -> Change:
+    def _set(self, ledger: str, which: str, value: str, by: object, reason: object, for_ms: object) -> Change:
         ledger = self._checked(ledger)
+        who, why, duration = checked_by(by), checked_reason(reason), checked_for_ms(for_ms)
         before = self.of(ledger)
-        self.ledger.control(ledger, which, value)
+        self.ledger.control(ledger, which, value, by=who, reason=why, duration_ms=duration)
         return Change(ledger, before, self.of(ledger))
 
     def _checked(self, ledger: str) -> str:
@@ -165,6 +348,37 @@ class Controls:
         return ledger
 
 
+# -- a worker process's copy -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A change of one ledger's controls, as one beat found it: before and after, the Redis clock
+    of the read (s), and who cleared a control that ended (None: it expired, or is not known)."""
+
+    ledger: str
+    before: Control
+    after: Control
+    now: float | None = None
+    override_cleared: Provenance | None = None
+    pause_cleared: Provenance | None = None
+
+    @property
+    def override_expired(self) -> bool:
+        """The override ended by its expiry (not by a reset)."""
+        return self._expired(self.before.override_provenance, self.after.capacity, self.override_cleared)
+
+    @property
+    def pause_expired(self) -> bool:
+        """The pause ended by its expiry (not by a resume)."""
+        return self._expired(self.before.pause_provenance, self.after.paused_at, self.pause_cleared)
+
+    def _expired(self, before: Provenance | None, after: object, cleared: Provenance | None) -> bool:
+        if before is None or before.until is None or after is not None or self.now is None:
+            return False
+        return before.until <= self.now and cleared is None
+
+
 class ControlsSeen:
     """One worker process's copy of the controls, as its last beat read them (thread-safe)."""
 
@@ -174,17 +388,30 @@ class ControlsSeen:
         #: Whether a beat has read them yet.
         self.known = False
 
-    def update(self, fields: Mapping[str, str]) -> list[tuple[str, Control, Control]]:
-        """Take the hash as a beat read it; ``(ledger, before, after)`` for each ledger that changed
-        (on the first read: each ledger with a control)."""
-        controls = parse_controls(fields)
+    def update(self, fields: Mapping[str, str], now_ms: int | None) -> list[Seen]:
+        """Take the hash as a beat read it at Redis clock ``now_ms``; a :class:`Seen` for each
+        ledger whose controls in force changed (on the first read: each ledger with a control).
+        An expired control is not in force."""
+        controls = parse_controls(fields, now_ms)
         with self._lock:
             before, self._controls, self.known = self._controls, controls, True
-        return [
-            (ledger, before.get(ledger, Control()), controls.get(ledger, Control()))
-            for ledger in sorted({*before, *controls})
-            if before.get(ledger, Control()) != controls.get(ledger, Control())
-        ]
+        cleared = parse_cleared(fields) if before else {}
+        seen = []
+        for ledger in sorted({*before, *controls}):
+            was, now = before.get(ledger, Control()), controls.get(ledger, Control())
+            if was == now:
+                continue
+            seen.append(
+                Seen(
+                    ledger,
+                    was,
+                    now,
+                    None if now_ms is None else now_ms / 1000,
+                    override_cleared=_cleared_since(cleared.get((CAPACITY, ledger)), was.override_provenance),
+                    pause_cleared=_cleared_since(cleared.get((PAUSED, ledger)), was.pause_provenance),
+                )
+            )
+        return seen
 
     def get(self, ledger: str) -> Control:
         with self._lock:
@@ -200,4 +427,30 @@ class ControlsSeen:
             return dict(self._controls)
 
 
-__all__ = ["MAX_CAPACITY", "Change", "Control", "Controls", "ControlsSeen", "parse_controls"]
+def _cleared_since(cleared: Provenance | None, made: Provenance | None) -> Provenance | None:
+    """The clearing record of a control set as ``made``, if it cleared that one: written after it
+    was set, and before it expired."""
+    if cleared is None or made is None or cleared.at is None:
+        return None
+    if made.at is not None and cleared.at < made.at:
+        return None
+    if made.until is not None and cleared.at >= made.until:
+        return None
+    return cleared
+
+
+__all__ = [
+    "MAX_CAPACITY",
+    "MAX_DURATION_MS",
+    "Change",
+    "Control",
+    "Controls",
+    "ControlsSeen",
+    "Provenance",
+    "Seen",
+    "default_by",
+    "duration_text",
+    "parse_cleared",
+    "parse_controls",
+    "parse_duration",
+]

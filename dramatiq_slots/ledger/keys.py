@@ -28,7 +28,8 @@ that may wait listens on; each worker process also says what capacity it
 declares for each capped queue, so processes that disagree (a rolling deploy)
 can tell::
 
-    {<prefix>}:controls                     hash: capacity:<ledger> and paused:<ledger> fields
+    {<prefix>}:controls                     hash: capacity:<ledger> and paused:<ledger> fields,
+                                            meta:<which>:<ledger> (who set it), cleared:<...>
     {<prefix>}:declared:<kind>:<name>       capacities live processes declare for a ledger
 
 Each ledger's last fencing token (docs/design.md, "Fencing tokens"), a sorted

@@ -380,13 +380,24 @@ class Ledger:
         with self._translated("declare"):
             return self._run(call)
 
-    def control(self, ledger: str, which: str, value: str) -> Changed:
+    def control(
+        self, ledger: str, which: str, value: str, *, by: str, reason: str = "", duration_ms: int = 0
+    ) -> Changed:
         """Set (``value``) or clear (``""``) control ``which`` (``capacity`` or ``paused``) of
-        ``ledger``, and tell the workers; ``(changed, value before)`` (``control.lua``)."""
+        ``ledger`` as ``by`` (with ``reason``; a value for ``duration_ms`` from the Redis clock's
+        now, 0: until changed), and tell the workers; ``(changed, value before)`` (``control.lua``)."""
         controls = self.keys.controls()
         call = CONTROL.call(
             keys={"controls": controls},
-            args={"ledger": ledger, "which": which, "value": value, "channel": controls},
+            args={
+                "ledger": ledger,
+                "which": which,
+                "value": value,
+                "channel": controls,
+                "by": by,
+                "reason": reason,
+                "duration": duration_ms,
+            },
         )
         with self._translated("control"):
             return self._run(call)

@@ -33,7 +33,7 @@ from redis.cluster import RedisCluster
 
 from ..errors import ArgumentError
 from ..ledger.client import RedisClient
-from ..ledger.controls import Control, Controls
+from ..ledger.controls import Control, Controls, Provenance
 from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
 from ..ledger.ledger import Ledger
 from ..ledger.replies import Limit, _text, process_part
@@ -78,6 +78,11 @@ class LedgerView:
     #: Whether an operator paused it, and since when (Redis clock, s).
     paused: bool = False
     paused_at: float | None = None
+    #: Who set the override and the pause, when, why, until when (None: not set).
+    override_provenance: Provenance | None = None
+    pause_provenance: Provenance | None = None
+    #: The Redis clock when it was read (s): what a control's age and time left count from.
+    read_at: float | None = None
 
     @property
     def short(self) -> str:
@@ -217,6 +222,9 @@ class Inspector:
             override=control.capacity,
             paused=control.paused,
             paused_at=control.paused_at,
+            override_provenance=control.override_provenance,
+            pause_provenance=control.pause_provenance,
+            read_at=now,
         )
 
     @staticmethod

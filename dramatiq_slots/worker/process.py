@@ -186,12 +186,12 @@ class SlotsProcess:
         self._follow_epoch(declared.settling_ms)
         capacities = {limit.ledger: limit.capacity for limit in mine}
         first = not self.controls.known
-        for ledger, before, after in self.controls.update(declared.controls):
-            self.lingering.end_on(ledger)
-            self.metrics.controlled(ledger, after)
+        for seen in self.controls.update(declared.controls, declared.redis_ms):
+            self.lingering.end_on(seen.ledger)
+            self.metrics.controlled(seen.ledger, seen.after)
             logger.info(
                 "%s",
-                control_text(self.ledger.keys.short(ledger), before, after, capacities.get(ledger), first),
+                control_text(self.ledger.keys.short(seen.ledger), seen, capacities.get(seen.ledger), first),
             )
         for ledger, capacity in capacities.items():
             others = declared.others.get(ledger, ())

@@ -148,7 +148,7 @@ for k = 1, w do
   local ledger, line, fences = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3]
   local cap, paused = 0, true
   if sweep(ledger) and not refused[KEYS[#KEYS]] then
-    local read, c, p = pcall(control, KEYS[#KEYS], {ledger}, {caps[k]})
+    local read, c, p = pcall(control, KEYS[#KEYS], {ledger}, {caps[k]}, now)
     if read then
       cap, paused = c[1], p[1] or unsettled
     else

@@ -22,10 +22,11 @@
 --
 -- Returns Declared: {controls, settling, now, others1, .., othersn} controls is the
 -- hash as a flat list {field1, value1, ...}; settling the ms left of the epoch's settling
--- (0: settled, or not read); now the Redis clock (ms; 0: not read, when there is
--- nothing to declare and no epoch to keep), by which the process reads the expiry a
--- wake-up carries; othersi lists the other capacities that live processes declare
--- for ledger i.
+-- (0: settled, or not read); now the Redis clock (ms), by which the process reads the
+-- expiry a wake-up carries and whether a control has expired (lib/control.lua);
+-- othersi lists the other capacities that live processes declare for ledger i. With
+-- nothing to declare and settle 0, it writes nothing: Controls.read() reads the
+-- controls and the clock so.
 -- Errors  SLOTS_ARG <j> <name>: ARGV[j] is malformed (j = 0: wrong count); nothing written
 
 -- include: args
@@ -39,11 +40,9 @@ for i = 1, n do
 end
 
 -- include: epoch
-local reply = {redis.call('HGETALL', KEYS[1]), 0, 0}
-if n == 0 and settle == 0 then return reply end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-reply[3] = string.format('%.0f', now)
+local reply = {redis.call('HGETALL', KEYS[1]), 0, string.format('%.0f', now)}
 if settle > 0 then
   reply[2] = settling(KEYS[2], now, settle)
   keep_epoch(KEYS[2])

@@ -44,7 +44,7 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
 local ledgers = {}
 for i = 1, n do ledgers[i] = KEYS[i] end
-caps = control(KEYS[n + 1], ledgers, caps)
+caps = control(KEYS[n + 1], ledgers, caps, now)
 local members = {}
 for i = 1, n do
   local ledger = KEYS[i]

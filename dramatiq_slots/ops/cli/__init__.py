@@ -12,6 +12,7 @@
     dramatiq-slots set-capacity queue:emails 2    # an override, on every worker (asks first)
     dramatiq-slots reset-capacity queue:emails    # back to the declared capacity
     dramatiq-slots pause queue:emails             # nothing new starts; resume starts it again
+    dramatiq-slots pause queue:emails --for 1h --reason "db migration"  # ends by itself
     dramatiq-slots resume --key sync:42
 
 Everything it reads comes from :class:`~dramatiq_slots.ops.inspection.Inspector`, on one

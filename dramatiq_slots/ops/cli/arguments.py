@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from ... import __version__
+from ...errors import ArgumentError
 from ...ledger.client import URL_ENV
-from ...ledger.controls import MAX_CAPACITY
+from ...ledger.controls import MAX_CAPACITY, checked_by, checked_reason, parse_duration
 from ...ledger.keys import DEFAULT_KEY_PREFIX
 from .connection import DEFAULT_URL
 from .exits import PROG
-from .help import CONTROL_COMMANDS, CONTROL_EPILOG, MAIN_EPILOG, RELEASE_EPILOG, STATUS_EPILOG
+from .help import (
+    CONTROL_COMMANDS,
+    CONTROL_EPILOG,
+    MAIN_EPILOG,
+    RELEASE_EPILOG,
+    SETTING_COMMANDS,
+    STATUS_EPILOG,
+)
 
 DEFAULT_WATCH_INTERVAL = 2.0
 
@@ -36,6 +45,20 @@ def capacity_argument(text: str) -> int:
             f"a capacity is from 1 to {MAX_CAPACITY}, got {text!r} (pause admits nothing new)"
         )
     return value
+
+
+def checked(check: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from one of ``Controls``' checks: its ArgumentError is a usage error
+    naming the flag."""
+
+    def parse(text: str) -> Any:
+        try:
+            return check(text)
+        except ArgumentError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = check.__name__
+    return parse
 
 
 def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -153,12 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     for command, summary in CONTROL_COMMANDS.items():
+        sets = command in SETTING_COMMANDS
         control = add_subcommand(
             commands,
             command,
             help=summary,
             description=summary[0].upper() + summary[1:] + ".",
-            usage="%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes] (LEDGER | --key TEXT)"
+            usage="%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes]\n       [--by TEXT]"
+            + (" [--reason TEXT] [--for DURATION]" if sets else "")
+            + " (LEDGER | --key TEXT)"
             + (" N" if command == "set-capacity" else ""),
             epilog=CONTROL_EPILOG,
         )
@@ -176,4 +202,21 @@ def build_parser() -> argparse.ArgumentParser:
             "--key", metavar="TEXT", help="the ledger of this runtime key (instead of LEDGER)"
         )
         control.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+        control.add_argument(
+            "--by",
+            type=checked(checked_by),
+            metavar="TEXT",
+            help="who does it, as recorded and shown (default: <OS user>@<hostname>)",
+        )
+        if sets:
+            control.add_argument(
+                "--reason", type=checked(checked_reason), metavar="TEXT", help="why, as recorded and shown"
+            )
+            control.add_argument(
+                "--for",
+                dest="for_ms",
+                type=checked(parse_duration),
+                metavar="DURATION",
+                help="end by itself after DURATION (90s, 15m, 1h, 2h30m, 1d), by the Redis clock",
+            )
     return parser

@@ -15,12 +15,12 @@ from collections.abc import Callable
 
 from ...errors import ArgumentError
 from ...ledger.client import RedisClient, redacted_address
-from ...ledger.controls import Change
+from ...ledger.controls import Change, Provenance, default_by, duration_text
 from ..inspection import Inspector, LedgerView, Released
 from .connection import scrub, talking_to
 from .exits import EXIT_NOTHING_DONE, EXIT_OK, PROG, Failure, err
 from .help import LIVE_REFUSAL
-from .render import clean, control_line, holder_line, local_time, render_table, status_document
+from .render import clean, control_line, control_lines, holder_line, local_time, render_table, status_document
 
 # -- the steps the commands share ------------------------------------------------------------
 
@@ -214,12 +214,15 @@ def control_command(args: argparse.Namespace, client: RedisClient, parser: argpa
     inspector = Inspector(client, key_prefix=args.prefix)
     controls = inspector.controls
     ledger = one_ledger(inspector, parser, args.ledger, args.key)
+    by: str = args.by if args.by is not None else default_by()
+    reason: str | None = getattr(args, "reason", None)
+    for_ms: int | None = getattr(args, "for_ms", None)
     view = view_of(client, inspector, ledger)
     name = clean(view.short)
     command = args.command
     if command == "set-capacity":
         wanted = f"capacity {args.capacity} (override)"
-        done = view.override == args.capacity
+        done = view.override == args.capacity and unchanged(view.override_provenance, by, reason, for_ms)
         if args.capacity < view.in_use:
             wanted += (
                 f"; {view.in_use} run now: none is stopped, new admissions wait until fewer than "
@@ -229,31 +232,59 @@ def control_command(args: argparse.Namespace, client: RedisClient, parser: argpa
         declared = "-" if view.declared is None else str(view.declared)
         wanted, done = f"the declared capacity ({declared}) in force", view.override is None
     elif command == "pause":
-        wanted, done = "paused: nothing new is admitted", view.paused
+        wanted = "paused: nothing new is admitted"
+        done = view.paused and unchanged(view.pause_provenance, by, reason, for_ms)
     else:
         wanted, done = "admitting again", not view.paused
     print(control_line(view))
+    for line in control_lines(view):
+        print(f"  {line}")
     if done:
         print(f"nothing to change: {name} is already so")
         return EXIT_NOTHING_DONE
-    print(f"after: {wanted}")
+    lasting = f" for {duration_text(for_ms / 1000)}" if for_ms is not None else ""
+    print(f"after: {wanted}; {setting_text(by, reason, lasting)}")
     sys.stdout.flush()
-    if not confirmed(args.yes, f"{command} {name}?", nothing="nothing changed", act="change it"):
+    question = f"{command} {name}{lasting} as {clean(by)}?"
+    if not confirmed(args.yes, question, nothing="nothing changed", act="change it"):
         return EXIT_NOTHING_DONE
 
     def apply() -> Change:
         if command == "set-capacity":
-            return controls.set_capacity(ledger, args.capacity)
+            return controls.set_capacity(ledger, args.capacity, by=by, reason=reason, for_ms=for_ms)
         if command == "reset-capacity":
-            return controls.reset_capacity(ledger)
+            return controls.reset_capacity(ledger, by=by)
         if command == "pause":
-            return controls.pause(ledger)
-        return controls.resume(ledger)
+            return controls.pause(ledger, by=by, reason=reason, for_ms=for_ms)
+        return controls.resume(ledger, by=by)
 
     change: Change = talking_to(client, apply)
     after = view_of(client, inspector, ledger)
     print(control_line(after))
+    for line in control_lines(after):
+        print(f"  {line}")
     if not change.changed:
         err(f"{name} was already so (changed meanwhile by someone else)")
         return EXIT_NOTHING_DONE
     return EXIT_OK
+
+
+def unchanged(provenance: Provenance | None, by: str, reason: str | None, for_ms: int | None) -> bool:
+    """Whether setting a control again as ``by`` would change nothing: same ``by`` and ``reason``,
+    and no expiry before or now."""
+    return (
+        provenance is not None
+        and for_ms is None
+        and provenance.until is None
+        and (provenance.by, provenance.reason) == (by, reason)
+    )
+
+
+def setting_text(by: str, reason: str | None, lasting: str) -> str:
+    """``by alice@h for 1h, then it ends by itself (reason: db migration)``: what the change records."""
+    text = f"by {clean(by)}"
+    if lasting:
+        text += f"{lasting}, then it ends by itself"
+    if reason is not None:
+        text += f" (reason: {clean(reason)})"
+    return text

@@ -56,13 +56,17 @@ Capacity is the one in force: an operator's override (shown as "N (override; dec
 M)", see set-capacity), else the one live workers declare (- when none does): a queue's
 from any live worker that caps it, a runtime key's from the reported holds of that key.
 PAUSED: an operator paused the ledger (see pause); a paused or overridden ledger is
-listed even when it holds nothing.
+listed even when it holds nothing. Under it, a line per control says who set it, how
+long ago, why, and when it ends by itself (set with --for) or that it lasts until
+changed.
 
 --json prints one document: {{"server", "prefix", "at", "ledgers": [{{"ledger", "kind",
 "name", "short", "capacity", "in_use", "waiting", "declared", "override", "paused",
-"paused_at", "holders": [{{"token", "host", "pid",
-"thread", "seconds_left", "age", "actor", "label", "process_alive"}}]}}]}}; with --watch,
-one such document per line and refresh. Unknown values are null.
+"paused_at", "override_provenance", "pause_provenance", "read_at", "holders": [{{"token",
+"host", "pid", "thread", "seconds_left", "age", "actor", "label", "process_alive"}}]}}]}};
+a provenance is null or {{"by", "at", "reason", "until", "age", "seconds_left"}} (times by
+the Redis clock, s; until and seconds_left null for a control without an expiry); with
+--watch, one such document per line and refresh. Unknown values are null.
 
 Put ledger names before --watch (--watch takes an optional number).
 
@@ -93,7 +97,10 @@ A control is kept in the ledger's Redis and wins over the capacity the code decl
 on every worker, for the next admission, release and beat of each (workers listening
 for changes beat at once, so room a raise or a resume makes goes to the first messages
 in line at once); it stays until it is changed again, through worker restarts and
-deploys. Workers log one INFO line for each change.
+deploys, or, with --for, until it expires: then it ends by itself on every worker (by
+the Redis clock, within a beat; messages in line get the room it leaves). Each records
+--by (default <OS user>@<hostname>), when, and --reason; status shows them. Workers log
+one INFO line for each change and each expiry.
 
   set-capacity    admit at most N at once, across every worker; below the holds in use,
                   no running job is stopped: new admissions wait until fewer than N run
@@ -101,6 +108,10 @@ deploys. Workers log one INFO line for each change.
   pause           admit nothing new; running jobs finish, waiting messages keep their
                   places in line and are not deferred while it lasts
   resume          admit again
+
+--for takes whole days, hours, minutes and seconds: 90s, 15m, 1h, 2h30m, 1d. Setting a
+control again replaces its --for, --by and --reason (a paused ledger stays paused since
+its first pause).
 
 The change is shown, then confirmed on the terminal, unless --yes. Without a terminal
 on stdin and without --yes nothing is changed. The Redis user needs the operator's
@@ -114,6 +125,10 @@ CONTROL_COMMANDS = {
     "pause": "admit nothing new on a ledger (running jobs finish, waiting messages wait)",
     "resume": "admit again on a paused ledger",
 }
+
+
+#: The control commands that set a value (``--reason`` and ``--for``); the others clear one.
+SETTING_COMMANDS = ("set-capacity", "pause")
 
 
 LIVE_REFUSAL = (

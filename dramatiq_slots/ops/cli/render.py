@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from ...ledger.controls import Provenance, duration_text
 from ..inspection import HolderView, LedgerView, age_text
 
 
@@ -67,6 +68,39 @@ def ledger_heading(view: LedgerView, keys_by_ledger: dict[str, str]) -> str:
     return heading
 
 
+def provenance_text(what: str, provenance: Provenance, now: float | None, lasts: str) -> str:
+    """``paused by alice@h 12m ago for 'db migration', ends in 48m (at 14:05:00)``: who set a
+    control, how long ago (by the Redis clock ``now``), why, and when it ends (``lasts`` when it
+    has no expiry)."""
+    text = what if provenance.by is None else f"{what} by {clean(provenance.by)}"
+    if provenance.at is not None and now is not None:
+        text += f" {duration_text(max(0.0, now - provenance.at))} ago"
+    if provenance.reason is not None:
+        text += f" for '{clean(provenance.reason)}'"
+    if provenance.until is None:
+        return f"{text}, {lasts}"
+    left = provenance.seconds_left(now) if now is not None else None
+    ends = "" if left is None else (f"ends in {duration_text(left)} " if left > 0 else "ended ")
+    return f"{text}, {ends}(at {local_time(provenance.until)})"
+
+
+def control_lines(view: LedgerView) -> list[str]:
+    """One line per control of a ledger: who set it, when, why, until when."""
+    lines = []
+    if view.override is not None and view.override_provenance is not None:
+        lines.append(
+            provenance_text(
+                f"override {view.override} set",
+                view.override_provenance,
+                view.read_at,
+                "until reset-capacity",
+            )
+        )
+    if view.paused and view.pause_provenance is not None:
+        lines.append(provenance_text("paused", view.pause_provenance, view.read_at, "until resume"))
+    return lines
+
+
 def render_table(
     views: Sequence[LedgerView], *, address: str, prefix: str, at: float, keys_by_ledger: dict[str, str]
 ) -> str:
@@ -83,6 +117,7 @@ def render_table(
 
     for view in views:
         lines += ["", ledger_heading(view, keys_by_ledger)]
+        lines += [f"  {line}" for line in control_lines(view)]
         if view.holders:
             lines.append(line(HOLDER_COLUMNS))
             lines += [line(holder_row(h)) for h in view.holders]
@@ -97,8 +132,20 @@ def status_document(views: Sequence[LedgerView], *, address: str, prefix: str, a
     for view in views:
         data = asdict(view)
         holders = data.pop("holders")
+        for name in ("override_provenance", "pause_provenance"):
+            provenance: Provenance | None = getattr(view, name)
+            if provenance is not None:
+                data[name] = {**data[name], **provenance_clock(provenance, view.read_at)}
         ledgers.append({**data, "short": view.short, "holders": holders})
     return {"server": address, "prefix": prefix, "at": round(at, 3), "ledgers": ledgers}
+
+
+def provenance_clock(provenance: Provenance, now: float | None) -> dict[str, float | None]:
+    """A control's ``age`` and ``seconds_left`` at Redis clock ``now`` (null when unknown or, for
+    ``seconds_left``, without an expiry)."""
+    age = None if provenance.at is None or now is None else round(max(0.0, now - provenance.at), 3)
+    left = None if now is None else provenance.seconds_left(now)
+    return {"age": age, "seconds_left": None if left is None else round(left, 3)}
 
 
 def holder_line(holder: HolderView) -> str:
