@@ -11,9 +11,11 @@ from ...ledger.controls import MAX_CAPACITY
 from ...ledger.keys import DEFAULT_KEY_PREFIX
 from .connection import DEFAULT_URL
 from .exits import PROG
-from .help import CONTROL_COMMANDS, CONTROL_EPILOG, MAIN_EPILOG, RELEASE_EPILOG, STATUS_EPILOG
+from .help import CONTROL_COMMANDS, CONTROL_EPILOG, MAIN_EPILOG, RELEASE_EPILOG, STATUS_EPILOG, WEB_EPILOG
 
 DEFAULT_WATCH_INTERVAL = 2.0
+DEFAULT_BIND = "127.0.0.1"
+DEFAULT_PORT = 8000
 
 
 def positive_seconds(text: str) -> float:
@@ -35,6 +37,16 @@ def capacity_argument(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"a capacity is from 1 to {MAX_CAPACITY}, got {text!r} (pause admits nothing new)"
         )
+    return value
+
+
+def port_argument(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is from 0 to 65535 (0: any free one), got {text!r}")
     return value
 
 
@@ -81,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description=(
             "Show and free the holds of dramatiq-slots ledgers (queue capacities, runtime keys), and "
-            "set their operators' controls."
+            "set their operators' controls; serve the operators' web page."
         ),
         epilog=MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -176,4 +188,39 @@ def build_parser() -> argparse.ArgumentParser:
             "--key", metavar="TEXT", help="the ledger of this runtime key (instead of LEDGER)"
         )
         control.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+    web = add_subcommand(
+        commands,
+        "web",
+        help="serve the operators' web page (read-only unless --controls)",
+        description=(
+            "Serve the operators' web page: every ledger, its holders and line, the worker processes,\n"
+            "refreshed live; with --controls, the controls too."
+        ),
+        epilog=WEB_EPILOG,
+    )
+    web.add_argument(
+        "--bind",
+        default=DEFAULT_BIND,
+        metavar="HOST",
+        help=f"the address to listen on (default {DEFAULT_BIND}: this host only)",
+    )
+    web.add_argument(
+        "--port",
+        type=port_argument,
+        default=DEFAULT_PORT,
+        metavar="PORT",
+        help=f"the port to listen on (default {DEFAULT_PORT}; 0: any free port)",
+    )
+    web.add_argument(
+        "--controls",
+        action="store_true",
+        help="let the page act (set capacity, reset, pause, resume, release a dead worker's hold); "
+        "needs --user",
+    )
+    web.add_argument(
+        "--user",
+        metavar="NAME",
+        help="the operator the page acts as with --controls (after signing in with the printed URL)",
+    )
     return parser
