@@ -42,7 +42,6 @@ from .commands import control_command, release_command, status_command
 from .connection import connect, pick_url, scrub, url_secrets
 from .exits import EXIT_INTERRUPTED, EXIT_NOTHING_DONE, PROG, Failure, err
 from .help import CONTROL_COMMANDS
-from .web import web_command
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,6 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "status":
                 return status_command(args, client)
             if args.command == "web":
+                from .web import web_command  # the page's modules load for this command only
+
                 return web_command(args, client, args.command_parser)
             if args.command in CONTROL_COMMANDS:
                 return control_command(args, client, args.command_parser)
