@@ -3,7 +3,8 @@
 :func:`served` runs any WSGI app (``SlotsWeb``, a Django project with it mounted) in the
 package's own threading server (:mod:`dramatiq_slots.ops.web.server`) for the length of a
 ``with``; :class:`WebClient` talks to it as a browser's script would (a cookie jar, the page's
-CSRF token read from its ``<meta>``). :func:`chrome` is Debian's headless Chromium driven by
+CSRF token read from its ``<meta>``); :func:`serving` runs ``dramatiq-slots web`` until it says where
+it serves. :func:`chrome` is Debian's headless Chromium driven by
 Selenium, for the browser tests (:func:`browser_missing` says why it cannot run).
 """
 
@@ -14,7 +15,11 @@ import http.cookiejar
 import json
 import os
 import re
+import select
+import signal
+import subprocess
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from dramatiq_slots.ops.web.server import make_server
+
+from .command import MODULE, user_env
 
 #: Debian's Chromium and its driver (packages chromium and chromium-driver): never a download.
 CHROMIUM = Path("/usr/bin/chromium")
@@ -166,3 +173,81 @@ def screenshot_dir(default: Path) -> Path:
     folder = Path(chosen) if chosen else default
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Serving:
+    """A running ``dramatiq-slots web``: its process, the lines it printed, its page's URLs."""
+
+    process: subprocess.Popen[bytes]
+    lines: list[str]
+    #: ``http://127.0.0.1:PORT`` and the page's path.
+    base: str
+    page: str
+    #: The sign-in URL it printed (``--controls``), else None.
+    login: str | None
+
+    def stop(self) -> tuple[int, str]:
+        """SIGTERM, as a service manager stops it; ``(exit code, stderr)``."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        _, errors = self.process.communicate(timeout=TIMEOUT)
+        return self.process.returncode, errors.decode("utf-8", "replace")
+
+
+@contextlib.contextmanager
+def serving(*args: str, env: Mapping[str, str] | None = None) -> Iterator[Serving]:
+    """``dramatiq-slots *args`` (a ``web`` command line) until it says where it serves; stopped
+    (SIGTERM, then SIGKILL) when the ``with`` ends."""
+    process = subprocess.Popen(
+        [*MODULE, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+        env=dict(env) if env is not None else user_env(),
+    )
+    try:
+        assert process.stdout is not None
+        lines: list[str] = []
+        pending = b""
+        deadline = time.monotonic() + TIMEOUT
+        url = login = None
+        while url is None or ("--controls" in args and login is None):
+            if b"\n" not in pending:
+                left = deadline - time.monotonic()
+                ready, _, _ = select.select([process.stdout], [], [], max(0.0, left))
+                if not ready:
+                    raise AssertionError(f"dramatiq-slots web said nothing for {TIMEOUT}s: {lines}")
+                chunk = os.read(process.stdout.fileno(), 4096)
+                if not chunk:
+                    _, errors = process.communicate(timeout=TIMEOUT)
+                    raise AssertionError(
+                        f"dramatiq-slots web exited {process.returncode}: {lines} {errors!r}"
+                    )
+                pending += chunk
+                continue
+            raw, _, pending = pending.partition(b"\n")
+            line = raw.decode("utf-8", "replace")
+            lines.append(line)
+            found = re.search(r"serving (http://[^/ ]+)(/\S*)/ ", line)
+            if found:
+                url = found.group(1), found.group(2)
+            signed = re.search(r"sign in to act \(once per browser\): (\S+)", line)
+            if signed:
+                login = signed.group(1)
+        yield Serving(process, lines, url[0], url[1], login)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=TIMEOUT)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
