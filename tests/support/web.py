@@ -116,6 +116,15 @@ class WebClient:
     def post(self, path: str, **kwargs: Any) -> Reply:
         return self.request("POST", path, **kwargs)
 
+    def set_cookie(self, name: str, value: str) -> None:
+        """A cookie for every path of this server (one a login elsewhere gave this browser)."""
+        host = urllib.parse.urlsplit(self.base).hostname or ""
+        self.jar.set_cookie(
+            http.cookiejar.Cookie(
+                0, name, value, None, False, host, False, False, "/", True, False, None, True, None, None, {}
+            )
+        )
+
     def cookie(self, name: str) -> str | None:
         return next((c.value for c in self.jar if c.name == name), None)
 
