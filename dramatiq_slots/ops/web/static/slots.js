@@ -328,7 +328,7 @@
         name: "duration",
         type: "number",
         min: 1,
-        placeholder: timed ? "seconds (optional)" : "not in this version",
+        placeholder: timed ? "seconds (optional)" : "no expiry yet",
         disabled: !timed,
       });
       const capacity = el("input", { id: "capacity", name: "capacity", type: "number", min: 1, placeholder: "N" });
