@@ -11,9 +11,8 @@ docs/images/), else to a temporary folder.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from dramatiq_slots.ops.web import SlotsWeb
 from dramatiq_slots.ops.web.actions import accepts
 from tests.support.planted import DEAD_TOKEN, LIVE_TOKEN, hold, plant_busy_queue, tokens
 from tests.support.waiting import wait_until
-from tests.support.web import browser_missing, chrome, screenshot_dir, served
+from tests.support.web import screenshot_dir, served
 from tests.support.worker_groups import CAPPED_QUEUE, CAPPED_SCOPE, Backlog, WorkerFleet
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -43,17 +42,8 @@ def operator(environ: Any, action: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
-    missing = browser_missing()
-    if missing is not None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{missing} (CI=true: the browser tests must run)", pytrace=False)
-        pytest.skip(missing)
-    browser = chrome()
-    try:
-        yield browser
-    finally:
-        browser.quit()
+def driver(chromium: Any) -> Any:
+    return chromium
 
 
 @pytest.fixture(scope="module")

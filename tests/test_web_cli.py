@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -164,15 +164,6 @@ def test_web_never_prints_or_serves_the_urls_password(
 
 
 # -- Redis Cluster and Sentinel --------------------------------------------------------------------
-
-
-@pytest.fixture
-def cluster_ledger(local_cluster: LocalCluster, key_prefix: str) -> Iterator[Ledger]:
-    client = local_cluster.client()
-    try:
-        yield Ledger(client, key_prefix=key_prefix)
-    finally:
-        client.close()
 
 
 @pytest.mark.slow

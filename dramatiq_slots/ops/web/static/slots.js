@@ -46,6 +46,16 @@
     node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
   }
 
+  // A table of the page: its headings, and the body a view redraws.
+  function table(id, headings, bodyNode) {
+    return el(
+      "table",
+      { class: "list", id: id },
+      el("thead", null, el("tr", null, headings.map(function (h) { return el("th", null, h); }))),
+      bodyNode
+    );
+  }
+
   function ledgerLink(short) {
     return el("a", { href: "#ledger/" + encodeURIComponent(short), class: "ledger-link" }, short);
   }
@@ -249,16 +259,7 @@
       view,
       el("h2", null, "Ledgers"),
       el("div", { class: "toolbar" }, el("label", { for: "search" }, "Search "), search, " ", previous, " ", pageText, " ", next),
-      el(
-        "table",
-        { class: "list" },
-        el(
-          "thead",
-          null,
-          el("tr", null, ["Ledger", "Capacity", "", "In use", "Line", "Holders"].map(function (h) { return el("th", null, h); }))
-        ),
-        body
-      )
+      table("ledgers-table", ["Ledger", "Capacity", "", "In use", "Line", "Holders"], body)
     );
     return {
       url: function () {
@@ -410,15 +411,6 @@
       );
     }
 
-    function table(id, headings, bodyNode) {
-      return el(
-        "table",
-        { class: "list", id: id },
-        el("thead", null, el("tr", null, headings.map(function (h) { return el("th", null, h); }))),
-        bodyNode
-      );
-    }
-
     add(
       view,
       el("p", null, el("a", { href: "#ledgers" }, "all ledgers")),
@@ -476,20 +468,9 @@
     add(
       view,
       el("h2", null, "Worker processes"),
-      el(
-        "table",
-        { class: "list" },
-        el(
-          "thead",
-          null,
-          el(
-            "tr",
-            null,
-            ["Process", "Reported", "Holds", "Waiting", "Parked", "Held back", "Owed", "Declares", "Settings"].map(
-              function (h) { return el("th", null, h); }
-            )
-          )
-        ),
+      table(
+        "processes-table",
+        ["Process", "Reported", "Holds", "Waiting", "Parked", "Held back", "Owed", "Declares", "Settings"],
         body
       )
     );
