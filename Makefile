@@ -10,6 +10,8 @@
 #   make bench   the side-by-side benchmark, then how fast hosts follow a control (bench/controls.py)
 #                (BENCH_ARGS=--quick for a smoke run; not part of test; BENCH_ARGS='--only W8' for
 #                the 10,000-runtime-key load and leak check alone, without the controls)
+#   make screenshots  the browser tests (headless Chromium), writing the web page's screenshots
+#                into docs/images/ (commit them; docs/operations.md shows them)
 #   make reliability  run the chaos suite and regenerate docs/reliability.md from its verdicts
 #   make soak    faults at random on real worker groups, judged from the whole history (not part of
 #                test): SOAK_SECONDS (default 1200), SOAK_SEED (default: a random one, printed),
@@ -26,7 +28,7 @@ STAMP := $(VENV)/.installed-from-pyproject
 CHECK_PYTHON = @$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dramatiq-slots needs Python >= 3.10; $(PYTHON) is " + sys.version.split()[0])'
 
 .DEFAULT_GOAL := test
-.PHONY: test lint typecheck pytest quick venv clean demo bench reliability soak test-oldest-dramatiq
+.PHONY: test lint typecheck pytest quick venv clean demo bench reliability soak test-oldest-dramatiq screenshots
 
 $(STAMP): pyproject.toml
 	$(CHECK_PYTHON)
@@ -105,6 +107,12 @@ reliability: $(STAMP)
 	SLOTS_CHAOS_RESULTS=$(CURDIR)/.chaos-results.jsonl $(BIN)/python -m pytest -m chaos -q
 	$(BIN)/python -m tests.support.chaos_report .chaos-results.jsonl docs/reliability.md
 	rm -f .chaos-results.jsonl
+
+# The browser tests alone, their screenshots written to docs/images/ (they need Debian's chromium and
+# chromium-driver; without them they skip, and nothing is written).
+screenshots: $(STAMP)
+	mkdir -p docs/images
+	SLOTS_SCREENSHOTS=$(CURDIR)/docs/images $(BIN)/python -m pytest -m browser -q tests/test_web_browser.py
 
 SOAK_SECONDS ?= 1200
 soak: $(STAMP)

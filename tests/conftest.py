@@ -15,6 +15,8 @@ Servers (see :mod:`tests.support.servers`):
 ``local_cluster``, ``local_sentinel`` (module)
     A Redis Cluster (:mod:`tests.support.redis_cluster`), a Sentinel setup
     (:mod:`tests.support.sentinel`), started for the module that uses them.
+``chromium`` (module)
+    Debian's headless Chromium, driven by Selenium (the web page's browser tests).
 
 Tests isolate by unique key prefixes (``key_prefix``), never by flushing:
 the keys of a test's prefix are deleted after it, nothing else is touched.
@@ -183,6 +185,35 @@ def local_sentinel() -> Iterator[LocalSentinel]:
     engine = _first_engine(("redis7", "valkey", "redis6"), "no Redis-protocol server for a Sentinel setup")
     with LocalSentinel(engine) as setup:
         yield setup
+
+
+@pytest.fixture
+def cluster_ledger(local_cluster: LocalCluster, key_prefix: str) -> Iterator[Ledger]:
+    """A ``Ledger`` of the test's prefix on ``local_cluster`` (through a cluster client)."""
+    client = local_cluster.client()
+    try:
+        yield Ledger(client, key_prefix=key_prefix)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Debian's headless Chromium driven by Selenium (:func:`tests.support.web.chrome`), for a module.
+
+    Missing (``/usr/bin/chromium``, ``/usr/bin/chromedriver`` or selenium), its tests skip with
+    the reason, except when ``CI=true``: then they fail.
+    """
+    from tests.support.web import browser_missing, chrome
+
+    reason = browser_missing()
+    if reason is not None:
+        _missing(reason)
+    browser = chrome()
+    try:
+        yield browser
+    finally:
+        browser.quit()
 
 
 @pytest.fixture

@@ -61,15 +61,6 @@ def assert_dead_hold_released(done: subprocess.CompletedProcess[str], ledger: Le
 
 
 @pytest.fixture
-def cluster_ledger(local_cluster: LocalCluster, key_prefix: str) -> Iterator[Ledger]:
-    client = local_cluster.client()
-    try:
-        yield Ledger(client, key_prefix=key_prefix)
-    finally:
-        client.close()
-
-
-@pytest.fixture
 def cluster_node(local_cluster: LocalCluster, cluster_ledger: Ledger) -> int:
     """The port of a primary that does not serve the prefix's slot: the client must follow the map."""
     owner = local_cluster.primary_of(cluster_ledger.keys.tag)

@@ -99,9 +99,14 @@ def section(page: Path, heading: str) -> str:
     text = page.read_text("utf-8")
     level = heading.split(" ", 1)[0]
     start = text.index(heading + "\n")
-    rest = text[start + len(heading) + 1 :]
-    ends = [m.start() for m in re.finditer(rf"^#{{1,{len(level)}}} ", rest, flags=re.MULTILINE)]
-    return rest[: ends[0]] if ends else rest
+    lines, in_code = [], False
+    for line in text[start + len(heading) + 1 :].splitlines(keepends=True):
+        if line.startswith("```"):
+            in_code = not in_code
+        elif not in_code and re.match(rf"#{{1,{len(level)}}} ", line):  # not a comment in a code block
+            break
+        lines.append(line)
+    return "".join(lines)
 
 
 # -- actor and message options ------------------------------------------------------------------
@@ -378,3 +383,20 @@ def test_the_readmes_table_of_errors_is_every_slots_error_with_its_bases() -> No
     for name, error in errors.items():
         bases = {base.__name__ for base in error.__bases__}
         assert listed[name] == bases, f"README.md: {name} derives from {sorted(bases)}"
+
+
+# -- the web page --------------------------------------------------------------------------------
+
+
+def test_operations_md_names_every_action_and_json_endpoint_of_the_web_page() -> None:
+    from dramatiq_slots.ops.web import ACTIONS, VIEW
+    from dramatiq_slots.ops.web.app import __doc__ as routes
+
+    text = section(OPERATIONS, "## The web page")
+    for action in (VIEW, *ACTIONS):
+        assert f'`"{action}"`' in text, f"docs/operations.md, The web page: the action {action!r}"
+    endpoints = set(re.findall(r"``/api/(\w+)", routes or ""))
+    assert endpoints >= {"ledgers", "ledger", "processes", "why", "actions"}, endpoints
+    for endpoint in endpoints - {"actions"}:
+        assert re.search(rf"`{endpoint}(\?[^`]*)?`", text), f"docs/operations.md: the JSON of /api/{endpoint}"
+    assert "api/actions/<action>" in text

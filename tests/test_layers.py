@@ -185,15 +185,17 @@ def test_dramatiq_slots_status_runs_without_dramatiq_or_the_middleware(redis_ser
     assert "prefix layers-test" in done.stdout
 
 
-def test_the_commands_help_loads_no_dramatiq_either() -> None:
+def test_the_commands_help_and_the_web_page_load_no_dramatiq_either() -> None:
     done = run_python(
         "import sys\n"
         "from dramatiq_slots.ops.cli import main\n"
-        "for argv in (['--help'], ['status', '--help'], ['release', '--help'], ['pause', '--help']):\n"
+        "for argv in (['--help'], ['status', '--help'], ['release', '--help'], ['pause', '--help'], "
+        "['web', '--help']):\n"
         "    try:\n"
         "        main(argv)\n"
         "    except SystemExit as e:\n"
         "        assert e.code == 0, (argv, e.code)\n"
+        "import dramatiq_slots.ops.cli.web, dramatiq_slots.ops.web  # the page, mounted or alone\n"
         "assert 'dramatiq' not in sys.modules\n"
     )
     assert done.returncode == 0, done.stderr

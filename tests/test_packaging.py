@@ -38,4 +38,9 @@ def test_the_wheel_builds_without_warnings_and_ships_the_scripts(tmp_path: Path)
     }
     assert scripts and scripts <= names, sorted(scripts - names)
     assert "dramatiq_slots/py.typed" in names
+    static = {
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "dramatiq_slots" / "ops" / "web" / "static").iterdir()
+    }
+    assert {"dramatiq_slots/ops/web/static/slots.js", "dramatiq_slots/ops/web/static/index.html"} <= static
+    assert static <= names, f"the web page's files are missing from the wheel: {sorted(static - names)}"
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names), sorted(names)

@@ -1,5 +1,6 @@
 """The ``dramatiq-slots`` command: ``status`` shows the ledgers, ``release`` frees holds by hand,
-``set-capacity``, ``reset-capacity``, ``pause`` and ``resume`` set the operators' controls.
+``set-capacity``, ``reset-capacity``, ``pause`` and ``resume`` set the operators' controls, ``web``
+serves the operators' page.
 
 ::
 
@@ -14,6 +15,8 @@
     dramatiq-slots pause queue:emails             # nothing new starts; resume starts it again
     dramatiq-slots pause queue:emails --for 1h --reason "db migration"  # ends by itself
     dramatiq-slots resume --key sync:42
+    dramatiq-slots web                            # the operators' page on http://127.0.0.1:8000/slots/
+    dramatiq-slots web --controls --user alice    # with the controls (sign in with the printed URL)
 
 Everything it reads comes from :class:`~dramatiq_slots.ops.inspection.Inspector`, on one
 server, a Redis Cluster (``redis+cluster://``) or a Sentinel-managed primary
@@ -23,8 +26,8 @@ node; a service and its sentinels): a URL's password is never printed, nor is th
 
 The modules: :mod:`.arguments` (the command line) and :mod:`.help` (its texts),
 :mod:`.connection` (URLs and clients), :mod:`.commands` (what each command does),
-:mod:`.render` (what it prints), :mod:`.exits` (exit codes). None imports dramatiq or the
-middleware: the command runs where only the ledger's Redis is reachable.
+:mod:`.render` (what it prints), :mod:`.exits` (exit codes), :mod:`.web` (the page, served alone).
+None imports dramatiq or the middleware: the command runs where only the ledger's Redis is reachable.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if args.command == "status":
                 return status_command(args, client)
+            if args.command == "web":
+                from .web import web_command  # the page's modules load for this command only
+
+                return web_command(args, client, args.command_parser)
             if args.command in CONTROL_COMMANDS:
                 return control_command(args, client, args.command_parser)
             return release_command(args, client, args.command_parser)

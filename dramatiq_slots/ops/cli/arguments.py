@@ -20,9 +20,12 @@ from .help import (
     RELEASE_EPILOG,
     SETTING_COMMANDS,
     STATUS_EPILOG,
+    WEB_EPILOG,
 )
 
 DEFAULT_WATCH_INTERVAL = 2.0
+DEFAULT_BIND = "127.0.0.1"
+DEFAULT_PORT = 8000
 
 
 def positive_seconds(text: str) -> float:
@@ -59,6 +62,16 @@ def checked(check: Callable[[str], Any]) -> Callable[[str], Any]:
 
     parse.__name__ = check.__name__
     return parse
+
+
+def port_argument(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is from 0 to 65535 (0: any free one), got {text!r}")
+    return value
 
 
 def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -104,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description=(
             "Show and free the holds of dramatiq-slots ledgers (queue capacities, runtime keys), and "
-            "set their operators' controls."
+            "set their operators' controls; serve the operators' web page."
         ),
         epilog=MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -219,4 +232,39 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar="DURATION",
                 help="end by itself after DURATION (90s, 15m, 1h, 2h30m, 1d), by the Redis clock",
             )
+
+    web = add_subcommand(
+        commands,
+        "web",
+        help="serve the operators' web page (read-only unless --controls)",
+        description=(
+            "Serve the operators' web page: every ledger, its holders and line, the worker processes,\n"
+            "refreshed live; with --controls, the controls too."
+        ),
+        epilog=WEB_EPILOG,
+    )
+    web.add_argument(
+        "--bind",
+        default=DEFAULT_BIND,
+        metavar="HOST",
+        help=f"the address to listen on (default {DEFAULT_BIND}: this host only)",
+    )
+    web.add_argument(
+        "--port",
+        type=port_argument,
+        default=DEFAULT_PORT,
+        metavar="PORT",
+        help=f"the port to listen on (default {DEFAULT_PORT}; 0: any free port)",
+    )
+    web.add_argument(
+        "--controls",
+        action="store_true",
+        help="let the page act (set capacity, reset, pause, resume, release a dead worker's hold); "
+        "needs --user",
+    )
+    web.add_argument(
+        "--user",
+        metavar="NAME",
+        help="the operator the page acts as with --controls (after signing in with the printed URL)",
+    )
     return parser

@@ -8,11 +8,11 @@ from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NOTHING_DONE, EXIT_OK
 
 EXIT_CODES = f"""\
 exit codes:
-  {EXIT_OK}    done (status printed, holds removed; --watch ended by Ctrl-C)
+  {EXIT_OK}    done (status printed, holds removed; --watch or web ended by Ctrl-C)
   {EXIT_NOTHING_DONE}    nothing removed: no such hold, holds of live processes refused,
        or the removal not confirmed
   {EXIT_ERROR}    usage error, bad ledger name, prefix or URL; Redis unreachable or refusing
-       (wrong password, ACL)
+       (wrong password, ACL); web: the port cannot be listened on
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C) outside --watch
 """
 
@@ -136,3 +136,25 @@ LIVE_REFUSAL = (
     "stop that worker or let its job end; --force removes it anyway, and its heartbeat will "
     "re-assert it at its next beat unless the job has ended"
 )
+
+
+WEB_EPILOG = f"""\
+The page shows every ledger under the prefix (paged, searched by queue name or digest):
+its capacities (declared, override, in force), pause, holds in use, holders and line; a
+view per ledger; the live worker processes; and where a message waits. It redraws every
+2 s without reloading. It is served at http://BIND:PORT/slots/ (PORT 0: any free port,
+printed at start).
+
+Reading is open to whoever reaches BIND:PORT (127.0.0.1 by default: this host only; bound
+to a loopback address, the page answers only requests for a loopback name). The page never
+shows a password, a runtime key's text or a message's arguments.
+
+--controls --user NAME lets the page act: set-capacity, reset-capacity, pause, resume,
+and release a dead worker's hold (never a live one's). At start the command prints a
+sign-in URL with a token made for this run: open it once in your browser, which then acts
+as NAME; without it nothing can be changed. Every change is a POST with a CSRF token. The
+Redis user needs the operator's rules (docs/operations.md), as for the control commands.
+To serve the page inside your own application, behind its users, mount SlotsWeb
+(docs/operations.md, "The web page").
+
+{EXIT_CODES}"""

@@ -1,0 +1,112 @@
+"""``dramatiq-slots web``: the operators' page, served alone by a threading server of the stdlib.
+
+Reading is open to whoever reaches ``--bind``:``--port`` (127.0.0.1 by default). With
+``--controls --user NAME`` the page may act, once a browser has signed in with the token printed
+at start (:mod:`dramatiq_slots.ops.web.standalone`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from ...errors import ArgumentError, SlotsError
+from ...ledger.client import RedisClient, redacted_address
+from ..web.app import SECURITY_HEADERS, SlotsWeb, StartResponse, WSGIApp
+from ..web.server import make_server
+from ..web.standalone import LocalOperator
+from .connection import talking_to
+from .exits import EXIT_OK, Failure
+
+#: Where the standalone server puts the page (``/`` is sent there).
+PAGE_PATH = "/slots"
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+class Stopped(SlotsError):
+    """SIGTERM: stop serving (as Ctrl-C does)."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def web_command(args: argparse.Namespace, client: RedisClient, parser: argparse.ArgumentParser) -> int:
+    if args.user is not None and not args.controls:
+        parser.error("--user names the operator of --controls: give both")
+    if args.controls and args.user is None:
+        parser.error("--controls needs --user NAME: the operator the page acts (and records) as")
+    host = url_host(args.bind)
+    operator = None
+    try:
+        if args.controls:
+            operator = LocalOperator(args.user, path=PAGE_PATH)
+        # Bound to this host only: answer only the names of this host (no DNS rebinding).
+        allowed = {*LOOPBACK_NAMES, host.lower()} if is_loopback(args.bind) else None
+        app = SlotsWeb(
+            client,
+            key_prefix=args.prefix,
+            path=PAGE_PATH,
+            controls=args.controls,
+            authorize=operator.authorize if operator is not None else None,
+            allowed_hosts=allowed,
+        )
+    except ArgumentError as e:
+        raise Failure(str(e)) from e
+    talking_to(client, app.data.header)  # the first conversation: a wrong URL fails here
+
+    wsgi = app.wrap(redirect_to(PAGE_PATH + "/"))
+    if operator is not None:
+        wsgi = operator.wrap(wsgi)
+    try:
+        server = make_server(args.bind.strip("[]"), args.port, wsgi)
+    except OSError as e:
+        raise Failure(f"cannot listen on {host}:{args.port}: {e.strerror or e}") from e
+    url = f"http://{host}:{server.server_port}{PAGE_PATH}/"
+    mode = f"controls on, acting as {operator.user}" if operator is not None else "read-only"
+    print(f"{redacted_address(client)}  prefix {args.prefix}")
+    print(f"serving {url} ({mode}; Ctrl-C to stop)")
+    if operator is not None:
+        print(f"sign in to act (once per browser): http://{host}:{server.server_port}{operator.login_path()}")
+    if not is_loopback(args.bind):
+        print(
+            f"warning: bound to {args.bind}: whoever reaches it reads the ledgers' names and holders",
+            file=sys.stderr,
+        )
+    sys.stdout.flush()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise Stopped("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        server.serve_forever()
+    except (KeyboardInterrupt, Stopped):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.server_close()
+    return EXIT_OK
+
+
+def redirect_to(location: str) -> WSGIApp:
+    """A WSGI app answering every request with a redirect to ``location``."""
+
+    def app(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        start_response("303 See Other", [("Location", location), ("Content-Length", "0"), *SECURITY_HEADERS])
+        return [b""]
+
+    return app

@@ -1,0 +1,165 @@
+"""The controls from the page: a POSTed form made into a call of ``Controls`` or ``Inspector.release``.
+
+Who acts (the authorization hook's user), why and for how long are recorded by
+:class:`~dramatiq_slots.ledger.controls.Controls` (``by=``, ``reason=``, ``for_ms=``), as the
+CLI's ``--by``, ``--reason`` and ``--for`` are. Every action is also logged on the logger
+``dramatiq_slots.web`` with its user.
+
+This module imports nothing from dramatiq.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ArgumentError
+from ...ledger.controls import MAX_CAPACITY, Change
+from ..inspection import Inspector
+from .data import Document, control_document
+
+logger = logging.getLogger("dramatiq_slots.web")
+
+#: What a POST may ask, by the name the page, the authorization hook and the log use.
+SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME, RELEASE = (
+    "set-capacity",
+    "reset-capacity",
+    "pause",
+    "resume",
+    "release",
+)
+ACTIONS = (SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME, RELEASE)
+#: The actions a duration applies to (an override or a pause for a while).
+TIMED = (SET_CAPACITY, PAUSE)
+MAX_REASON = 500
+#: The longest duration taken: 30 days, in seconds.
+MAX_DURATION = 30 * 24 * 3600
+
+#: The provenance ``Controls`` may take, by its keyword.
+PROVENANCE = ("by", "reason", "for_ms")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an action did: the HTTP status, and the JSON document answered."""
+
+    status: int
+    document: Document
+
+
+def recorded(inspector: Inspector) -> list[str]:
+    """What the controls record of who acts (``by``, ``reason``, ``for_ms``), for the page to say."""
+    return list(PROVENANCE)
+
+
+def _text_field(form: Mapping[str, str], name: str, limit: int) -> str:
+    value = form.get(name, "").strip()
+    if len(value) > limit:
+        raise ArgumentError(f"{name}: at most {limit} characters, got {len(value)}")
+    if any(not c.isprintable() for c in value):
+        raise ArgumentError(f"{name}: control characters are not taken")
+    return value
+
+
+def capacity_field(form: Mapping[str, str]) -> int:
+    text = form.get("capacity", "").strip()
+    try:
+        value = int(text)
+    except ValueError:
+        raise ArgumentError(f"capacity: a whole number from 1 to {MAX_CAPACITY}, got {text!r}") from None
+    if not 1 <= value <= MAX_CAPACITY:
+        raise ArgumentError(f"capacity: from 1 to {MAX_CAPACITY}, got {value} (pause admits nothing new)")
+    return value
+
+
+def duration_field(form: Mapping[str, str]) -> int | None:
+    """``duration`` (seconds, optional) in milliseconds."""
+    text = form.get("duration", "").strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ArgumentError(f"duration: a number of seconds, got {text!r}") from None
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_DURATION):
+        raise ArgumentError(f"duration: more than 0 and at most {MAX_DURATION} seconds, got {text!r}")
+    return max(1, round(seconds * 1000))
+
+
+def perform(inspector: Inspector, action: str, form: Mapping[str, str], user: str) -> Outcome:
+    """Do ``action`` as ``user``; :class:`ArgumentError` for a form it cannot take (nothing done)."""
+    if action not in ACTIONS:
+        raise ArgumentError(f"no action {action!r}: one of {', '.join(ACTIONS)}")
+    name = form.get("ledger", "").strip()
+    if not name:
+        raise ArgumentError("ledger: give the ledger (queue:<name> or key:<digest>)")
+    ledger = inspector.resolve(name)
+    short = inspector.keys.short(ledger)
+    if action == RELEASE:
+        return _release(inspector, ledger, short, form, user)
+
+    reason = _text_field(form, "reason", MAX_REASON)
+    for_ms = duration_field(form)
+    capacity = capacity_field(form) if action == SET_CAPACITY else None
+    controls = inspector.controls
+    methods: dict[str, Callable[..., Change]] = {
+        SET_CAPACITY: controls.set_capacity,
+        RESET_CAPACITY: controls.reset_capacity,
+        PAUSE: controls.pause,
+        RESUME: controls.resume,
+    }
+    if for_ms is not None and action not in TIMED:
+        raise ArgumentError(f"duration: only {' and '.join(TIMED)} take one")
+    extra: dict[str, Any] = {"by": user}
+    if action in TIMED:
+        extra.update(reason=reason or None, for_ms=for_ms)
+    args = (ledger, capacity) if capacity is not None else (ledger,)
+    change = methods[action](*args, **extra)
+    logger.info(
+        "%s by %r on %s: %s -> %s%s%s",
+        action,
+        user,
+        short,
+        change.before,
+        change.after,
+        f", reason {reason!r}" if reason else "",
+        f", for {for_ms} ms" if for_ms is not None else "",
+    )
+    return Outcome(
+        200,
+        {
+            "ok": True,
+            "action": action,
+            "ledger": short,
+            "changed": change.changed,
+            "before": control_document(change.before),
+            "after": control_document(change.after),
+            "recorded": sorted(k for k, v in extra.items() if v is not None),
+            "message": f"{action} {short}: " + ("done" if change.changed else "it was already so"),
+        },
+    )
+
+
+def _release(inspector: Inspector, ledger: str, short: str, form: Mapping[str, str], user: str) -> Outcome:
+    """Free one hold of a dead worker (never a live one's: no ``force`` from the page)."""
+    token = form.get("token", "").strip()
+    if not token:
+        raise ArgumentError("token: give the claim token of the hold to release")
+    released = inspector.release(ledger, [token])
+    document: Document = {"ok": False, "action": RELEASE, "ledger": short, "token": token, "recorded": []}
+    if released.removed:
+        logger.info("release by %r on %s: removed hold %r", user, short, token)
+        return Outcome(200, {**document, "ok": True, "message": f"released {token} from {short}"})
+    if released.spared:
+        message = (
+            f"not released: the process of {token} is alive, and its next heartbeat would put the "
+            "hold back; stop that worker or let its job end"
+        )
+        return Outcome(409, {**document, "message": message})
+    return Outcome(409, {**document, "message": f"no hold {token} in {short} (already gone)"})
+
+
+__all__ = ["ACTIONS", "PROVENANCE", "Outcome", "perform", "recorded"]

@@ -1,0 +1,559 @@
+"""The operators' page (``SlotsWeb``) over real HTTP, against real Redis and real worker processes.
+
+Served by the package's own threading server on a free port (``tests/support/web.py``), read
+and driven as the page's script does (cookies, the CSRF token of its ``<meta>``). What Redis
+holds is planted through a ``Ledger`` (a dead worker's hold is a member nobody reports, a live
+one has its process's report, :mod:`tests.support.planted`) or made by real ``dramatiq``
+worker groups (:mod:`tests.support.fleets`). Every refused request is checked against Redis:
+nothing changed. The browser tests are ``test_web_browser.py``; the command, ``test_web_cli.py``;
+the page mounted in Django, ``test_web_django.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from dramatiq_slots import ArgumentError
+from dramatiq_slots.ledger import Ledger, Limit
+from dramatiq_slots.ledger.controls import Controls
+from dramatiq_slots.ledger.keys import key_digest
+from dramatiq_slots.ledger.reports import ReportedHold
+from dramatiq_slots.ops.web import SlotsWeb
+from dramatiq_slots.ops.web.app import CONTENT_SECURITY_POLICY
+from tests.support.planted import DEAD_TOKEN, LIVE_TOKEN, hold, plant_busy_queue, report, tokens
+from tests.support.servers import ENGINES
+from tests.support.waiting import wait_until
+from tests.support.web import WebClient, csrf_of, served
+from tests.support.worker_groups import CAPPED_QUEUE, KEYED_QUEUE, WorkerFleet, runtime_key
+
+#: The user the test hooks let act.
+OPERATOR = "alice"
+
+
+@contextlib.contextmanager
+def page_of(client: Any, key_prefix: str, **options: Any) -> Iterator[WebClient]:
+    """A ``SlotsWeb`` of ``client`` served for the ``with``, and a client of it (one browser)."""
+    with served(SlotsWeb(client, key_prefix=key_prefix, **options)) as base:
+        yield WebClient(base)
+
+
+def operator(environ: Any, action: str) -> str:
+    return OPERATOR
+
+
+@pytest.fixture
+def page(redis_client: redis.Redis, key_prefix: str) -> Iterator[WebClient]:
+    """The read-only page (no controls, no authorize hook)."""
+    with page_of(redis_client, key_prefix) as web:
+        yield web
+
+
+@pytest.fixture
+def acting(redis_client: redis.Redis, key_prefix: str) -> Iterator[WebClient]:
+    """The page with its controls on, every user acting as :data:`OPERATOR`."""
+    with page_of(redis_client, key_prefix, controls=True, authorize=operator) as web:
+        yield web
+
+
+@pytest.fixture
+def controls(ledger: Ledger) -> Controls:
+    return Controls(ledger.client, key_prefix=ledger.keys.prefix)
+
+
+def ledger_doc(web: WebClient, short: str) -> dict[str, Any]:
+    reply = web.get("/slots/api/ledger?" + urllib.parse.urlencode({"name": short}))
+    assert reply.status == 200, reply.text
+    document: dict[str, Any] = reply.json()
+    return document
+
+
+def listed(web: WebClient, query: str = "", page: int = 1) -> dict[str, Any]:
+    reply = web.get("/slots/api/ledgers?" + urllib.parse.urlencode({"q": query, "page": page}))
+    assert reply.status == 200, reply.text
+    document: dict[str, Any] = reply.json()
+    return document
+
+
+# -- the page and its files --------------------------------------------------------------------------
+
+
+def test_the_page_is_a_shell_with_strict_headers_and_its_own_script_only(page: WebClient) -> None:
+    moved = page.get("/slots")
+    assert moved.status == 308 and moved.headers["Location"] == "/slots/"
+    shell = page.get("/slots/")
+    assert shell.status == 200 and shell.headers["Content-Type"] == "text/html; charset=utf-8"
+    csp = shell.headers["Content-Security-Policy"]
+    assert csp == CONTENT_SECURITY_POLICY
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "'unsafe-inline'" not in csp
+    assert shell.headers["X-Content-Type-Options"] == "nosniff"
+    assert shell.headers["X-Frame-Options"] == "DENY" and shell.headers["Cache-Control"] == "no-store"
+    cookie = shell.headers["Set-Cookie"]
+    assert cookie.startswith("slots_csrf=") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert "Path=/slots" in cookie and "Secure" not in cookie  # plain HTTP here
+    html = shell.text
+    scripts = re.findall(r"<script\b[^>]*>", html)
+    assert scripts == ['<script src="/slots/static/slots.js" defer>'], "only the page's own script file"
+    assert not re.search(r"\son[a-z]+\s*=", html) and "javascript:" not in html and "style=" not in html
+    assert len(csrf_of(html)) == 64
+
+    script = page.get("/slots/static/slots.js")
+    assert script.status == 200 and script.headers["Content-Type"] == "text/javascript; charset=utf-8"
+    assert script.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "Function("):
+        assert sink not in script.text, f"slots.js uses {sink}: every text goes in with textContent"
+    style = page.get("/slots/static/slots.css")
+    assert style.status == 200 and style.headers["Content-Type"] == "text/css; charset=utf-8"
+
+    assert page.get("/slots/static/../app.py").status == 404
+    assert page.get("/slots/nothing").status == 404
+    assert page.get("/elsewhere").status == 404
+    wrong = page.post("/slots/api/ledgers", fields={})
+    assert wrong.status == 405 and wrong.headers["Allow"] == "GET"
+    assert page.get("/slots/api/actions/pause").status == 405
+
+
+def test_markup_in_a_queue_name_stays_data_in_every_answer(ledger: Ledger, page: WebClient) -> None:
+    name = '<script>alert("x")</script>&<img src=x onerror=alert(1)>'
+    hold(ledger, ledger.keys.queue(name), "gone-host:1:1:1")
+    answers = [
+        page.get("/slots/api/ledgers"),
+        page.get("/slots/api/ledgers?q=" + urllib.parse.quote("<script>")),
+        page.get("/slots/api/ledger?name=" + urllib.parse.quote(f"queue:{name}")),
+        page.get("/slots/api/ledger?name=" + urllib.parse.quote("<b>bold</b>")),  # an error names it
+        page.get("/slots/api/why?message_id=" + urllib.parse.quote("<i>x</i>")),
+    ]
+    for answer in answers:
+        assert answer.headers["Content-Type"] == "application/json; charset=utf-8"
+        assert answer.headers["X-Content-Type-Options"] == "nosniff"
+        assert not re.search(rb"[<>]", answer.body), answer.body  # escaped as \u003c, \u003e
+    assert [a.status for a in answers] == [200, 200, 200, 400, 200]
+    (found,) = answers[1].json()["ledgers"]
+    assert found["short"] == f"queue:{name}" and found["name"] == name
+    assert answers[2].json()["ledger"]["in_use"] == 1
+    assert "<b>bold</b>" in answers[3].json()["error"]
+    assert answers[4].json()["message_id"] == "<i>x</i>"
+    assert "onerror" not in page.get("/slots/").text, "the shell carries no ledger name"
+
+
+def test_no_answer_shows_the_urls_password(
+    redis_server: Any, server_factory: Callable[..., Any], key_prefix: str
+) -> None:
+    if redis_server.kind not in ENGINES:
+        pytest.skip("needs a server started here (REDIS_URL is set)")
+    password = "web-s3cret-pass"
+    guarded = server_factory(redis_server.kind, password=password)
+    client = redis.Redis.from_url(guarded.url)
+    try:
+        plant_busy_queue(Ledger(client, key_prefix=key_prefix))
+        with page_of(client, key_prefix, controls=True, authorize=operator) as web:
+            token = web.page_token()
+            answers = [
+                web.get("/slots/"),
+                web.get("/slots/api/ledgers"),
+                web.get("/slots/api/ledger?name=queue:emails"),
+                web.get("/slots/api/processes"),
+                web.get("/slots/api/why?message_id=m-1"),
+                web.act("pause", token, ledger="queue:emails"),
+            ]
+            assert [a.status for a in answers] == [200] * len(answers)
+            assert answers[1].json()["server"] == f"127.0.0.1:{guarded.port}/0"
+            guarded.stop()  # Redis gone: the error names the server, not the password
+            down = web.get("/slots/api/ledgers")
+            assert down.status == 503 and f"127.0.0.1:{guarded.port}/0" in down.json()["error"]
+            for answer in [*answers, down]:
+                assert password.encode() not in answer.body
+                assert password not in str(answer.headers)
+    finally:
+        client.close()
+
+
+# -- the list: paged, searched, and what a refresh costs --------------------------------------------
+
+
+def test_the_list_is_paged_and_searched_by_queue_name_or_digest(ledger: Ledger, page: WebClient) -> None:
+    for i in range(120):
+        hold(ledger, ledger.keys.queue(f"q-{i:03d}"), f"gone-host:1:{i}:1")
+    keyed = ledger.keys.runtime_key("account:42")
+    hold(ledger, keyed, "gone-host:1:999:1", capacity=1)
+    digest = key_digest("account:42")
+
+    first = listed(page)
+    assert (first["total"], first["pages"], first["page"], first["per_page"]) == (121, 3, 1, 50)
+    assert [d["short"] for d in first["ledgers"]] == [f"queue:q-{i:03d}" for i in range(50)]
+    last = listed(page, page=3)
+    assert [d["short"] for d in last["ledgers"]] == [
+        *(f"queue:q-{i:03d}" for i in range(100, 120)),
+        f"key:{digest}",
+    ]
+    assert listed(page, page=99)["page"] == 3, "a page past the end is the last one"
+    assert listed(page, "Q-11")["total"] == 10  # q-110 .. q-119, case-insensitive
+    (by_digest,) = listed(page, digest[:10])["ledgers"]
+    assert by_digest["short"] == f"key:{digest}" and by_digest["kind"] == "key"
+    assert listed(page, "account:42")["total"] == 0, "a runtime key's text is in no ledger's name"
+    assert listed(page, "no-such-queue")["ledgers"] == []
+    assert page.get("/slots/api/ledgers?page=x").status == 400
+
+
+def test_a_ledger_paused_or_held_since_the_last_listing_is_shown_at_once(
+    ledger: Ledger, redis_client: redis.Redis, key_prefix: str, controls: Controls
+) -> None:
+    emails = ledger.keys.queue("emails")
+    hold(ledger, emails, "gone-host:1:1:1")
+    with page_of(redis_client, key_prefix, listing_interval=3600) as web:
+        assert [d["short"] for d in listed(web)["ledgers"]] == ["queue:emails"]
+        # Not scanned again for an hour: a pause comes from the controls, read every refresh...
+        controls.pause(ledger.keys.queue("quiet"))
+        assert [d["short"] for d in listed(web)["ledgers"]] == ["queue:emails", "queue:quiet"]
+        # ... and a worker process started since is looked up when its hold is on the page.
+        hold(ledger, emails, "web-9:77:1:1")
+        report(
+            ledger, "web-9:77", ReportedHold("web-9:77:1:1", "send", "send(m-9)", time.time(), {emails: 5})
+        )
+        holders = {h["token"]: h for h in listed(web)["ledgers"][0]["holders"]}
+        assert holders["web-9:77:1:1"]["process_alive"] and holders["web-9:77:1:1"]["label"] == "send(m-9)"
+        assert not holders["gone-host:1:1:1"]["process_alive"]
+        processes = web.get("/slots/api/processes").json()["processes"]
+        assert [p["process"] for p in processes] == ["web-9:77"], "the process found is remembered"
+
+
+def test_a_refresh_reads_the_page_and_not_every_ledger_of_the_prefix(
+    redis_server: Any, server_factory: Callable[..., Any], key_prefix: str
+) -> None:
+    # 10,000 ledgers under the prefix on a server of this test's own, so that INFO commandstats
+    # counts this page's commands only.
+    if redis_server.kind not in ENGINES:
+        pytest.skip("needs a server started here (REDIS_URL is set)")
+    server = server_factory(redis_server.kind)
+    client = server.client()
+    try:
+        ledger = Ledger(client, key_prefix=key_prefix)
+        (now_s, _) = client.time()
+        expiry = (int(now_s) + 3600) * 1000
+        pipe = client.pipeline(transaction=False)
+        for i in range(5_000):
+            pipe.zadd(ledger.keys.queue(f"q-{i:04d}"), {f"gone-host:1:{i}:1": expiry})
+            pipe.zadd(ledger.keys.runtime_key(f"account:{i}"), {f"gone-host:2:{i}:1": expiry})
+        pipe.execute()
+        with page_of(client, key_prefix, listing_interval=3600) as web:
+            assert listed(web)["total"] == 10_000  # the one listing (SCAN)
+            client.config_resetstat()
+            started = time.perf_counter()
+            refreshes = [listed(web, page=p) for p in (1, 2, 200)] + [listed(web, "q-123")]
+            took = (time.perf_counter() - started) / len(refreshes)
+            stats = client.info("commandstats")
+        calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+        print(f"\nMEASURE web: a refresh of 50 of 10,000 ledgers took {took * 1000:.0f} ms; commands {calls}")
+        assert [len(r["ledgers"]) for r in refreshes] == [50, 50, 50, 10]
+        assert refreshes[2]["ledgers"][-1]["kind"] == "key" and refreshes[3]["total"] == 10
+        assert "scan" not in calls, "a refresh must not list the prefix again"
+        per_refresh = {name: count / len(refreshes) for name, count in calls.items() if name != "info"}
+        # The holders script (its TIME and ZRANGEBYSCORE counted too) and ZCARD once per ledger of
+        # the page, and a few reads per refresh: nothing grows with the 10,000.
+        assert per_refresh.get("evalsha", 0) <= 50 and per_refresh.get("zcard", 0) <= 50
+        assert sum(per_refresh.values()) <= 4 * 50 + 10, per_refresh
+        assert took < 2.0
+    finally:
+        client.close()
+
+
+# -- the documents -------------------------------------------------------------------------------------
+
+HEADER = {"server", "prefix", "at"}
+LEDGER = {
+    "ledger", "short", "kind", "name", "capacity", "declared", "override", "paused", "paused_at",
+    "in_use", "waiting", "oldest_wait", "holders", "holders_more",
+}  # fmt: skip
+HOLDER = {
+    "token", "host", "pid", "thread", "actor", "label", "age", "seconds_left", "process", "process_alive",
+}  # fmt: skip
+PROCESS = {
+    "process", "host", "pid", "reported_ago", "hold_ttl", "beat_interval", "on_lost_hold", "capacities",
+    "holds", "owed", "waiting", "parked", "held_back",
+}  # fmt: skip
+
+
+def test_each_json_document_has_its_fields(ledger: Ledger, acting: WebClient) -> None:
+    plant_busy_queue(ledger)  # queue:emails: a live hold, a dead one, one claim in line
+    page = listed(acting)
+    assert set(page) == HEADER | {"query", "page", "pages", "per_page", "total", "listed_ago", "ledgers"}
+    (emails,) = page["ledgers"]
+    assert set(emails) == LEDGER and {*emails["holders"][0]} == HOLDER
+    assert (emails["capacity"], emails["declared"], emails["in_use"], emails["waiting"]) == (2, 2, 2, 1)
+    assert emails["oldest_wait"] is not None and emails["oldest_wait"] > 1e6, "place 1: sent in 1970"
+    holders = {h["token"]: h for h in emails["holders"]}
+    live, dead = holders[LIVE_TOKEN], holders[DEAD_TOKEN]
+    assert (live["host"], live["pid"], live["thread"], live["label"]) == (
+        "web-1",
+        4242,
+        7,
+        "send_email(msg-1)",
+    )
+    assert live["process_alive"] and 70 < live["age"] < 90 and 0 < live["seconds_left"] <= 60
+    assert not dead["process_alive"] and dead["age"] is None and dead["label"] is None
+
+    detail = ledger_doc(acting, "queue:emails")
+    assert set(detail) == HEADER | {"ledger", "line", "control", "controls"}
+    assert set(detail["ledger"]) == LEDGER and len(detail["ledger"]["holders"]) == 2
+    (claim,) = detail["line"]
+    assert set(claim) == {"token", "host", "process", "place", "waited", "reported_by"}
+    assert (claim["token"], claim["host"], claim["place"]) == ("web-1:4242:8:2", "web-1", 1.0)
+    assert detail["control"]["capacity"] is None and detail["control"]["paused"] is False
+    assert set(detail["control"]) >= {"capacity", "paused_at", "paused"}
+    assert detail["controls"]["enabled"] is True
+    assert detail["controls"]["allowed"] == ["set-capacity", "reset-capacity", "pause", "resume", "release"]
+
+    (process,) = acting.get("/slots/api/processes").json()["processes"]
+    assert set(process) == PROCESS
+    assert (process["process"], process["host"], process["pid"]) == ("web-1:4242", "web-1", 4242)
+    assert (
+        process["capacities"] == {"queue:emails": 2} and process["holds"][0]["label"] == "send_email(msg-1)"
+    )
+    assert process["holds"][0]["ledgers"] == {"queue:emails": 2}
+
+    why = acting.get("/slots/api/why?message_id=msg-1").json()
+    assert set(why) == HEADER | {"message_id", "available", "answer"} | (
+        {"reason"} if not why["available"] else set()
+    )
+    assert acting.get("/slots/api/why").status == 400
+    assert acting.get("/slots/api/ledger").status == 400
+    assert acting.get("/slots/api/ledger?name=emails").status == 400
+
+
+# -- the controls: CSRF, authorization, and what they change -------------------------------------------
+
+
+def test_a_post_without_a_good_csrf_token_is_refused_and_changes_nothing(
+    ledger: Ledger, acting: WebClient, controls: Controls
+) -> None:
+    emails = plant_busy_queue(ledger)
+    stranger = WebClient(acting.base)  # never loaded the page: no cookie
+    assert stranger.act("pause", "0" * 64, ledger="queue:emails").status == 403
+    other = WebClient(acting.base)
+    others_token = other.page_token()
+    token = acting.page_token()
+    refused = [
+        acting.act("pause", None, ledger="queue:emails"),  # the cookie, no token
+        acting.act("pause", others_token, ledger="queue:emails"),  # another browser's token
+        acting.act("pause", token[:-1] + "0", ledger="queue:emails"),
+        acting.post(
+            "/slots/api/actions/pause",
+            fields={"ledger": "queue:emails"},
+            headers={"X-Slots-CSRF": token, "Sec-Fetch-Site": "cross-site"},
+        ),
+        acting.act("release", None, ledger="queue:emails", token=DEAD_TOKEN),
+        acting.act("set-capacity", None, ledger="queue:emails", capacity="1"),
+    ]
+    assert [r.status for r in refused] == [403] * len(refused), [r.text for r in refused]
+    assert "CSRF" in refused[0].json()["error"] and "cross-site" in refused[3].json()["error"]
+    assert controls.read() == {} and tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
+    # The good token, in the header or as the form's csrf field.
+    assert acting.act("pause", token, ledger="queue:emails").status == 200
+    assert controls.of(emails).paused
+    assert (
+        acting.post("/slots/api/actions/resume", fields={"ledger": "queue:emails", "csrf": token}).status
+        == 200
+    )
+    assert not controls.of(emails).paused
+
+
+def test_the_authorize_hook_decides_who_reads_and_who_acts(
+    ledger: Ledger, redis_client: redis.Redis, key_prefix: str, controls: Controls
+) -> None:
+    emails = plant_busy_queue(ledger)
+    asked: list[tuple[str, str]] = []
+
+    def readers_only(environ: Any, action: str) -> str | None:
+        user = environ.get("HTTP_X_USER")
+        asked.append((str(user), action))
+        return user if user and (action == "view" or user == "admin") else None
+
+    with page_of(redis_client, key_prefix, controls=True, authorize=readers_only) as web:
+        assert web.get("/slots/").status == 403 and web.get("/slots/api/ledgers").status == 403
+        bob = {"X-User": "bob"}
+        token = csrf_of(web.get("/slots/", headers=bob).text)
+        assert web.get("/slots/api/processes", headers=bob).status == 200
+        assert ledger_doc_as(web, bob)["controls"]["allowed"] == []
+        for action, fields in (
+            ("pause", {}),
+            ("set-capacity", {"capacity": "1"}),
+            ("release", {"token": DEAD_TOKEN}),
+        ):
+            refused = web.post(
+                f"/slots/api/actions/{action}",
+                fields={"ledger": "queue:emails", **fields},
+                headers={**bob, "X-Slots-CSRF": token},
+            )
+            assert refused.status == 403 and refused.json()["error"] == f"not authorized to {action}"
+        assert controls.read() == {} and tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
+        assert ("bob", "pause") in asked and ("bob", "release") in asked
+        admin = {"X-User": "admin", "X-Slots-CSRF": token}
+        done = web.post("/slots/api/actions/pause", fields={"ledger": "queue:emails"}, headers=admin)
+        assert done.status == 200 and controls.of(emails).paused
+
+
+def ledger_doc_as(web: WebClient, headers: dict[str, str]) -> dict[str, Any]:
+    reply = web.get("/slots/api/ledger?name=queue:emails", headers=headers)
+    assert reply.status == 200, reply.text
+    document: dict[str, Any] = reply.json()
+    return document
+
+
+def test_the_controls_are_off_unless_enabled_and_need_a_hook(
+    ledger: Ledger, page: WebClient, redis_client: redis.Redis, controls: Controls
+) -> None:
+    emails = plant_busy_queue(ledger)
+    token = page.page_token()
+    refused = page.act("pause", token, ledger="queue:emails")
+    assert refused.status == 403 and "read-only" in refused.json()["error"]
+    assert controls.read() == {}
+    shown = ledger_doc(page, "queue:emails")["controls"]
+    assert shown["enabled"] is False and shown["allowed"] == []
+    assert 'name="slots-controls" content="off"' in page.get("/slots/").text
+    with pytest.raises(ArgumentError, match="authorize"):
+        SlotsWeb(redis_client, controls=True)
+    for bad in (
+        {"path": "slots"},
+        {"path": "/slots/"},
+        {"secret": b"short"},
+        {"refresh": 0},
+        {"per_page": 0},
+    ):
+        with pytest.raises(ArgumentError):
+            SlotsWeb(redis_client, **bad)
+    assert tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
+
+
+def test_the_controls_from_the_page_change_what_redis_holds(
+    ledger: Ledger, acting: WebClient, controls: Controls
+) -> None:
+    emails = plant_busy_queue(ledger)
+    token = acting.page_token()
+
+    def act(action: str, **fields: str) -> dict[str, Any]:
+        reply = acting.act(action, token, ledger="queue:emails", **fields)
+        assert reply.status == 200, reply.text
+        answer: dict[str, Any] = reply.json()
+        assert answer["ok"] and answer["ledger"] == "queue:emails" and answer["action"] == action
+        return answer
+
+    lowered = act("set-capacity", capacity="1", reason="the partner lowered our limit")
+    assert lowered["changed"] and lowered["after"]["capacity"] == 1 and lowered["before"]["capacity"] is None
+    assert controls.of(emails).capacity == 1
+    shown = ledger_doc(acting, "queue:emails")["ledger"]
+    assert (shown["capacity"], shown["override"], shown["declared"]) == (1, 1, 2)
+    # The same again (value, reason, no expiry) changes nothing; another reason is a change.
+    assert not act("set-capacity", capacity="1", reason="the partner lowered our limit")["changed"]
+    assert act("reset-capacity")["after"]["capacity"] is None and controls.of(emails).capacity is None
+    assert act("pause")["after"]["paused"] and controls.of(emails).paused
+    assert ledger_doc(acting, "queue:emails")["ledger"]["paused"] is True
+    refused = ledger.enter("web-2:1:1:1", [Limit(emails, 9)], ttl_ms=60_000)
+    assert not refused.admitted and refused.paused, "the pause is in force in the ledger"
+    assert act("resume")["after"]["paused"] is False and not controls.of(emails).paused
+    # Who and why are recorded as the CLI's --by and --reason are.
+    assert lowered["recorded"] == ["by", "reason"]
+    provenance = act("pause", reason="db migration")
+    assert provenance["recorded"] == ["by", "reason"]
+    pause = controls.of(emails).pause_provenance
+    assert pause is not None and (pause.by, pause.reason, pause.until) == (OPERATOR, "db migration", None)
+    act("resume")
+
+    def refused_with(action: str, field: str, **fields: str) -> None:
+        reply = acting.act(action, token, ledger="queue:emails", **fields)
+        assert reply.status == 400 and field in reply.json()["error"], reply.text
+
+    refused_with("set-capacity", "capacity", capacity="0")
+    refused_with("set-capacity", "capacity", capacity="2147483648")
+    refused_with("set-capacity", "capacity", capacity="two")
+    refused_with("pause", "reason", reason="x" * 501)
+    refused_with("pause", "duration", duration="-5")
+    refused_with("resume", "duration", duration="60")  # only pause and set-capacity take one
+    assert acting.act("pause", token, ledger="emails").status == 400
+    assert acting.act("pause", token).status == 400
+    assert acting.act("explode", token, ledger="queue:emails").status == 404
+    assert controls.read() == {}
+
+
+def test_a_timed_pause_from_the_page_ends_by_itself(
+    ledger: Ledger, acting: WebClient, controls: Controls
+) -> None:
+    emails = plant_busy_queue(ledger)
+    token = acting.page_token()
+    reply = acting.act("pause", token, ledger="queue:emails", duration="1")
+    assert reply.status == 200 and controls.of(emails).paused, reply.text
+    assert reply.json()["recorded"] == ["by", "for_ms"]
+    pause = controls.of(emails).pause_provenance
+    assert pause is not None and pause.until is not None
+    wait_until(lambda: not controls.of(emails).paused, timeout=10, what="the 1 s pause to end by itself")
+
+
+def test_release_frees_a_dead_holders_hold_and_never_a_live_ones(ledger: Ledger, acting: WebClient) -> None:
+    emails = plant_busy_queue(ledger)
+    token = acting.page_token()
+    live = acting.act("release", token, ledger="queue:emails", token=LIVE_TOKEN)
+    assert live.status == 409 and "alive" in live.json()["message"]
+    assert tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
+    dead = acting.act("release", token, ledger="queue:emails", token=DEAD_TOKEN)
+    assert dead.status == 200 and dead.json()["ok"], dead.text
+    assert DEAD_TOKEN not in tokens(ledger, emails) and LIVE_TOKEN in tokens(ledger, emails)
+    again = acting.act("release", token, ledger="queue:emails", token=DEAD_TOKEN)
+    assert again.status == 409 and "already gone" in again.json()["message"]
+    assert acting.act("release", token, ledger="queue:emails").status == 400
+
+
+# -- real worker processes -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_real_workers_holds_are_shown_without_their_keys_text_or_arguments(
+    make_fleet: Callable[..., WorkerFleet], redis_client: redis.Redis, key_prefix: str
+) -> None:
+    fleet = make_fleet(job_ms=20_000, capacity=2)
+    group = fleet.start_group("g1", threads=2)
+    fleet.wait_ready(group)
+    secret = "tenant-4fj39-secret"
+    (keyed,) = fleet.send_keyed([secret], per_key=1)
+    capped = fleet.send_capped(1)[0]
+    key_ledger = fleet.ledger.keys.runtime_key(runtime_key(secret))
+    digest = key_ledger.rsplit(":", 1)[-1]
+    with page_of(redis_client, key_prefix, listing_interval=0.1) as web:
+
+        def shown() -> dict[str, dict[str, Any]]:
+            ledgers = {d["short"]: d for d in listed(web)["ledgers"]}
+            held = [h for d in ledgers.values() for h in d["holders"] if h["label"] and h["process_alive"]]
+            return ledgers if len(held) == 2 else {}
+
+        ledgers = wait_until(shown, timeout=60, what="both real holds on the page", context=fleet.tails)
+        queue, key = ledgers[f"queue:{CAPPED_QUEUE}"], ledgers[f"key:{digest}"]
+        assert queue["holders"][0]["label"] == f"capped_job({capped})" and queue["capacity"] == 2
+        assert (
+            key["holders"][0]["label"] == f"keyed_job({keyed})" and key["holders"][0]["actor"] == "keyed_job"
+        )
+        pids = {h["pid"] for h in (queue["holders"][0], key["holders"][0])}
+        assert pids <= fleet.pids_of(group)
+        answers = [
+            web.get("/slots/"),
+            web.get("/slots/api/ledgers"),
+            web.get("/slots/api/ledgers?q=" + digest[:8]),
+            web.get(f"/slots/api/ledger?name=key:{digest}"),
+            web.get(f"/slots/api/ledger?name=queue:{CAPPED_QUEUE}"),
+            web.get(f"/slots/api/ledger?name=queue:{KEYED_QUEUE}"),
+            web.get("/slots/api/processes"),
+            web.get(f"/slots/api/why?message_id={keyed}"),
+        ]
+        assert all(a.status == 200 for a in answers)
+        processes = answers[6].json()["processes"]
+        assert {p["pid"] for p in processes} >= pids
+        labels = {h["label"] for p in processes for h in p["holds"]}
+        assert {f"keyed_job({keyed})", f"capped_job({capped})"} <= labels
+        for answer in answers:
+            assert secret.encode() not in answer.body, "a runtime key's text or a message's argument"
+        assert digest.encode() in answers[3].body

@@ -1,0 +1,425 @@
+"""The operators' page in a real browser: Debian's headless Chromium, driven by Selenium.
+
+Against real ``dramatiq`` worker groups holding slots (:mod:`tests.support.fleets`): the page
+shows their holders and a new one appears without a reload; pause from the page stops new
+starts on every host and resume brings the queue back; a request without the CSRF token, from
+another site, or by a user the hook refuses changes nothing in Redis. Where Chromium or its
+driver is missing these tests skip with the reason, except under ``CI=true`` (``.ci/run``
+installs them): then they fail. Screenshots go to ``$SLOTS_SCREENSHOTS`` (``make screenshots``:
+docs/images/), else to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from dramatiq_slots.ledger import Ledger
+from dramatiq_slots.ledger.controls import Controls
+from dramatiq_slots.ops.inspection import Inspector
+from dramatiq_slots.ops.web import SlotsWeb
+from tests.support.planted import DEAD_TOKEN, LIVE_TOKEN, hold, plant_busy_queue, tokens
+from tests.support.waiting import wait_until
+from tests.support.web import screenshot_dir, served
+from tests.support.worker_groups import CAPPED_QUEUE, CAPPED_SCOPE, Backlog, WorkerFleet
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(240)]
+
+#: How long the page may take to show what Redis holds (it refreshes every REFRESH s here).
+SHOWN = 30.0
+REFRESH = 0.3
+CAPPED = f"queue:{CAPPED_QUEUE}"
+
+
+def operator(environ: Any, action: str) -> str:
+    return "operator"
+
+
+@pytest.fixture(scope="module")
+def driver(chromium: Any) -> Any:
+    return chromium
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return screenshot_dir(tmp_path_factory.mktemp("screenshots"))
+
+
+def texts(driver: Any, css: str) -> list[str]:
+    """The text content of every element ``css`` selects now (read in one script: no redraw in between)."""
+    found: list[str] = driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.textContent);", css
+    )
+    return found
+
+
+def attributes(driver: Any, css: str, name: str) -> list[str | None]:
+    """Attribute ``name`` of every element ``css`` selects now (one script, as :func:`texts`)."""
+    found: list[str | None] = driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.getAttribute(arguments[1]));",
+        css,
+        name,
+    )
+    return found
+
+
+def attribute(driver: Any, css: str, name: str) -> str | None:
+    found = attributes(driver, css, name)
+    return found[0] if found else None
+
+
+def click(driver: Any, css: str) -> None:
+    """Click what ``css`` selects, once it is there (again if the page redrew it meanwhile)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    def clicked() -> bool:
+        try:
+            found = driver.find_elements(By.CSS_SELECTOR, css)
+            if found:
+                found[0].click()
+            return bool(found)
+        except StaleElementReferenceException:  # redrawn between the find and the click
+            return False
+
+    wait_until(clicked, timeout=SHOWN, what=f"{css} on the page, clicked")
+
+
+def type_into(driver: Any, css: str, text: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    field = driver.find_element(By.CSS_SELECTOR, css)
+    field.clear()
+    field.send_keys(text)
+
+
+def refreshes(driver: Any) -> int:
+    return int(attribute(driver, "#refreshed", "data-count") or 0)
+
+
+def shot(driver: Any, folder: Path, name: str) -> None:
+    driver.save_screenshot(str(folder / f"web-{name}.png"))
+
+
+def post_from_page(
+    driver: Any,
+    url: str,
+    body: str,
+    *,
+    csrf: str | None = None,
+    mode: str = "cors",
+    credentials: str = "same-origin",
+) -> int:
+    """A POST sent by the page's own ``fetch``; its answer's status (0: opaque, -1: refused by the
+    browser)."""
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    if csrf is not None:
+        headers["X-Slots-CSRF"] = csrf
+    options = {"method": "POST", "headers": headers, "body": body, "mode": mode, "credentials": credentials}
+    status: int = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0], arguments[1]).then(r => done(r.status), e => done(-1));",
+        url,
+        options,
+    )
+    return status
+
+
+def page_csrf(driver: Any) -> str:
+    token: str = driver.execute_script("return document.querySelector('meta[name=slots-csrf]').content;")
+    return token
+
+
+# -- what the page shows ------------------------------------------------------------------------------
+
+
+def test_the_page_shows_real_workers_holders_and_a_new_one_without_reloading(
+    driver: Any,
+    make_fleet: Callable[..., WorkerFleet],
+    redis_client: redis.Redis,
+    key_prefix: str,
+    screenshots: Path,
+) -> None:
+    fleet = make_fleet(job_ms=60_000, capacity=3)
+    hosts = fleet.start_group("host-a", threads=2), fleet.start_group("host-b", threads=2)
+    fleet.wait_ready(*hosts)
+    (first,) = fleet.send_capped(1)
+    app = SlotsWeb(redis_client, key_prefix=key_prefix, refresh=REFRESH, listing_interval=0.5)
+    with served(app) as base:
+        driver.get(base + "/slots/")
+        driver.execute_script("window.slotsTestMarker = 'the same page';")
+        holders = f'tr[data-ledger="{CAPPED}"] li.holder .label'
+        wait_until(
+            lambda: f"capped_job({first})" in texts(driver, holders),
+            timeout=SHOWN,
+            what="the first real holder on the page",
+            context=fleet.tails,
+        )
+        seen = refreshes(driver)
+        (second,) = fleet.send_capped(1)
+        wait_until(
+            lambda: f"capped_job({second})" in texts(driver, holders),
+            timeout=SHOWN,
+            what="the new holder, without a reload",
+            context=fleet.tails,
+        )
+        assert driver.execute_script("return window.slotsTestMarker;") == "the same page", "the page reloaded"
+        assert refreshes(driver) > seen
+        assert texts(driver, f'tr[data-ledger="{CAPPED}"] .in-use') == ["2 / 3"]
+        shot(driver, screenshots, "ledgers")
+
+        click(driver, f'tr[data-ledger="{CAPPED}"] a.ledger-link')
+        rows = "#holders tr[data-token]"
+        wait_until(lambda: len(texts(driver, rows)) == 2, timeout=SHOWN, what="the ledger's two holders")
+        pids = {int(p) for p in texts(driver, "#holders tr[data-token] td:nth-child(2)")}
+        assert pids <= set().union(*(fleet.pids_of(h) for h in hosts))
+        assert texts(driver, "#holders td.alive") == ["yes", "yes"]
+        assert {f"capped_job({first})", f"capped_job({second})"} <= set(texts(driver, "#holders td"))
+        assert texts(driver, "#controls p.note") == ["Read-only: the controls are off on this page."]
+        shot(driver, screenshots, "ledger")
+
+        click(driver, "#nav-processes")
+        live = set(Inspector(redis_client, key_prefix=key_prefix).processes())
+        assert {int(p.rsplit(":", 1)[1]) for p in live} >= pids
+        wait_until(
+            lambda: set(attributes(driver, "#processes tr[data-process]", "data-process")) == live,
+            timeout=SHOWN,
+            what="every live worker process on the processes view",
+        )
+        shot(driver, screenshots, "processes")
+
+
+def test_markup_in_a_queue_name_is_shown_as_text(
+    driver: Any, ledger: Ledger, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    name = '<img src=x onerror="window.slotsXss=1"><script>window.slotsXss=2</script>'
+    hold(ledger, ledger.keys.queue(name), "gone-host:1:1:1")
+    with served(SlotsWeb(redis_client, key_prefix=key_prefix, refresh=REFRESH)) as base:
+        driver.get(base + "/slots/")
+        wait_until(
+            lambda: texts(driver, "#ledgers a.ledger-link") == [f"queue:{name}"],
+            timeout=SHOWN,
+            what="the name, as text",
+        )
+        assert texts(driver, "#ledgers img, #ledgers script") == []
+        assert driver.execute_script("return window.slotsXss === undefined;")
+        click(driver, "#ledgers a.ledger-link")
+        wait_until(lambda: texts(driver, "main h2") == [f"queue:{name}"], timeout=SHOWN, what="its view")
+        assert texts(driver, "main img, main script") == []
+        assert driver.execute_script("return window.slotsXss === undefined;")
+
+
+# -- the controls ----------------------------------------------------------------------------------
+
+
+def test_pause_from_the_page_stops_new_starts_on_every_host_and_resume_brings_them_back(
+    driver: Any,
+    make_fleet: Callable[..., WorkerFleet],
+    redis_client: redis.Redis,
+    key_prefix: str,
+    screenshots: Path,
+) -> None:
+    fleet = make_fleet(job_ms=400, capacity=3, max_wait=60_000, broker_heartbeat_timeout=30_000)
+    controls = Controls(redis_client, key_prefix=key_prefix)
+    inspector = Inspector(redis_client, key_prefix=key_prefix)
+    ledger = controls.queue(CAPPED_QUEUE)
+    hosts = fleet.start_group("host-a", threads=2), fleet.start_group("host-b", threads=2)
+    fleet.wait_ready(*hosts)
+    backlog = Backlog(fleet, depth=24)
+
+    def started_on_every_host(since_us: int) -> bool:
+        backlog.top_up()
+        runs = fleet.probe.runs(CAPPED_SCOPE)
+        return {r.group for r in runs if r.start >= since_us} >= {h.name for h in hosts}
+
+    start_us = fleet.probe.now_us()
+    wait_until(
+        lambda: started_on_every_host(start_us),
+        timeout=60,
+        what="both hosts to run jobs",
+        context=fleet.tails,
+    )
+
+    app = SlotsWeb(redis_client, key_prefix=key_prefix, controls=True, authorize=operator, refresh=REFRESH)
+    with served(app) as base:
+        driver.get(base + "/slots/#ledger/" + CAPPED.replace(":", "%3A"))
+        wait_until(lambda: texts(driver, 'button[data-action="pause"]'), timeout=SHOWN, what="the panel")
+        type_into(driver, "#reason", "partner maintenance")
+        click(driver, 'button[data-action="pause"]')
+        wait_until(lambda: controls.of(ledger).paused, timeout=SHOWN, what="the pause in Redis")
+        assert attribute(driver, "#notice", "data-status") in (None, "200")
+        held_at_pause = {h.token for h in fleet.holders()}
+
+        def holds_gone() -> bool:
+            backlog.top_up()
+            return not held_at_pause & {h.token for h in fleet.holders()}
+
+        wait_until(holds_gone, timeout=60, what="the jobs running at the pause to end", context=fleet.tails)
+        paused_us, paused_wall = fleet.probe.now_us(), time.time()
+        beat_s = fleet.config.beat_interval / 1000
+        workers = set().union(*(fleet.pids_of(h) for h in hosts))
+
+        def every_process_beat_thrice() -> bool:
+            backlog.top_up()
+            reports = inspector.processes()
+            mine = [r for r in reports.values() if int(r.process.rsplit(":", 1)[1]) in workers]
+            return len(mine) >= 2 and all(r.at > paused_wall + 3 * beat_s for r in mine)
+
+        # Three beats of every worker process: more than two jobs' length, and each host has read
+        # the pause with its beats (an admission reads it in its script in any case).
+        wait_until(
+            every_process_beat_thrice, timeout=30, what="three beats of every worker", context=fleet.tails
+        )
+        started_paused = [r for r in fleet.probe.runs(CAPPED_SCOPE) if r.start >= paused_us]
+        assert started_paused == [], f"{len(started_paused)} jobs started while paused\n{fleet.tails()}"
+        wait_until(
+            lambda: (
+                attribute(driver, "#summary", "data-paused") == "yes"
+                and "0" in texts(driver, "#summary dd")
+                and texts(driver, "#holders td.empty") == ["no holds"]
+            ),
+            timeout=SHOWN,
+            what="the page to show the pause and no holds",
+        )
+        shot(driver, screenshots, "paused")
+
+        resumed_us = fleet.probe.now_us()
+        click(driver, 'button[data-action="resume"]')
+        wait_until(lambda: not controls.of(ledger).paused, timeout=SHOWN, what="the resume in Redis")
+        wait_until(
+            lambda: started_on_every_host(resumed_us),
+            timeout=60,
+            what="both hosts to start jobs again after the resume",
+            context=fleet.tails,
+        )
+        fleet.wait_all_ran(backlog.sent, timeout=120, scope=CAPPED_SCOPE)
+
+
+def test_requests_without_the_token_from_another_site_or_refused_by_the_hook_change_nothing(
+    driver: Any, ledger: Ledger, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    emails = plant_busy_queue(ledger)
+    controls = Controls(redis_client, key_prefix=key_prefix)
+
+    def readers(environ: Any, action: str) -> str | None:
+        return "reader" if action == "view" else None
+
+    acting = SlotsWeb(redis_client, key_prefix=key_prefix, controls=True, authorize=operator, refresh=REFRESH)
+    reading = SlotsWeb(redis_client, key_prefix=key_prefix, controls=True, authorize=readers, refresh=REFRESH)
+    with served(acting) as base, served(reading) as other:
+        driver.get(base + "/slots/#ledger/queue%3Aemails")
+        wait_until(lambda: texts(driver, 'button[data-action="pause"]'), timeout=SHOWN, what="the panel")
+        pause, body = f"{base}/slots/api/actions/pause", "ledger=queue%3Aemails"
+        assert post_from_page(driver, pause, body) == 403, "no CSRF token"
+        assert post_from_page(driver, pause, body, csrf="f00") == 403, "a wrong token"
+        assert controls.read() == {}
+        token = page_csrf(driver)
+
+        # The same request from a page of another origin (another port): the browser sends no
+        # cookie (SameSite=Strict), says cross-site, and may not send the token's header.
+        driver.get(other + "/slots/")
+        wait_until(lambda: refreshes(driver) > 0, timeout=SHOWN, what="the other page")
+        stolen = post_from_page(driver, pause, body, csrf=token, mode="no-cors", credentials="include")
+        assert stolen in (0, -1, 403)
+        assert controls.read() == {}
+
+        # A user the hook lets read but not act: no controls drawn, and a forced POST refused.
+        driver.get(other + "/slots/#ledger/queue%3Aemails")
+        wait_until(
+            lambda: texts(driver, "#controls p.note") == ["You may not act on this page."],
+            timeout=SHOWN,
+            what="no controls for a reader",
+        )
+        own = page_csrf(driver)
+        assert post_from_page(driver, f"{other}/slots/api/actions/pause", body, csrf=own) == 403
+        release = f"{body}&token={DEAD_TOKEN}"
+        assert post_from_page(driver, f"{other}/slots/api/actions/release", release, csrf=own) == 403
+    assert controls.read() == {} and tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
+
+
+def test_release_from_the_page_frees_a_dead_holders_hold(
+    driver: Any, ledger: Ledger, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    emails = plant_busy_queue(ledger)
+    with served(
+        SlotsWeb(redis_client, key_prefix=key_prefix, controls=True, authorize=operator, refresh=REFRESH)
+    ) as base:
+        driver.get(base + "/slots/#ledger/queue%3Aemails")
+        live, dead = (
+            f'button[data-action="release"][data-token="{LIVE_TOKEN}"]',
+            f'button[data-token="{DEAD_TOKEN}"]',
+        )
+        click(driver, dead)
+        wait_until(
+            lambda: DEAD_TOKEN not in tokens(ledger, emails), timeout=SHOWN, what="the dead hold released"
+        )
+        assert texts(driver, live) == [], "no release button for a live worker's hold"
+        wait_until(
+            lambda: DEAD_TOKEN not in " ".join(texts(driver, "#holders td.token")),
+            timeout=SHOWN,
+            what="the page without the released hold",
+        )
+    assert LIVE_TOKEN in tokens(ledger, emails)
+
+
+def test_an_expiring_pause_set_from_the_page_ends_by_itself(
+    driver: Any, make_fleet: Callable[..., WorkerFleet], redis_client: redis.Redis, key_prefix: str
+) -> None:
+    fleet = make_fleet(job_ms=200, capacity=2)
+    controls = Controls(redis_client, key_prefix=key_prefix)
+    ledger = controls.queue(CAPPED_QUEUE)
+    hosts = (fleet.start_group("host-a", threads=2),)
+    fleet.wait_ready(*hosts)
+    with served(
+        SlotsWeb(redis_client, key_prefix=key_prefix, controls=True, authorize=operator, refresh=REFRESH)
+    ) as base:
+        driver.get(base + "/slots/#ledger/" + CAPPED.replace(":", "%3A"))
+        wait_until(lambda: texts(driver, 'button[data-action="pause"]'), timeout=SHOWN, what="the panel")
+        type_into(driver, "#duration", "2")
+        click(driver, 'button[data-action="pause"]')
+        wait_until(lambda: controls.of(ledger).paused, timeout=SHOWN, what="the timed pause in Redis")
+        wait_until(
+            lambda: any("by " in t and ", ends " in t for t in texts(driver, "#control")),
+            timeout=SHOWN,
+            what="the panel saying who paused it and when it ends",
+        )
+        sent = fleet.send_capped(4)
+        wait_until(lambda: not controls.of(ledger).paused, timeout=30, what="the pause to end by itself")
+        fleet.wait_all_ran(sent, timeout=60, scope=CAPPED_SCOPE)
+        wait_until(
+            lambda: attribute(driver, "#summary", "data-paused") == "no",
+            timeout=SHOWN,
+            what="the page admitting again",
+        )
+
+
+@pytest.mark.skipif(not hasattr(Inspector, "why"), reason="this version's Inspector has no why()")
+def test_why_names_the_ledger_a_waiting_message_waits_for(
+    driver: Any, make_fleet: Callable[..., WorkerFleet], redis_client: redis.Redis, key_prefix: str
+) -> None:
+    fleet = make_fleet(job_ms=30_000, capacity=1)
+    host = fleet.start_group("host-a", threads=2)
+    fleet.wait_ready(host)
+    _, waiting = fleet.send_capped(2)
+    wait_until(
+        lambda: len(fleet.ledger.line(fleet.ledger.keys.queue(CAPPED_QUEUE))) == 1,
+        timeout=30,
+        what="one in line",
+    )
+    with served(SlotsWeb(redis_client, key_prefix=key_prefix, refresh=REFRESH)) as base:
+        driver.get(base + "/slots/")
+        type_into(driver, "#why-id", waiting)
+        click(driver, "#why-form button")
+        wait_until(
+            lambda: (
+                attribute(driver, "#why-answer", "data-available") == "yes"
+                and CAPPED in " ".join(texts(driver, "#why-answer"))
+            ),
+            timeout=SHOWN,
+            what="the answer naming the ledger",
+        )
