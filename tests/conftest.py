@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from uuid import uuid4
@@ -35,6 +37,7 @@ import pytest
 import redis
 
 from dramatiq_slots.ledger import Ledger
+from dramatiq_slots.worker.heartbeat import HEARTBEAT_THREAD
 from tests.support.redis_cluster import LocalCluster
 from tests.support.sentinel import LocalSentinel
 from tests.support.servers import (
@@ -284,3 +287,25 @@ def rabbit_server() -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+#: How long a heartbeat started by a test may take to end after it (a stop in progress).
+HEARTBEAT_GRACE_S = 5.0
+
+
+@pytest.fixture(autouse=True)
+def no_heartbeat_left_running() -> Iterator[None]:
+    """A test that starts a heartbeat thread in this process stops it: one left running beats
+    against servers the session has stopped (and keeps holds of a test that is over)."""
+    before = set(_heartbeats())
+    yield
+    deadline = time.monotonic() + HEARTBEAT_GRACE_S
+    left = [t for t in _heartbeats() if t not in before]
+    while left and time.monotonic() < deadline:
+        left[0].join(deadline - time.monotonic())
+        left = [t for t in _heartbeats() if t not in before]
+    assert not left, f"{len(left)} heartbeat thread(s) started by this test still run after it"
+
+
+def _heartbeats() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == HEARTBEAT_THREAD and t.is_alive()]

@@ -7,6 +7,7 @@ clock, not waited for.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,14 +25,15 @@ OTHER = "other:1:1:1"
 @pytest.fixture
 def parked(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
-) -> tuple[Admission, FakeClock, Parking, list[Any]]:
+) -> Iterator[tuple[Admission, FakeClock, Parking, list[Any]]]:
     admission, clock = make(ledger, max_wait=30_000)
     ready: list[tuple[Ticket, bool]] = []
     parking = Parking(admission, lambda ticket, admitted: ready.append((ticket, admitted)))
     monkeypatch.setattr(parking, "ensure_thread", lambda: None)
     # Wake-ups are registered, but no subscription is needed: hand-overs here are in-process.
     monkeypatch.setattr(admission.process.wakeups, "start", lambda: None)
-    return admission, clock, parking, ready
+    yield admission, clock, parking, ready
+    admission.process.heartbeat.stop()  # a slot handed over starts it
 
 
 def held_elsewhere(ledger: Ledger) -> Limit:

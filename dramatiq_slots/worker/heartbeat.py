@@ -64,6 +64,8 @@ _WARN_EVERY = 10
 #: A process report lives this many beat intervals after it was written: a beat may be up to
 #: 1.5 intervals late before its process is shown dead (docs/design.md, "Heartbeat").
 REPORT_BEATS = 2.5
+#: The name of the heartbeat thread (one per process).
+HEARTBEAT_THREAD = "dramatiq-slots-heartbeat"
 
 
 @dataclass
@@ -529,7 +531,7 @@ class Heartbeat:
             self._wake.clear()
             self._draining.clear()
             self._thread = threading.Thread(
-                target=self._run, args=(beat_first,), name="dramatiq-slots-heartbeat", daemon=True
+                target=self._run, args=(beat_first,), name=HEARTBEAT_THREAD, daemon=True
             )
             self._thread.start()
 
