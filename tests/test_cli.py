@@ -66,8 +66,8 @@ def test_status_shows_each_ledger_its_capacity_and_every_holder(
     out = done.stdout
     print(out)
     assert f"{redacted_address(ledger.client)}  prefix {ledger.keys.prefix}" in out.splitlines()[0]
-    assert "queue:emails  capacity 2  in use 2  waiting 1" in out
-    assert f"key:{key_digest('sync:7')}  capacity -  in use 1  waiting 0" in out
+    assert "queue:emails  capacity 2  in use 2  waiting 1 in line" in out
+    assert f"key:{key_digest('sync:7')}  capacity -  in use 1  waiting 0 in line" in out
     assert out.index("queue:emails") < out.index("key:")  # queues first
     live = row(out, "web-1:4242:7:1")
     host, pid, thread, age, left, message, alive, _ = live
@@ -108,6 +108,9 @@ def test_status_json_is_one_document_with_every_field(cli: Run, ledger: Ledger, 
         "actor",
         "label",
         "process_alive",
+        "message_id",
+        "queue",
+        "capacity",
     }
     assert (live["host"], live["pid"], live["thread"], live["actor"], live["label"]) == (
         "web-1",
@@ -116,6 +119,9 @@ def test_status_json_is_one_document_with_every_field(cli: Run, ledger: Ledger, 
         "send_email",
         "send_email(msg-1)",
     )
+    assert (live["message_id"], live["queue"], live["capacity"]) == ("msg-1", "emails", 2)
+    for name in ("in_line", "parked", "held_back", "oldest_wait", "waits", "capacities", "queue_depth"):
+        assert name in emails, name
     assert live["process_alive"] is True and 70 < live["age"] < 90 and 0 < live["seconds_left"] <= 60
     assert dead["process_alive"] is False and dead["age"] is None and dead["label"] is None
 
@@ -127,7 +133,8 @@ def test_status_of_one_runtime_key_or_one_ledger(cli: Run, ledger: Ledger, busy_
     by_key = cli("status", "--key", "account:42")
     assert by_key.returncode == 0, by_key.stderr
     assert (
-        f"key:{key_digest('account:42')}  capacity -  in use 1  waiting 0  (key account:42)" in by_key.stdout
+        f"key:{key_digest('account:42')}  capacity -  in use 1  waiting 0 in line  (key account:42)"
+        in by_key.stdout
     )
     assert "gone-host:99:5:1" in by_key.stdout
     assert key_digest("account:43") not in by_key.stdout and "queue:emails" not in by_key.stdout

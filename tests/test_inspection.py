@@ -94,7 +94,7 @@ def test_release_by_hand_hands_the_slot_to_the_first_in_line(ledger: Ledger, key
         on_lost_hold="reassert",
         capacities={queue: 1},
     )
-    ledger.client.set(ledger.keys.process("alive:3"), report.to_json(), px=60_000)
+    ledger.write_report((ledger.keys.process("alive:3"), report.to_json()), ttl_ms=60_000)
     inspector = Inspector(ledger.client, key_prefix=key_prefix)
     listener = ledger.client.pubsub()
     listener.subscribe(ledger.keys.wake_channel_prefix() + "waiter:2")  # the waiter's process listens
@@ -118,7 +118,7 @@ def test_release_spares_a_hold_whose_process_reports_again_before_it_is_removed(
     assert not listed.holders[0].process_alive  # no report: its beat is late, or it died
     # Its late beat lands between the listing and the removal: the process is live after all.
     report = ProcessReport("late-host:7", time.time(), 60_000, 10_000, "reassert")
-    ledger.client.set(ledger.keys.process("late-host:7"), report.to_json(), px=25_000)
+    ledger.write_report((ledger.keys.process("late-host:7"), report.to_json()), ttl_ms=25_000)
     released = inspector.release(queue, ["late-host:7:1:1"])
     assert released.removed == [] and [h.token for h in released.spared] == ["late-host:7:1:1"]
     assert [h.token for h in ledger.holders(queue)] == ["late-host:7:1:1"]
@@ -128,7 +128,7 @@ def test_release_spares_a_hold_whose_process_reports_again_before_it_is_removed(
 
 def test_reports_of_another_version_or_garbage_are_skipped() -> None:
     good = ProcessReport(
-        "h:1", 1.0, 1_000, 100, "reassert", holds=[ReportedHold("t", "a", "a(1)", 1.0, {"l": 1})]
+        "h:1", 1.0, 1_000, 100, "reassert", holds=[ReportedHold("t", "a", "a(1)", 1_000, {"l": 1}, "1", "q")]
     )
     assert ProcessReport.from_json(good.to_json()) == good
     assert ProcessReport.from_json('{"version": 99}') is None

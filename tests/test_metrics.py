@@ -31,7 +31,7 @@ from dramatiq_slots import Slots
 from dramatiq_slots.ledger import Limit
 from dramatiq_slots.ledger.controls import Controls
 from dramatiq_slots.ledger.keys import KeySpace, key_digest
-from dramatiq_slots.middleware.metrics import Metrics, PrometheusMetrics, metrics_for
+from dramatiq_slots.middleware.metrics import MAX_TIERS, OTHER_TIER, Metrics, PrometheusMetrics, metrics_for
 from dramatiq_slots.worker.claims import Hold
 from tests.support.ports import free_port
 from tests.support.servers import RedisTarget
@@ -597,3 +597,63 @@ def test_holds_in_use_uncounts_only_holds_it_counted(prometheus_metrics: Prometh
     m.finished(hold)  # once only
     assert _values(m.holds_in_use) == {q: 0, k: 0}
     assert _values(m.admissions) == {q: 1, k: 1}
+
+
+def _tiers(metric: Any) -> dict[tuple[str, ...], float]:
+    """``{(kind, name, tier): value}`` of the capacity gauge."""
+    return {
+        (s.labels["kind"], s.labels["name"], s.labels["tier"]): s.value
+        for family in metric.collect()
+        for s in family.samples
+    }
+
+
+def test_a_message_with_several_keys_counts_once_per_label(prometheus_metrics: PrometheusMetrics) -> None:
+    """A message holding its queue's cap and two runtime keys of its actor is one job: 1 under the
+    queue's label and 1 under the actor's, not 2 (one per key)."""
+    m = prometheus_metrics
+    other_key = Limit(m.keys.runtime_key("partner-api"), 5)
+    hold, queue_name, actor = _hold(m, other_key)
+    q, k = ("queue", queue_name), ("key", actor)
+
+    m.admitted(hold)
+    assert _values(m.holds_in_use) == {q: 1, k: 1}
+    assert _values(m.admissions) == {q: 1, k: 1}
+    m.deferred(hold.limits, actor)
+    m.release_failed(hold)
+    m.interrupted(hold)
+    assert _values(m.deferrals) == {q: 1, k: 1}
+    assert _values(m.release_failures) == {q: 1, k: 1}
+    assert _values(m.interrupts) == {q: 1, k: 1}
+    # Each key's capacity is its own tier, the queue's has none.
+    assert _tiers(m.capacity) == {
+        ("queue", queue_name, ""): 2,
+        ("key", actor, "1"): 1,
+        ("key", actor, "5"): 5,
+    }
+    m.finished(hold)
+    assert _values(m.holds_in_use) == {q: 0, k: 0}
+
+
+def test_the_capacity_is_labelled_per_tier_with_bounded_cardinality(
+    prometheus_metrics: PrometheusMetrics,
+) -> None:
+    """Gold accounts run 3 at a time, the others 1: one series each, never one per key; past
+    MAX_TIERS distinct capacities, the rest go under "other" (the largest of them)."""
+    m = prometheus_metrics
+    actor = f"tiered-{m.keys.prefix}"
+
+    def admit(account: str, capacity: int) -> None:
+        m.admitted(Hold(f"h:1:{account}", (Limit(m.keys.runtime_key(account), capacity),), actor=actor))
+
+    admit("gold-1", 3)
+    admit("free-1", 1)
+    admit("gold-2", 3)
+    assert _tiers(m.capacity) == {("key", actor, "3"): 3, ("key", actor, "1"): 1}
+    for i, capacity in enumerate(range(10, 20)):
+        admit(f"seats-{i}", capacity)
+    tiers = _tiers(m.capacity)
+    assert len(tiers) == MAX_TIERS + 1
+    assert tiers[("key", actor, OTHER_TIER)] == 19
+    assert {t for _, _, t in tiers} == {"1", "3", *map(str, range(10, 16)), OTHER_TIER}
+    assert not any("gold" in t or "seats" in t for _, _, t in tiers), "never the key"

@@ -1,4 +1,5 @@
-"""The ``dramatiq-slots`` command: ``status`` shows the ledgers, ``release`` frees holds by hand,
+"""The ``dramatiq-slots`` command: ``status`` shows the ledgers, ``why`` where one message is,
+``release`` frees holds by hand,
 ``set-capacity``, ``reset-capacity``, ``pause`` and ``resume`` set the operators' controls.
 
 ::
@@ -7,6 +8,7 @@
     dramatiq-slots status --watch                 # redrawn every 2 s until Ctrl-C
     dramatiq-slots status --json                  # one JSON document
     dramatiq-slots status --key sync:42           # the ledger of one runtime key
+    dramatiq-slots why MESSAGE_ID                 # where one message is, and why it waits
     dramatiq-slots release queue:emails TOKEN     # asks first; --yes does not
     dramatiq-slots release queue:emails --all
     dramatiq-slots set-capacity queue:emails 2    # an override, on every worker (asks first)
@@ -35,7 +37,7 @@ from collections.abc import Sequence
 from ...errors import ArgumentError
 from ...ledger.keys import KeySpace
 from .arguments import build_parser
-from .commands import control_command, release_command, status_command
+from .commands import control_command, release_command, status_command, why_command
 from .connection import connect, pick_url, scrub, url_secrets
 from .exits import EXIT_INTERRUPTED, EXIT_NOTHING_DONE, PROG, Failure, err
 from .help import CONTROL_COMMANDS
@@ -57,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if args.command == "status":
                 return status_command(args, client)
+            if args.command == "why":
+                return why_command(args, client)
             if args.command in CONTROL_COMMANDS:
                 return control_command(args, client, args.command_parser)
             return release_command(args, client, args.command_parser)
