@@ -21,7 +21,7 @@ from redis.retry import Retry
 from dramatiq_slots.ledger import Beaten, Ledger, Limit
 from dramatiq_slots.ops.inspection import ProcessReport
 from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token, this_process
-from dramatiq_slots.worker.heartbeat import Heartbeat
+from dramatiq_slots.worker.heartbeat import REPORT_GAP_S, Heartbeat
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.ports import free_port
@@ -490,3 +490,45 @@ def test_a_ledger_the_acl_refuses_costs_only_its_own_holds_and_is_beaten_apart_u
     finally:
         worker.close()
         redis_client.acl_deluser(user)
+
+
+def test_changes_between_beats_are_reported_soon_and_together(
+    ledger: Ledger, redis_client: redis.Redis
+) -> None:
+    """The first change after a quiet spell is written at once, alone; changes that follow within
+    REPORT_GAP_S go together, so a busy process writes at most one report per gap between beats."""
+    key = ledger.keys.process("h:1")
+    made = [0]
+
+    def report() -> tuple[str, str]:
+        made[0] += 1
+        return key, f'{{"n": {made[0]}}}'
+
+    heartbeat = Heartbeat(ledger, HoldRegistry(), hold_ttl=60_000, beat_interval=20_000, report=report)
+    heartbeat.report_soon()
+    assert heartbeat.report_writes == 0 and not redis_client.exists(key), "no thread: the next beat writes it"
+    heartbeat.start()  # its first beat is 20 s away
+    try:
+        asked = time.monotonic()
+        heartbeat.report_soon()
+        wait_until(
+            lambda: heartbeat.report_writes == 1, timeout=REPORT_GAP_S, what="the first change's report"
+        )
+        assert time.monotonic() - asked < REPORT_GAP_S
+        # A busy spell: a change every 10 ms for 1.2 s.
+        end = time.monotonic() + 1.2
+        changes = 0
+        while time.monotonic() < end:
+            heartbeat.report_soon()
+            changes += 1
+            time.sleep(0.01)  # the spell's pace, not a wait for anything
+        wait_until(lambda: heartbeat._report_due is None, timeout=2, what="the last change's report")
+        written = heartbeat.report_writes - 1
+        assert changes > 50 and 2 <= written <= 4, (changes, written)
+        assert heartbeat.beats == 0
+        assert redis_client.get(key) == f'{{"n": {made[0]}}}'.encode(), (
+            "the last report made is the one written"
+        )
+        assert redis_client.zscore(ledger.keys.reports(), "h:1") is not None
+    finally:
+        heartbeat.stop()

@@ -87,6 +87,12 @@ def sample(samples: Samples, name: str, kind: str, ledger_name: str) -> float | 
     return samples.get((name, (("kind", kind), ("name", ledger_name))))
 
 
+def capacity(samples: Samples, kind: str, ledger_name: str, tier: str = "") -> float | None:
+    """``dramatiq_slots_capacity`` of a ledger label and tier (a queue's is ``""``)."""
+    labels = (("kind", kind), ("name", ledger_name), ("tier", tier))
+    return samples.get(("dramatiq_slots_capacity", labels))
+
+
 def slots_lines(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.startswith("dramatiq_slots_"))
 
@@ -219,7 +225,7 @@ def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redi
         "the scrape to show the gated job's hold",
     )
     assert queue(samples, "dramatiq_slots_admissions_total") == 1
-    assert queue(samples, "dramatiq_slots_capacity") == 1
+    assert capacity(samples, "queue", CAPPED_QUEUE) == 1
 
     # 2. The ledger forgets the hold (its key deleted): the heartbeat re-asserts it, and counts it.
     ledger_key = cluster.ledger.keys.queue(CAPPED_QUEUE)
@@ -264,10 +270,10 @@ def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redi
 
     assert queue(samples, "dramatiq_slots_admissions_total") == ran
     assert (queue(samples, "dramatiq_slots_deferrals_total") or 0) >= CAPPED
-    assert queue(samples, "dramatiq_slots_capacity") == 1
+    assert capacity(samples, "queue", CAPPED_QUEUE) == 1
     assert queue(samples, "dramatiq_slots_holds_in_use") == 0
     assert queue(samples, "dramatiq_slots_reasserted_total") == 1
-    assert sample(samples, "dramatiq_slots_capacity", "key", KEYED_ACTOR) == 1
+    assert capacity(samples, "key", KEYED_ACTOR, "1") == 1  # its tier: runtime_key_capacity 1
     # Nothing failed, nothing was interrupted (on_lost_hold="reassert").
     for name in ("dramatiq_slots_release_failures_total", "dramatiq_slots_interrupted_total"):
         assert all(v == 0 for (n, _), v in samples.items() if n == name), slots_lines(text)
@@ -287,14 +293,20 @@ def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redi
             (("actor_name", CAPPED_ACTOR), ("queue_name", CAPPED_QUEUE)),
         )
     ] == queue(samples, "dramatiq_slots_deferrals_total")
-    # Runtime-key ledgers are labelled by actor, never by key (nor by the key's digest).
+    # Runtime-key ledgers are labelled by actor, never by key (nor by the key's digest); a
+    # capacity's tier is the capacity declared (the queue's: none).
     ledgers = {
-        labels
+        tuple(label for label in labels if label[0] != "tier")
         for (name, labels), _ in samples.items()
         if name.startswith("dramatiq_slots_")
         and labels
         and not name.startswith("dramatiq_slots_deferred_messages")
     }
+    tiers = {labels for (name, labels), _ in samples.items() if name == "dramatiq_slots_capacity"}
+    assert tiers == {
+        (("kind", "queue"), ("name", CAPPED_QUEUE), ("tier", "")),
+        (("kind", "key"), ("name", KEYED_ACTOR), ("tier", "1")),
+    }, slots_lines(text)
     assert ledgers == {
         (("kind", "queue"), ("name", CAPPED_QUEUE)),
         (("kind", "key"), ("name", KEYED_ACTOR)),

@@ -59,6 +59,9 @@ class ReportedHold:
     ledgers: dict[str, int]
     message_id: str = ""
     queue: str = ""
+    #: ``{ledger key: capacity}``: what its message declares on each (its queue's cap, its key's
+    #: tier), whatever an override made of it.
+    declared: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ class ReportedWait:
     message_id: str
     actor: str
     queue: str
-    #: The ledger it waits for (the one that refused it), and the capacity it asks for there.
+    #: The ledger it waits for (the one that refused it), and the capacity it declares there.
     ledger: str
     #: :data:`IN_LINE`, :data:`PARKED` or :data:`HELD_BACK`.
     how: str

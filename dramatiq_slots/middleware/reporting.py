@@ -120,6 +120,7 @@ class Reporter:
             ledgers=self.in_force(hold),
             message_id=hold.message_id,
             queue=hold.queue,
+            declared={limit.ledger: limit.capacity for limit in hold.limits},
         )
 
     def in_force(self, hold: Hold) -> dict[str, int]:

@@ -106,7 +106,7 @@ class LedgerView:
 
     ``capacity`` is the one in force: the operator's ``override`` when there is one,
     else ``declared`` (what live processes report; None: none does). For a runtime key,
-    ``declared`` is the largest capacity its reported holds and waiting messages are under
+    ``declared`` is the largest capacity its reported holds and waiting messages declare
     (their tiers: ``capacities`` lists each one).
     """
 
@@ -132,7 +132,7 @@ class LedgerView:
     held_back: int = 0
     oldest_wait: float | None = None
     waits: list[WaitView] = field(default_factory=list)
-    #: Every capacity in force that its reported holds and waiting messages are under (the tiers).
+    #: Every capacity its reported holds and waiting messages declare (the tiers).
     capacities: tuple[int, ...] = ()
     #: A queue ledger: its queue's depth in the broker, as the newest live report read it.
     queue_depth: QueueDepth | None = None
@@ -370,12 +370,14 @@ class Inspector:
             keys = sorted(
                 k for k in {*self.ledger.ledgers(), *controls, *reported} if self.keys.parse(k) is not None
             )
-        return self._views(keys, reports, controls)
+        views = self._views(keys, reports, controls)
+        return sorted(views, key=lambda v: (v.kind != "queue", v.name))
 
     def _views(
         self, keys: Sequence[str], reports: Mapping[str, ProcessReport], controls: Mapping[str, Control]
     ) -> list[LedgerView]:
-        """The views of ``keys``: one round trip for all their holders and lines (and one for the clock)."""
+        """The views of ``keys``, in their order: one round trip for all their holders and lines (and
+        one for the clock)."""
         for ledger in keys:
             if self.keys.parse(ledger) is None:
                 raise ArgumentError(f"not a ledger under prefix {self.keys.prefix!r}: {ledger!r}")
@@ -384,10 +386,9 @@ class Inspector:
         read = self.ledger.survey(keys)
         now = self._now()  # one clock reading for every age on the page
         facts = _Facts(reports)
-        views = [
+        return [
             self._view(ledger, *read[ledger], facts, now, controls.get(ledger, Control())) for ledger in keys
         ]
-        return sorted(views, key=lambda v: (v.kind != "queue", v.name))
 
     def _view(
         self,
@@ -707,8 +708,13 @@ class _Facts:
         return sorted(views, key=lambda w: -w.waited)
 
     def capacities(self, ledger: str) -> set[int]:
-        """The capacities in force that reported holds of ``ledger`` and waiting messages are under."""
-        found = {h.ledgers[ledger] for _, h in self._holds.values() if ledger in h.ledgers}
+        """The capacities the reported holds of ``ledger`` and its waiting messages declare (their
+        tiers, whatever an override made of them)."""
+        found = {
+            (h.declared or h.ledgers)[ledger]
+            for _, h in self._holds.values()
+            if ledger in (h.declared or h.ledgers)
+        }
         found |= {w.capacity for _, w in self._waits.get(ledger, []) if w.capacity}
         return found
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from dramatiq_slots.ledger import Ledger, Limit, Line
-from dramatiq_slots.ledger.reports import ProcessReport, ReportedHold, ReportWrite
+from dramatiq_slots.ledger.reports import ProcessReport, ReportedHold, ReportedWait, ReportWrite
 
 #: The live worker's hold and the dead process's hold that :func:`plant_busy_queue` plants.
 LIVE_TOKEN, DEAD_TOKEN = "web-1:4242:7:1", "gone-host:99:3:1"
@@ -21,7 +21,11 @@ def hold(ledger: Ledger, key: str, token: str, capacity: int = 10) -> None:
 
 
 def report(
-    ledger: Ledger, process: str, *holds: ReportedHold, capacities: dict[str, int] | None = None
+    ledger: Ledger,
+    process: str,
+    *holds: ReportedHold,
+    capacities: dict[str, int] | None = None,
+    waits: list[ReportedWait] | None = None,
 ) -> None:
     """What a live worker process writes with each beat (see test_inspection.py)."""
     made = ProcessReport(
@@ -33,6 +37,7 @@ def report(
         capacities=capacities or {},
         holds=list(holds),
         clock_ms=ms_ago(0),
+        waits=waits or [],
     )
     ledgers = tuple(ledger.keys.short(k) for k in made.ledgers())
     ledger.write_report(ReportWrite(ledger.keys.process(process), made.to_json(), ledgers), ttl_ms=60_000)
