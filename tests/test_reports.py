@@ -18,6 +18,7 @@ import pytest
 from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_slots import Controls, borrowed
+from dramatiq_slots.ledger import Limit
 from dramatiq_slots.ledger.reports import RECENT_DEFERRALS, ProcessReport
 from dramatiq_slots.ops.inspection import (
     Inspector,
@@ -28,7 +29,7 @@ from dramatiq_slots.ops.inspection import (
     WhyUnknown,
     WhyWaiting,
 )
-from dramatiq_slots.worker.claims import this_process
+from dramatiq_slots.worker.claims import Hold, HoldRegistry, this_process
 from dramatiq_slots.worker.waits import Event, Recent
 from tests.support.borrowed import untested
 from tests.support.in_process import SlotsFactory, running_worker
@@ -288,3 +289,17 @@ def test_a_report_of_another_version_is_skipped() -> None:
     assert ProcessReport.from_json(good.to_json()) == good
     assert ProcessReport.from_json(good.to_json().replace('"version":2', '"version":1')) is None
     assert ProcessReport.from_json("[1, 2]") is None
+
+
+def test_a_holds_admission_time_is_its_messages_a_reused_hold_starts_again() -> None:
+    now = [100.0]
+    registry = HoldRegistry(monotonic=lambda: now[0])
+    hold = Hold("h:1:1:1", (Limit("{p}:queue:q", 1),), "job(m-1)", actor="job", message_id="m-1")
+    registry.add(hold)
+    now[0] = 105.0
+    registry.add(hold)  # the gate's take, after parking's handoff: the same admission
+    assert registry.since(hold.token) == 100.0
+    registry.linger(hold.token)  # its job ended; the hold lingers for the next message of its limits
+    now[0] = 107.0
+    registry.add(hold)  # reused by the next message: admitted now, for it
+    assert registry.since(hold.token) == 107.0

@@ -182,14 +182,20 @@ class WhyHold:
 
 
 @dataclass(frozen=True)
-class WhyRunning:
-    """The message runs, with its holds."""
+class WhyKnown:
+    """What every answer about a message a live report knows says: its message, and its process."""
 
     message_id: str
     actor: str
     queue: str
     host: str
     pid: int | None
+
+
+@dataclass(frozen=True)
+class WhyRunning(WhyKnown):
+    """The message runs, with its holds."""
+
     thread: int | None
     token: str
     #: Seconds since it was admitted.
@@ -199,18 +205,13 @@ class WhyRunning:
 
 
 @dataclass(frozen=True)
-class WhyWaiting:
+class WhyWaiting(WhyKnown):
     """The message waits for a slot of ``ledger``: ``state`` is how (``in_line``, ``parked``,
     ``held_back``). In line (or parked, whose claim is in the line too): at ``place`` of ``of``,
     behind ``ahead`` (the first claims before it: their messages where reported, else their
     tokens); ``holders`` hold the ledger's slots."""
 
-    message_id: str
     state: str
-    actor: str
-    queue: str
-    host: str
-    pid: int | None
     ledger: str
     #: Seconds it has waited.
     waited: float
@@ -225,38 +226,31 @@ class WhyWaiting:
 
 
 @dataclass(frozen=True)
-class WhyDeferred:
-    """The message was deferred: its copy is due in its queue again at ``until`` (Redis clock, s)."""
+class WhyEvent(WhyKnown):
+    """Something that happened to the message lately: by which ``ledger`` ("": no one ledger, the
+    ledger's Redis did not answer), ``ago`` seconds ago, and why."""
 
-    message_id: str
-    actor: str
-    queue: str
-    host: str
-    pid: int | None
-    #: The ledger that refused it ("": no one ledger did, the ledger's Redis did not answer).
     ledger: str
-    #: Seconds since it was deferred, and until its copy is due (negative: due since).
     ago: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class WhyDeferred(WhyEvent):
+    """The message was deferred: its copy is due in its queue again at ``until`` (Redis clock, s),
+    in ``due_in`` seconds (negative: due since)."""
+
     until: float
     due_in: float
-    reason: str
     #: Its queue's depth in the broker, as the newest live report read it.
     queue_depth: QueueDepth | None = None
     state: str = "deferred"
 
 
 @dataclass(frozen=True)
-class WhyDropped:
+class WhyDropped(WhyEvent):
     """The message was dropped by its ``on_busy`` policy (acked, never run)."""
 
-    message_id: str
-    actor: str
-    queue: str
-    host: str
-    pid: int | None
-    ledger: str
-    ago: float
-    reason: str
     state: str = "dropped"
 
 
@@ -548,29 +542,22 @@ class Inspector:
             return WhyUnknown(message_id, queues=facts.depths)
         _, kind, report, event = max(events, key=lambda e: e[0])
         host, pid = _process_parts(report.process)
-        ledger = self.keys.short(event.ledger) if event.ledger else ""
+        about: dict[str, Any] = {
+            "message_id": message_id,
+            "actor": event.actor,
+            "queue": event.queue,
+            "host": host,
+            "pid": pid,
+            "ledger": self.keys.short(event.ledger) if event.ledger else "",
+            "ago": _seconds(now, event.at_ms),
+            "reason": event.reason,
+        }
         if kind == "dropped":
-            return WhyDropped(
-                message_id,
-                event.actor,
-                event.queue,
-                host,
-                pid,
-                ledger,
-                _seconds(now, event.at_ms),
-                event.reason,
-            )
+            return WhyDropped(**about)
         return WhyDeferred(
-            message_id,
-            event.actor,
-            event.queue,
-            host,
-            pid,
-            ledger,
-            ago=_seconds(now, event.at_ms),
+            **about,
             until=event.until_ms / 1000,
             due_in=round(event.until_ms / 1000 - now, 3),
-            reason=event.reason,
             queue_depth=facts.depth(event.queue),
         )
 
@@ -584,13 +571,13 @@ class Inspector:
             left = next((h.seconds_left for h in holders if h.token == hold.token), None)
             holds.append(WhyHold(self.keys.short(ledger), capacity, len(holders), left))
         return WhyRunning(
-            hold.message_id,
-            hold.actor,
-            hold.queue,
-            host,
-            pid,
-            thread,
-            hold.token,
+            message_id=hold.message_id,
+            actor=hold.actor,
+            queue=hold.queue,
+            host=host,
+            pid=pid,
+            thread=thread,
+            token=hold.token,
             age=_seconds(now, hold.since_ms),
             holds=holds,
         )
@@ -603,13 +590,13 @@ class Inspector:
         host, pid = _process_parts(report.process)
         place, of, first = where if where is not None else (None, view.waiting, [])
         return WhyWaiting(
-            wait.message_id,
-            wait.how,
-            wait.actor,
-            wait.queue,
-            host,
-            pid,
-            self.keys.short(ledger),
+            message_id=wait.message_id,
+            actor=wait.actor,
+            queue=wait.queue,
+            host=host,
+            pid=pid,
+            state=wait.how,
+            ledger=self.keys.short(ledger),
             waited=_seconds(now, wait.since_ms),
             token=wait.token,
             place=place,
@@ -774,7 +761,9 @@ __all__ = [
     "Why",
     "WhyDeferred",
     "WhyDropped",
+    "WhyEvent",
     "WhyHold",
+    "WhyKnown",
     "WhyRunning",
     "WhyUnknown",
     "WhyWaiting",

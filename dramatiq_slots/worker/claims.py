@@ -176,7 +176,9 @@ class HoldRegistry:
         with self._lock:
             self._check_fork()
             self._owed.pop(hold.token, None)
-            self._since.setdefault(hold.token, self.monotonic())
+            if hold.token not in self._held or hold.token not in self._since:
+                # Admitted now (a lingering hold reused by a new message too); again: as it was.
+                self._since[hold.token] = self.monotonic()
             if written_at is not None:
                 self._written[hold.token] = written_at
             self._held[hold.token] = hold
