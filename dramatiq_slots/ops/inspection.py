@@ -645,6 +645,11 @@ class _Facts:
     def __init__(self, reports: Mapping[str, ProcessReport]) -> None:
         self.reports = reports
         self._holds = {h.token: (r, h) for r in reports.values() for h in r.holds}
+        #: What each ledger's reported holds declare there.
+        self._declared: dict[str, set[int]] = {}
+        for _, hold in self._holds.values():
+            for ledger, capacity in (hold.declared or hold.ledgers).items():
+                self._declared.setdefault(ledger, set()).add(capacity)
         self._waits: dict[str, list[tuple[ProcessReport, ReportedWait]]] = {}
         for report in reports.values():
             for wait in report.waits:
@@ -697,11 +702,7 @@ class _Facts:
     def capacities(self, ledger: str) -> set[int]:
         """The capacities the reported holds of ``ledger`` and its waiting messages declare (their
         tiers, whatever an override made of them)."""
-        found = {
-            (h.declared or h.ledgers)[ledger]
-            for _, h in self._holds.values()
-            if ledger in (h.declared or h.ledgers)
-        }
+        found = set(self._declared.get(ledger, ()))
         found |= {w.capacity for _, w in self._waits.get(ledger, []) if w.capacity}
         return found
 

@@ -599,6 +599,8 @@ class Heartbeat:
         from now, or at once with ``beat_first``."""
         if self._pid != os.getpid():
             self._lock = threading.Lock()  # may have been held by another thread at fork time
+            self._due_lock = threading.Lock()
+            self._report_due = None
         with self._lock:
             pid = os.getpid()
             if self._pid != pid:
