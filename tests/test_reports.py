@@ -119,29 +119,25 @@ def test_a_runtime_keys_capacity_in_force_is_its_tier_or_an_override(
     inspector = Inspector(slots.ledger.client, key_prefix=key_prefix)
     gold, free, boosted = (slots.keys.runtime_key(f"acct:{a}") for a in ("gold-1", "free-1", "free-2"))
     Controls(slots.ledger.client, key_prefix=key_prefix).set_capacity(boosted, 5)
-    try:
-        with running_worker(broker, threads=4):
-            for account in ("gold-1", "gold-1", "free-1", "free-2"):
-                job.send(account)
-            for _ in range(4):
-                assert job.started.acquire(timeout=10)
+    with running_worker(broker, threads=4), released(gate):
+        for account in ("gold-1", "gold-1", "free-1", "free-2"):
+            job.send(account)
+        for _ in range(4):
+            assert job.started.acquire(timeout=10)
 
-            def reported() -> dict[str, LedgerView] | None:
-                views = {v.ledger: v for v in inspector.ledgers([gold, free, boosted])}
-                every = [h for v in views.values() for h in v.holders]
-                return views if len(every) == 4 and all(h.capacity for h in every) else None
+        def reported() -> dict[str, LedgerView] | None:
+            views = {v.ledger: v for v in inspector.ledgers([gold, free, boosted])}
+            every = [h for v in views.values() for h in v.holders]
+            return views if len(every) == 4 and all(h.capacity for h in every) else None
 
-            views = wait_until(reported, timeout=3, what="the four holds with their capacities")
-            assert views is not None
-            assert (views[gold].capacity, views[gold].in_use) == (3, 2)
-            assert [h.capacity for h in views[gold].holders] == [3, 3]
-            assert (views[free].capacity, views[free].declared, views[free].holders[0].capacity) == (1, 1, 1)
-            # An override is the capacity in force, for the hold too; the tier stays what it declared.
-            assert (views[boosted].capacity, views[boosted].override, views[boosted].declared) == (5, 5, 1)
-            assert views[boosted].holders[0].capacity == 5
-            gate.set()
-    finally:
-        gate.set()
+        views = wait_until(reported, timeout=3, what="the four holds with their capacities")
+        assert views is not None
+        assert (views[gold].capacity, views[gold].in_use) == (3, 2)
+        assert [h.capacity for h in views[gold].holders] == [3, 3]
+        assert (views[free].capacity, views[free].declared, views[free].holders[0].capacity) == (1, 1, 1)
+        # An override is the capacity in force, for the hold too; the tier stays what it declared.
+        assert (views[boosted].capacity, views[boosted].override, views[boosted].declared) == (5, 5, 1)
+        assert views[boosted].holders[0].capacity == 5
 
 
 def test_waiting_is_told_apart_next_to_the_brokers_depth_and_why_says_where_each_is(
@@ -155,43 +151,40 @@ def test_waiting_is_told_apart_next_to_the_brokers_depth_and_why_says_where_each
     job = blocking_actor("told", gate, queue_capacity=1)
     inspector = Inspector(slots.ledger.client, key_prefix=key_prefix)
     queue = slots.keys.queue("told")
-    try:
-        with running_worker(broker, threads=2):
-            sent = [job.send(i).message_id for i in range(5)]
-            assert job.started.acquire(timeout=10)
+    with running_worker(broker, threads=2), released(gate):
+        sent = [job.send(i).message_id for i in range(5)]
+        assert job.started.acquire(timeout=10)
 
-            def settled() -> LedgerView | None:
-                view = view_of(inspector, queue)
-                depth = view.queue_depth
-                counts = (view.in_use, view.waiting, view.parked, view.held_back, view.in_line)
-                return view if counts == (1, 1, 1, 2, 0) and depth is not None and depth.ready == 1 else None
+        def settled() -> LedgerView | None:
+            view = view_of(inspector, queue)
+            depth = view.queue_depth
+            counts = (view.in_use, view.waiting, view.parked, view.held_back, view.in_line)
+            return view if counts == (1, 1, 1, 2, 0) and depth is not None and depth.ready == 1 else None
 
-            view = wait_until(settled, timeout=10, what="one running, one parked, two held back")
-            assert view is not None
-            assert view.queue_depth is not None and (view.queue_depth.delayed, view.queue_depth.unacked) == (
-                0,
-                5,
-            )
-            assert sorted(w.how for w in view.waits) == ["held_back", "held_back", "parked"]
-            assert view.oldest_wait is not None and view.oldest_wait >= 0
-            whys = {message_id: inspector.why(message_id) for message_id in sent}
-            running = [w for w in whys.values() if isinstance(w, WhyRunning)]
-            parked = [w for w in whys.values() if isinstance(w, WhyWaiting) and w.state == "parked"]
-            held = [w for w in whys.values() if isinstance(w, WhyWaiting) and w.state == "held_back"]
-            unknown = [w for w in whys.values() if isinstance(w, WhyUnknown)]
-            assert (len(running), len(parked), len(held), len(unknown)) == (1, 1, 2, 1), whys
-            (run,) = running
-            assert run.actor == "told" and run.queue == "told" and run.pid is not None
-            assert [(h.ledger, h.capacity, h.in_use) for h in run.holds] == [("queue:told", 1, 1)]
-            assert run.holds[0].seconds_left is not None and run.holds[0].seconds_left > 0
-            (waiting,) = parked
-            assert (waiting.ledger, waiting.place, waiting.of, waiting.ahead) == ("queue:told", 1, 1, [])
-            assert [h.message_id for h in waiting.holders] == [run.message_id]
-            assert (waiting.capacity, waiting.in_use, waiting.paused) == (1, 1, False)
-            assert all(w.place is None and w.token == "" for w in held)
-            assert unknown[0].queues["told"].ready == 1
-    finally:
-        gate.set()
+        view = wait_until(settled, timeout=10, what="one running, one parked, two held back")
+        assert view is not None
+        assert view.queue_depth is not None and (view.queue_depth.delayed, view.queue_depth.unacked) == (
+            0,
+            5,
+        )
+        assert sorted(w.how for w in view.waits) == ["held_back", "held_back", "parked"]
+        assert view.oldest_wait is not None and view.oldest_wait >= 0
+        whys = {message_id: inspector.why(message_id) for message_id in sent}
+        running = [w for w in whys.values() if isinstance(w, WhyRunning)]
+        parked = [w for w in whys.values() if isinstance(w, WhyWaiting) and w.state == "parked"]
+        held = [w for w in whys.values() if isinstance(w, WhyWaiting) and w.state == "held_back"]
+        unknown = [w for w in whys.values() if isinstance(w, WhyUnknown)]
+        assert (len(running), len(parked), len(held), len(unknown)) == (1, 1, 2, 1), whys
+        (run,) = running
+        assert run.actor == "told" and run.queue == "told" and run.pid is not None
+        assert [(h.ledger, h.capacity, h.in_use) for h in run.holds] == [("queue:told", 1, 1)]
+        assert run.holds[0].seconds_left is not None and run.holds[0].seconds_left > 0
+        (waiting,) = parked
+        assert (waiting.ledger, waiting.place, waiting.of, waiting.ahead) == ("queue:told", 1, 1, [])
+        assert [h.message_id for h in waiting.holders] == [run.message_id]
+        assert (waiting.capacity, waiting.in_use, waiting.paused) == (1, 1, False)
+        assert all(w.place is None and w.token == "" for w in held)
+        assert unknown[0].queues["told"].ready == 1
 
 
 def test_a_message_waiting_in_its_thread_is_in_line_at_its_place(
@@ -203,29 +196,26 @@ def test_a_message_waiting_in_its_thread_is_in_line_at_its_place(
     job = blocking_actor("threads", gate, queue_capacity=1)
     inspector = Inspector(slots.ledger.client, key_prefix=key_prefix)
     queue = slots.keys.queue("threads")
-    try:
-        with running_worker(broker, threads=3):
-            first = job.send(0)
-            assert job.started.acquire(timeout=10)
-            second, third = job.send(1), job.send(2)
-            wait_until(
-                lambda: view_of(inspector, queue).in_line == 2,
-                timeout=10,
-                what="two claims waiting in threads",
-            )
-            view = view_of(inspector, queue)
-            assert (view.waiting, view.parked, view.held_back) == (2, 0, 0)
-            places = {}
-            for message in (second, third):
-                why = inspector.why(message.message_id)
-                assert isinstance(why, WhyWaiting) and why.state == "in_line", why
-                assert why.of == 2 and why.token and [h.message_id for h in why.holders] == [first.message_id]
-                places[message.message_id] = (why.place, why.ahead)
-            # Served in send order: the second is first in line, the third behind it.
-            assert places[second.message_id] == (1, [])
-            assert places[third.message_id] == (2, [f"threads({second.message_id})"])
-    finally:
-        gate.set()
+    with running_worker(broker, threads=3), released(gate):
+        first = job.send(0)
+        assert job.started.acquire(timeout=10)
+        second, third = job.send(1), job.send(2)
+        wait_until(
+            lambda: view_of(inspector, queue).in_line == 2,
+            timeout=10,
+            what="two claims waiting in threads",
+        )
+        view = view_of(inspector, queue)
+        assert (view.waiting, view.parked, view.held_back) == (2, 0, 0)
+        places = {}
+        for message in (second, third):
+            why = inspector.why(message.message_id)
+            assert isinstance(why, WhyWaiting) and why.state == "in_line", why
+            assert why.of == 2 and why.token and [h.message_id for h in why.holders] == [first.message_id]
+            places[message.message_id] = (why.place, why.ahead)
+        # Served in send order: the second is first in line, the third behind it.
+        assert places[second.message_id] == (1, [])
+        assert places[third.message_id] == (2, [f"threads({second.message_id})"])
 
 
 def test_a_deferred_message_says_by_which_ledger_and_until_when(
@@ -235,23 +225,20 @@ def test_a_deferred_message_says_by_which_ledger_and_until_when(
     gate = threading.Event()
     job = blocking_actor("deferring", gate, queue_capacity=1)
     inspector = Inspector(slots.ledger.client, key_prefix=key_prefix)
-    try:
-        with running_worker(broker, threads=2):
-            job.send(0)
-            assert job.started.acquire(timeout=10)
-            later = job.send(1).message_id
-            why = wait_until(
-                lambda: state_of(inspector, later, WhyDeferred),
-                timeout=10,
-                what="the second message deferred",
-            )
-            assert (why.ledger, why.actor, why.queue) == ("queue:deferring", "deferring", "deferring")
-            assert "is full" in why.reason and why.until > 0 and -5 < why.due_in <= 0.4
-            assert why.queue_depth is not None
-            report = inspector.processes()[this_process()]
-            assert report.deferred and report.deferred[-1].message_id == later
-    finally:
-        gate.set()
+    with running_worker(broker, threads=2), released(gate):
+        job.send(0)
+        assert job.started.acquire(timeout=10)
+        later = job.send(1).message_id
+        why = wait_until(
+            lambda: state_of(inspector, later, WhyDeferred),
+            timeout=10,
+            what="the second message deferred",
+        )
+        assert (why.ledger, why.actor, why.queue) == ("queue:deferring", "deferring", "deferring")
+        assert "is full" in why.reason and why.until > 0 and -5 < why.due_in <= 0.4
+        assert why.queue_depth is not None
+        report = inspector.processes()[this_process()]
+        assert report.deferred and report.deferred[-1].message_id == later
 
 
 def test_a_dropped_message_says_why(broker: RedisBroker, add_slots: SlotsFactory, key_prefix: str) -> None:
@@ -259,20 +246,17 @@ def test_a_dropped_message_says_why(broker: RedisBroker, add_slots: SlotsFactory
     gate = threading.Event()
     job = blocking_actor("skipping", gate, unique_at_runtime_key="busy", on_busy="skip")
     inspector = Inspector(slots.ledger.client, key_prefix=key_prefix)
-    try:
-        with running_worker(broker, threads=2):
-            job.send(0)
-            assert job.started.acquire(timeout=10)
-            dropped = job.send(1).message_id
-            why = wait_until(
-                lambda: state_of(inspector, dropped, WhyDropped),
-                timeout=10,
-                what="the second message dropped",
-            )
-            assert why.ledger == f"key:{slots.keys.runtime_key('busy').rsplit(':', 1)[-1]}"
-            assert "on_busy='skip'" in why.reason
-    finally:
-        gate.set()
+    with running_worker(broker, threads=2), released(gate):
+        job.send(0)
+        assert job.started.acquire(timeout=10)
+        dropped = job.send(1).message_id
+        why = wait_until(
+            lambda: state_of(inspector, dropped, WhyDropped),
+            timeout=10,
+            what="the second message dropped",
+        )
+        assert why.ledger == f"key:{slots.keys.runtime_key('busy').rsplit(':', 1)[-1]}"
+        assert "on_busy='skip'" in why.reason
 
 
 def test_the_recent_events_of_a_report_are_bounded_rings() -> None:
