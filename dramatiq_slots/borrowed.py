@@ -410,6 +410,42 @@ def broker_client(broker: object) -> redis.Redis | None:
     return client
 
 
+# -- the Redis broker's queue keys ----------------------------------------------------------
+
+REDIS_QUEUES = Touchpoint(
+    "Redis broker's queue keys",
+    uses=(
+        "RedisBroker.namespace and the keys its dispatch script keeps per queue: the list "
+        "<namespace>:<queue> of the ids no worker has taken, the hash <namespace>:<queue>.msgs of "
+        "every message not acked yet, and the same for its delay queue (dramatiq.common.dq_name)"
+    ),
+    outside="they are read all the same: a queue's depth in the process reports may be wrong",
+    names=("namespace", "dramatiq.common"),
+)
+
+
+def redis_queue_depths(broker: object, queue_names: Iterable[str]) -> dict[str, tuple[int, int, int]] | None:
+    """``{queue: (ready, delayed, unacked)}`` as a Redis broker keeps them, in one round trip; None
+    when ``broker`` is not a ``RedisBroker``."""
+    if not isinstance(broker, RedisBroker):
+        return None
+    REDIS_QUEUES.check()
+    from dramatiq.common import dq_name
+
+    names = sorted(set(queue_names))
+    pipe = broker.client.pipeline(transaction=False)
+    for name in names:
+        queue = f"{broker.namespace}:{name}"
+        pipe.llen(queue)
+        pipe.hlen(f"{broker.namespace}:{dq_name(name)}.msgs")
+        pipe.hlen(f"{queue}.msgs")
+    replies = pipe.execute()
+    return {
+        name: (int(replies[3 * i]), int(replies[3 * i + 1]), int(replies[3 * i + 2]))
+        for i, name in enumerate(names)
+    }
+
+
 #: Every touchpoint, each with its contract test in tests/test_borrowed.py.
 TOUCHPOINTS: tuple[Touchpoint, ...] = (
     WORK_QUEUE,
@@ -423,4 +459,5 @@ TOUCHPOINTS: tuple[Touchpoint, ...] = (
     RESULTS,
     GLOBAL_BROKER,
     REDIS_CLIENT,
+    REDIS_QUEUES,
 )

@@ -51,12 +51,14 @@ class _DeadLetters(Middleware):
 
 
 def _ledger_keys(client: redis.Redis, slots: Slots) -> dict[str, int]:
-    """Every ledger and line key under the prefix, with its member count (reports, declared
-    capacities, last fences and the epoch excluded: they expire by themselves)."""
+    """Every ledger and line key under the prefix, with its member count (reports and their
+    indexes, declared capacities, last fences and the epoch excluded: they expire by themselves)."""
     found = {}
-    for raw in client.scan_iter(match=slots.keys.pattern(), count=1000):
+    keys = slots.keys
+    expiring = {keys.epoch(), keys.reports(), keys.listed(), keys.listed_names()}
+    for raw in client.scan_iter(match=keys.pattern(), count=1000):
         key = raw.decode() if isinstance(raw, bytes) else str(raw)
-        if ":process:" in key or ":declared:" in key or ":fence:" in key or key == slots.keys.epoch():
+        if ":process:" in key or ":declared:" in key or ":fence:" in key or key in expiring:
             continue
         found[key] = int(client.zcard(key))
     return found

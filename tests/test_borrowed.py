@@ -605,6 +605,34 @@ def test_contract_redis_broker_client(redis_client: redis.Redis, key_prefix: str
             broker.flush_all()
 
 
+@contract_of(borrowed.REDIS_QUEUES)
+def test_contract_redis_broker_queue_keys(redis_client: redis.Redis, key_prefix: str) -> None:
+    with contract(borrowed.REDIS_QUEUES):
+        broker = RedisBroker(client=redis_client, namespace=f"{key_prefix}-depth")
+        try:
+
+            @dramatiq.actor(queue_name="d", broker=broker)
+            def job(i: int) -> None:
+                pass
+
+            for i in range(3):
+                job.send(i)
+            for i in range(2):
+                job.send_with_options(args=(i,), delay=60_000)
+            assert borrowed.redis_queue_depths(broker, ["d", "empty"]) == {"d": (3, 2, 3), "empty": (0, 0, 0)}
+            # A worker takes one: no longer ready, still unacked; acked, gone.
+            consumer = broker.consume("d", prefetch=1, timeout=1_000)
+            taken = next(consumer)
+            assert taken is not None
+            assert borrowed.redis_queue_depths(broker, ["d"]) == {"d": (2, 2, 3)}
+            consumer.ack(taken)
+            assert borrowed.redis_queue_depths(broker, ["d"]) == {"d": (2, 2, 2)}
+            consumer.close()
+            assert borrowed.redis_queue_depths(StubBroker(), ["d"]) is None
+        finally:
+            broker.flush_all()
+
+
 # -- the ranges -----------------------------------------------------------------------------
 
 

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from dramatiq_slots import __version__
-from dramatiq_slots.ledger import Ledger, redacted_address
+from dramatiq_slots.ledger import Ledger, Limit, Line, redacted_address
 from dramatiq_slots.ledger.keys import key_digest
+from dramatiq_slots.ledger.reports import ReportedHold, ReportedWait
 from tests.support.command import (
     MODULE,
     PASSWORD,
@@ -32,7 +33,7 @@ from tests.support.command import (
     run_command,
     user_env,
 )
-from tests.support.planted import hold, plant_busy_queue, report, tokens
+from tests.support.planted import hold, ms_ago, plant_busy_queue, report, tokens
 from tests.support.ports import free_port
 from tests.support.servers import ENGINES
 
@@ -66,8 +67,8 @@ def test_status_shows_each_ledger_its_capacity_and_every_holder(
     out = done.stdout
     print(out)
     assert f"{redacted_address(ledger.client)}  prefix {ledger.keys.prefix}" in out.splitlines()[0]
-    assert "queue:emails  capacity 2  in use 2  waiting 1" in out
-    assert f"key:{key_digest('sync:7')}  capacity -  in use 1  waiting 0" in out
+    assert "queue:emails  capacity 2  in use 2  waiting 1 in line" in out
+    assert f"key:{key_digest('sync:7')}  capacity -  in use 1  waiting 0 in line" in out
     assert out.index("queue:emails") < out.index("key:")  # queues first
     live = row(out, "web-1:4242:7:1")
     host, pid, thread, age, left, message, alive, _ = live
@@ -77,6 +78,54 @@ def test_status_shows_each_ledger_its_capacity_and_every_holder(
     dead = row(out, "gone-host:99:3:1")
     assert dead[:4] == ["gone-host", "99", "3", "-"] and dead[5:7] == ["-", "no"]
     assert row(out, "gone-host:99:4:2")[:3] == ["gone-host", "99", "4"]
+
+
+def test_status_tells_the_waiting_apart_and_lists_the_waiting_messages(cli: Run, ledger: Ledger) -> None:
+    emails = ledger.keys.queue("emails")
+    hold(ledger, emails, "web-1:4242:7:1", capacity=1)
+    assert ledger.enter("web-1:4242:8:2", [Limit(emails, 1)], ttl_ms=60_000, line=Line.JOIN, place=1).in_line
+    assert ledger.enter("gone:9:1:1", [Limit(emails, 1)], ttl_ms=60_000, line=Line.JOIN, place=2).in_line
+    taken = ReportedHold(
+        "web-1:4242:7:1", "send_email", "send_email(m-1)", ms_ago(5), {emails: 1}, "m-1", "emails"
+    )
+    waits = [
+        ReportedWait("m-2", "send_email", "emails", emails, "parked", ms_ago(4), "web-1:4242:8:2", 1),
+        ReportedWait("m-3", "send_email", "emails", emails, "held_back", ms_ago(3), "", 1),
+    ]
+    report(ledger, "web-1:4242", taken, capacities={emails: 1}, waits=waits)
+
+    done = cli("status", "queue:emails")
+    assert done.returncode == 0, done.stderr
+    assert "queue:emails  capacity 1  in use 1  waiting 2 in line (1 parked), 1 held back" in done.stdout
+    parked, held = (row(done.stdout, f"send_email({m})") for m in ("m-2", "m-3"))
+    assert parked[:3] == ["parked", "web-1", "4242"] and re.fullmatch(r"4\.\ds", parked[3]), parked
+    assert held[:4] == ["held", "back", "web-1", "4242"], held
+    (view,) = json.loads(cli("status", "--json", "queue:emails").stdout)["ledgers"]
+    assert (view["waiting"], view["parked"], view["held_back"], view["in_line"]) == (2, 1, 1, 0)
+    assert [w["message_id"] for w in view["waits"]] == ["m-2", "m-3"] and view["oldest_wait"] >= 4
+
+
+def test_reset_capacity_says_the_capacity_really_in_force(cli: Run, ledger: Ledger) -> None:
+    gold = ledger.keys.runtime_key("gold:1")
+    hold(ledger, gold, "web-1:4242:9:1", capacity=3)
+    taken = ReportedHold(
+        "web-1:4242:9:1", "sync", "sync(m-9)", ms_ago(2), {gold: 3}, "m-9", "sync", {gold: 3}
+    )
+    report(ledger, "web-1:4242", taken)
+    assert cli("set-capacity", "--key", "gold:1", "5", "--yes").returncode == 0
+    reset = cli("reset-capacity", "--key", "gold:1", "--yes")
+    assert reset.returncode == 0, reset.stderr
+    assert "after: the declared capacity (3) in force" in reset.stdout
+    assert "in force now: the declared capacity (3)" in reset.stdout
+    # A key no live worker holds or waits for: what decides its capacity, never "(-)".
+    assert cli("set-capacity", "--key", "free:9", "2", "--yes").returncode == 0
+    reset = cli("reset-capacity", "--key", "free:9", "--yes")
+    assert reset.returncode == 0, reset.stderr
+    assert (
+        "in force now: the capacity each message of the key declares (its runtime_key_capacity"
+        in reset.stdout
+    )
+    assert "(-)" not in reset.stdout
 
 
 def test_status_json_is_one_document_with_every_field(cli: Run, ledger: Ledger, busy_queue: str) -> None:
@@ -108,6 +157,9 @@ def test_status_json_is_one_document_with_every_field(cli: Run, ledger: Ledger, 
         "actor",
         "label",
         "process_alive",
+        "message_id",
+        "queue",
+        "capacity",
     }
     assert (live["host"], live["pid"], live["thread"], live["actor"], live["label"]) == (
         "web-1",
@@ -116,6 +168,9 @@ def test_status_json_is_one_document_with_every_field(cli: Run, ledger: Ledger, 
         "send_email",
         "send_email(msg-1)",
     )
+    assert (live["message_id"], live["queue"], live["capacity"]) == ("msg-1", "emails", 2)
+    for name in ("in_line", "parked", "held_back", "oldest_wait", "waits", "capacities", "queue_depth"):
+        assert name in emails, name
     assert live["process_alive"] is True and 70 < live["age"] < 90 and 0 < live["seconds_left"] <= 60
     assert dead["process_alive"] is False and dead["age"] is None and dead["label"] is None
 
@@ -127,7 +182,8 @@ def test_status_of_one_runtime_key_or_one_ledger(cli: Run, ledger: Ledger, busy_
     by_key = cli("status", "--key", "account:42")
     assert by_key.returncode == 0, by_key.stderr
     assert (
-        f"key:{key_digest('account:42')}  capacity -  in use 1  waiting 0  (key account:42)" in by_key.stdout
+        f"key:{key_digest('account:42')}  capacity -  in use 1  waiting 0 in line  (key account:42)"
+        in by_key.stdout
     )
     assert "gone-host:99:5:1" in by_key.stdout
     assert key_digest("account:43") not in by_key.stdout and "queue:emails" not in by_key.stdout

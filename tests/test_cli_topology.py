@@ -34,7 +34,7 @@ def cli(url: str, key_prefix: str, subcommand: str, *args: str) -> subprocess.Co
 def assert_busy_queue_shown(table: str, document: dict[str, Any], server: str) -> None:
     """What ``status`` and ``status --json`` say of :func:`~tests.support.planted.plant_busy_queue`."""
     assert f"{server}  prefix " in table.splitlines()[0]
-    assert "queue:emails  capacity 2  in use 2  waiting 1" in table
+    assert "queue:emails  capacity 2  in use 2  waiting 1 in line" in table
     host, pid, thread, _, _, message, alive, _ = row(table, LIVE)
     assert (host, pid, thread, message, alive) == ("web-1", "4242", "7", "send_email(msg-1)", "yes")
     assert row(table, DEAD)[6] == "no"
@@ -122,7 +122,7 @@ def test_a_cluster_from_the_environment_or_by_the_cluster_flag(
     )
     for done in (from_env, by_flag):
         assert done.returncode == 0, done.stderr
-        assert "queue:emails  capacity 2  in use 2  waiting 1" in done.stdout
+        assert "queue:emails  capacity 2  in use 2  waiting 1 in line" in done.stdout
         assert row(done.stdout, DEAD)[6] == "no"
 
 

@@ -21,7 +21,7 @@ from redis.retry import Retry
 from dramatiq_slots.ledger import Beaten, Ledger, Limit
 from dramatiq_slots.ops.inspection import ProcessReport
 from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token, this_process
-from dramatiq_slots.worker.heartbeat import Heartbeat
+from dramatiq_slots.worker.heartbeat import REPORT_GAP_S, Heartbeat
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.ports import free_port
@@ -84,13 +84,22 @@ def test_a_tick_with_nothing_held_writes_the_report_alone(ledger: Ledger, redis_
     heartbeat = Heartbeat(
         ledger, HoldRegistry(), hold_ttl=60_000, beat_interval=10_000, report=lambda: (key, '{"r": 1}')
     )
+    ledger.preload()
+    assert heartbeat.tick().error is None  # the first makes the index of reports
     before = int(redis_client.info("stats")["total_commands_processed"])
     assert heartbeat.tick().error is None
     after = int(redis_client.info("stats")["total_commands_processed"])
-    assert after - before == 2  # the second INFO, and one SET
+    # The second INFO, and one EVALSHA: report.lua's TIME, SET, then the index of reports (its
+    # prune, ZADD, and its expiry pushed: PEXPIREAT GT, or on Redis 6.2 PTTL and PEXPIREAT) and
+    # the prune of the index of ledgers. One command more or less where the two ticks fell in
+    # the same millisecond (nothing to push: GT then reads PTTL, 6.2 skips its PEXPIREAT).
+    assert after - before in (8, 9)
     assert redis_client.get(key) == b'{"r": 1}'
-    # It lives 2.5 beats (docs/design.md, "process report"), not hold_ttl.
+    # It lives 2.5 beats (docs/design.md, "process report"), not hold_ttl; so does its entry in
+    # the index of reports.
     assert 20_000 < redis_client.pttl(key) <= 25_000
+    (listed,) = redis_client.zrange(ledger.keys.reports(), 0, -1, withscores=True)
+    assert listed[0] == b"h:1" and listed[1] == redis_client.pexpiretime(key)
 
 
 def test_a_beat_writes_the_report_with_the_holds_for_a_few_beats(
@@ -446,7 +455,8 @@ def test_a_ledger_the_acl_refuses_costs_only_its_own_holds_and_is_beaten_apart_u
     tag = admin.keys.tag
     user, password = f"hb-{key_prefix}", "hb-secret"
     # Every key of the prefix but the denied ledger (ACL patterns cannot subtract).
-    patterns = [f"{tag}:{kind}*" for kind in ("key", "queue-line", "fence", "epoch", "controls", "process")]
+    kinds = ("key", "queue-line", "fence", "epoch", "controls", "process", "reports", "listed")
+    patterns = [f"{tag}:{kind}*" for kind in kinds]
     redis_client.acl_setuser(
         user, enabled=True, passwords=[f"+{password}"], keys=[allowed, *patterns], commands=["+@all"]
     )
@@ -481,3 +491,45 @@ def test_a_ledger_the_acl_refuses_costs_only_its_own_holds_and_is_beaten_apart_u
     finally:
         worker.close()
         redis_client.acl_deluser(user)
+
+
+def test_changes_between_beats_are_reported_soon_and_together(
+    ledger: Ledger, redis_client: redis.Redis
+) -> None:
+    """The first change after a quiet spell is written at once, alone; changes that follow within
+    REPORT_GAP_S go together, so a busy process writes at most one report per gap between beats."""
+    key = ledger.keys.process("h:1")
+    made = [0]
+
+    def report() -> tuple[str, str]:
+        made[0] += 1
+        return key, f'{{"n": {made[0]}}}'
+
+    heartbeat = Heartbeat(ledger, HoldRegistry(), hold_ttl=60_000, beat_interval=20_000, report=report)
+    heartbeat.report_soon()
+    assert heartbeat.report_writes == 0 and not redis_client.exists(key), "no thread: the next beat writes it"
+    heartbeat.start()  # its first beat is 20 s away
+    try:
+        asked = time.monotonic()
+        heartbeat.report_soon()
+        wait_until(
+            lambda: heartbeat.report_writes == 1, timeout=REPORT_GAP_S, what="the first change's report"
+        )
+        assert time.monotonic() - asked < REPORT_GAP_S
+        # A busy spell: a change every 10 ms for 1.2 s.
+        end = time.monotonic() + 1.2
+        changes = 0
+        while time.monotonic() < end:
+            heartbeat.report_soon()
+            changes += 1
+            time.sleep(0.01)  # the spell's pace, not a wait for anything
+        wait_until(lambda: heartbeat._report_due is None, timeout=2, what="the last change's report")
+        written = heartbeat.report_writes - 1
+        assert changes > 50 and 2 <= written <= 4, (changes, written)
+        assert heartbeat.beats == 0
+        assert redis_client.get(key) == f'{{"n": {made[0]}}}'.encode(), (
+            "the last report made is the one written"
+        )
+        assert redis_client.zscore(ledger.keys.reports(), "h:1") is not None
+    finally:
+        heartbeat.stop()

@@ -5,17 +5,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import dramatiq
 import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
+from dramatiq_slots import Controls
+from dramatiq_slots.errors import ArgumentError
 from dramatiq_slots.ledger import Ledger, Limit, Line
+from dramatiq_slots.ledger.reports import ReportWrite
 from dramatiq_slots.ops.inspection import Inspector, ProcessReport, ReportedHold, age_text
 from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token, this_process
 from dramatiq_slots.worker.heartbeat import Heartbeat
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
+from tests.support.planted import hold
+from tests.support.servers import ENGINES, Server
 from tests.support.waiting import wait_until
 
 
@@ -94,7 +101,7 @@ def test_release_by_hand_hands_the_slot_to_the_first_in_line(ledger: Ledger, key
         on_lost_hold="reassert",
         capacities={queue: 1},
     )
-    ledger.client.set(ledger.keys.process("alive:3"), report.to_json(), px=60_000)
+    ledger.write_report((ledger.keys.process("alive:3"), report.to_json()), ttl_ms=60_000)
     inspector = Inspector(ledger.client, key_prefix=key_prefix)
     listener = ledger.client.pubsub()
     listener.subscribe(ledger.keys.wake_channel_prefix() + "waiter:2")  # the waiter's process listens
@@ -118,7 +125,7 @@ def test_release_spares_a_hold_whose_process_reports_again_before_it_is_removed(
     assert not listed.holders[0].process_alive  # no report: its beat is late, or it died
     # Its late beat lands between the listing and the removal: the process is live after all.
     report = ProcessReport("late-host:7", time.time(), 60_000, 10_000, "reassert")
-    ledger.client.set(ledger.keys.process("late-host:7"), report.to_json(), px=25_000)
+    ledger.write_report((ledger.keys.process("late-host:7"), report.to_json()), ttl_ms=25_000)
     released = inspector.release(queue, ["late-host:7:1:1"])
     assert released.removed == [] and [h.token for h in released.spared] == ["late-host:7:1:1"]
     assert [h.token for h in ledger.holders(queue)] == ["late-host:7:1:1"]
@@ -128,7 +135,7 @@ def test_release_spares_a_hold_whose_process_reports_again_before_it_is_removed(
 
 def test_reports_of_another_version_or_garbage_are_skipped() -> None:
     good = ProcessReport(
-        "h:1", 1.0, 1_000, 100, "reassert", holds=[ReportedHold("t", "a", "a(1)", 1.0, {"l": 1})]
+        "h:1", 1.0, 1_000, 100, "reassert", holds=[ReportedHold("t", "a", "a(1)", 1_000, {"l": 1}, "1", "q")]
     )
     assert ProcessReport.from_json(good.to_json()) == good
     assert ProcessReport.from_json('{"version": 99}') is None
@@ -194,3 +201,127 @@ def test_a_user_without_set_still_beats_and_warns_once(
         client.close()
         admin.execute_command("ACL", "DELUSER", user)
         admin.close()
+
+
+# -- a page of ledgers, from the index the reports keep ----------------------------------------
+
+
+def _reported(
+    ledger: Ledger, process: str, ledgers: list[str], *, ttl_ms: int = 60_000, **kwargs: Any
+) -> None:
+    """A live process's report naming ``ledgers`` (full keys), written as a beat writes it."""
+    text = ProcessReport(process, time.time(), 60_000, 10_000, "reassert").to_json()
+    shorts = tuple(ledger.keys.short(k) for k in ledgers)
+    ledger.write_report(ReportWrite(ledger.keys.process(process), text, shorts), ttl_ms=ttl_ms, **kwargs)
+
+
+def test_a_page_of_ledgers_comes_in_name_order_queues_first_and_is_searched(
+    ledger: Ledger, key_prefix: str
+) -> None:
+    keys = ledger.keys
+    queues = [keys.queue(name) for name in ("q-b", "q-a")]
+    runtime = [keys.runtime_key(f"tenant:{i}") for i in range(120)]
+    _reported(ledger, "h:1", [queues[0], *runtime[:60]])
+    _reported(ledger, "h:2", [queues[1], *runtime[60:]])
+    for i, key in enumerate(runtime[:5]):
+        hold(ledger, key, f"h:1:{i}:1", capacity=1)
+    controls = Controls(ledger.client, key_prefix=key_prefix)
+    controls.pause(keys.queue("q-paused"))  # listed by its control alone
+    controls.set_capacity(keys.runtime_key("controlled"), 4)
+    controls.set_capacity(runtime[7], 2)  # listed by the index: in its place among the keys
+    inspector = Inspector(ledger.client, key_prefix=key_prefix)
+
+    digests = sorted(k.rsplit(":", 1)[-1] for k in runtime)
+    expected = [
+        "queue:q-a",
+        "queue:q-b",
+        "queue:q-paused",
+        f"key:{keys.runtime_key('controlled').rsplit(':', 1)[-1]}",
+        *(f"key:{d}" for d in digests),
+    ]
+    first = inspector.page(0, 50)
+    assert (first.total, first.more, len(first.ledgers)) == (124, True, 50)
+    seen = [v.short for offset in (0, 50, 100) for v in inspector.page(offset, 50).ledgers]
+    assert seen == expected
+    last = inspector.page(120, 50)
+    assert ([v.short for v in last.ledgers], last.more) == (expected[120:], False)
+    views = {v.ledger: v for v in first.ledgers}
+    assert views[keys.queue("q-paused")].paused
+    by_short = {v.short: v for offset in (0, 50, 100) for v in inspector.page(offset, 50).ledgers}
+    assert by_short[f"key:{runtime[7].rsplit(':', 1)[-1]}"].override == 2
+    assert sum(v.in_use for v in by_short.values()) == 5
+
+    named = inspector.page(0, 50, search="q-")
+    assert ([v.short for v in named.ledgers], named.total, named.more) == (expected[:3], 3, False)
+    assert [v.short for v in inspector.page(0, 50, search="queue:q-a").ledgers] == ["queue:q-a"]
+    start = digests[0][:2]
+    matching = [f"key:{d}" for d in digests if d.startswith(start)]
+    found = inspector.page(0, 50, search=start)
+    assert [v.short for v in found.ledgers] == matching and found.total is None and not found.more
+    assert [v.short for v in inspector.page(0, 1, search=f"key:{start}").ledgers] == matching[:1]
+    assert inspector.page(0, 1, search=f"key:{start}").more == (len(matching) > 1)
+    assert inspector.page(0, 50, search="zz-nothing").ledgers == []
+    for bad in ({"offset": -1}, {"limit": 0}, {"limit": 501}, {"search": 3}):
+        with pytest.raises(ArgumentError, match=f"page\\({next(iter(bad))}="):
+            inspector.page(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ENGINES)
+def test_a_pages_cost_does_not_grow_with_the_number_of_ledgers(
+    kind: str, server_factory: Callable[..., Server], key_prefix: str
+) -> None:
+    """The same page reads the same commands with 50 ledgers listed as with 1,000 (on a server of its
+    own: the counts are the server's)."""
+    with server_factory(kind).client() as client:
+        ledger = Ledger(client, key_prefix=key_prefix)
+        inspector = Inspector(client, key_prefix=key_prefix)
+
+        def cost(offset: int, search: str = "") -> int:
+            before = int(client.info("stats")["total_commands_processed"])
+            assert len(inspector.page(offset, 10, search=search).ledgers) == 10
+            return int(client.info("stats")["total_commands_processed"]) - before
+
+        ledger.preload()  # no first call pays for the scripts' loading
+        runtime = [ledger.keys.runtime_key(f"t:{i}") for i in range(1_000)]
+        _reported(ledger, "h:1", runtime[:50])
+        small = (cost(0), cost(40))
+        _reported(ledger, "h:2", runtime[50:])
+        assert (cost(0), cost(40)) == small
+        assert cost(990) == small[0]
+
+
+def test_a_dead_holders_ledger_stays_listed_until_its_holds_may_have_expired(
+    ledger: Ledger, key_prefix: str
+) -> None:
+    key = ledger.keys.runtime_key("dying")
+    assert ledger.enter("dead-host:9:1:1", [Limit(key, 1)], ttl_ms=1_500).admitted
+    # Its process's report lives 300 ms; the ledgers it names are listed for its hold ttl and more.
+    _reported(ledger, "dead-host:9", [key], ttl_ms=300, listed_ttl_ms=2_000)
+    inspector = Inspector(ledger.client, key_prefix=key_prefix)
+    wait_until(lambda: not inspector.processes(), timeout=5, what="the dead process's report to expire")
+    (view,) = inspector.page().ledgers
+    assert view.ledger == key and [(h.token, h.process_alive) for h in view.holders] == [
+        ("dead-host:9:1:1", False)
+    ]
+
+    def unlisted() -> bool:
+        _reported(ledger, "alive:1", [])  # any report's write prunes what expired
+        return not inspector.page().ledgers
+
+    wait_until(unlisted, timeout=10, what="the ledger to leave the listing")
+    assert ledger.holders(key) == [], "listed for as long as its hold may live"
+
+
+def test_the_indexes_expire_with_their_latest_entries(ledger: Ledger, redis_client: redis.Redis) -> None:
+    keys = ledger.keys
+    _reported(ledger, "h:1", [keys.queue("q")], ttl_ms=1_000, listed_ttl_ms=3_000)
+    assert 0 < redis_client.pttl(keys.reports()) <= 1_000
+    assert 2_000 < redis_client.pttl(keys.listed()) <= 3_000
+    assert 2_000 < redis_client.pttl(keys.listed_names()) <= 3_000
+    _reported(ledger, "h:2", [], ttl_ms=5_000)  # a later expiry pushes the index's; never brings it forward
+    assert 4_000 < redis_client.pttl(keys.reports()) <= 5_000
+    _reported(ledger, "h:3", [], ttl_ms=500)
+    assert redis_client.pttl(keys.reports()) > 4_000
+    assert redis_client.zrange(keys.listed_names(), 0, -1) == [b"queue:q"]
+    ledger.remove_report(keys.process("h:2"))
+    assert redis_client.zscore(keys.reports(), "h:2") is None and not redis_client.exists(keys.process("h:2"))

@@ -76,6 +76,17 @@ def test_parse_ignores_other_keys(other: str) -> None:
     assert KeySpace("app").parse(other) is None
 
 
+def test_the_indexes_are_no_ledgers_and_short_names_come_back() -> None:
+    keys = KeySpace("app")
+    for index in (keys.reports(), keys.listed(), keys.listed_names(), keys.process("h:1")):
+        assert keys.parse(index) is None, index
+    for ledger in (keys.queue("emails:eu"), keys.runtime_key("account:42")):
+        assert keys.from_short(keys.short(ledger)) == ledger
+    assert [keys.from_short(s) for s in ("emails", "queue:", "line:x", "")] == [None] * 4
+    assert keys.process_of(keys.process("host:1:2")) == "host:1:2"
+    assert keys.process_of("{app}:process:") is None and keys.process_of(keys.queue("q")) is None
+
+
 def test_parse_with_a_prefix_containing_colons() -> None:
     keys = KeySpace("team:app")
     assert keys.parse(keys.queue("q")) == ("queue", "q")

@@ -474,7 +474,8 @@ def test_a_pipelined_beat_or_waited_enter_is_one_round_trip_and_survives_a_scrip
         assert waited.enter(token(2), [Limit(key, 2)], ttl_ms=LONG).admitted
         delta = _calls(client) - before
         assert not [name for name in delta if name.startswith("cmdstat_script")], delta
-        assert delta["cmdstat_evalsha"] == 4 and delta["cmdstat_set"] == 3
+        # Each beat: report.lua (its SET inside) and beat.lua; then the enter.
+        assert delta["cmdstat_evalsha"] == 7 and delta["cmdstat_set"] == 3
         client.script_flush()
         assert lg.beat([Member(key, token(1))], ttl_ms=LONG, report=(lg.keys.process("h:1"), "{}")) == []
         assert waited.leave(token(2), [Limit(key, 2)], ttl_ms=LONG)[0] == 1
@@ -581,6 +582,7 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     lg.declare([limit], ttl_ms=LONG)
     lg.control(key, "capacity", "", by="test")
     lg.settle()
+    lg.write_report((lg.keys.process("h:1"), "{}"), ttl_ms=LONG)
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
     client.script_flush()  # ...then forgotten: every EVALSHA now answers NOSCRIPT
@@ -597,6 +599,7 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     assert lg.declare([limit], ttl_ms=LONG).controls == {}
     assert lg.control(key, "paused", "1", by="test")[0]
     assert lg.settle() == 0
+    assert lg.write_report((lg.keys.process("h:1"), "{}"), ttl_ms=LONG) is not None
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
 

@@ -31,7 +31,7 @@ from dramatiq_slots import Slots
 from dramatiq_slots.ledger import Limit
 from dramatiq_slots.ledger.controls import Controls
 from dramatiq_slots.ledger.keys import KeySpace, key_digest
-from dramatiq_slots.middleware.metrics import Metrics, PrometheusMetrics, metrics_for
+from dramatiq_slots.middleware.metrics import MAX_TIERS, OTHER_TIER, Metrics, PrometheusMetrics, metrics_for
 from dramatiq_slots.worker.claims import Hold
 from tests.support.ports import free_port
 from tests.support.servers import RedisTarget
@@ -85,6 +85,12 @@ def parse(text: str) -> Samples:
 
 def sample(samples: Samples, name: str, kind: str, ledger_name: str) -> float | None:
     return samples.get((name, (("kind", kind), ("name", ledger_name))))
+
+
+def capacity(samples: Samples, kind: str, ledger_name: str, tier: str = "") -> float | None:
+    """``dramatiq_slots_capacity`` of a ledger label and tier (a queue's is ``""``)."""
+    labels = (("kind", kind), ("name", ledger_name), ("tier", tier))
+    return samples.get(("dramatiq_slots_capacity", labels))
 
 
 def slots_lines(text: str) -> str:
@@ -219,7 +225,7 @@ def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redi
         "the scrape to show the gated job's hold",
     )
     assert queue(samples, "dramatiq_slots_admissions_total") == 1
-    assert queue(samples, "dramatiq_slots_capacity") == 1
+    assert capacity(samples, "queue", CAPPED_QUEUE) == 1
 
     # 2. The ledger forgets the hold (its key deleted): the heartbeat re-asserts it, and counts it.
     ledger_key = cluster.ledger.keys.queue(CAPPED_QUEUE)
@@ -264,10 +270,10 @@ def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redi
 
     assert queue(samples, "dramatiq_slots_admissions_total") == ran
     assert (queue(samples, "dramatiq_slots_deferrals_total") or 0) >= CAPPED
-    assert queue(samples, "dramatiq_slots_capacity") == 1
+    assert capacity(samples, "queue", CAPPED_QUEUE) == 1
     assert queue(samples, "dramatiq_slots_holds_in_use") == 0
     assert queue(samples, "dramatiq_slots_reasserted_total") == 1
-    assert sample(samples, "dramatiq_slots_capacity", "key", KEYED_ACTOR) == 1
+    assert capacity(samples, "key", KEYED_ACTOR, "1") == 1  # its tier: runtime_key_capacity 1
     # Nothing failed, nothing was interrupted (on_lost_hold="reassert").
     for name in ("dramatiq_slots_release_failures_total", "dramatiq_slots_interrupted_total"):
         assert all(v == 0 for (n, _), v in samples.items() if n == name), slots_lines(text)
@@ -287,14 +293,20 @@ def _scenario(cluster: WorkerFleet, group: WorkerGroup, redis_client: redis.Redi
             (("actor_name", CAPPED_ACTOR), ("queue_name", CAPPED_QUEUE)),
         )
     ] == queue(samples, "dramatiq_slots_deferrals_total")
-    # Runtime-key ledgers are labelled by actor, never by key (nor by the key's digest).
+    # Runtime-key ledgers are labelled by actor, never by key (nor by the key's digest); a
+    # capacity's tier is the capacity declared (the queue's: none).
     ledgers = {
-        labels
+        tuple(label for label in labels if label[0] != "tier")
         for (name, labels), _ in samples.items()
         if name.startswith("dramatiq_slots_")
         and labels
         and not name.startswith("dramatiq_slots_deferred_messages")
     }
+    tiers = {labels for (name, labels), _ in samples.items() if name == "dramatiq_slots_capacity"}
+    assert tiers == {
+        (("kind", "queue"), ("name", CAPPED_QUEUE), ("tier", "")),
+        (("kind", "key"), ("name", KEYED_ACTOR), ("tier", "1")),
+    }, slots_lines(text)
     assert ledgers == {
         (("kind", "queue"), ("name", CAPPED_QUEUE)),
         (("kind", "key"), ("name", KEYED_ACTOR)),
@@ -597,3 +609,63 @@ def test_holds_in_use_uncounts_only_holds_it_counted(prometheus_metrics: Prometh
     m.finished(hold)  # once only
     assert _values(m.holds_in_use) == {q: 0, k: 0}
     assert _values(m.admissions) == {q: 1, k: 1}
+
+
+def _tiers(metric: Any) -> dict[tuple[str, ...], float]:
+    """``{(kind, name, tier): value}`` of the capacity gauge."""
+    return {
+        (s.labels["kind"], s.labels["name"], s.labels["tier"]): s.value
+        for family in metric.collect()
+        for s in family.samples
+    }
+
+
+def test_a_message_with_several_keys_counts_once_per_label(prometheus_metrics: PrometheusMetrics) -> None:
+    """A message holding its queue's cap and two runtime keys of its actor is one job: 1 under the
+    queue's label and 1 under the actor's, not 2 (one per key)."""
+    m = prometheus_metrics
+    other_key = Limit(m.keys.runtime_key("partner-api"), 5)
+    hold, queue_name, actor = _hold(m, other_key)
+    q, k = ("queue", queue_name), ("key", actor)
+
+    m.admitted(hold)
+    assert _values(m.holds_in_use) == {q: 1, k: 1}
+    assert _values(m.admissions) == {q: 1, k: 1}
+    m.deferred(hold.limits, actor)
+    m.release_failed(hold)
+    m.interrupted(hold)
+    assert _values(m.deferrals) == {q: 1, k: 1}
+    assert _values(m.release_failures) == {q: 1, k: 1}
+    assert _values(m.interrupts) == {q: 1, k: 1}
+    # Each key's capacity is its own tier, the queue's has none.
+    assert _tiers(m.capacity) == {
+        ("queue", queue_name, ""): 2,
+        ("key", actor, "1"): 1,
+        ("key", actor, "5"): 5,
+    }
+    m.finished(hold)
+    assert _values(m.holds_in_use) == {q: 0, k: 0}
+
+
+def test_the_capacity_is_labelled_per_tier_with_bounded_cardinality(
+    prometheus_metrics: PrometheusMetrics,
+) -> None:
+    """Gold accounts run 3 at a time, the others 1: one series each, never one per key; past
+    MAX_TIERS distinct capacities, the rest go under "other" (the largest of them)."""
+    m = prometheus_metrics
+    actor = f"tiered-{m.keys.prefix}"
+
+    def admit(account: str, capacity: int) -> None:
+        m.admitted(Hold(f"h:1:{account}", (Limit(m.keys.runtime_key(account), capacity),), actor=actor))
+
+    admit("gold-1", 3)
+    admit("free-1", 1)
+    admit("gold-2", 3)
+    assert _tiers(m.capacity) == {("key", actor, "3"): 3, ("key", actor, "1"): 1}
+    for i, capacity in enumerate(range(10, 20)):
+        admit(f"seats-{i}", capacity)
+    tiers = _tiers(m.capacity)
+    assert len(tiers) == MAX_TIERS + 1
+    assert tiers[("key", actor, OTHER_TIER)] == 19
+    assert {t for _, _, t in tiers} == {"1", "3", *map(str, range(10, 16)), OTHER_TIER}
+    assert not any("gold" in t or "seats" in t for _, _, t in tiers), "never the key"

@@ -42,6 +42,7 @@ from redis.retry import Retry
 from dramatiq_slots import AdmissionError, LedgerError, LedgerUnavailable, Slots
 from dramatiq_slots.ledger import Ledger, Limit, Line, Member
 from dramatiq_slots.ledger.controls import Controls
+from dramatiq_slots.ops.inspection import Inspector
 from dramatiq_slots.worker.claims import this_process
 from dramatiq_slots.worker.wakeups import Wakeups
 from tests.support.in_process import RunRecorder, running_worker, stop_threads
@@ -311,13 +312,28 @@ def test_the_readme_acl_runs_the_whole_middleware(
             foreign = "other-host:1:1:1"
             assert outside.enter(foreign, [Limit(line, 1)], ttl_ms=LONG, line=Line.NONE).admitted
             with running_worker(broker, threads=4):
-                for i in range(6):
-                    job.send(i)
+                sent = [job.send(i).message_id for i in range(6)]
                 wait_until(
                     lambda: len(slots.ledger.line(line)) == 4,
                     timeout=10.0,
                     what="one job per thread to join the line (parked: no thread waits)",
                 )
+                # What the workers reported, as this user wrote it, reads with the workers' rules
+                # and +mget (docs/operations.md): where each message waits, and a page of ledgers.
+                reader = readme_acl()
+                reader[2] = "dramatiq-slots-reader"
+                admin.execute_command(*reader, "+mget")
+                as_reader = redis.Redis.from_url(user_url(server, reader[2], password), socket_timeout=10)
+                with as_reader:
+                    inspector = Inspector(as_reader)
+
+                    def told() -> list[str] | None:
+                        found = sorted(inspector.why(i).state for i in sent)
+                        return found if found == ["held_back"] * 2 + ["parked"] * 4 else None
+
+                    wait_until(told, timeout=10.0, what="four parked and two held back, as why says")
+                    (page,) = inspector.page().ledgers
+                    assert (page.short, page.in_use, page.parked, page.held_back) == ("queue:acl", 1, 4, 2)
                 # Its release hands the slot to the first in line, over the worker's wake channel.
                 _, handoffs = outside.leave(foreign, [Limit(line, 1)], ttl_ms=HOLD_TTL, age_ms=None)
                 assert len(handoffs) == 1, "PUBLISH reached no subscriber"

@@ -25,10 +25,10 @@ from dramatiq_slots import ArgumentError
 from dramatiq_slots.ledger import Ledger, Limit
 from dramatiq_slots.ledger.controls import Controls
 from dramatiq_slots.ledger.keys import key_digest
-from dramatiq_slots.ledger.reports import ReportedHold
+from dramatiq_slots.ledger.reports import HELD_BACK, PARKED, ReportedEvent, ReportedHold, ReportedWait
 from dramatiq_slots.ops.web import SlotsWeb
 from dramatiq_slots.ops.web.app import CONTENT_SECURITY_POLICY
-from tests.support.planted import DEAD_TOKEN, LIVE_TOKEN, hold, plant_busy_queue, report, tokens
+from tests.support.planted import DEAD_TOKEN, LIVE_TOKEN, hold, ms_ago, plant_busy_queue, report, tokens
 from tests.support.servers import ENGINES
 from tests.support.waiting import wait_until
 from tests.support.web import WebClient, csrf_of, served
@@ -215,7 +215,9 @@ def test_a_ledger_paused_or_held_since_the_last_listing_is_shown_at_once(
         # ... and a worker process started since is looked up when its hold is on the page.
         hold(ledger, emails, "web-9:77:1:1")
         report(
-            ledger, "web-9:77", ReportedHold("web-9:77:1:1", "send", "send(m-9)", time.time(), {emails: 5})
+            ledger,
+            "web-9:77",
+            ReportedHold("web-9:77:1:1", "send", "send(m-9)", int(time.time() * 1000), {emails: 5}),
         )
         holders = {h["token"]: h for h in listed(web)["ledgers"][0]["holders"]}
         assert holders["web-9:77:1:1"]["process_alive"] and holders["web-9:77:1:1"]["label"] == "send(m-9)"
@@ -269,15 +271,38 @@ def test_a_refresh_reads_the_page_and_not_every_ledger_of_the_prefix(
 HEADER = {"server", "prefix", "at"}
 LEDGER = {
     "ledger", "short", "kind", "name", "capacity", "declared", "override", "paused", "paused_at",
-    "in_use", "waiting", "oldest_wait", "holders", "holders_more",
+    "in_use", "waiting", "in_line", "parked", "held_back", "oldest_wait", "holders", "holders_more",
 }  # fmt: skip
 HOLDER = {
     "token", "host", "pid", "thread", "actor", "label", "age", "seconds_left", "process", "process_alive",
 }  # fmt: skip
 PROCESS = {
     "process", "host", "pid", "reported_ago", "hold_ttl", "beat_interval", "on_lost_hold", "capacities",
-    "holds", "owed", "waiting", "parked", "held_back",
+    "holds", "owed", "waiting", "parked", "held_back", "in_line", "waits", "waits_left_out", "recent",
 }  # fmt: skip
+
+
+def test_the_processes_view_shows_what_each_process_keeps_waiting_and_its_recent_deferrals(
+    ledger: Ledger, page: WebClient
+) -> None:
+    emails = ledger.keys.queue("emails")
+    hold(ledger, emails, "web-5:55:1:1", capacity=1)
+    parked = ReportedWait("m-2", "send", "emails", emails, PARKED, ms_ago(4), "web-5:55:2:1", 1)
+    held = ReportedWait("m-3", "send", "emails", emails, HELD_BACK, ms_ago(2))
+    deferred = ReportedEvent("m-1", "send", "emails", emails, ms_ago(3), until_ms=ms_ago(-30))
+    report(ledger, "web-5:55", waits=[parked, held], deferred=[deferred], capacities={emails: 1})
+    (process,) = page.get("/slots/api/processes").json()["processes"]
+    assert (process["parked"], process["held_back"], process["in_line"]) == (1, 1, 0)
+    assert [(w["message_id"], w["how"], w["ledger"]) for w in process["waits"]] == [
+        ("m-2", PARKED, "queue:emails"),
+        ("m-3", HELD_BACK, "queue:emails"),
+    ]
+    assert 3.9 <= process["waits"][0]["waited"] < 60
+    (shown,) = process["recent"]["deferred"]
+    assert (shown["message_id"], shown["ledger"]) == ("m-1", "queue:emails")
+    assert 0 < shown["due_in"] <= 30 and process["recent"]["dropped"] == []
+    (listed_emails,) = listed(page)["ledgers"]
+    assert (listed_emails["parked"], listed_emails["held_back"]) == (1, 1)
 
 
 def test_each_json_document_has_its_fields(ledger: Ledger, acting: WebClient) -> None:

@@ -415,11 +415,16 @@ def test_why_names_the_ledger_a_waiting_message_waits_for(
         driver.get(base + "/slots/")
         type_into(driver, "#why-id", waiting)
         click(driver, "#why-form button")
-        wait_until(
-            lambda: (
-                attribute(driver, "#why-answer", "data-available") == "yes"
-                and CAPPED in " ".join(texts(driver, "#why-answer"))
-            ),
-            timeout=SHOWN,
-            what="the answer naming the ledger",
-        )
+        shown: list[str] = []
+
+        def answered() -> bool:
+            shown[:] = texts(driver, "#why-answer")
+            return attribute(driver, "#why-answer", "data-available") == "yes" and CAPPED in " ".join(shown)
+
+        try:
+            wait_until(answered, timeout=SHOWN, what="the answer naming the ledger")
+        except AssertionError:
+            inspector = Inspector(redis_client, key_prefix=key_prefix)
+            raise AssertionError(
+                f"why answered {shown!r}; Inspector.why: {inspector.why(waiting)!r}"
+            ) from None

@@ -22,6 +22,14 @@ at boot and with every beat, expiring 2.5 beats later), for ``dramatiq-slots sta
 
     {<prefix>}:process:<host>:<pid>         report of one worker process
 
+Readers find the reports and the ledgers without a SCAN through three indexes that every report
+write keeps (``report.lua``, in the same round trip as the report; pruned by the writers)::
+
+    {<prefix>}:reports                      sorted set: <host>:<pid> scored by when its report expires
+    {<prefix>}:listed                       sorted set: queue:<name> / key:<digest> scored by until
+                                            when the ledger is listed (its reported holds' expiry)
+    {<prefix>}:listed-names                 the same ledgers, every score 0: read in name order
+
 Operators' controls (:mod:`dramatiq_slots.ledger.controls`) live in one hash, and each
 change is announced on a channel of the same name, which every worker process
 that may wait listens on; each worker process also says what capacity it
@@ -43,8 +51,8 @@ lost the holds of running jobs, and admit nothing new while those re-assert::
 
     {<prefix>}:epoch                        when the ledgers settled (ms, Redis clock)
 
-The ``-line`` kinds, reports, controls, declarations and the epoch never parse as ledgers,
-whatever the name holds.
+The ``-line`` kinds, reports, their indexes, controls, declarations and the epoch never parse as
+ledgers, whatever the name holds.
 
 **Runtime keys are hashed.** A runtime key comes from message arguments, that
 is from whoever sent the message (a tenant, an account id). Its ledger is
@@ -156,6 +164,31 @@ class KeySpace:
     def process(self, process: str) -> str:
         """The report key of one worker process (``<host>:<pid>``, see :func:`~.claims.this_process`)."""
         return f"{self.tag}:process:{process}"
+
+    def process_of(self, report: str) -> str | None:
+        """``<host>:<pid>`` of a report key (what :meth:`process` gives); None for any other key."""
+        head = f"{self.tag}:process:"
+        return report[len(head) :] if report.startswith(head) and len(report) > len(head) else None
+
+    def reports(self) -> str:
+        """The index of live process reports: ``<host>:<pid>`` scored by its report's expiry (ms)."""
+        return f"{self.tag}:reports"
+
+    def listed(self) -> str:
+        """The index of ledgers: each one's short name scored by until when it is listed (ms)."""
+        return f"{self.tag}:listed"
+
+    def listed_names(self) -> str:
+        """The index of ledgers by name: each one's short name, every score 0 (lexicographic order)."""
+        return f"{self.tag}:listed-names"
+
+    def from_short(self, short: str) -> str | None:
+        """The ledger key of ``queue:<name>`` or ``key:<digest>`` (what :meth:`short` gives); None for
+        anything else."""
+        kind, sep, name = short.partition(":")
+        if not sep or not name or kind not in ("queue", "key"):
+            return None
+        return f"{self.tag}:{kind}:{name}"
 
     def process_pattern(self) -> str:
         """A SCAN pattern matching every process report under this prefix."""

@@ -39,6 +39,7 @@ from ..errors import ArgumentError
 from .client import RedisClient, redacted_address
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .replies import Beaten, Changed, Declared, Entered, Holder, Left, Limit, Line, Member, Withdrawn, _text
+from .reports import ReportWrite
 from .scripts import register
 from .specs import (
     BEAT,
@@ -50,6 +51,7 @@ from .specs import (
     LEAVE,
     REASSERT,
     RECLAIM,
+    REPORT,
     SETTLE,
     WITHDRAW,
     Call,
@@ -114,11 +116,14 @@ class Ledger:
 
     def _run(self, call: Call[R]) -> R:
         """Send ``call``; its typed reply, or its error reply as the ledger's error (:meth:`Call.answer`)."""
+        return call.answer(self._answer_of(call))
+
+    def _answer_of(self, call: Call[Any]) -> Any:
+        """Send ``call``; its raw reply, an error reply returned rather than raised."""
         try:
-            raw: Any = self._scripts[call.spec.name](keys=call.keys, args=call.args)
+            return self._scripts[call.spec.name](keys=call.keys, args=call.args)
         except redis.ResponseError as e:
-            raw = e
-        return call.answer(raw)
+            return e
 
     def _pipelined(self, fill: Callable[[Any], None]) -> list[Any]:
         """One round trip: ``fill(pipe)`` queues its commands, scripts with :meth:`_queue`; the
@@ -266,8 +271,9 @@ class Ledger:
         release: Sequence[Member] = (),
         *,
         ttl_ms: int,
-        report: tuple[str, str] | None = None,
+        report: ReportWrite | tuple[str, str] | None = None,
         report_ttl_ms: int | None = None,
+        listed_ttl_ms: int | None = None,
         lines: Sequence[Limit] = (),
         own_process: str = "",
         declare: Sequence[Limit] | None = None,
@@ -285,10 +291,11 @@ class Ledger:
         of this process wait in; each line's expiry is pushed to at least
         ``ttl_ms`` from now, and each ledger's slots freed by expiry are handed
         to the first claims in its line.
-        ``report``: ``(key, text)``, the process's report (see
-        :mod:`dramatiq_slots.ops.inspection`), written first in the same round trip,
-        expiring after ``report_ttl_ms`` (default ``ttl_ms``). A refused ``SET``
-        (an ACL without it) is kept in :attr:`report_error`, not raised.
+        ``report``: the process's report (a :class:`~.reports.ReportWrite`, or ``(key, text)``),
+        written first in the same round trip with its indexes (:meth:`write_report`), expiring
+        after ``report_ttl_ms`` (default ``ttl_ms``), its ledgers listed for ``listed_ttl_ms``
+        (default: the longer of the two). A refused write (an ACL without ``SET``) is kept in
+        :attr:`report_error`, not raised; the Redis clock it read is the result's ``reported_ms``.
         ``declare``: the capacities this process declares, sent as :meth:`declare`
         (expiring with the report) in the same round trip; its answer is the
         result's ``declared``. With nothing to refresh, release or keep alive,
@@ -299,6 +306,8 @@ class Ledger:
         owed = [Member(*m) for m in release]
         waited = list({limit.ledger: limit for limit in lines}.values())
         report_px = ttl_ms if report_ttl_ms is None else report_ttl_ms
+        listed_px = max(ttl_ms, report_px) if listed_ttl_ms is None else listed_ttl_ms
+        writing = None if report is None else self._report_call(report, report_px, listed_px)
         beating = bool(refresh or owed or waited)
         call = BEAT.call(
             keys={
@@ -324,40 +333,39 @@ class Ledger:
         declaration = self._declaration(declare or (), report_px, settle_ms)
         beaten = Beaten()
         declared: Declared | None = None
+        reported: int | None = None
         with self._translated("beat"):
             if isinstance(self.client, RedisCluster):
                 # A cluster client pipelines no scripts: a round trip each.
-                if report is not None:
-                    self._write_report(report, report_px)
+                if writing is not None:
+                    reported = self._reported(writing, self._answer_of(writing))
                 if declare is not None:
                     declared = self._run(declaration)
                 if beating:
                     beaten = self._run(call)
-            elif report is None and declare is None:
+            elif writing is None and declare is None:
                 if beating:
                     beaten = self._run(call)
             else:
                 # The report first: a refreshed hold never shows without its process's report.
 
                 def report_and_beat(pipe: Any) -> None:
-                    if report is not None:
-                        pipe.set(report[0], report[1], px=report_px)
+                    if writing is not None:
+                        self._queue(pipe, writing)
                     if declare is not None:
                         self._queue(pipe, declaration)
                     if beating:
                         self._queue(pipe, call)
 
                 replies = self._pipelined(report_and_beat)
-                if report is not None:
-                    written = replies.pop(0)
-                    if isinstance(written, redis.ResponseError) and refused_for_now(written):
-                        raise written
-                    self.report_error = written if isinstance(written, Exception) else None
+                if writing is not None:
+                    reported = self._reported(writing, replies.pop(0))
                 if declare is not None:
                     declared = declaration.answer(replies.pop(0))
                 if beating:
                     beaten = call.answer(replies.pop(0))
         beaten.declared = declared
+        beaten.reported_ms = reported
         return beaten
 
     def _declaration(self, limits: Sequence[Limit], ttl_ms: int, settle_ms: int) -> Call[Declared]:
@@ -410,25 +418,70 @@ class Ledger:
         with self._translated("settle"):
             return self._run(call)
 
-    def _write_report(self, report: tuple[str, str], ttl_ms: int) -> None:
-        """``SET`` a process report with ``PX``; a refusal that is not "try later" goes to report_error."""
-        try:
-            self.client.set(report[0], report[1], px=ttl_ms)
-        except redis.ResponseError as e:
-            if refused_for_now(e):
-                raise
-            self.report_error = e
-        else:
-            self.report_error = None
+    def _report_call(
+        self, report: ReportWrite | tuple[str, str], ttl_ms: int, listed_ttl_ms: int
+    ) -> Call[int]:
+        """report.lua's call: the report, its process's entry in the index of reports, and its
+        ledgers in the index of ledgers."""
+        key, text = report[0], report[1]
+        ledgers = report.ledgers if isinstance(report, ReportWrite) else ()
+        process = self.keys.process_of(key)
+        if process is None:
+            raise ArgumentError(f"not a process report key under prefix {self.keys.prefix!r}: {key!r}")
+        return REPORT.call(
+            keys={
+                "report": key,
+                "reports": self.keys.reports(),
+                "listed": self.keys.listed(),
+                "names": self.keys.listed_names(),
+            },
+            args={
+                "process": process,
+                "text": text,
+                "ttl": ttl_ms,
+                "listed_ttl": listed_ttl_ms,
+                "ledger": list(ledgers),
+            },
+        )
+
+    def _reported(self, call: Call[int], raw: Any) -> int | None:
+        """The Redis clock of a report written; a refusal that is not "try later" (an ACL without
+        ``SET``) goes to report_error (None); a malformed argument, or any other error, is raised."""
+        if isinstance(raw, redis.ResponseError) and not refused_for_now(raw) and call.refused(raw) is None:
+            self.report_error = raw
+            return None
+        answer = call.answer(raw)
+        self.report_error = None
+        return answer
+
+    def write_report(
+        self, report: ReportWrite | tuple[str, str], *, ttl_ms: int, listed_ttl_ms: int | None = None
+    ) -> int | None:
+        """Write a process report, expiring after ``ttl_ms``, with its process in the index of
+        reports and its ledgers in the index of ledgers for ``listed_ttl_ms`` (default ``ttl_ms``;
+        ``report.lua``), alone: one round trip. Returns the Redis clock the script read (ms);
+        None when Redis refused the write for good (then it is in :attr:`report_error`)."""
+        call = self._report_call(report, ttl_ms, ttl_ms if listed_ttl_ms is None else listed_ttl_ms)
+        with self._translated("report"):
+            return self._reported(call, self._answer_of(call))
 
     def remove_report(self, key: str) -> None:
-        """Delete a process report now (a clean shutdown).
+        """Delete a process report now (a clean shutdown), and its entry in the index of reports.
 
         ``PEXPIREAT`` to a time long past deletes the key at once, with a
         command the workers' least-privilege ACL already has (it has no ``DEL``).
         """
+        process = self.keys.process_of(key)
         with self._translated("report"):
-            self.client.pexpireat(key, 1)
+            if isinstance(self.client, RedisCluster) or process is None:
+                self.client.pexpireat(key, 1)
+                if process is not None:
+                    self.client.zrem(self.keys.reports(), process)
+                return
+            pipe = self.client.pipeline(transaction=False)
+            pipe.pexpireat(key, 1)
+            pipe.zrem(self.keys.reports(), process)
+            pipe.execute()
 
     def reassert(self, members: Sequence[Member], *, ttl_ms: int) -> list[int]:
         """Put lost holds back, capacity or not; the live holds of each one's ledger afterwards."""
@@ -468,6 +521,52 @@ class Ledger:
         call = HOLDERS.call(keys={"ledger": ledger}, args={})
         with self._translated("holders"):
             return self._run(call)
+
+    def survey(self, ledgers: Sequence[str]) -> dict[str, tuple[list[Holder], int]]:
+        """The live holders and the line's length of each ledger, in one round trip (one per ledger
+        and command on a cluster, whose client pipelines no scripts); for inspection."""
+        calls = {ledger: HOLDERS.call(keys={"ledger": ledger}, args={}) for ledger in ledgers}
+        if not calls:
+            return {}
+        with self._translated("holders"):
+            if isinstance(self.client, RedisCluster):
+                return {
+                    ledger: (self._run(call), int(self.client.zcard(self.keys.line(ledger))))
+                    for ledger, call in calls.items()
+                }
+
+            def fill(pipe: Any) -> None:
+                for ledger, call in calls.items():
+                    self._queue(pipe, call)
+                    pipe.zcard(self.keys.line(ledger))
+
+            replies = self._pipelined(fill)
+        found: dict[str, tuple[list[Holder], int]] = {}
+        for i, (ledger, call) in enumerate(calls.items()):
+            waiting = replies[2 * i + 1]
+            if isinstance(waiting, Exception):
+                raise waiting
+            found[ledger] = (call.answer(replies[2 * i]), int(waiting))
+        return found
+
+    def place(self, ledger: str, token: str, *, ahead: int = 10) -> tuple[int, int, list[str]] | None:
+        """Where claim ``token`` is in ``ledger``'s line: ``(place, of, first)``, its place (1: first
+        in line) among ``of`` claims, and the tokens of the first ``ahead`` claims before it; None
+        when it is not in the line (two round trips, read-only)."""
+        line = self.keys.line(ledger)
+        with self._translated("line"):
+            score = self.client.zscore(line, token)
+            if score is None:
+                return None
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zcard(line)
+            pipe.zcount(line, "-inf", f"({score!r}")
+            pipe.zrangebyscore(line, score, score)
+            pipe.zrange(line, 0, max(0, ahead - 1))
+            of, below, tied, first = pipe.execute()
+        # Claims of the same place (a tie) come first by token, as the sorted set orders them.
+        before = int(below) + sum(1 for t in map(_text, tied) if t < token)
+        return before + 1, int(of), [_text(t) for t in first][: min(before, ahead)]
 
     def ledgers(self) -> list[str]:
         """Every ledger key under this prefix (SCAN; for inspection, not for admission)."""

@@ -137,6 +137,8 @@ class Beaten(list[Member]):
         self.refused: dict[str, str] = dict(refused or {})
         #: The Redis clock the beat read (ms; None: ``beat.lua`` did not run).
         self.redis_ms = redis_ms
+        #: The Redis clock the report's write read, in the same round trip (ms; None: none written).
+        self.reported_ms: int | None = None
 
 
 @dataclass(frozen=True)

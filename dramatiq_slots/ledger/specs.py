@@ -436,9 +436,36 @@ CONTROL = ScriptSpec(
     parse=_changed,
 )
 SETTLE = ScriptSpec("settle", keys=(key("epoch"),), args=(), shapes=("integer",), parse=_integer)
+REPORT = ScriptSpec(
+    "report",
+    keys=(key("report"), key("reports"), key("listed"), key("names")),
+    args=(
+        arg("process", Kind.NAME),
+        arg("text", Kind.TEXT),
+        arg("ttl", Kind.POSITIVE),
+        arg("listed_ttl", Kind.POSITIVE),
+        count("n", of="n"),
+        arg("ledger", Kind.NAME, per="n"),
+    ),
+    shapes=("integer",),
+    parse=_integer,
+)
 
 #: Every script's spec, by name (``lua/<name>.lua``; the name of the :class:`Ledger` method).
 SPECS: dict[str, ScriptSpec[Any]] = {
     spec.name: spec
-    for spec in (ENTER, LEAVE, WITHDRAW, BEAT, REASSERT, RECLAIM, HOLDERS, IN_USE, DECLARE, CONTROL, SETTLE)
+    for spec in (
+        ENTER,
+        LEAVE,
+        WITHDRAW,
+        BEAT,
+        REASSERT,
+        RECLAIM,
+        HOLDERS,
+        IN_USE,
+        DECLARE,
+        CONTROL,
+        SETTLE,
+        REPORT,
+    )
 }

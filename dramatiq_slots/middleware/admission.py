@@ -33,11 +33,13 @@ from dramatiq.middleware import MiddlewareError
 from ..errors import LedgerError, LedgerUnavailable, SlotsError
 from ..failpoints import reach
 from ..ledger.replies import Entered, Limit, Line
+from ..ledger.reports import IN_LINE
 from ..waiting.admits import REASK_MAX_S, REASK_S, Answer, Dropped, InLine, Refused, Request
 from ..worker.claims import Hold, new_token
 from ..worker.clock import Clock
 from ..worker.lingering import roomy
 from ..worker.process import SlotsProcess
+from ..worker.waits import Wait
 from ..worker.wakeups import PARKED, Waiter
 from .backoff import backoff_ms
 from .options import BUSY_CODES
@@ -103,7 +105,9 @@ class Admission:
         if lingering is None:
             return None
         # Its expiry's age is still on record (lingering does not forget it).
-        hold = Hold(lingering.token, lingering.limits, request.label, request.strict, request.actor)
+        hold = replace(
+            request.hold(lingering.token), limits=lingering.limits, capacities=lingering.capacities
+        )
         process.running(message_key, hold, None)
         return hold
 
@@ -122,9 +126,10 @@ class Admission:
             return reused
         outage_attempt = 0
         while True:
+            refused_by = ""  # the one ledger that refused it, if one did
             # A fresh token per attempt: an attempt whose outcome is unknown is
             # owed a release, and that release must never hit a later attempt.
-            hold = Hold(new_token(), request.limits, request.label, request.strict, request.actor)
+            hold = request.hold(new_token())
             refused: Sequence[Limit]
             try:
                 answer = self.claim(hold, request)
@@ -151,12 +156,17 @@ class Admission:
                 if entered.admitted and distrust is None:
                     return hold
                 if entered.dropped and drop is not None:
-                    raise drop(busy_reason(request, entered.refused_by))
+                    why = busy_reason(request, entered.refused_by)
+                    process.dropped(
+                        request.message_id, request.actor, request.queue, entered.refused_by or "", why
+                    )
+                    raise drop(why)
                 if distrust is not None:
                     reason, refused = distrust, request.limits  # given back: come back later
                 else:
                     reason = f"ledger {entered.refused_by!r} is full"
                     refused = tuple(limit for limit in request.limits if limit.ledger == entered.refused_by)
+                    refused_by = entered.refused_by or ""
             delay = backoff_ms(deferrals + 1, request.min_backoff, request.max_backoff)
             try:
                 deferred = defer(delay, reason)
@@ -185,6 +195,7 @@ class Admission:
                 ) from e
             reach("after-defer-enqueue")
             process.metrics.deferred(refused, request.actor)  # counted on the ledger(s) that refused
+            process.deferred(request.message_id, request.actor, request.queue, refused_by, delay, reason)
             raise deferred
 
     def claim(self, hold: Hold, request: Request) -> Answer:
@@ -211,6 +222,8 @@ class Admission:
         finally:
             wakeups.stop_expecting(hold.token)
             gate.leave()
+            if process.thread_waits.remove(hold.token):
+                process.changed()
 
     def _enter(
         self, hold: Hold, request: Request, line: Line, step: str, *, owner: int | None = None
@@ -253,7 +266,7 @@ class Admission:
         tried :meth:`reuse` first (a lingering hold needs no Redis).
         """
         process = self.process
-        hold = Hold(new_token(), request.limits, request.label, request.strict, request.actor)
+        hold = request.hold(new_token())
         wakeups = process.wakeups
         if line is not Line.NONE:
             wakeups.start()
@@ -306,15 +319,32 @@ class Admission:
             self.process.registry.clear_doubt(hold.token)
             return None
         entered = self._enter(hold, request, Line.NONE, "give-back", owner=PARKED).entered
-        return hold.fenced(entered.fences) if entered.admitted else None
+        return hold.fenced(entered.fences, entered.capacities) if entered.admitted else None
 
     def wait_in_line(self, hold: Hold, request: Request, waiter: Waiter) -> Answer:
         """Join the line and wait there until admitted, ``max_wait`` passed, or the worker stops."""
         clock, ledger = self.clock, self.process.ledger
         answer = self._enter(hold, request, Line.JOIN, "enter")
-        deadline = clock.monotonic() + self.settings.max_wait / 1000
+        since = clock.monotonic()
+        deadline = since + self.settings.max_wait / 1000
         pause = REASK_S
+        waits_on: str | None = None
         while not answer.entered.admitted and answer.entered.in_line:
+            if answer.entered.refused_by != waits_on:  # in line, for the report
+                waits_on = answer.entered.refused_by
+                self.process.thread_waits.add(
+                    Wait(
+                        request.message_id,
+                        request.actor,
+                        request.queue,
+                        waits_on or "",
+                        IN_LINE,
+                        since,
+                        hold.token,
+                        request.capacity_on(waits_on),
+                    )
+                )
+                self.process.changed()
             if self.waits_on(answer.entered.refused_by, told=answer.entered.paused):
                 deadline = clock.monotonic() + self.settings.max_wait / 1000
             remaining = deadline - clock.monotonic()
@@ -371,7 +401,7 @@ class Admission:
         if distrust is not None:
             process.release(process.registry.begin_release(hold.token) or hold)
             return distrust
-        hold = hold.fenced(answer.entered.fences)
+        hold = hold.fenced(answer.entered.fences, answer.entered.capacities)
         if self.settings.reuse_window and roomy(answer.entered.capacities, answer.entered.members):
             process.lingering.reusable(hold, self.settings.reuse_window)
         process.running(message_key, hold, answer.written_at)

@@ -82,6 +82,11 @@ class Declarations:
         """Every capped queue's ledger and its capacity (for this process's report)."""
         return {self.keys.queue(queue): capacity for queue, (capacity, _) in self._capacities.items()}
 
+    def limited_queues(self) -> list[str]:
+        """The queues whose messages may be under a limit here: capped ones, and those of keyed actors."""
+        queues = {*self._capacities, *(a.queue_name for a in self._actors.values() if a.keyed)}
+        return sorted(queues)
+
     def strict(self, actor: opt.ActorSlots) -> bool:
         return bool(opt.pick(None, actor.on_lost_hold, self.settings.on_lost_hold) == opt.INTERRUPT)
 
@@ -154,4 +159,6 @@ class Declarations:
             strict=self.strict(actor),
             # The queue's limit comes first, then one per runtime key: the policy is the keys'.
             busy=(0,) * (len(limits) - len(keys)) + (key_code,) * len(keys) if key_code else (),
+            message_id=message_id,
+            queue=queue_name,
         )

@@ -3,9 +3,10 @@
 When the broker has dramatiq's ``Prometheus`` middleware (which needs
 ``prometheus_client``), each worker process counts, per ledger:
 
-``dramatiq_slots_holds_in_use``  (gauge) holds this process's jobs have now
-``dramatiq_slots_capacity``  (gauge) the ledger's capacity, as this process's code declares it
-                            (an operator's override: the next gauge)
+``dramatiq_slots_holds_in_use``  (gauge) holds this process's jobs have now (a message counts
+                                once per label, however many of its runtime keys share it)
+``dramatiq_slots_capacity``  (gauge) the ledger's capacity, as this process's code declares it,
+                            per ``tier`` (an operator's override: the next gauge)
 ``dramatiq_slots_messages_parked``  (gauge) messages of this process waiting for a slot of
                                   the ledger (unacked, no thread held; parked or held back)
 ``dramatiq_slots_capacity_override``  (gauge) an operator's override of the ledger's
@@ -24,7 +25,12 @@ Labels: ``kind`` (``queue`` or ``key``) and ``name``: the queue's name for a
 queue ledger; for a runtime-key ledger, the *actor* of the message, never the
 key, so that one label per account or tenant cannot swamp Prometheus (the two
 controls gauges are the exception: a runtime key an operator controls is named
-by its digest, and only such keys appear). Sum
+by its digest, and only such keys appear). A message holding several runtime keys
+of one actor counts once under that actor's label (in use, admitted, deferred...), not
+once per key. The capacity gauge also has ``tier``: for a runtime-key ledger, the
+capacity the message declared (its tier: ``"1"``, ``"3"``), at most :data:`MAX_TIERS`
+distinct ones per actor and process, the others under ``"other"`` (the largest of them);
+``""`` for a queue. Sum
 over processes (and hosts) for cluster-wide figures: the gauges are written
 in prometheus_client's multiprocess mode (``livesum`` for holds, ``livemax``
 for capacities), which dramatiq's exposition server reads.
@@ -71,6 +77,11 @@ from ..worker.metrics import Metrics
 #: A live-mode gauge file of prometheus_client's multiprocess folder: ``gauge_live<mode>_<pid>.db``.
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
 
+#: The most ``tier`` label values of ``dramatiq_slots_capacity`` per actor and process; the
+#: capacities beyond them are labelled :data:`OTHER_TIER`.
+MAX_TIERS = 8
+OTHER_TIER = "other"
+
 
 def process_exists(pid: int) -> bool:
     """Whether ``pid`` is a process of this host that has not exited (a zombie has exited)."""
@@ -114,11 +125,14 @@ class PrometheusMetrics(Metrics):
         )
         self.capacity = prom.Gauge(
             "dramatiq_slots_capacity",
-            "Capacity of the ledger, as the processes declare it (see also the _override gauge).",
-            labels,
+            "Capacity of the ledger, as the processes declare it, per tier (see also the _override gauge).",
+            [*labels, "tier"],
             registry=registry,
             multiprocess_mode="livemax",
         )
+        #: The tiers labelled so far per (kind, name), and the largest capacity under "other".
+        self._tiers: dict[tuple[str, str], set[str]] = {}
+        self._other: dict[tuple[str, str], int] = {}
 
         self.messages_parked = prom.Gauge(
             "dramatiq_slots_messages_parked",
@@ -178,18 +192,34 @@ class PrometheusMetrics(Metrics):
         return out
 
     def _labels(self, limits: Iterable[Limit], actor: str) -> list[tuple[str, str]]:
-        return [labels for labels, _ in self._labelled(limits, actor)]
+        """The distinct labels of ``limits``: a message with several keys of one actor counts once."""
+        return list(dict.fromkeys(labels for labels, _ in self._labelled(limits, actor)))
+
+    def _tier(self, labels: tuple[str, str], capacity: int) -> tuple[str, int]:
+        """The ``tier`` label of a capacity on a ledger labelled ``labels``, and the gauge's value."""
+        if labels[0] == "queue":
+            return "", capacity
+        tier = str(capacity)
+        with self._counted_lock:
+            seen = self._tiers.setdefault(labels, set())
+            if tier in seen or len(seen) < MAX_TIERS:
+                seen.add(tier)
+                return tier, capacity
+            self._other[labels] = max(capacity, self._other.get(labels, 0))
+            return OTHER_TIER, self._other[labels]
 
     def admitted(self, hold: Hold) -> None:
         with self._counted_lock:
             counted = hold.token not in self._counted
             self._counted.add(hold.token)
-        # Each limit with its own labels: a limit left out must not shift the capacities of the others.
-        for labels, limit in self._labelled(hold.limits, hold.actor):
+        for labels in self._labels(hold.limits, hold.actor):
             self.admissions.labels(*labels).inc()
             if counted:
                 self.holds_in_use.labels(*labels).inc()
-            self.capacity.labels(*labels).set(limit.capacity)
+        # Each limit with its own labels: a limit left out must not shift the capacities of the others.
+        for labels, limit in self._labelled(hold.limits, hold.actor):
+            tier, value = self._tier(labels, limit.capacity)
+            self.capacity.labels(*labels, tier).set(value)
 
     def finished(self, hold: Hold) -> None:
         # Only a hold this object counted: the gauge never goes below what it added.

@@ -26,7 +26,6 @@ message is admitted, deferred, or fails with a ``MiddlewareError`` subclass.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,11 +42,11 @@ from ..ledger.controls import Controls
 from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace
 from ..ledger.ledger import Ledger
 from ..ledger.replies import Holder, Limit
-from ..ledger.reports import ProcessReport, ReportedHold
+from ..ledger.reports import ReportWrite
 from ..waiting.admits import Request
 from ..waiting.gate import Gate
 from ..waiting.places import PLACE, PlaceClock
-from ..worker.claims import Hold, HoldRegistry, this_process
+from ..worker.claims import Hold, HoldRegistry
 from ..worker.heartbeat import Heartbeat
 from ..worker.interrupts import HoldLost, wrapped_by
 from ..worker.process import SlotsProcess
@@ -60,6 +59,7 @@ from .declarations import Declarations
 from .deferral import DEFERRALS, defer, requeue
 from .drops import drop
 from .metrics import Metrics, MetricsInForce, metrics_for
+from .reporting import Reporter
 from .settings import URL_ENV, Settings, global_broker_with, ledger_client
 from .skips import clear_deferred, quiet_deferrals
 
@@ -133,6 +133,13 @@ class Slots(Middleware):
             on_ended=self._hold_ended,
         )
         self.admission = Admission(self.process, self.settings)
+        self.reporter = Reporter(
+            self.settings,
+            self.declarations,
+            self.process,
+            gate=lambda: self._gate,
+            broker=lambda: self._broker,
+        )
 
     def _declared(self) -> list[Limit]:
         """The queue capacities this process declares (sent with every beat)."""
@@ -254,6 +261,7 @@ class Slots(Middleware):
         process.metrics.forget_dead_processes()
         self._gate = None
         process.waiting_share.reset(0)
+        self.reporter.threads = borrowed.worker_threads(worker)
         if not self.declarations.limited:
             return
         if self.settings.max_wait > 0:
@@ -432,30 +440,9 @@ class Slots(Middleware):
             self.metrics.deferred_message(message.queue_name, message.actor_name)
         self.process.finished(id(message))
 
-    def _report(self) -> tuple[str, str]:
-        """This process's report for ``dramatiq-slots status``: ``(key, JSON)``."""
-        process = this_process()
-        report = ProcessReport(
-            process=process,
-            at=time.time(),
-            hold_ttl=self.settings.hold_ttl,
-            beat_interval=self.settings.beat_ms,
-            on_lost_hold=self.settings.on_lost_hold,
-            capacities=self.declarations.capacities(),
-            holds=[
-                ReportedHold(
-                    token=hold.token,
-                    actor=hold.actor,
-                    label=hold.label,
-                    since=since,
-                    ledgers={limit.ledger: limit.capacity for limit in hold.limits},
-                )
-                for hold, since in self.registry.held_since()
-            ],
-            owed=[hold.token for hold in self.registry.snapshot()[1]],
-            waiting=[hold.token for hold in self.registry.in_doubt()],
-        )
-        return self.keys.process(process), report.to_json()
+    def _report(self) -> ReportWrite:
+        """This process's report for ``dramatiq-slots status`` and ``why`` (:mod:`.reporting`)."""
+        return self.reporter.report()
 
     # -- queries ----------------------------------------------------------
 

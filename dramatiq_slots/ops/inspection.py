@@ -1,21 +1,23 @@
-"""Inspection: what the ledgers hold now, and who holds it, for people.
+"""Inspection: what the ledgers hold now, who holds it, and what waits, for people.
 
 The ledger itself knows only claim tokens (``<host>:<pid>:<thread>:<n>``) and
 their expiries. Everything else an operator wants at 3 a.m. (the capacity of
 a ledger, which message holds a slot, since when, whether its worker is still
-alive) is known only to the worker process that holds it. So each worker
-process writes a **report** under ``{<prefix>}:process:<host>:<pid>``: at
-boot, before it takes a message, and with every beat, holding or not (one
-more command in the beat's round trip; alone, one ``SET``). It expires 2.5
-beat intervals after it was written and is removed at a clean shutdown, so a
-process is *live* exactly while its report exists (docs/design.md, "Heartbeat"). The report's
-format is :mod:`dramatiq_slots.ledger.reports`.
+alive, where a message waits and why) is known only to the worker process concerned. So each
+worker process writes a **report** under ``{<prefix>}:process:<host>:<pid>``: at boot, before
+it takes a message, with every beat, holding or not, and soon after what it holds or keeps
+waiting changed. It expires 2.5 beat intervals after it was written and is removed at a clean
+shutdown, so a process is *live* exactly while its report exists (docs/design.md,
+"Heartbeat"). The report's format is :mod:`dramatiq_slots.ledger.reports`.
 
-:class:`Inspector` reads ledgers and reports together into
-:class:`LedgerView` rows; ``dramatiq-slots status`` prints them, and
-``dramatiq-slots release`` uses :meth:`Inspector.release`. Reading is SCAN
-plus a few reads per ledger: meant for people and dashboards, not for a hot
-path.
+:class:`Inspector` reads ledgers and reports together: :meth:`Inspector.ledgers` into
+:class:`LedgerView` rows (``dramatiq-slots status``), :meth:`Inspector.page` into a page of
+them (a paged, searched listing whose cost does not grow with the number of ledgers), and
+:meth:`Inspector.why` into where one message is (``dramatiq-slots why``);
+``dramatiq-slots release`` uses :meth:`Inspector.release`. The live reports are found through
+their index (``{<prefix>}:reports``, no SCAN); :meth:`Inspector.ledgers` finds every ledger with
+SCAN (plus the controls), :meth:`Inspector.page` through the index of ledgers the reports name
+(``report.lua``). Meant for people and dashboards, not for a hot path.
 
 Runtime keys are hashed in the ledger (see :mod:`dramatiq_slots.ledger.keys`), and
 reports do not carry them either: a key ledger is shown by its digest and by
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.cluster import RedisCluster
 
@@ -36,8 +39,23 @@ from ..ledger.client import RedisClient
 from ..ledger.controls import Control, Controls, Provenance
 from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
 from ..ledger.ledger import Ledger
-from ..ledger.replies import Limit, _text, process_part
-from ..ledger.reports import REPORT_VERSION, ProcessReport, ReportedHold
+from ..ledger.replies import Holder, Limit, _text, process_part
+from ..ledger.reports import (
+    HELD_BACK,
+    IN_LINE,
+    PARKED,
+    REPORT_VERSION,
+    ProcessReport,
+    QueueDepth,
+    ReportedEvent,
+    ReportedHold,
+    ReportedWait,
+)
+
+#: The most ledgers one :meth:`Inspector.page` returns.
+MAX_PAGE = 500
+#: How many claims ahead in line :meth:`Inspector.why` names.
+AHEAD = 10
 
 
 @dataclass(frozen=True)
@@ -49,20 +67,47 @@ class HolderView:
     pid: int | None
     thread: int | None
     seconds_left: float
-    #: Seconds since it was taken; None when its process does not report it.
+    #: Seconds since it was admitted (Redis clock); None when its process does not report it.
     age: float | None = None
     actor: str | None = None
     label: str | None = None
     #: Whether its process's report exists (a live worker: it reported within 2.5 beats).
     process_alive: bool = False
+    message_id: str | None = None
+    queue: str | None = None
+    #: The capacity in force on this ledger when it was admitted (its override, else its
+    #: message's own: a queue's cap, a key's tier), as its process reports it.
+    capacity: int | None = None
+
+
+@dataclass(frozen=True)
+class WaitView:
+    """One message waiting for a slot of a ledger, as its live process reports it."""
+
+    message_id: str
+    actor: str
+    queue: str
+    #: ``in_line`` (its claim in the line, in a worker thread), ``parked`` (its claim in the
+    #: line, the message in its worker's memory), ``held_back`` (in its worker's memory, in no line).
+    how: str
+    host: str
+    pid: int | None
+    #: Seconds it has waited (Redis clock).
+    waited: float
+    #: Its claim token in the line ("" when held back).
+    token: str = ""
+    #: The capacity it asks for on the ledger.
+    capacity: int = 0
 
 
 @dataclass(frozen=True)
 class LedgerView:
-    """One ledger: its capacity, holds in use, line and holders.
+    """One ledger: its capacity, holds in use, line and holders, and what waits for it.
 
     ``capacity`` is the one in force: the operator's ``override`` when there is one,
-    else ``declared`` (what live processes report; None: none does).
+    else ``declared`` (what live processes report; None: none does). For a runtime key,
+    ``declared`` is the largest capacity its reported holds and waiting messages declare
+    (their tiers: ``capacities`` lists each one).
     """
 
     ledger: str
@@ -71,6 +116,8 @@ class LedgerView:
     name: str
     capacity: int | None
     in_use: int
+    #: Claims in the ledger's line (waiting in a worker thread, parked, or of a process no
+    #: longer reporting).
     waiting: int
     holders: list[HolderView]
     declared: int | None = None
@@ -83,11 +130,36 @@ class LedgerView:
     pause_provenance: Provenance | None = None
     #: The Redis clock when it was read (s): what a control's age and time left count from.
     read_at: float | None = None
+    #: What live processes report waiting for it: in line in a worker thread, parked (both in the
+    #: line), held back (in no line); and the longest wait among them (s).
+    in_line: int = 0
+    parked: int = 0
+    held_back: int = 0
+    oldest_wait: float | None = None
+    waits: list[WaitView] = field(default_factory=list)
+    #: Every capacity its reported holds and waiting messages declare (the tiers).
+    capacities: tuple[int, ...] = ()
+    #: A queue ledger: its queue's depth in the broker, as the newest live report read it.
+    queue_depth: QueueDepth | None = None
 
     @property
     def short(self) -> str:
         """``queue:<name>`` or ``key:<digest>``: how the command line names it."""
         return f"{self.kind}:{self.name}"
+
+
+@dataclass(frozen=True)
+class LedgerPage:
+    """One page of ledgers (:meth:`Inspector.page`)."""
+
+    ledgers: list[LedgerView]
+    offset: int
+    limit: int
+    search: str
+    #: How many ledgers match; None when not counted (a search that reaches the runtime keys).
+    total: int | None
+    #: Whether ledgers follow this page.
+    more: bool
 
 
 @dataclass(frozen=True)
@@ -99,6 +171,109 @@ class Released:
     spared: list[HolderView] = field(default_factory=list)
 
 
+# -- where a message is (Inspector.why) ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WhyHold:
+    """One ledger a running message holds."""
+
+    ledger: str
+    #: The capacity in force when it was admitted, the ledger's holds now, and the seconds its
+    #: hold there has left (None: the ledger no longer lists it).
+    capacity: int | None
+    in_use: int
+    seconds_left: float | None
+
+
+@dataclass(frozen=True)
+class WhyKnown:
+    """What every answer about a message a live report knows says: its message, and its process."""
+
+    message_id: str
+    actor: str
+    queue: str
+    host: str
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class WhyRunning(WhyKnown):
+    """The message runs, with its holds."""
+
+    thread: int | None
+    token: str
+    #: Seconds since it was admitted.
+    age: float
+    holds: list[WhyHold]
+    state: str = "running"
+
+
+@dataclass(frozen=True)
+class WhyWaiting(WhyKnown):
+    """The message waits for a slot of ``ledger``: ``state`` is how (``in_line``, ``parked``,
+    ``held_back``). In line (or parked, whose claim is in the line too): at ``place`` of ``of``,
+    behind ``ahead`` (the first claims before it: their messages where reported, else their
+    tokens); ``holders`` hold the ledger's slots."""
+
+    state: str
+    ledger: str
+    #: Seconds it has waited.
+    waited: float
+    token: str
+    place: int | None
+    of: int
+    ahead: list[str]
+    holders: list[HolderView]
+    capacity: int | None
+    in_use: int
+    paused: bool
+
+
+@dataclass(frozen=True)
+class WhyEvent(WhyKnown):
+    """Something that happened to the message lately: by which ``ledger`` ("": no one ledger, the
+    ledger's Redis did not answer), ``ago`` seconds ago, and why."""
+
+    ledger: str
+    ago: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class WhyDeferred(WhyEvent):
+    """The message was deferred: its copy is due in its queue again at ``until`` (Redis clock, s),
+    in ``due_in`` seconds (negative: due since)."""
+
+    until: float
+    due_in: float
+    #: Its queue's depth in the broker, as the newest live report read it.
+    queue_depth: QueueDepth | None = None
+    state: str = "deferred"
+
+
+@dataclass(frozen=True)
+class WhyDropped(WhyEvent):
+    """The message was dropped by its ``on_busy`` policy (acked, never run)."""
+
+    state: str = "dropped"
+
+
+@dataclass(frozen=True)
+class WhyUnknown:
+    """No ledger and no live report knows the message: not taken by a worker yet (in its queue,
+    ``queues`` gives the depths the reports read), ended long enough ago to be out of the reports'
+    rings, or never sent."""
+
+    message_id: str
+    queues: dict[str, QueueDepth] = field(default_factory=dict)
+    state: str = "unknown"
+
+
+#: What :meth:`Inspector.why` answers.
+Why = WhyRunning | WhyWaiting | WhyDeferred | WhyDropped | WhyUnknown
+
+
 def _token_parts(token: str) -> tuple[str, int | None, int | None]:
     """``(host, pid, thread)`` of a claim token ``<host>:<pid>:<thread>:<n>``."""
     parts = token.rsplit(":", 3)
@@ -106,6 +281,17 @@ def _token_parts(token: str) -> tuple[str, int | None, int | None]:
         return token, None, None
     host, pid, thread, _ = parts
     return host, int(pid) if pid.isdigit() else None, int(thread) if thread.isdigit() else None
+
+
+def _process_parts(process: str) -> tuple[str, int | None]:
+    """``(host, pid)`` of ``<host>:<pid>``."""
+    host, _, pid = process.rpartition(":")
+    return (host, int(pid)) if pid.isdigit() else (process, None)
+
+
+def _seconds(now: float, at_ms: int) -> float:
+    """Seconds from ``at_ms`` (Redis clock) to ``now`` (s), never below 0."""
+    return round(max(0.0, now - at_ms / 1000), 3)
 
 
 class Inspector:
@@ -148,14 +334,13 @@ class Inspector:
     # -- reading ----------------------------------------------------------------------
 
     def processes(self) -> dict[str, ProcessReport]:
-        """Every live process report, by ``<host>:<pid>``."""
-        pattern = self.keys.process_pattern()
-        # On a cluster, SCAN goes to every primary: the reports live on the prefix's slot, and
-        # a slot being migrated has keys on two nodes.
+        """Every live process report, by ``<host>:<pid>``: the index of reports, then the reports
+        it names (two round trips; no SCAN)."""
         with self.ledger._translated("status"):
-            found = sorted({_text(k) for k in self.client.scan_iter(match=pattern, count=500)})
-            if not found:
+            listed = sorted({_text(p) for p in self.client.zrange(self.keys.reports(), 0, -1)})
+            if not listed:
                 return {}
+            found = [self.keys.process(p) for p in listed]
             values = (
                 [self.client.get(k) for k in found] if _is_cluster(self.client) else self.client.mget(found)
             )
@@ -171,52 +356,64 @@ class Inspector:
     ) -> list[LedgerView]:
         """Views of the given ledger keys, or of every ledger under the prefix, queues first.
 
-        ``reports``: the process reports, when the caller has just read them.
+        Every ledger: what SCAN finds, and every ledger with a control or a waiting message
+        reported (a paused ledger is shown, holding or not). ``reports``: the process reports,
+        when the caller has just read them.
         """
         reports = self.processes() if reports is None else reports
         controls = self.controls.read()
         if names is not None:
             keys = sorted(set(names))
-        else:  # a paused or overridden ledger is shown, holding or not
-            keys = sorted({*self.ledger.ledgers(), *(k for k in controls if self.keys.parse(k) is not None)})
-        now = self._now() if keys else 0.0  # one clock reading for every age on the page
-        views = [self._view(key, reports, now, controls.get(key, Control())) for key in keys]
+        else:
+            reported = {wait.ledger for r in reports.values() for wait in r.waits}
+            keys = sorted(
+                k for k in {*self.ledger.ledgers(), *controls, *reported} if self.keys.parse(k) is not None
+            )
+        views = self._views(keys, reports, controls)
         return sorted(views, key=lambda v: (v.kind != "queue", v.name))
 
+    def _views(
+        self, keys: Sequence[str], reports: Mapping[str, ProcessReport], controls: Mapping[str, Control]
+    ) -> list[LedgerView]:
+        """The views of ``keys``, in their order: one round trip for all their holders and lines (and
+        one for the clock)."""
+        for ledger in keys:
+            if self.keys.parse(ledger) is None:
+                raise ArgumentError(f"not a ledger under prefix {self.keys.prefix!r}: {ledger!r}")
+        if not keys:
+            return []
+        read = self.ledger.survey(keys)
+        now = self._now()  # one clock reading for every age on the page
+        facts = _Facts(reports)
+        return [
+            self._view(ledger, *read[ledger], facts, now, controls.get(ledger, Control())) for ledger in keys
+        ]
+
     def _view(
-        self, ledger: str, reports: Mapping[str, ProcessReport], now: float, control: Control
+        self,
+        ledger: str,
+        found: list[Holder],
+        line: int,
+        facts: _Facts,
+        now: float,
+        control: Control,
     ) -> LedgerView:
         parsed = self.keys.parse(ledger)
-        if parsed is None:
-            raise ArgumentError(f"not a ledger under prefix {self.keys.prefix!r}: {ledger!r}")
+        assert parsed is not None  # checked by _views
         kind, name = parsed
-        holds = {h.token: (r, h) for r in reports.values() for h in r.holds if ledger in h.ledgers}
-        holders = []
-        for holder in self.ledger.holders(ledger):
-            host, pid, thread = _token_parts(holder.token)
-            report, hold = holds.get(holder.token, (None, None))
-            alive = report is not None or process_part(holder.token) in reports
-            holders.append(
-                HolderView(
-                    token=holder.token,
-                    host=host,
-                    pid=pid,
-                    thread=thread,
-                    seconds_left=holder.seconds_left,
-                    age=round(now - hold.since, 3) if hold is not None else None,
-                    actor=hold.actor if hold is not None else None,
-                    label=hold.label if hold is not None else None,
-                    process_alive=alive,
-                )
-            )
-        declared = self._capacity(ledger, reports)
+        holders = [facts.holder(holder, ledger, now) for holder in found]
+        waits = facts.waits_on(ledger, now)
+        capacities = facts.capacities(ledger)
+        declared = max(capacities) if capacities else None
+        if kind == "queue":
+            declared = facts.declared(ledger) or declared
         return LedgerView(
             ledger=ledger,
             kind=kind,
             name=name,
             capacity=control.capacity if control.capacity is not None else declared,
             in_use=len(holders),
-            waiting=self._waiting(ledger),
+            waiting=line,
             holders=holders,
             declared=declared,
             override=control.capacity,
@@ -225,18 +422,14 @@ class Inspector:
             override_provenance=control.override_provenance,
             pause_provenance=control.pause_provenance,
             read_at=now,
+            in_line=sum(1 for w in waits if w.how == IN_LINE),
+            parked=sum(1 for w in waits if w.how == PARKED),
+            held_back=sum(1 for w in waits if w.how == HELD_BACK),
+            oldest_wait=max((w.waited for w in waits), default=None),
+            waits=waits,
+            capacities=tuple(sorted(capacities)),
+            queue_depth=facts.depth(name) if kind == "queue" else None,
         )
-
-    @staticmethod
-    def _capacity(ledger: str, reports: Mapping[str, ProcessReport]) -> int | None:
-        """The capacity live processes declare for ``ledger`` (the largest, if they disagree)."""
-        seen = [r.capacities[ledger] for r in reports.values() if ledger in r.capacities]
-        seen += [h.ledgers[ledger] for r in reports.values() for h in r.holds if ledger in h.ledgers]
-        return max(seen) if seen else None
-
-    def _waiting(self, ledger: str) -> int:
-        with self.ledger._translated("status"):
-            return int(self.client.zcard(self.keys.line(ledger)))
 
     def _now(self) -> float:
         """The Redis server's clock (s): every age is measured against one clock."""
@@ -248,6 +441,180 @@ class Inspector:
             else:
                 seconds, micros = self.client.time()
         return int(seconds) + int(micros) / 1e6
+
+    # -- a page of ledgers --------------------------------------------------------------
+
+    def page(self, offset: int = 0, limit: int = 50, search: str = "") -> LedgerPage:
+        """A page of the ledgers under the prefix: queue ledgers first, by name, then runtime keys
+        by digest; ``search`` keeps those whose queue name or digest starts with it
+        (``queue:<start>`` or ``key:<start>`` for one kind only).
+
+        The ledgers are those a live process's report named in the last ``hold_ttl`` and a beat
+        (so a dead holder's ledger is listed until its holds expire; one that holds nothing any
+        more shows in use 0 until then), and those with a control. Its cost does not grow with the
+        number of ledgers: the index of ledgers is read in name order from ``offset``, the queues
+        and the controls (an operator's few) in full, then the page's holders and lines in one
+        round trip; the live reports too, whose number is that of the worker processes.
+        """
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ArgumentError(f"page(offset=...) must be an int >= 0, got {offset!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise ArgumentError(f"page(limit=...) must be an int from 1 to {MAX_PAGE}, got {limit!r}")
+        if not isinstance(search, str):
+            raise ArgumentError(f"page(search=...) must be a str, got {search!r}")
+        term = search.strip()
+        kinds: tuple[str, ...] = ("queue", "key")
+        for kind in ("queue", "key"):
+            if term.startswith(f"{kind}:"):
+                kinds, term = (kind,), term[len(kind) + 1 :]
+        reports = self.processes()
+        controls = self.controls.read()
+        names = self.keys.listed_names()
+        controlled = sorted(short for short in map(self.keys.short, controls) if ":" in short)
+        with self.ledger._translated("status"):
+            # The queues (a deployment's few) and the controls (an operator's few) in full.
+            listed_queues = {_text(q) for q in self._lex(names, "queue:")}
+            queues = sorted(
+                q
+                for q in listed_queues | {c for c in controlled if c.startswith("queue:")}
+                if "queue" in kinds and q.startswith(f"queue:{term}")
+            )
+            # A controlled key the index lists has its place among the keys; the others go first.
+            keys_first = [c for c in controlled if "key" in kinds and c.startswith(f"key:{term}")]
+            if keys_first:
+                pipe = self.client.pipeline(transaction=False)
+                for short in keys_first:
+                    pipe.zscore(names, short)
+                keys_first = [k for k, score in zip(keys_first, pipe.execute(), strict=True) if score is None]
+            pinned = [*queues, *keys_first]
+            rows = pinned[offset : offset + limit]
+            more = offset + limit < len(pinned)
+            total: int | None = len(pinned)
+            if "key" in kinds and (not term or _is_hex(term)):
+                # Then the runtime keys the index lists, from where the page starts among them.
+                skip, want = max(0, offset - len(pinned)), limit - len(rows)
+                if term:
+                    found = [_text(k) for k in self._lex(names, f"key:{term}", skip, want + 1)]
+                    total = None
+                else:
+                    # Every key sorts before every queue ("key:" < "queue:"): read by rank.
+                    found = [_text(k) for k in self.client.zrange(names, skip, skip + want)]
+                    found = [k for k in found if k.startswith("key:")]
+                    total = len(pinned) + max(0, int(self.client.zcard(names)) - len(listed_queues))
+                more = more or len(found) > want
+                rows += found[:want]
+        ledgers = [k for k in (self.keys.from_short(short) for short in rows) if k is not None]
+        return LedgerPage(
+            ledgers=self._views(ledgers, reports, controls),
+            offset=offset,
+            limit=limit,
+            search=search,
+            total=total,
+            more=more,
+        )
+
+    def _lex(self, key: str, start: str, offset: int | None = None, count: int | None = None) -> list[bytes]:
+        """The members of the lexicographic index ``key`` that start with ``start`` (``ZRANGE BYLEX``,
+        from ``offset``, at most ``count``)."""
+        head = start.encode("utf-8")
+        found: Any = self.client.zrange(
+            key, b"[" + head, b"(" + head + b"\xff", bylex=True, offset=offset, num=count
+        )
+        return list(found)
+
+    # -- where one message is --------------------------------------------------------------
+
+    def why(self, message_id: str) -> Why:
+        """Where message ``message_id`` is, from the ledgers and the live process reports: running
+        (with its holds), waiting (in line, parked or held back, on which ledger, at which place,
+        behind whom), deferred (until when), dropped, or unknown (docs/operations.md)."""
+        if not isinstance(message_id, str) or not message_id:
+            raise ArgumentError(f"why(message_id=...) must be a non-empty str, got {message_id!r}")
+        reports = self.processes()
+        facts = _Facts(reports)
+        running = [(r, h) for r in reports.values() for h in r.holds if h.message_id == message_id]
+        if running:
+            return self._running(*running[0])
+        waiting = [(r, w) for r in reports.values() for w in r.waits if w.message_id == message_id]
+        if waiting:
+            return self._waiting(*waiting[0], facts)
+        now = self._now()
+        events = [
+            (event.at_ms, kind, r, event)
+            for r in reports.values()
+            for kind, found in (("deferred", r.deferred), ("dropped", r.dropped))
+            for event in found
+            if event.message_id == message_id
+        ]
+        if not events:
+            return WhyUnknown(message_id, queues=facts.depths)
+        _, kind, report, event = max(events, key=lambda e: e[0])
+        host, pid = _process_parts(report.process)
+        about: dict[str, Any] = {
+            "message_id": message_id,
+            "actor": event.actor,
+            "queue": event.queue,
+            "host": host,
+            "pid": pid,
+            "ledger": self.keys.short(event.ledger) if event.ledger else "",
+            "ago": _seconds(now, event.at_ms),
+            "reason": event.reason,
+        }
+        if kind == "dropped":
+            return WhyDropped(**about)
+        return WhyDeferred(
+            **about,
+            until=event.until_ms / 1000,
+            due_in=round(event.until_ms / 1000 - now, 3),
+            queue_depth=facts.depth(event.queue),
+        )
+
+    def _running(self, report: ProcessReport, hold: ReportedHold) -> WhyRunning:
+        read = self.ledger.survey(sorted(hold.ledgers))
+        now = self._now()
+        host, pid, thread = _token_parts(hold.token)
+        holds = []
+        for ledger, capacity in sorted(hold.ledgers.items()):
+            holders = read[ledger][0]
+            left = next((h.seconds_left for h in holders if h.token == hold.token), None)
+            holds.append(WhyHold(self.keys.short(ledger), capacity, len(holders), left))
+        return WhyRunning(
+            message_id=hold.message_id,
+            actor=hold.actor,
+            queue=hold.queue,
+            host=host,
+            pid=pid,
+            thread=thread,
+            token=hold.token,
+            age=_seconds(now, hold.since_ms),
+            holds=holds,
+        )
+
+    def _waiting(self, report: ProcessReport, wait: ReportedWait, facts: _Facts) -> WhyWaiting:
+        ledger = wait.ledger
+        where = self.ledger.place(ledger, wait.token, ahead=AHEAD) if wait.token else None
+        view = self._views([ledger], facts.reports, self.controls.read())[0]
+        now = self._now()
+        host, pid = _process_parts(report.process)
+        place, of, first = where if where is not None else (None, view.waiting, [])
+        return WhyWaiting(
+            message_id=wait.message_id,
+            actor=wait.actor,
+            queue=wait.queue,
+            host=host,
+            pid=pid,
+            state=wait.how,
+            ledger=self.keys.short(ledger),
+            waited=_seconds(now, wait.since_ms),
+            token=wait.token,
+            place=place,
+            of=of,
+            ahead=[facts.label_of(token) for token in first],
+            holders=view.holders,
+            capacity=view.capacity,
+            in_use=view.in_use,
+            paused=view.paused,
+        )
 
     # -- releasing by hand -----------------------------------------------------------------
 
@@ -280,6 +647,91 @@ class Inspector:
         return released
 
 
+class _Facts:
+    """What the live reports say, indexed for the views of one reading."""
+
+    def __init__(self, reports: Mapping[str, ProcessReport]) -> None:
+        self.reports = reports
+        self._holds = {h.token: (r, h) for r in reports.values() for h in r.holds}
+        #: What each ledger's reported holds declare there.
+        self._declared: dict[str, set[int]] = {}
+        for _, hold in self._holds.values():
+            for ledger, capacity in (hold.declared or hold.ledgers).items():
+                self._declared.setdefault(ledger, set()).add(capacity)
+        self._waits: dict[str, list[tuple[ProcessReport, ReportedWait]]] = {}
+        for report in reports.values():
+            for wait in report.waits:
+                self._waits.setdefault(wait.ledger, []).append((report, wait))
+        #: The newest depth each queue was read with, by queue name.
+        self.depths: dict[str, QueueDepth] = {}
+        for report in reports.values():
+            for queue, depth in report.queues.items():
+                if queue not in self.depths or depth.at_ms > self.depths[queue].at_ms:
+                    self.depths[queue] = depth
+
+    def holder(self, holder: Holder, ledger: str, now: float) -> HolderView:
+        host, pid, thread = _token_parts(holder.token)
+        report, hold = self._holds.get(holder.token, (None, None))
+        alive = report is not None or process_part(holder.token) in self.reports
+        return HolderView(
+            token=holder.token,
+            host=host,
+            pid=pid,
+            thread=thread,
+            seconds_left=holder.seconds_left,
+            age=_seconds(now, hold.since_ms) if hold is not None else None,
+            actor=hold.actor if hold is not None else None,
+            label=hold.label if hold is not None else None,
+            process_alive=alive,
+            message_id=(hold.message_id or None) if hold is not None else None,
+            queue=(hold.queue or None) if hold is not None else None,
+            capacity=hold.ledgers.get(ledger) if hold is not None else None,
+        )
+
+    def waits_on(self, ledger: str, now: float) -> list[WaitView]:
+        views = []
+        for report, wait in self._waits.get(ledger, []):
+            host, pid = _process_parts(report.process)
+            views.append(
+                WaitView(
+                    wait.message_id,
+                    wait.actor,
+                    wait.queue,
+                    wait.how,
+                    host,
+                    pid,
+                    _seconds(now, wait.since_ms),
+                    wait.token,
+                    wait.capacity,
+                )
+            )
+        return sorted(views, key=lambda w: -w.waited)
+
+    def capacities(self, ledger: str) -> set[int]:
+        """The capacities the reported holds of ``ledger`` and its waiting messages declare (their
+        tiers, whatever an override made of them)."""
+        found = set(self._declared.get(ledger, ()))
+        found |= {w.capacity for _, w in self._waits.get(ledger, []) if w.capacity}
+        return found
+
+    def declared(self, ledger: str) -> int | None:
+        """The capacity live processes declare for a queue ledger (the largest, if they disagree)."""
+        seen = [r.capacities[ledger] for r in self.reports.values() if ledger in r.capacities]
+        return max(seen) if seen else None
+
+    def depth(self, queue: str) -> QueueDepth | None:
+        return self.depths.get(queue)
+
+    def label_of(self, token: str) -> str:
+        """The message of a claim in line, where its process reports it (else its token)."""
+        report = self.reports.get(process_part(token))
+        if report is not None:
+            for wait in report.waits:
+                if wait.token == token:
+                    return f"{wait.actor}({wait.message_id})"
+        return token
+
+
 def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdef" for c in text)
 
@@ -302,12 +754,27 @@ def age_text(seconds: float | None) -> str:
 
 
 __all__ = [
+    "MAX_PAGE",
     "REPORT_VERSION",
     "HolderView",
     "Inspector",
+    "LedgerPage",
     "LedgerView",
     "ProcessReport",
+    "QueueDepth",
     "Released",
+    "ReportedEvent",
     "ReportedHold",
+    "ReportedWait",
+    "WaitView",
+    "Why",
+    "WhyDeferred",
+    "WhyDropped",
+    "WhyEvent",
+    "WhyHold",
+    "WhyKnown",
+    "WhyRunning",
+    "WhyUnknown",
+    "WhyWaiting",
     "age_text",
 ]

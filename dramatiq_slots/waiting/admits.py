@@ -47,6 +47,25 @@ class Request:
     #: message's ``on_busy`` (message > actor > "wait") on its runtime keys, 0 (wait) on its
     #: queue; empty when it waits everywhere.
     busy: tuple[int, ...] = ()
+    #: The message's id and queue (for reports).
+    message_id: str = ""
+    queue: str = ""
+
+    def hold(self, token: str) -> Hold:
+        """The claim ``token`` of this message: its hold-to-be."""
+        return Hold(
+            token,
+            self.limits,
+            self.label,
+            self.strict,
+            self.actor,
+            message_id=self.message_id,
+            queue=self.queue,
+        )
+
+    def capacity_on(self, ledger: str | None) -> int:
+        """The capacity this message asks for on ``ledger`` (0: not one of its limits)."""
+        return next((limit.capacity for limit in self.limits if limit.ledger == ledger), 0)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ from dramatiq.middleware import Interrupt
 
 from .. import borrowed
 from ..ledger.replies import Line
+from ..ledger.reports import HELD_BACK, PARKED
 from ..worker.claims import Hold
+from ..worker.waits import Wait
 from ..worker.wakeups import Waiter
 from .admits import Admits, Dropped, InLine, Refused, Request
 from .held_back import HeldBack, HoldingBack
@@ -105,6 +107,9 @@ class Gate:
             if isinstance(answer, Dropped):
                 # The worker thread takes it, and before_process_message drops it (acked, never run).
                 self.process.drop_later(id(message), answer.reason)
+                self.process.dropped(
+                    request.message_id, request.actor, request.queue, answer.refused_by or "", answer.reason
+                )
                 return True
             taken_from = self.prefetch.unfetch(message, answer.refused_by)
             if isinstance(answer, Refused):
@@ -236,3 +241,36 @@ class Gate:
 
     def _count(self, entry: HeldBack, count: int) -> None:
         count_waiting(self.process.metrics, entry.request, entry.refused_by, count)
+        self.process.changed()
+
+    # -- the report -----------------------------------------------------------
+
+    def waits(self) -> list[Wait]:
+        """This worker's parked and held-back messages, for the process report."""
+        found = [
+            Wait(
+                t.request.message_id,
+                t.request.actor,
+                t.request.queue,
+                t.refused_by or "",
+                PARKED,
+                t.since,
+                t.hold.token,
+                t.request.capacity_on(t.refused_by),
+            )
+            for t in self.parking.tickets()
+        ]
+        found += [
+            Wait(
+                e.request.message_id,
+                e.request.actor,
+                e.request.queue,
+                e.refused_by or "",
+                HELD_BACK,
+                e.since,
+                "",
+                e.request.capacity_on(e.refused_by),
+            )
+            for e in self.holding.entries()
+        ]
+        return found

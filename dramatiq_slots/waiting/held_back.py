@@ -103,6 +103,11 @@ class HoldingBack:
                 self._held_back.remove(entry)
         return expired
 
+    def entries(self) -> list[HeldBack]:
+        """The held-back messages now (for the report)."""
+        with self._lock:
+            return list(self._held_back)
+
     def take_all(self) -> list[HeldBack]:
         """Every held-back message, none held back any more (worker shutdown)."""
         with self._lock:

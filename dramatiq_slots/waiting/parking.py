@@ -54,6 +54,8 @@ class Ticket:
     #: Woken (or due) while the thread was asking for it: ask again.
     due: bool = False
     asking: bool = False
+    #: When it was parked (the clock's monotonic s).
+    since: float = 0.0
 
 
 def count_waiting(metrics: Metrics, request: Request, refused_by: str | None, count: int) -> None:
@@ -145,6 +147,7 @@ class Parking:
             pause=REASK_S,
             refused_by=refused_by,
             taken_from=taken_from,
+            since=now,
         )
         with self._lock:
             self._tickets[waiter] = ticket
@@ -154,6 +157,7 @@ class Parking:
             self._count(ticket, 1)
         self.ensure_thread()
         self._poke.set()  # the thread's next ask is this one's, or sooner
+        self.process.changed()
         if waiter.event.is_set():  # woken before it was on record here
             self._woken(waiter)
         return ticket
@@ -181,7 +185,7 @@ class Parking:
 
     def _admitted(self, ticket: Ticket, answer: Answer) -> None:
         written_at = answer.written_at
-        ticket.hold = ticket.hold.fenced(answer.entered.fences)
+        ticket.hold = ticket.hold.fenced(answer.entered.fences, answer.entered.capacities)
         self.process.wakeups.stop_expecting(ticket.hold.token)
         self.process.registry.add(ticket.hold, written_at=written_at)
         self.process.heartbeat.ensure_started()
@@ -196,10 +200,12 @@ class Parking:
         return gone
 
     def _count(self, ticket: Ticket, count: int) -> None:
-        """The per-ledger counts, and the parked-messages gauge."""
+        """The per-ledger counts, and the parked-messages gauge (and the report, soon)."""
         with self._lock:
             self._per_ledger.update({limit.ledger: count for limit in ticket.request.limits})
         count_waiting(self.process.metrics, ticket.request, ticket.refused_by, count)
+        if count < 0:
+            self.process.changed()
 
     # -- asking again -------------------------------------------------------
 

@@ -87,10 +87,21 @@ class Hold:
     actor: str = ""
     #: Its fencing token on each of its ledgers, once admitted (docs/design.md, "Fencing tokens").
     fences: tuple[int, ...] = ()
+    #: Its message's id and queue (for reports).
+    message_id: str = ""
+    queue: str = ""
+    #: The capacity in force on each of its ledgers when it was admitted (an operator's override,
+    #: else its limit's), where the admission said; empty when it did not (a handed slot).
+    capacities: tuple[int, ...] = ()
 
-    def fenced(self, fences: Sequence[int]) -> Hold:
-        """This hold with these fencing tokens (one per limit; none given: as it is)."""
-        return replace(self, fences=tuple(fences)) if fences else self
+    def fenced(self, fences: Sequence[int], capacities: Sequence[int] = ()) -> Hold:
+        """This hold with these fencing tokens and capacities in force (one per limit; none given:
+        as it is)."""
+        if not fences and not capacities:
+            return self
+        return replace(
+            self, fences=tuple(fences) or self.fences, capacities=tuple(capacities) or self.capacities
+        )
 
     @property
     def ledgers(self) -> tuple[str, ...]:
@@ -130,7 +141,7 @@ class HoldRegistry:
         self._doubts: dict[str, tuple[Hold, int]] = {}
         #: When each hold's expiry was last written (monotonic s), where known.
         self._written: dict[str, float] = {}
-        #: When each hold was taken (wall clock s), for reports.
+        #: When each hold was taken (:attr:`monotonic` s), for reports.
         self._since: dict[str, float] = {}
         # A lock held by another thread at fork time would stay held forever
         # in the child: give the child a fresh one (weakly, so a registry can die).
@@ -165,7 +176,9 @@ class HoldRegistry:
         with self._lock:
             self._check_fork()
             self._owed.pop(hold.token, None)
-            self._since.setdefault(hold.token, time.time())
+            if hold.token not in self._held or hold.token not in self._since:
+                # Admitted now (a lingering hold reused by a new message too); again: as it was.
+                self._since[hold.token] = self.monotonic()
             if written_at is not None:
                 self._written[hold.token] = written_at
             self._held[hold.token] = hold
@@ -318,10 +331,10 @@ class HoldRegistry:
             return [hold for hold, _ in self._doubts.values()]
 
     def held_since(self) -> list[tuple[Hold, float]]:
-        """Every hold with when it was taken (wall clock s), for a process report."""
+        """Every hold with when it was taken (:attr:`monotonic` s), for a process report."""
         with self._lock:
             self._check_fork()
-            now = time.time()
+            now = self.monotonic()
             return [
                 (hold, self._since.get(token, now))
                 for token, hold in self._held.items()
@@ -329,7 +342,7 @@ class HoldRegistry:
             ]
 
     def since(self, token: str) -> float | None:
-        """When a hold was taken (wall clock s), if it is on record."""
+        """When a hold was taken (:attr:`monotonic` s), if it is on record."""
         with self._lock:
             self._check_fork()
             return self._since.get(token)

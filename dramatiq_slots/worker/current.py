@@ -7,7 +7,6 @@ Public (``dramatiq_slots.current_hold``): a job reads its fencing tokens there (
 
 from __future__ import annotations
 
-import time
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,7 +31,7 @@ class CurrentHold:
     #: The hold's ledgers (keys), and its fencing token on each.
     ledgers: tuple[str, ...]
     fences: dict[str, int]
-    #: Seconds since it was admitted (this process's wall clock).
+    #: Seconds since it was admitted (this process's monotonic clock).
     age: float
 
     @property
@@ -53,6 +52,6 @@ def current_hold() -> CurrentHold | None:
                 token=hold.token,
                 ledgers=hold.ledgers,
                 fences=dict(zip(hold.ledgers, hold.fences, strict=False)),
-                age=0.0 if since is None else max(0.0, time.time() - since),
+                age=0.0 if since is None else max(0.0, process.registry.monotonic() - since),
             )
     return None

@@ -21,11 +21,13 @@ beat fails and the hold's expiry was written ``hold_ttl - beat_interval`` ago
 or more (the next beat may come too late), or when that is not known.
 
 Every beat also writes the process's report for ``dramatiq-slots status``
-(:mod:`dramatiq_slots.ops.inspection`), holding or not, and says which capacities
-the process declares, which answers the operators' controls and what other live
-processes declare (``declare.lua``, :mod:`dramatiq_slots.ledger.controls`): alone they
-are one ``SET`` and one script, in one round trip. :meth:`Heartbeat.poke` makes
-the thread beat at once (an operator changed a control).
+(:mod:`dramatiq_slots.ops.inspection`), holding or not, with the indexes that list it
+(``report.lua``), and says which capacities the process declares, which answers the
+operators' controls and what other live processes declare (``declare.lua``,
+:mod:`dramatiq_slots.ledger.controls`): alone they are two scripts, in one round trip.
+:meth:`Heartbeat.poke` makes the thread beat at once (an operator changed a control);
+:meth:`Heartbeat.report_soon` makes it write the report alone soon (what the process holds or
+keeps waiting changed), at most once per :data:`REPORT_GAP_S` between beats.
 It lives :data:`REPORT_BEATS` beat intervals, so a live process's report is
 always there and a dead one's is gone within about two beats (the reasoning is
 in docs/design.md, "Heartbeat").
@@ -53,6 +55,7 @@ from dataclasses import dataclass, field
 from ..errors import ArgumentError, LedgerError, LedgerUnavailable
 from ..ledger.ledger import Ledger
 from ..ledger.replies import Beaten, Declared, Handoff, Limit, Member
+from ..ledger.reports import ReportWrite
 from .claims import Hold, HoldRegistry, this_process
 from .metrics import Metrics
 
@@ -66,6 +69,11 @@ _WARN_EVERY = 10
 REPORT_BEATS = 2.5
 #: The name of the heartbeat thread (one per process).
 HEARTBEAT_THREAD = "dramatiq-slots-heartbeat"
+
+#: Between beats, a changed report is written at most once per this many seconds (the first
+#: change after a quiet spell at once, the next ones together), so ``status`` shows a hold's
+#: message and age within this of its admission (docs/design.md, "Heartbeat").
+REPORT_GAP_S = 0.5
 
 
 @dataclass
@@ -94,8 +102,9 @@ class Heartbeat:
       beat_interval: milliseconds between beats (< hold_ttl).
       on_lost: called with a strict hold that is lost (or may lapse) and
         cannot be taken back within capacity, and the reason; stops its job.
-      report: gives the process's report, ``(key, text)``, written with every
-        beat, holding or not, expiring after :attr:`report_ttl` (see
+      report: gives the process's report (a :class:`~dramatiq_slots.ledger.reports.ReportWrite`,
+        or ``(key, text)``), written with every beat, holding or not, and when
+        :meth:`report_soon` asks, expiring after :attr:`report_ttl` (see
         :mod:`dramatiq_slots.ops.inspection`).
       declared: gives the capacities this process declares, sent with every beat;
         ``on_declared`` is called with what the ledger answered, and them.
@@ -111,7 +120,7 @@ class Heartbeat:
         beat_interval: int,
         on_lost: Callable[[Hold, str], None] | None = None,
         on_handed: Callable[[Sequence[Handoff], float], None] | None = None,
-        report: Callable[[], tuple[str, str]] | None = None,
+        report: Callable[[], ReportWrite | tuple[str, str]] | None = None,
         metrics: Metrics | None = None,
         declared: Callable[[], Sequence[Limit]] | None = None,
         on_declared: Callable[[Declared, Sequence[Limit]], None] | None = None,
@@ -137,6 +146,15 @@ class Heartbeat:
         self.refused: dict[str, str] = {}
         #: Milliseconds a report lives after it was written: :data:`REPORT_BEATS` beats.
         self.report_ttl = int(beat_interval * REPORT_BEATS)
+        #: Milliseconds the ledgers a report names stay listed: as long as a hold it names may
+        #: live after its process died, and a beat more.
+        self.listed_ttl = hold_ttl + beat_interval
+        #: When (time.monotonic) a report was last written, and when the next one is due between
+        #: beats (None: none is; see :meth:`report_soon`).
+        self._reported_at = float("-inf")
+        self._report_due: float | None = None
+        self._due_lock = threading.Lock()
+        self._poked = False
         self.metrics = metrics if metrics is not None else Metrics()
         self._report_warned = False
         self._lock = threading.Lock()
@@ -150,6 +168,8 @@ class Heartbeat:
         #: Counters, for tests and metrics.
         self.beats = 0
         self.failed_beats = 0
+        #: Reports written alone, between beats (:meth:`report_soon`).
+        self.report_writes = 0
 
     # -- one beat ---------------------------------------------------------
 
@@ -164,8 +184,9 @@ class Heartbeat:
         report = BeatReport()
         held, owed = self.registry.snapshot()
         waiting = self.registry.in_doubt()
-        written: tuple[str, str] | None = None
+        written: ReportWrite | tuple[str, str] | None = None
         if self.report is not None:
+            self._report_made()
             try:
                 written = self.report()
             except Exception:  # a report is for people; the beat is for the holds
@@ -187,8 +208,11 @@ class Heartbeat:
         self.beats += 1
         self._refusals(lost.refused, held)
         redis_ms = lost.redis_ms or (lost.declared.redis_ms if lost.declared is not None else None)
+        redis_ms = redis_ms or lost.reported_ms
         if redis_ms is not None:
             self._redis_clock = (redis_ms, sent)
+        if written is not None:
+            self._reported_at = time.monotonic()
         if lost.handoffs and self.on_handed is not None:
             self.on_handed(lost.handoffs, sent)
         if lost.declared is not None and self.on_declared is not None and declare is not None:
@@ -240,7 +264,7 @@ class Heartbeat:
         refresh: Sequence[Member],
         release: Sequence[Member],
         lines: Sequence[Limit],
-        written: tuple[str, str] | None,
+        written: ReportWrite | tuple[str, str] | None,
         declare: Sequence[Limit] | None,
     ) -> Beaten:
         """One beat's calls: one round trip, plus one per ledger Redis refuses.
@@ -297,7 +321,7 @@ class Heartbeat:
         refresh: Sequence[Member],
         release: Sequence[Member],
         lines: Sequence[Limit],
-        written: tuple[str, str] | None,
+        written: ReportWrite | tuple[str, str] | None,
         declare: Sequence[Limit] | None,
     ) -> Beaten:
         return self.ledger.beat(
@@ -306,6 +330,7 @@ class Heartbeat:
             ttl_ms=self.hold_ttl,
             report=written,
             report_ttl_ms=self.report_ttl,
+            listed_ttl_ms=self.listed_ttl,
             lines=lines,
             own_process=this_process() if lines else "",
             declare=declare,
@@ -334,6 +359,14 @@ class Heartbeat:
         self.refused = {
             ledger: error for ledger, error in {**self.refused, **refused}.items() if ledger in refused
         }
+
+    def redis_ms(self, at: float) -> int | None:
+        """The Redis clock (ms) at ``at`` (:attr:`HoldRegistry.monotonic` s), as the last call that
+        read it tells (as if it read it when it was sent); None before any did."""
+        if self._redis_clock is None:
+            return None
+        redis_ms, sent = self._redis_clock
+        return int(redis_ms + (at - sent) * 1000)
 
     def written_at(self, expiry_ms: int) -> float | None:
         """When (monotonic) a hold expiring at ``expiry_ms`` by the Redis clock was written, at the
@@ -472,10 +505,19 @@ class Heartbeat:
         interval = self.beat_interval / 1000
         due = time.monotonic() + (0.0 if beat_first else interval)
         while True:
-            poked = self._wake.wait(max(0.0, due - time.monotonic()))
+            report_due = self._report_due
+            until = due if report_due is None else min(due, report_due)
+            self._wake.wait(max(0.0, until - time.monotonic()))
             self._wake.clear()
             if self._stop.is_set():
                 return
+            poked, self._poked = self._poked, False
+            if not poked and time.monotonic() < due:
+                # Woken before the beat: a report may be due (report_soon).
+                report_due = self._report_due
+                if report_due is not None and time.monotonic() >= report_due:
+                    self._write_report()
+                continue
             try:
                 self.tick()
             except Exception:  # never let the thread die: holds would age out under running jobs
@@ -494,7 +536,49 @@ class Heartbeat:
 
     def poke(self) -> None:
         """Beat at once, in the thread (no-op when it is not running): a control changed."""
+        self._poked = True
         self._wake.set()
+
+    def report_soon(self) -> None:
+        """What the report says changed (a hold taken or ended, a message parked...): the thread
+        writes the report alone soon, at once after a quiet spell, else :data:`REPORT_GAP_S` after
+        the last report (changes meanwhile go together). No-op without the thread: its first beat
+        writes the report."""
+        if self.report is None or not self.running:
+            return
+        with self._due_lock:
+            if self._report_due is not None:
+                return  # already due: the thread writes what the report says by then
+            self._report_due = max(time.monotonic(), self._reported_at + REPORT_GAP_S)
+        self._wake.set()
+
+    def _report_made(self) -> None:
+        """A report is being made now: whatever changed so far is in it."""
+        with self._due_lock:
+            self._report_due = None
+
+    def _write_report(self) -> None:
+        """The report alone, between beats (one ``report.lua``, one round trip)."""
+        self._report_made()
+        if self.report is None:
+            return
+        try:
+            written = self.report()
+        except Exception:  # a report is for people; the beat is for the holds
+            logger.exception("Could not build this process's report; the next beat writes it.")
+            return
+        sent = self.registry.monotonic()
+        try:
+            redis_ms = self.ledger.write_report(
+                written, ttl_ms=self.report_ttl, listed_ttl_ms=self.listed_ttl
+            )
+        except LedgerError as e:
+            logger.debug("Could not write this process's report (%s); the next beat writes it.", e)
+            return
+        self._reported_at = time.monotonic()
+        self.report_writes += 1
+        if redis_ms is not None:
+            self._redis_clock = (redis_ms, sent)
 
     def boot(self) -> None:
         """One beat now, in the caller's thread, then the thread (worker boot).
@@ -517,6 +601,8 @@ class Heartbeat:
         from now, or at once with ``beat_first``."""
         if self._pid != os.getpid():
             self._lock = threading.Lock()  # may have been held by another thread at fork time
+            self._due_lock = threading.Lock()
+            self._report_due = None
         with self._lock:
             pid = os.getpid()
             if self._pid != pid:
@@ -530,6 +616,7 @@ class Heartbeat:
             self._stop.clear()
             self._wake.clear()
             self._draining.clear()
+            self._poked = False
             self._thread = threading.Thread(
                 target=self._run, args=(beat_first,), name=HEARTBEAT_THREAD, daemon=True
             )
@@ -561,7 +648,7 @@ class Heartbeat:
         if self.report is None or self.running:
             return
         try:
-            key, _ = self.report()
+            key = self.report()[0]
             self.ledger.remove_report(key)
         except Exception as e:  # the report expires by itself; shutdown goes on
             logger.info(

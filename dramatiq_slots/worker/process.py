@@ -28,6 +28,7 @@ from ..failpoints import reach
 from ..ledger.controls import ControlsSeen
 from ..ledger.ledger import Ledger
 from ..ledger.replies import Declared, Handoff, Limit
+from ..ledger.reports import ReportWrite
 from .claims import Hold, HoldRegistry, process_part, this_process
 from .clock import SYSTEM_CLOCK, Clock
 from .current import track
@@ -37,6 +38,7 @@ from .lingering import LingeringHolds
 from .metrics import Metrics
 from .texts import control_text
 from .waiting_share import WaitingShare
+from .waits import Event, Recent, ThreadWaits
 from .wakeups import Wakeups
 
 logger = logging.getLogger("dramatiq_slots.process")
@@ -61,7 +63,7 @@ class SlotsProcess:
     Parameters:
       settings: the middleware's settings.
       make_ledger: builds the ledger on first use (it needs the broker to find its client).
-      report: this process's report for ``dramatiq-slots status``, ``(key, JSON)``.
+      report: this process's report for ``dramatiq-slots status`` (what ``Heartbeat`` takes).
       clock: what admission and the hold registry read (:mod:`.clock`).
       metrics: where the process and its heartbeat count (no-op by default).
       waiting_share: which threads may wait in line, in the thread (none, until a boot opens it).
@@ -75,7 +77,7 @@ class SlotsProcess:
         settings: ProcessSettings,
         make_ledger: Callable[[], Ledger],
         *,
-        report: Callable[[], tuple[str, str]] | None = None,
+        report: Callable[[], ReportWrite | tuple[str, str]] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         metrics: Metrics | None = None,
         waiting_share: WaitingShare | None = None,
@@ -116,6 +118,10 @@ class SlotsProcess:
         #: The claim token of each running message, and its thread, by ``id(message)``.
         self._running: dict[int, tuple[str, int]] = {}
         self._running_lock = threading.Lock()
+        #: For the report: the claims waiting in line in a worker thread, and the newest
+        #: deferrals, drops and admissions (:mod:`.waits`).
+        self.thread_waits = ThreadWaits()
+        self.recent = Recent()
         track(self)
 
     # -- the parts, made on first use ----------------------------------------
@@ -230,6 +236,28 @@ class SlotsProcess:
         self._settling = settling_ms > 0
         self._settled_once = self._settled_once or not settling_ms
 
+    # -- the report -----------------------------------------------------------
+
+    def changed(self) -> None:
+        """What the process report says changed (a hold, a waiting message): it is written soon
+        (:meth:`~.heartbeat.Heartbeat.report_soon`)."""
+        heartbeat = self._heartbeat
+        if heartbeat is not None:
+            heartbeat.report_soon()
+
+    def deferred(
+        self, message_id: str, actor: str, queue: str, ledger: str, delay_ms: int, reason: str
+    ) -> None:
+        """A message was deferred (its copy is due ``delay_ms`` from now), refused by ``ledger``."""
+        now = self.clock.monotonic()
+        self.recent.deferred(Event(message_id, actor, queue, ledger, now, now + delay_ms / 1000, reason))
+        self.changed()
+
+    def dropped(self, message_id: str, actor: str, queue: str, ledger: str, reason: str) -> None:
+        """A message was dropped by its ``on_busy`` policy, ``ledger``'s key being at capacity."""
+        self.recent.dropped(Event(message_id, actor, queue, ledger, self.clock.monotonic(), reason=reason))
+        self.changed()
+
     # -- a job's hold ---------------------------------------------------------
 
     def running(self, message_key: int, hold: Hold, written_at: float | None) -> None:
@@ -243,6 +271,10 @@ class SlotsProcess:
             self.bodies.bind(hold.token)
         self.metrics.admitted(hold)
         self.heartbeat.ensure_started()
+        self.recent.admitted(
+            Event(hold.message_id, hold.actor, hold.queue, hold.ledgers[0], self.clock.monotonic())
+        )
+        self.changed()
         reach("after-admit")
 
     def held_here(self) -> Hold | None:
@@ -312,6 +344,8 @@ class SlotsProcess:
             ended = self._running.pop(message_key, None) is not None
         if ended and hold is not None:
             self.metrics.finished(hold)
+        if ended:
+            self.changed()
 
     def owe_doubts(self) -> None:
         """Owe a release (leave and withdraw) of each claim this thread was admitting and left
@@ -403,6 +437,7 @@ class SlotsProcess:
         self.interrupted += 1
         self.metrics.finished(hold)
         self.metrics.interrupted(hold)
+        self.changed()
         logger.warning(
             "Job %s %s: %s.",
             hold.label,

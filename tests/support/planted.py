@@ -9,7 +9,13 @@ from __future__ import annotations
 import time
 
 from dramatiq_slots.ledger import Ledger, Limit, Line
-from dramatiq_slots.ledger.reports import ProcessReport, ReportedHold
+from dramatiq_slots.ledger.reports import (
+    ProcessReport,
+    ReportedEvent,
+    ReportedHold,
+    ReportedWait,
+    ReportWrite,
+)
 
 #: The live worker's hold and the dead process's hold that :func:`plant_busy_queue` plants.
 LIVE_TOKEN, DEAD_TOKEN = "web-1:4242:7:1", "gone-host:99:3:1"
@@ -21,10 +27,15 @@ def hold(ledger: Ledger, key: str, token: str, capacity: int = 10) -> None:
 
 
 def report(
-    ledger: Ledger, process: str, *holds: ReportedHold, capacities: dict[str, int] | None = None
+    ledger: Ledger,
+    process: str,
+    *holds: ReportedHold,
+    capacities: dict[str, int] | None = None,
+    waits: list[ReportedWait] | None = None,
+    deferred: list[ReportedEvent] | None = None,
 ) -> None:
     """What a live worker process writes with each beat (see test_inspection.py)."""
-    text = ProcessReport(
+    made = ProcessReport(
         process=process,
         at=time.time(),
         hold_ttl=60_000,
@@ -32,8 +43,18 @@ def report(
         on_lost_hold="reassert",
         capacities=capacities or {},
         holds=list(holds),
-    ).to_json()
-    ledger.client.set(ledger.keys.process(process), text, px=60_000)
+        clock_ms=ms_ago(0),
+        waits=waits or [],
+        deferred=deferred or [],
+    )
+    ledgers = tuple(ledger.keys.short(k) for k in made.ledgers())
+    ledger.write_report(ReportWrite(ledger.keys.process(process), made.to_json(), ledgers), ttl_ms=60_000)
+
+
+def ms_ago(seconds: float) -> int:
+    """The millisecond ``seconds`` ago, as a report says it (the test servers run on this host, so
+    their clock is this one's)."""
+    return int((time.time() - seconds) * 1000)
 
 
 def tokens(ledger: Ledger, key: str) -> set[str]:
@@ -48,6 +69,8 @@ def plant_busy_queue(ledger: Ledger) -> str:
     hold(ledger, emails, LIVE_TOKEN, capacity=2)
     hold(ledger, emails, DEAD_TOKEN, capacity=2)
     assert ledger.enter("web-1:4242:8:2", [Limit(emails, 2)], ttl_ms=60_000, line=Line.JOIN, place=1).in_line
-    taken = ReportedHold(LIVE_TOKEN, "send_email", "send_email(msg-1)", time.time() - 75, {emails: 2})
+    taken = ReportedHold(
+        LIVE_TOKEN, "send_email", "send_email(msg-1)", ms_ago(75), {emails: 2}, "msg-1", "emails"
+    )
     report(ledger, "web-1:4242", taken, capacities={emails: 2})
     return emails

@@ -1,6 +1,6 @@
-"""The ``dramatiq-slots`` command: ``status`` shows the ledgers, ``release`` frees holds by hand,
-``set-capacity``, ``reset-capacity``, ``pause`` and ``resume`` set the operators' controls, ``web``
-serves the operators' page.
+"""The ``dramatiq-slots`` command: ``status`` shows the ledgers, ``why`` where one message is,
+``release`` frees holds by hand, ``set-capacity``, ``reset-capacity``, ``pause`` and ``resume``
+set the operators' controls, ``web`` serves the operators' page.
 
 ::
 
@@ -8,6 +8,7 @@ serves the operators' page.
     dramatiq-slots status --watch                 # redrawn every 2 s until Ctrl-C
     dramatiq-slots status --json                  # one JSON document
     dramatiq-slots status --key sync:42           # the ledger of one runtime key
+    dramatiq-slots why MESSAGE_ID                 # where one message is, and why it waits
     dramatiq-slots release queue:emails TOKEN     # asks first; --yes does not
     dramatiq-slots release queue:emails --all
     dramatiq-slots set-capacity queue:emails 2    # an override, on every worker (asks first)
@@ -39,7 +40,7 @@ from collections.abc import Sequence
 from ...errors import ArgumentError
 from ...ledger.keys import KeySpace
 from .arguments import build_parser
-from .commands import control_command, release_command, status_command
+from .commands import control_command, release_command, status_command, why_command
 from .connection import connect, pick_url, scrub, url_secrets
 from .exits import EXIT_INTERRUPTED, EXIT_NOTHING_DONE, PROG, Failure, err
 from .help import CONTROL_COMMANDS
@@ -65,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from .web import web_command  # the page's modules load for this command only
 
                 return web_command(args, client, args.command_parser)
+            if args.command == "why":
+                return why_command(args, client)
             if args.command in CONTROL_COMMANDS:
                 return control_command(args, client, args.command_parser)
             return release_command(args, client, args.command_parser)

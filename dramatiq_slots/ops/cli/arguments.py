@@ -21,6 +21,7 @@ from .help import (
     SETTING_COMMANDS,
     STATUS_EPILOG,
     WEB_EPILOG,
+    WHY_EPILOG,
 )
 
 DEFAULT_WATCH_INTERVAL = 2.0
@@ -157,6 +158,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"redraw every SECONDS (default {DEFAULT_WATCH_INTERVAL:g}) until Ctrl-C",
     )
+
+    why = add_subcommand(
+        commands,
+        "why",
+        help="say where one message is: running, waiting (where, behind whom), deferred",
+        description=(
+            "Say where one message is, from what the ledgers and the live workers' reports hold:\n"
+            "running with its holds; waiting for a ledger (in line, parked or held back, on which host,\n"
+            "at which place, behind whom); deferred until when; dropped; or not known."
+        ),
+        epilog=WHY_EPILOG,
+    )
+    why.add_argument("message_id", metavar="MESSAGE_ID", help="the message's id (message.message_id)")
+    why.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     release = add_subcommand(
         commands,

@@ -1,4 +1,4 @@
-"""What each command does: ``status``, ``release``, and the controls (``set-capacity``,
+"""What each command does: ``status``, ``why``, ``release``, and the controls (``set-capacity``,
 ``reset-capacity``, ``pause``, ``resume``).
 
 ``release`` and the controls act on one ledger, shown and confirmed before they act:
@@ -16,11 +16,22 @@ from collections.abc import Callable
 from ...errors import ArgumentError
 from ...ledger.client import RedisClient, redacted_address
 from ...ledger.controls import Change, Provenance, default_by, duration_text
-from ..inspection import Inspector, LedgerView, Released
+from ..inspection import Inspector, LedgerView, Released, Why, WhyUnknown
 from .connection import scrub, talking_to
 from .exits import EXIT_NOTHING_DONE, EXIT_OK, PROG, Failure, err
 from .help import LIVE_REFUSAL
-from .render import clean, control_line, control_lines, holder_line, local_time, render_table, status_document
+from .render import (
+    clean,
+    control_line,
+    control_lines,
+    declared_text,
+    holder_line,
+    local_time,
+    render_table,
+    status_document,
+    why_document,
+    why_lines,
+)
 
 # -- the steps the commands share ------------------------------------------------------------
 
@@ -136,6 +147,21 @@ def watch(
         return EXIT_OK
 
 
+# -- why ------------------------------------------------------------------------------------------
+
+
+def why_command(args: argparse.Namespace, client: RedisClient) -> int:
+    inspector = Inspector(client, key_prefix=args.prefix)
+    why: Why = talking_to(client, lambda: inspector.why(args.message_id))
+    if args.json:
+        document = why_document(why, address=redacted_address(client), prefix=args.prefix, at=time.time())
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        sys.stdout.write("\n".join(why_lines(why)) + "\n")
+    sys.stdout.flush()
+    return EXIT_NOTHING_DONE if isinstance(why, WhyUnknown) else EXIT_OK
+
+
 # -- release --------------------------------------------------------------------------------------
 
 
@@ -229,8 +255,7 @@ def control_command(args: argparse.Namespace, client: RedisClient, parser: argpa
                 f"{args.capacity} run"
             )
     elif command == "reset-capacity":
-        declared = "-" if view.declared is None else str(view.declared)
-        wanted, done = f"the declared capacity ({declared}) in force", view.override is None
+        wanted, done = f"{declared_text(view)} in force", view.override is None
     elif command == "pause":
         wanted = "paused: nothing new is admitted"
         done = view.paused and unchanged(view.pause_provenance, by, reason, for_ms)
@@ -263,6 +288,8 @@ def control_command(args: argparse.Namespace, client: RedisClient, parser: argpa
     print(control_line(after))
     for line in control_lines(after):
         print(f"  {line}")
+    if command == "reset-capacity" and change.changed:
+        print(f"in force now: {declared_text(after)}")
     if not change.changed:
         err(f"{name} was already so (changed meanwhile by someone else)")
         return EXIT_NOTHING_DONE

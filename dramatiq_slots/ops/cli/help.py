@@ -8,9 +8,10 @@ from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NOTHING_DONE, EXIT_OK
 
 EXIT_CODES = f"""\
 exit codes:
-  {EXIT_OK}    done (status printed, holds removed; --watch or web ended by Ctrl-C)
-  {EXIT_NOTHING_DONE}    nothing removed: no such hold, holds of live processes refused,
-       or the removal not confirmed
+  {EXIT_OK}    done (status printed, holds removed, the message found; --watch or web ended
+       by Ctrl-C)
+  {EXIT_NOTHING_DONE}    nothing done: no such hold, holds of live processes refused, the removal
+       not confirmed; why: the message is not known
   {EXIT_ERROR}    usage error, bad ledger name, prefix or URL; Redis unreachable or refusing
        (wrong password, ACL); web: the port cannot be listened on
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C) outside --watch
@@ -47,14 +48,21 @@ ledger names, as status prints them:
 STATUS_EPILOG = f"""\
 {LEDGER_NAMES}
 Columns of a holder: HOST, PID and THREAD from its claim token; AGE since the hold was
-taken and MESSAGE (actor(message id)), as its worker process reports them (- without
-a report); LEFT, seconds until the hold expires unless its heartbeat refreshes it;
-ALIVE, whether its process reports (a live worker: a worker writes its report at
-boot and every beat, and it expires 2.5 beat intervals later, so a killed worker shows
-"no" within about two beats; a stopped one removes it); TOKEN, what release takes.
+admitted and MESSAGE (actor(message id)), as its worker process reports them (within
+0.5 s of the admission; - without a report: a dead worker's); LEFT, seconds until the
+hold expires unless its heartbeat refreshes it; ALIVE, whether its process reports (a
+live worker: a worker writes its report at boot, every beat and soon after a change, and
+it expires 2.5 beat intervals later, so a killed worker shows "no" within about two
+beats; a stopped one removes it); TOKEN, what release takes.
 Capacity is the one in force: an operator's override (shown as "N (override; declared
 M)", see set-capacity), else the one live workers declare (- when none does): a queue's
-from any live worker that caps it, a runtime key's from the reported holds of that key.
+from any live worker that caps it, a runtime key's from the reported holds and waiting
+messages of that key (each one's tier; "(tiers 1, 3)" when they differ).
+"waiting N in line" counts the claims in the ledger's line, of which the live workers
+report some parked (in the worker's memory, no thread held) and some in a thread; "held
+back" ones wait in a worker's memory in no line (beyond one claim per thread). Below the
+holders, the waiting messages the workers report (the 10 longest waits). "queue NAME"
+gives a capped queue's depth in the broker as a worker last read it (a RedisBroker's).
 PAUSED: an operator paused the ledger (see pause); a paused or overridden ledger is
 listed even when it holds nothing. Under it, a line per control says who set it, how
 long ago, why, and when it ends by itself (set with --for) or that it lasts until
@@ -62,13 +70,37 @@ changed.
 
 --json prints one document: {{"server", "prefix", "at", "ledgers": [{{"ledger", "kind",
 "name", "short", "capacity", "in_use", "waiting", "declared", "override", "paused",
-"paused_at", "override_provenance", "pause_provenance", "read_at", "holders": [{{"token",
-"host", "pid", "thread", "seconds_left", "age", "actor", "label", "process_alive"}}]}}]}};
-a provenance is null or {{"by", "at", "reason", "until", "age", "seconds_left"}} (times by
+"paused_at", "override_provenance", "pause_provenance", "read_at", "in_line", "parked",
+"held_back", "oldest_wait", "capacities", "queue_depth": {{"ready", "delayed", "unacked",
+"at_ms"}}, "waits": [{{"message_id", "actor", "queue", "how", "host", "pid", "waited",
+"token", "capacity"}}], "holders": [{{"token", "host", "pid", "thread", "seconds_left",
+"age", "actor", "label", "process_alive", "message_id", "queue", "capacity"}}]}}]}}; a
+provenance is null or {{"by", "at", "reason", "until", "age", "seconds_left"}} (times by
 the Redis clock, s; until and seconds_left null for a control without an expiry); with
 --watch, one such document per line and refresh. Unknown values are null.
 
 Put ledger names before --watch (--watch takes an optional number).
+
+{EXIT_CODES}"""
+
+WHY_EPILOG = f"""\
+Where the answer comes from: the live workers' reports (each says what its process
+holds and keeps waiting, and its newest deferrals and drops: the last 100 and 20) and
+the ledgers (the place in line, the holders). A message just admitted or parked shows
+within 0.5 s; one still in its queue in the broker, not taken by any worker, is not
+known (the queue depths the workers read are shown then).
+
+  running    on which host, pid and thread, for how long, and each ledger it holds
+  in line    its claim in the ledger's line, its worker thread waiting (at place n of m,
+             behind the claims ahead, the ledger's holders)
+  parked     its claim in the line, the message in its worker's memory (no thread held)
+  held back  in its worker's memory, in no line: its process has as many claims on the
+             ledger as threads
+  deferred   re-enqueued with a delay: when, by which ledger, and when it is due again
+  dropped    dropped by its on_busy policy (acked, never run)
+
+--json prints one document: {{"server", "prefix", "at", "state", "message_id", ...}},
+the fields of the state (docs/operations.md lists them). Unknown values are null.
 
 {EXIT_CODES}"""
 

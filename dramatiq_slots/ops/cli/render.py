@@ -12,7 +12,19 @@ from dataclasses import asdict
 from typing import Any
 
 from ...ledger.controls import Provenance, duration_text
-from ..inspection import HolderView, LedgerView, age_text
+from ..inspection import (
+    HolderView,
+    LedgerView,
+    QueueDepth,
+    WaitView,
+    Why,
+    WhyDeferred,
+    WhyDropped,
+    WhyRunning,
+    WhyUnknown,
+    WhyWaiting,
+    age_text,
+)
 
 
 def clean(text: object) -> str:
@@ -56,10 +68,35 @@ def capacity_text(view: LedgerView) -> str:
     return f"{view.override} (override{declared})"
 
 
+def tiers_text(view: LedgerView) -> str:
+    """``  (tiers 1, 3)``: the capacities a runtime key's reported messages are under, when several."""
+    if view.kind != "key" or len(view.capacities) < 2:
+        return ""
+    return f" (tiers {', '.join(map(str, view.capacities))})"
+
+
+def waiting_text(view: LedgerView) -> str:
+    """``waiting 4 in line (3 parked, 1 in a thread), 2 held back``: what waits for the ledger, as the
+    ledger's line and the live reports tell."""
+    parts = [f"{n} {what}" for n, what in ((view.parked, "parked"), (view.in_line, "in a thread")) if n]
+    text = f"waiting {view.waiting} in line" + (f" ({', '.join(parts)})" if parts else "")
+    if view.held_back:
+        text += f", {view.held_back} held back"
+    return text
+
+
+def depth_text(depth: QueueDepth) -> str:
+    """``19 ready, 2 delayed, 25 unacked``: a queue's depth in the broker."""
+    return f"{depth.ready} ready, {depth.delayed} delayed, {depth.unacked} unacked"
+
+
 def ledger_heading(view: LedgerView, keys_by_ledger: dict[str, str]) -> str:
     heading = (
-        f"{clean(view.short)}  capacity {capacity_text(view)}  in use {view.in_use}  waiting {view.waiting}"
+        f"{clean(view.short)}  capacity {capacity_text(view)}{tiers_text(view)}  in use {view.in_use}  "
+        f"{waiting_text(view)}"
     )
+    if view.queue_depth is not None:
+        heading += f"  queue {clean(view.name)}: {depth_text(view.queue_depth)}"
     if view.paused:
         since = "" if view.paused_at is None else f" since {local_time(view.paused_at)}"
         heading += f"  PAUSED{since}"
@@ -123,7 +160,38 @@ def render_table(
             lines += [line(holder_row(h)) for h in view.holders]
         else:
             lines.append("  (no holds)")
+        lines += wait_lines(view.waits)
     return "\n".join(lines) + "\n"
+
+
+#: The most waiting messages the table lists per ledger (the longest waits).
+WAITS_SHOWN = 10
+
+WAIT_COLUMNS = ("WAITING", "HOST", "PID", "FOR", "MESSAGE")
+
+
+def wait_lines(waits: Sequence[WaitView]) -> list[str]:
+    """The table's lines of the messages waiting for one ledger (the longest waits first)."""
+    if not waits:
+        return []
+    rows = [
+        (
+            w.how.replace("_", " "),
+            clean(w.host),
+            "-" if w.pid is None else str(w.pid),
+            age_text(w.waited),
+            f"{clean(w.actor)}({clean(w.message_id)})",
+        )
+        for w in waits[:WAITS_SHOWN]
+    ]
+    widths = [max(len(r[i]) for r in [WAIT_COLUMNS, *rows]) for i in range(len(WAIT_COLUMNS))]
+    out = [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+        for cells in [WAIT_COLUMNS, *rows]
+    ]
+    if len(waits) > WAITS_SHOWN:
+        out.append(f"  ... and {len(waits) - WAITS_SHOWN} more waiting")
+    return out
 
 
 def status_document(views: Sequence[LedgerView], *, address: str, prefix: str, at: float) -> dict[str, Any]:
@@ -158,6 +226,20 @@ def holder_line(holder: HolderView) -> str:
     )
 
 
+def declared_text(view: LedgerView) -> str:
+    """The capacity in force without an override: ``the declared capacity (5)``, or, where no live
+    worker reports one, what decides it."""
+    if view.declared is not None:
+        tiers = f"; tiers {', '.join(map(str, view.capacities))}" if len(view.capacities) > 1 else ""
+        return f"the declared capacity ({view.declared}{tiers})"
+    if view.kind == "key":
+        return (
+            "the capacity each message of the key declares (its runtime_key_capacity; no live worker "
+            "holds or waits for this key now)"
+        )
+    return "the capacity the workers declare (queue_capacity; no live worker caps this queue now)"
+
+
 def control_line(view: LedgerView) -> str:
     """One ledger's controls and use, for the control commands."""
     paused = "  PAUSED" if view.paused else ""
@@ -165,3 +247,77 @@ def control_line(view: LedgerView) -> str:
         f"{clean(view.short)}: capacity {capacity_text(view)}, in use {view.in_use}, "
         f"waiting {view.waiting}{paused}"
     )
+
+
+# -- why ---------------------------------------------------------------------------------------
+
+
+def why_lines(why: Why) -> list[str]:
+    """What ``dramatiq-slots why`` prints: where the message is, in a few lines."""
+    head = f"message {clean(why.message_id)}"
+    if isinstance(why, WhyUnknown):
+        lines = [
+            f"{head}: not known to any ledger or live worker: not taken from its queue yet, ended "
+            "(or deferred, dropped) too long ago for its worker's report, or never sent"
+        ]
+        lines += [f"  queue {clean(q)}: {depth_text(d)}" for q, d in sorted(why.queues.items())]
+        return lines
+    where = f"{clean(why.host)} pid {'?' if why.pid is None else why.pid}"
+    what = f"({clean(why.actor)}, queue {clean(why.queue)})"
+    if isinstance(why, WhyRunning):
+        lines = [
+            f"{head}: running on {where} thread {'?' if why.thread is None else why.thread} for "
+            f"{age_text(why.age)} {what}, token {clean(why.token)}"
+        ]
+        for held in why.holds:
+            capacity = "?" if held.capacity is None else held.capacity
+            left = "not listed any more" if held.seconds_left is None else f"{held.seconds_left:.1f}s left"
+            lines.append(f"  holds {clean(held.ledger)} (capacity {capacity}, {held.in_use} in use, {left})")
+        return lines
+    if isinstance(why, WhyWaiting):
+        how = {"in_line": "in line in a worker thread", "parked": "parked", "held_back": "held back"}
+        lines = [
+            f"{head}: waiting for {clean(why.ledger)}, {how.get(why.state, why.state)} on {where} for "
+            f"{age_text(why.waited)} {what}"
+        ]
+        if why.state == "held_back":
+            lines.append(
+                "  in no line yet: its process has as many claims on the ledger as threads; it tries "
+                "again when one of them ends"
+            )
+        elif why.place is None:
+            lines.append(f"  not in the line now ({why.of} in line): it was just handed a slot, or left")
+        else:
+            behind = f", behind {', '.join(map(clean, why.ahead))}" if why.ahead else ""
+            more = " ..." if why.place - 1 > len(why.ahead) else ""
+            lines.append(f"  place {why.place} of {why.of} in line{behind}{more}")
+        capacity = "?" if why.capacity is None else why.capacity
+        paused = ", PAUSED by an operator" if why.paused else ""
+        held_by = ", held by:" if why.holders else ""
+        lines.append(f"  {clean(why.ledger)}: capacity {capacity}, {why.in_use} in use{paused}{held_by}")
+        lines += ["  " + holder_line(h) for h in why.holders]
+        return lines
+    if isinstance(why, WhyDeferred):
+        refused = f" ({clean(why.reason)})" if why.reason else ""
+        due = (
+            f"due in its queue again in {why.due_in:.1f}s"
+            if why.due_in > 0
+            else f"due in its queue again since {-why.due_in:.1f}s (not taken yet, or not reported yet)"
+        )
+        lines = [
+            f"{head}: deferred by {where} {age_text(why.ago)} ago {what}{refused}; {due}, at "
+            f"{local_time(why.until)}"
+        ]
+        if why.queue_depth is not None:
+            lines.append(f"  queue {clean(why.queue)}: {depth_text(why.queue_depth)}")
+        return lines
+    assert isinstance(why, WhyDropped)
+    return [
+        f"{head}: dropped by {where} {age_text(why.ago)} ago {what}: {clean(why.reason)}; acked, never run"
+    ]
+
+
+def why_document(why: Why, *, address: str, prefix: str, at: float) -> dict[str, Any]:
+    """What ``why --json`` prints: the answer's fields, ``state`` first."""
+    data = asdict(why)
+    return {"server": address, "prefix": prefix, "at": round(at, 3), "state": data.pop("state"), **data}

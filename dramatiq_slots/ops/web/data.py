@@ -20,7 +20,7 @@ import dataclasses
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,7 +30,7 @@ from ...ledger.client import RedisClient, redacted_address
 from ...ledger.controls import Control
 from ...ledger.keys import KeySpace
 from ...ledger.replies import _text, process_part
-from ...ledger.reports import ProcessReport
+from ...ledger.reports import HELD_BACK, IN_LINE, PARKED, ProcessReport, ReportedEvent
 from ..inspection import HolderView, Inspector, LedgerView
 
 #: Ledgers per page of the list.
@@ -362,6 +362,10 @@ def ledger_document(
         "paused_at": view.paused_at,
         "in_use": view.in_use,
         "waiting": view.waiting,
+        #: What the live processes report of the waiting: in line in a thread, parked, held back.
+        "in_line": view.in_line,
+        "parked": view.parked,
+        "held_back": view.held_back,
         #: Seconds since the first message in line was sent (its place), by the Redis clock.
         "oldest_wait": None if head is None else round(max(0.0, now - head[1] / 1e6), 3),
         "holders": [holder_document(h) for h in shown],
@@ -404,27 +408,50 @@ def process_document(report: ProcessReport, keys: KeySpace, *, now: float) -> Do
                 "token": h.token,
                 "actor": h.actor,
                 "label": h.label,
-                "age": round(max(0.0, now - h.since), 3),
+                "age": round(max(0.0, now - h.since_ms / 1000), 3),
                 "ledgers": {keys.short(k): v for k, v in sorted(h.ledgers.items())},
             }
             for h in report.holds
         ],
         "owed": len(report.owed),
         "waiting": len(report.waiting),
-        # Not in this version's reports (None: not reported): messages parked in line and held back.
-        "parked": _count(getattr(report, "parked", None)),
-        "held_back": _count(getattr(report, "held_back", None)),
+        "parked": sum(1 for w in report.waits if w.how == PARKED),
+        "held_back": sum(1 for w in report.waits if w.how == HELD_BACK),
+        "in_line": sum(1 for w in report.waits if w.how == IN_LINE),
+        "waits": [
+            {
+                "message_id": w.message_id,
+                "actor": w.actor,
+                "queue": w.queue,
+                "ledger": keys.short(w.ledger) if keys.parse(w.ledger) else w.ledger,
+                "how": w.how,
+                "waited": round(max(0.0, now - w.since_ms / 1000), 3),
+            }
+            for w in report.waits
+        ],
+        "waits_left_out": report.waits_left_out,
+        "recent": {
+            name: [event_document(e, keys, now=now) for e in reversed(events)]
+            for name, events in (
+                ("admitted", report.admitted),
+                ("deferred", report.deferred),
+                ("dropped", report.dropped),
+            )
+        },
     }
 
 
-def _count(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, Sized):
-        return len(value)
-    return None
+def event_document(event: ReportedEvent, keys: KeySpace, *, now: float) -> Document:
+    """A recent admission, deferral or drop (newest first in the page); times as ages, s."""
+    return {
+        "message_id": event.message_id,
+        "actor": event.actor,
+        "queue": event.queue,
+        "ledger": keys.short(event.ledger) if keys.parse(event.ledger) else event.ledger,
+        "ago": round(max(0.0, now - event.at_ms / 1000), 3),
+        "due_in": round(event.until_ms / 1000 - now, 3) if event.until_ms else None,
+        "reason": event.reason,
+    }
 
 
 def plain(value: Any) -> Any:

@@ -482,7 +482,7 @@
       el("h2", null, "Worker processes"),
       table(
         "processes-table",
-        ["Process", "Reported", "Holds", "Waiting", "Parked", "Held back", "Owed", "Declares", "Settings"],
+        ["Process", "Reported", "Holds", "Waiting", "Parked", "Held back", "Owed", "Recent", "Declares", "Settings"],
         body
       )
     );
@@ -518,9 +518,10 @@
               el("td", null, age(p.reported_ago) + " ago"),
               el("td", null, holds),
               el("td", null, String(p.waiting)),
-              el("td", null, p.parked === null ? "not reported" : String(p.parked)),
-              el("td", null, p.held_back === null ? "not reported" : String(p.held_back)),
+              el("td", null, String(p.parked)),
+              el("td", null, String(p.held_back)),
               el("td", null, String(p.owed)),
+              el("td", { class: "recent" }, recentList(p.recent)),
               el("td", null, declares),
               el("td", null, "hold_ttl " + p.hold_ttl + " ms, beat " + p.beat_interval + " ms, " + p.on_lost_hold)
             );
@@ -528,6 +529,20 @@
         );
       },
     };
+  }
+
+  // The newest admissions, deferrals and drops a process reports (newest first, 3 of each kind).
+  function recentList(recent) {
+    const items = [];
+    ["admitted", "deferred", "dropped"].forEach(function (kind) {
+      (recent[kind] || []).slice(0, 3).forEach(function (e) {
+        let text = kind + " " + e.actor + "(" + e.message_id + ") " + age(e.ago) + " ago";
+        if (e.ledger) text += " on " + e.ledger;
+        if (e.due_in !== null) text += ", due in " + age(Math.max(0, e.due_in));
+        items.push(el("li", { dataset: { kind: kind } }, text));
+      });
+    });
+    return items.length ? el("ul", { class: "holders" }, items) : "-";
   }
 
   // -- why is a message waiting ---------------------------------------------------------------------

@@ -1,0 +1,102 @@
+"""What a process keeps for its report about the messages that wait, and what happened lately.
+
+The process report (:mod:`dramatiq_slots.ledger.reports`) says, for ``dramatiq-slots why`` and
+``status``, where each waiting message of the process is and what its recent messages did.
+The gate's parked and held-back messages are read from the gate itself when the report is made;
+what has no other record is kept here: the claims waiting in line in a worker thread
+(:class:`ThreadWaits`) and the newest deferrals, drops and admissions, in rings of a fixed size
+(:class:`Recent`). Every time here is the process's monotonic clock; the report turns it into
+the Redis clock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..ledger.reports import RECENT_ADMISSIONS, RECENT_DEFERRALS, RECENT_DROPS
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One message of this process waiting for a slot (see :class:`~.reports.ReportedWait`)."""
+
+    message_id: str
+    actor: str
+    queue: str
+    ledger: str
+    #: ``in_line``, ``parked`` or ``held_back`` (:data:`~.reports.WAYS`).
+    how: str
+    #: Since when it waits (monotonic s).
+    since: float
+    token: str = ""
+    capacity: int = 0
+
+
+@dataclass(frozen=True)
+class Event:
+    """A deferral, a drop or an admission of one message (see :class:`~.reports.ReportedEvent`)."""
+
+    message_id: str
+    actor: str
+    queue: str
+    ledger: str
+    #: When it happened, and (a deferral) when its copy is due (monotonic s).
+    at: float
+    until: float | None = None
+    reason: str = ""
+
+
+class ThreadWaits:
+    """The claims of this process waiting in line in their worker threads, by claim token."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waits: dict[str, Wait] = {}
+
+    def add(self, wait: Wait) -> None:
+        with self._lock:
+            self._waits[wait.token] = wait
+
+    def remove(self, token: str) -> bool:
+        """Forget the wait of ``token``; whether it was on record."""
+        with self._lock:
+            return self._waits.pop(token, None) is not None
+
+    def waits(self) -> list[Wait]:
+        with self._lock:
+            return list(self._waits.values())
+
+
+class Recent:
+    """The newest deferrals, drops and admissions of this process, each in a ring of fixed size."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._deferred: deque[Event] = deque(maxlen=RECENT_DEFERRALS)
+        self._dropped: deque[Event] = deque(maxlen=RECENT_DROPS)
+        self._admitted: deque[Event] = deque(maxlen=RECENT_ADMISSIONS)
+
+    def deferred(self, event: Event) -> None:
+        with self._lock:
+            self._deferred.append(event)
+
+    def dropped(self, event: Event) -> None:
+        with self._lock:
+            self._dropped.append(event)
+
+    def admitted(self, event: Event) -> None:
+        with self._lock:
+            self._admitted.append(event)
+
+    def snapshot(self) -> tuple[list[Event], list[Event], list[Event]]:
+        """``(deferred, dropped, admitted)``, oldest first."""
+        with self._lock:
+            return list(self._deferred), list(self._dropped), list(self._admitted)
+
+
+def first_ledger(ledgers: Iterable[str]) -> str:
+    """The first of ``ledgers`` ("" for none): where a message of several ledgers is listed."""
+    return next(iter(ledgers), "")
