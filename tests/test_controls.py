@@ -164,7 +164,9 @@ def test_who_set_a_control_when_why_and_until_when_round_trip(ledger: Ledger, co
 def test_an_expired_pause_and_override_end_by_the_redis_clock_on_every_engine(engine_ledger: Ledger) -> None:
     ledger = engine_ledger  # on every engine: the scripts' Lua reads the values and the clock
     controls = Controls(ledger.client, key_prefix=ledger.keys.prefix)
-    queue, key = controls.queue("q"), controls.runtime_key("k")
+    queue, key, kept = controls.queue("q"), controls.runtime_key("k"), controls.queue("kept")
+    # A control without an expiry keeps the hash (else it expires with its last until, below).
+    controls.set_capacity(kept, 5, by="carol@ops")
     assert ledger.enter("h:1:1:1", [Limit(queue, 1)], ttl_ms=60_000).admitted
     raised = controls.set_capacity(queue, 2, by="alice@ops", for_ms=400).after.override_provenance
     paused = controls.pause(key, by="alice@ops", reason="db migration", for_ms=400).after.pause_provenance
@@ -180,12 +182,12 @@ def test_an_expired_pause_and_override_end_by_the_redis_clock_on_every_engine(en
     again = ledger.enter("h:1:1:3", [Limit(key, 5)], ttl_ms=60_000, line=Line.KEEP, place=1)
     assert again.admitted, "the next enter admits: the pause expired"
     assert not ledger.enter("h:1:1:4", [Limit(queue, 1)], ttl_ms=60_000).admitted, "declared 1 again"
-    assert controls.read() == {} and controls.of(queue) == Control()
+    assert list(controls.read()) == [kept] and controls.of(queue) == Control()
     # The next write of the controls deletes what expired, with who set it.
     other = controls.queue("other")
     controls.pause(other, by="bob@ops")
     left = {_text(k) for k in ledger.client.hgetall(ledger.keys.controls())}
-    assert left == {f"paused:{other}", f"meta:paused:{other}"}
+    assert left == {f"paused:{other}", f"meta:paused:{other}", f"capacity:{kept}", f"meta:capacity:{kept}"}
 
 
 def test_a_write_keeps_who_cleared_a_control_for_a_day(ledger: Ledger, controls: Controls) -> None:
@@ -203,6 +205,26 @@ def test_a_write_keeps_who_cleared_a_control_for_a_day(ledger: Ledger, controls:
     left = {_text(k) for k in ledger.client.hgetall(ledger.keys.controls())}
     assert f"cleared:paused:{recent}" in left
     assert f"cleared:paused:{old}" not in left and f"cleared:capacity:{unreadable}" not in left
+
+
+def test_the_controls_hash_lives_no_longer_than_what_is_in_it(ledger: Ledger, controls: Controls) -> None:
+    """No key lives for ever once every control is cleared or expiring: the hash expires with the
+    last until or the last cleared: record's day; a control without an expiry keeps it for ever."""
+    key, day = ledger.keys.controls(), 86_400_000
+    a, b = controls.queue("a"), controls.queue("b")
+    controls.set_capacity(a, 2, by="alice")
+    assert ledger.client.pttl(key) == -1, "an override without expiry: the hash has none"
+    controls.pause(b, by="alice", for_ms=60_000)
+    assert ledger.client.pttl(key) == -1, "the override still has none"
+    controls.reset_capacity(a, by="alice")  # left: b's pause for a minute, a's cleared: record
+    assert day - 5_000 < ledger.client.pttl(key) <= day, "the cleared: record's day"
+    controls.resume(b, by="alice")
+    assert day - 5_000 < ledger.client.pttl(key) <= day
+    controls.set_capacity(a, 3, by="bob")
+    assert ledger.client.pttl(key) == -1, "an override without expiry again: for ever"
+    ledger.client.delete(key)
+    controls.pause(b, by="alice", for_ms=60_000)
+    assert 55_000 < ledger.client.pttl(key) <= 60_000, "only an expiring pause: until it ends"
 
 
 def test_an_expired_pause_leaves_its_line_to_the_next_beat(ledger: Ledger, controls: Controls) -> None:

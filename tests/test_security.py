@@ -633,12 +633,12 @@ def test_the_workers_acl_plus_the_operators_rules_runs_status_release_and_the_co
     server_factory: Callable[..., Server],
 ) -> None:
     """docs/operations.md: the command needs the workers' rules plus +scan +mget, and +hget +hset
-    +hdel for the controls, nothing more."""
+    +hdel +persist for the controls, nothing more."""
     server = server_factory("redis7")
     with server.client() as admin:
         words = readme_acl()
         words[2] = "dramatiq-slots-ops"  # a user of its own, as the page says
-        admin.execute_command(*words, "+scan", "+mget", "+hget", "+hset", "+hdel")
+        admin.execute_command(*words, "+scan", "+mget", "+hget", "+hset", "+hdel", "+persist")
         password = next(word[1:] for word in words if word.startswith(">"))
         lg = Ledger(admin)  # the README line's prefix: the default one
         queue = lg.keys.queue("ops")

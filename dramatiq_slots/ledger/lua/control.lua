@@ -31,7 +31,8 @@
 -- Pausing a paused ledger keeps when it was paused (its value's head) and takes the
 -- new until and meta. Every write first deletes what has expired under the prefix:
 -- expired values with their meta, and cleared: records older than a day (they tell
--- the workers who cleared a control, at their next beat).
+-- the workers who cleared a control, at their next beat). Every write then sets the hash's
+-- expiry: none while a value has no until, else the last until or cleared: record's day.
 
 -- include: args
 if #KEYS ~= 1 or #ARGV ~= 7 then return bad(0, 'count') end
@@ -102,6 +103,28 @@ else
     redis.call('HDEL', KEYS[1], cleared)
     changed = 1
   end
+end
+-- The hash lives as long as something in it is needed: for ever while a value has no until,
+-- else until the last until or the last cleared: record's day is over (no key lives for ever
+-- once every control is cleared or expiring).
+local last, forever = 0, false
+flat = redis.call('HGETALL', KEYS[1])
+for i = 1, #flat, 2 do
+  local name, held = flat[i], flat[i + 1]
+  local kind = string.match(name, '^(%a+):')
+  if kind == 'capacity' or kind == 'paused' then
+    local ends = string.match(held, '^%d+:(%d+)$')
+    if ends then last = math.max(last, tonumber(ends)) else forever = true end
+  elseif kind == 'cleared' then
+    local read, kept = pcall(cjson.decode, held)
+    local at = read and type(kept) == 'table' and tonumber(kept.at) or now
+    last = math.max(last, at + KEPT)
+  end
+end
+if forever then
+  redis.call('PERSIST', KEYS[1])
+elseif #flat > 0 then
+  redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', math.max(last, now + 1)))
 end
 if changed == 1 then redis.call('PUBLISH', channel, ledger) end
 return {changed, before}
