@@ -7,7 +7,8 @@ invariant is a function of the record, and :func:`check` gathers their findings 
 messages
     every message sent completed at least once, or was dropped by its ``on_busy`` policy (only a
     coalescing actor's may be); every extra run is counted and attributed to a fault that can
-    cause one (a kill, a stop, a pause past the broker's heartbeat timeout, a broker restart, a
+    cause one (a kill, a stop, a pause past the broker's heartbeat timeout, a broker restart while
+    the message was in the broker or running: an enqueue in flight at the kill is sent again, a
     strict job stopped for its hold, a host's clock step while the message was unacked: dramatiq's
     Redis broker judges its workers' heartbeats by their own clocks), against any earlier run of
     the message (one fault may redeliver a message twice: a retry and a requeue); none is left
@@ -214,6 +215,16 @@ def _attribute_rerun(
     """The fault that made ``later`` (a run of the same message) happen, if one could."""
     kinds = _REDELIVERS.get(first.outcome or KILLED, set())
     for fault in faults:
+        # A broker restart doubles any enqueue in flight at the kill (the server wrote it, its
+        # reply was lost, redis-py's Retry sends it again): the copy runs whenever its turn comes,
+        # so any message waiting in the broker then (sent, not yet past this run) may run twice.
+        if (
+            fault.kind == "broker-restart"
+            and sent_at is not None
+            and sent_at <= fault.end + slack_us
+            and (first.end or 2**62) >= fault.start - slack_us
+        ):
+            return fault
         if fault.kind not in kinds:
             continue
         on_its_host = fault.target == first.group or fault.kind == "broker-restart"

@@ -20,6 +20,7 @@ S = 1_000_000  # one second, in us
 T0 = 1_000 * S  # the soak's start
 CAPPED = "queue:soak_capped"
 STRICT = "queue:soak_strict"
+HOT = "key:hot"
 
 
 def facts(**more: Any) -> dict[str, Any]:
@@ -368,6 +369,31 @@ def test_a_slot_handed_while_the_broker_was_down_may_wait_out_dramatiqs_ack_retr
     assert failures(h, "caps: 1 over-cap interval(s)")
     h.fault(1, "broker-restart", "broker", 0.5, 1.2)
     assert h.verdict().passed, h.verdict().failures
+
+
+def test_a_message_waiting_in_the_broker_through_its_restart_may_run_twice_much_later() -> None:
+    # Measured: SIGKILL a Redis with appendfsync always under 8 enqueueing clients and start it
+    # again, ten times: 32 ids were pushed twice and no client saw an error (the server wrote each
+    # script before its reply was lost; redis-py's default Retry sent it again). A doubled copy
+    # waits its turn in line like the original, so both may run long after the restart.
+    h = History()
+    h.record.sent.append(Sent("m", "keyed_job", (HOT,), T0 + 50 * S))
+    h.run(70.0, 70.4, message="m", group="C", scope=HOT, actor="keyed_job")
+    h.run(70.5, 70.9, message="m", group="C", scope=HOT, actor="keyed_job")
+    assert failures(h, "messages: 1 extra run(s)")
+    h.fault(1, "broker-restart", "broker", 59.5, 60.1)
+    verdict = h.verdict()
+    assert verdict.passed, verdict.failures
+    assert verdict.figures["messages"]["extra_runs_by_fault"] == {"broker-restart": 1}
+
+
+def test_a_broker_restart_does_not_explain_a_rerun_of_a_message_sent_after_it() -> None:
+    h = History()
+    h.fault(1, "broker-restart", "broker", 10.0, 10.6)
+    h.record.sent.append(Sent("m", "keyed_job", (HOT,), T0 + 30 * S))
+    h.run(30.1, 30.3, message="m", group="C", scope=HOT, actor="keyed_job")
+    h.run(30.4, 30.6, message="m", group="C", scope=HOT, actor="keyed_job")
+    assert failures(h, "messages: 1 extra run(s) no fault explains")
 
 
 def test_runs_of_one_message_requeued_by_a_hosts_clock_step_are_attributed_to_it() -> None:
