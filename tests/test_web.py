@@ -25,7 +25,14 @@ from dramatiq_slots import ArgumentError
 from dramatiq_slots.ledger import Ledger, Limit
 from dramatiq_slots.ledger.controls import Controls
 from dramatiq_slots.ledger.keys import key_digest
-from dramatiq_slots.ledger.reports import HELD_BACK, PARKED, ReportedEvent, ReportedHold, ReportedWait
+from dramatiq_slots.ledger.reports import (
+    HELD_BACK,
+    PARKED,
+    ReportedEvent,
+    ReportedHold,
+    ReportedWait,
+    ReportWrite,
+)
 from dramatiq_slots.ops.web import SlotsWeb
 from dramatiq_slots.ops.web.app import CONTENT_SECURITY_POLICY
 from tests.support.planted import DEAD_TOKEN, LIVE_TOKEN, hold, ms_ago, plant_busy_queue, report, tokens
@@ -194,36 +201,38 @@ def test_the_list_is_paged_and_searched_by_queue_name_or_digest(ledger: Ledger, 
         f"key:{digest}",
     ]
     assert listed(page, page=99)["page"] == 3, "a page past the end is the last one"
-    assert listed(page, "Q-11")["total"] == 10  # q-110 .. q-119, case-insensitive
+    assert listed(page, "q-11")["total"] == 10  # q-110 .. q-119: names that start with it
+    assert listed(page, "queue:q-11")["total"] == 10 and listed(page, "Q-11")["total"] == 0
+    by_key = listed(page, f"key:{digest[:10]}")
+    assert by_key["total"] is None and by_key["pages"] is None and not by_key["more"]  # keys: not counted
     (by_digest,) = listed(page, digest[:10])["ledgers"]
     assert by_digest["short"] == f"key:{digest}" and by_digest["kind"] == "key"
+    assert listed(page)["more"] and not listed(page, page=3)["more"]
     assert listed(page, "account:42")["total"] == 0, "a runtime key's text is in no ledger's name"
     assert listed(page, "no-such-queue")["ledgers"] == []
     assert page.get("/slots/api/ledgers?page=x").status == 400
 
 
-def test_a_ledger_paused_or_held_since_the_last_listing_is_shown_at_once(
-    ledger: Ledger, redis_client: redis.Redis, key_prefix: str, controls: Controls
+def test_a_ledger_paused_or_held_a_moment_ago_is_listed_at_the_next_refresh(
+    ledger: Ledger, page: WebClient, controls: Controls
 ) -> None:
     emails = ledger.keys.queue("emails")
     hold(ledger, emails, "gone-host:1:1:1")
-    with page_of(redis_client, key_prefix, listing_interval=3600) as web:
-        assert [d["short"] for d in listed(web)["ledgers"]] == ["queue:emails"]
-        # Not scanned again for an hour: a pause comes from the controls, read every refresh...
-        controls.pause(ledger.keys.queue("quiet"))
-        assert [d["short"] for d in listed(web)["ledgers"]] == ["queue:emails", "queue:quiet"]
-        # ... and a worker process started since is looked up when its hold is on the page.
-        hold(ledger, emails, "web-9:77:1:1")
-        report(
-            ledger,
-            "web-9:77",
-            ReportedHold("web-9:77:1:1", "send", "send(m-9)", int(time.time() * 1000), {emails: 5}),
-        )
-        holders = {h["token"]: h for h in listed(web)["ledgers"][0]["holders"]}
-        assert holders["web-9:77:1:1"]["process_alive"] and holders["web-9:77:1:1"]["label"] == "send(m-9)"
-        assert not holders["gone-host:1:1:1"]["process_alive"]
-        processes = web.get("/slots/api/processes").json()["processes"]
-        assert [p["process"] for p in processes] == ["web-9:77"], "the process found is remembered"
+    assert [d["short"] for d in listed(page)["ledgers"]] == ["queue:emails"]
+    controls.pause(ledger.keys.queue("quiet"))  # a control lists its ledger, holding or not
+    assert [d["short"] for d in listed(page)["ledgers"]] == ["queue:emails", "queue:quiet"]
+    # A worker process that starts is listed with its first report, and so are its holds' ledgers.
+    hold(ledger, emails, "web-9:77:1:1")
+    report(
+        ledger,
+        "web-9:77",
+        ReportedHold("web-9:77:1:1", "send", "send(m-9)", int(time.time() * 1000), {emails: 5}),
+    )
+    holders = {h["token"]: h for h in listed(page)["ledgers"][0]["holders"]}
+    assert holders["web-9:77:1:1"]["process_alive"] and holders["web-9:77:1:1"]["label"] == "send(m-9)"
+    assert not holders["gone-host:1:1:1"]["process_alive"]
+    processes = page.get("/slots/api/processes").json()["processes"]
+    assert [p["process"] for p in processes] == ["web-9:77"]
 
 
 def test_a_refresh_reads_the_page_and_not_every_ledger_of_the_prefix(
@@ -244,8 +253,17 @@ def test_a_refresh_reads_the_page_and_not_every_ledger_of_the_prefix(
             pipe.zadd(ledger.keys.queue(f"q-{i:04d}"), {f"gone-host:1:{i}:1": expiry})
             pipe.zadd(ledger.keys.runtime_key(f"account:{i}"), {f"gone-host:2:{i}:1": expiry})
         pipe.execute()
-        with page_of(client, key_prefix, listing_interval=3600) as web:
-            assert listed(web)["total"] == 10_000  # the one listing (SCAN)
+        for p in range(10):  # listed as ten worker processes that held them report them
+            names = [f"queue:q-{i:04d}" for i in range(p * 500, (p + 1) * 500)]
+            names += [
+                ledger.keys.short(ledger.keys.runtime_key(f"account:{i}"))
+                for i in range(p * 500, (p + 1) * 500)
+            ]
+            report_key = ledger.keys.process(f"gone-host:{p}")
+            ledger.write_report(ReportWrite(report_key, "{}", tuple(names)), ttl_ms=3_600_000)
+            ledger.remove_report(report_key)  # and died: their ledgers stay listed for the hour
+        with page_of(client, key_prefix) as web:
+            assert listed(web)["total"] == 10_000
             client.config_resetstat()
             started = time.perf_counter()
             refreshes = [listed(web, page=p) for p in (1, 2, 200)] + [listed(web, "q-123")]
@@ -308,7 +326,7 @@ def test_the_processes_view_shows_what_each_process_keeps_waiting_and_its_recent
 def test_each_json_document_has_its_fields(ledger: Ledger, acting: WebClient) -> None:
     plant_busy_queue(ledger)  # queue:emails: a live hold, a dead one, one claim in line
     page = listed(acting)
-    assert set(page) == HEADER | {"query", "page", "pages", "per_page", "total", "listed_ago", "ledgers"}
+    assert set(page) == HEADER | {"query", "page", "pages", "more", "per_page", "total", "ledgers"}
     (emails,) = page["ledgers"]
     assert set(emails) == LEDGER and {*emails["holders"][0]} == HOLDER
     assert (emails["capacity"], emails["declared"], emails["in_use"], emails["waiting"]) == (2, 2, 2, 1)
@@ -551,7 +569,7 @@ def test_real_workers_holds_are_shown_without_their_keys_text_or_arguments(
     capped = fleet.send_capped(1)[0]
     key_ledger = fleet.ledger.keys.runtime_key(runtime_key(secret))
     digest = key_ledger.rsplit(":", 1)[-1]
-    with page_of(redis_client, key_prefix, listing_interval=0.1) as web:
+    with page_of(redis_client, key_prefix) as web:
 
         def shown() -> dict[str, dict[str, Any]]:
             ledgers = {d["short"]: d for d in listed(web)["ledgers"]}

@@ -149,7 +149,7 @@ def test_the_page_shows_real_workers_holders_and_a_new_one_without_reloading(
     hosts = fleet.start_group("host-a", threads=2), fleet.start_group("host-b", threads=2)
     fleet.wait_ready(*hosts)
     (first,) = fleet.send_capped(1)
-    app = SlotsWeb(redis_client, key_prefix=key_prefix, refresh=REFRESH, listing_interval=0.5)
+    app = SlotsWeb(redis_client, key_prefix=key_prefix, refresh=REFRESH)
     with served(app) as base:
         driver.get(base + "/slots/")
         driver.execute_script("window.slotsTestMarker = 'the same page';")
@@ -192,6 +192,24 @@ def test_the_page_shows_real_workers_holders_and_a_new_one_without_reloading(
             what="every live worker process on the processes view",
         )
         shot(driver, screenshots, "processes")
+
+
+def test_a_hold_its_live_process_has_not_reported_yet_is_told_from_a_dead_ones(
+    driver: Any, ledger: Ledger, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    emails = plant_busy_queue(ledger)  # LIVE_TOKEN in its process's report, DEAD_TOKEN in none
+    unreported = "web-1:4242:9:1"  # admitted on that live process since its last report
+    hold(ledger, emails, unreported, capacity=3)
+    with served(SlotsWeb(redis_client, key_prefix=key_prefix, refresh=REFRESH)) as base:
+        driver.get(base + "/slots/")
+        label = 'tr[data-ledger="queue:emails"] li[data-token="{}"] .label'
+        wait_until(
+            lambda: texts(driver, label.format(unreported)) == ["not in its report yet"],
+            timeout=SHOWN,
+            what="the unreported hold of a live process",
+        )
+        assert texts(driver, label.format(DEAD_TOKEN)) == ["message unknown"]
+        assert texts(driver, label.format(LIVE_TOKEN)) == ["send_email(msg-1)"]
 
 
 def test_markup_in_a_queue_name_is_shown_as_text(

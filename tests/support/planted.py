@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from dramatiq_slots.ledger import Ledger, Limit, Line
+from dramatiq_slots.ledger.replies import process_part
 from dramatiq_slots.ledger.reports import (
     ProcessReport,
     ReportedEvent,
@@ -22,8 +23,15 @@ LIVE_TOKEN, DEAD_TOKEN = "web-1:4242:7:1", "gone-host:99:3:1"
 
 
 def hold(ledger: Ledger, key: str, token: str, capacity: int = 10) -> None:
-    """``token`` admitted on ledger ``key`` (capacity ``capacity``), for a minute."""
+    """``token`` admitted on ledger ``key`` (capacity ``capacity``), for a minute, by a process
+    that reported it and died: its report is gone, the index of ledgers still lists ``key`` for
+    that minute (as after a real worker's death)."""
     assert ledger.enter(token, [Limit(key, capacity)], ttl_ms=60_000).admitted
+    report_key = ledger.keys.process(process_part(token))
+    if ledger.client.exists(report_key):
+        return  # a live process's hold: its own report lists it (:func:`report`)
+    ledger.write_report(ReportWrite(report_key, "{}", (ledger.keys.short(key),)), ttl_ms=60_000)
+    ledger.remove_report(report_key)
 
 
 def report(

@@ -44,7 +44,7 @@ from ..cli.connection import describe_redis_error
 from ..inspection import Inspector
 from .actions import ACTIONS, perform, recorded
 from .csrf import COOKIE, Csrf, cookie_header
-from .data import LISTING_INTERVAL, PER_PAGE, Document, Listing, PageData, ScannedListing
+from .data import PER_PAGE, Document, PageData
 
 logger = logging.getLogger("dramatiq_slots.web")
 
@@ -167,8 +167,6 @@ class SlotsWeb:
         application's own check does not run before the page's).
       refresh: seconds between two refreshes of the page.
       per_page: ledgers per page of the list.
-      listing_interval: seconds between two listings of every ledger name (one SCAN).
-      listing: which ledgers a page shows (default: :class:`~.data.ScannedListing`).
     """
 
     def __init__(
@@ -183,8 +181,6 @@ class SlotsWeb:
         allowed_hosts: Collection[str] | None = None,
         refresh: float = 2.0,
         per_page: int = PER_PAGE,
-        listing_interval: float = LISTING_INTERVAL,
-        listing: Listing | None = None,
     ) -> None:
         if path and (not path.startswith("/") or path.endswith("/")):
             raise ArgumentError(f"path must be '' or start with '/' and not end with one, got {path!r}")
@@ -203,11 +199,7 @@ class SlotsWeb:
         if not isinstance(secret_bytes, bytes) or len(secret_bytes) < 16:
             raise ArgumentError("secret must be bytes or text of 16 bytes or more")
         self.inspector = Inspector(client, key_prefix=key_prefix)
-        self.data = PageData(
-            self.inspector,
-            listing=listing or ScannedListing(client, self.inspector.keys, interval=listing_interval),
-            per_page=per_page,
-        )
+        self.data = PageData(self.inspector, per_page=per_page)
         self.path = path
         self.controls = controls
         self.authorize = authorize

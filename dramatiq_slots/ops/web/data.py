@@ -5,28 +5,20 @@ page (``static/slots.js``) renders whatever they give. Runtime keys appear by th
 (Redis holds nothing else), message arguments never (reports carry none), a server by its
 :func:`~dramatiq_slots.ledger.client.redacted_address`.
 
-What one refresh costs (docs/operations.md, "The web page"): the list of ledger names comes from
-:class:`ScannedListing`, one ``SCAN`` shared by every viewer at most every ``listing_interval``
-seconds; a refresh then reads the page's ledgers only (the holders script and ``ZCARD`` each, the
-head of each non-empty line), the controls hash, the Redis clock and the reports of known
-processes (one ``MGET``). A process the listing does not know yet is looked up when one of its
-holds is on the page. :class:`ScannedListing` is the place to swap for a paged listing of the
-:class:`~dramatiq_slots.ops.inspection.Inspector`.
+What one refresh costs (docs/operations.md, "The web page"): a page of the list is one
+:meth:`~dramatiq_slots.ops.inspection.Inspector.page` (the index of ledgers read from where the
+page starts, the live reports, the controls: no ``SCAN``), then the head of each non-empty line on
+it; a ledger's view reads that ledger only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from redis.cluster import RedisCluster
-
-from ...ledger.client import RedisClient, redacted_address
+from ...ledger.client import redacted_address
 from ...ledger.controls import Control
 from ...ledger.keys import KeySpace
 from ...ledger.replies import _text, process_part
@@ -39,165 +31,13 @@ PER_PAGE = 50
 HOLDERS_IN_LIST = 8
 #: Claims in line the ledger's view lists, first in line first (the line's length is always shown).
 LINE_SHOWN = 100
-#: Seconds between two listings of every ledger name (one SCAN), shared by every viewer.
-LISTING_INTERVAL = 10.0
 #: The longest search text taken.
 MAX_QUERY = 200
 
 Document = dict[str, Any]
 
 
-# -- which ledgers: the listing (the place to swap for a paged Inspector listing) --------------------
-
-
-@dataclass(frozen=True)
-class ListingPage:
-    """One page of the ledger names that match a search."""
-
-    #: Ledger keys on this page, queues first, each kind by name.
-    names: list[str]
-    #: How many ledgers match the search, on every page.
-    total: int
-    #: The page (from 1) and the number of pages (at least 1).
-    page: int
-    pages: int
-    #: Seconds since the names were listed.
-    listed_ago: float
-
-
-class Listing(Protocol):
-    """Which ledgers a page of the list shows (and which worker processes are known)."""
-
-    def page(self, query: str, page: int, per_page: int, *, controlled: Iterable[str]) -> ListingPage: ...
-
-    def processes(self) -> list[str]:
-        """``<host>:<pid>`` of the worker processes whose reports were found."""
-        ...
-
-    def learn(self, processes: Iterable[str]) -> None:
-        """Processes found since the names were listed (their reports exist)."""
-        ...
-
-
-def ledger_order(keys: KeySpace) -> Callable[[str], tuple[bool, str]]:
-    """Sort key of a ledger key: queues first, then by name (as ``status`` lists them)."""
-
-    def order(ledger: str) -> tuple[bool, str]:
-        kind, name = keys.parse(ledger) or ("key", ledger)
-        return kind != "queue", name
-
-    return order
-
-
-def matches(keys: KeySpace, ledger: str, query: str) -> bool:
-    """Whether a ledger matches a search: the text in its queue name or digest, or its short name."""
-    if not query:
-        return True
-    short = keys.short(ledger).lower()
-    return query in short
-
-
-class ScannedListing:
-    """Every ledger under the prefix, listed by one SCAN at most every ``interval`` seconds.
-
-    The same SCAN finds the process reports. Between two listings a page is a slice of the
-    names found last, plus the ledgers with a control (their hash is read with every refresh:
-    a ledger paused a moment ago is listed at once). Thread-safe: one listing at a time, and
-    the viewers that ask meanwhile get the names found last.
-    """
-
-    def __init__(
-        self,
-        client: RedisClient,
-        keys: KeySpace,
-        *,
-        interval: float = LISTING_INTERVAL,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.client = client
-        self.keys = keys
-        self.interval = interval
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._listing = threading.Lock()
-        self._ledgers: list[str] = []
-        self._processes: set[str] = set()
-        self._listed_at: float | None = None
-        #: The last merge of the scanned names with the controlled ones, and what it was made of.
-        self._merged: tuple[tuple[float | None, frozenset[str]], list[str]] | None = None
-
-    def _fresh(self) -> None:
-        with self._lock:
-            due = self._listed_at is None or self._clock() - self._listed_at >= self.interval
-        if not due:
-            return
-        if not self._listing.acquire(blocking=self._listed_at is None):
-            return  # another viewer is listing: use the names found last
-        try:
-            ledgers, processes = self._scan()
-            with self._lock:
-                self._ledgers = sorted(ledgers, key=ledger_order(self.keys))
-                self._processes = processes
-                self._listed_at = self._clock()
-        finally:
-            self._listing.release()
-
-    def _scan(self) -> tuple[list[str], set[str]]:
-        report_head = self.keys.process("")
-        ledgers, processes = [], set()
-        for raw in self.client.scan_iter(match=self.keys.pattern(), count=1000):
-            key = _text(raw)
-            if key.startswith(report_head):
-                processes.add(key[len(report_head) :])
-            elif self.keys.parse(key) is not None:
-                ledgers.append(key)
-        return sorted(set(ledgers)), processes
-
-    def page(self, query: str, page: int, per_page: int, *, controlled: Iterable[str]) -> ListingPage:
-        self._fresh()
-        controlled = frozenset(c for c in controlled if self.keys.parse(c) is not None)
-        with self._lock:
-            listed_at, scanned = self._listed_at, self._ledgers
-            merged = self._merged
-            if merged is None or merged[0] != (listed_at, controlled):
-                extra = controlled - set(scanned)
-                names = sorted([*scanned, *extra], key=ledger_order(self.keys)) if extra else scanned
-                self._merged = merged = ((listed_at, controlled), names)
-        names = merged[1]
-        found = [n for n in names if matches(self.keys, n, query)] if query else names
-        pages = max(1, math.ceil(len(found) / per_page))
-        page = min(max(1, page), pages)
-        start = (page - 1) * per_page
-        ago = 0.0 if listed_at is None else max(0.0, self._clock() - listed_at)
-        return ListingPage(found[start : start + per_page], len(found), page, pages, round(ago, 3))
-
-    def processes(self) -> list[str]:
-        self._fresh()
-        with self._lock:
-            return sorted(self._processes)
-
-    def learn(self, processes: Iterable[str]) -> None:
-        with self._lock:
-            self._processes.update(processes)
-
-
 # -- reading ---------------------------------------------------------------------------------------
-
-
-def read_reports(client: RedisClient, keys: KeySpace, processes: Sequence[str]) -> dict[str, ProcessReport]:
-    """The reports of these processes that exist now, by ``<host>:<pid>`` (one MGET; a GET each on
-    a cluster, as the Inspector reads them)."""
-    if not processes:
-        return {}
-    names = [keys.process(p) for p in processes]
-    cluster = isinstance(client, RedisCluster)
-    values = [client.get(name) for name in names] if cluster else client.mget(names)
-    reports = {}
-    for value in values:
-        report = ProcessReport.from_json(value) if value is not None else None
-        if report is not None:
-            reports[report.process] = report
-    return reports
 
 
 class PageData:
@@ -205,16 +45,12 @@ class PageData:
 
     Parameters:
       inspector: the Inspector of the ledgers' Redis and prefix.
-      listing: which ledgers a page shows (default: a :class:`ScannedListing`).
       per_page: ledgers per page of the list.
     """
 
-    def __init__(
-        self, inspector: Inspector, *, listing: Listing | None = None, per_page: int = PER_PAGE
-    ) -> None:
+    def __init__(self, inspector: Inspector, *, per_page: int = PER_PAGE) -> None:
         self.inspector = inspector
         self.keys = inspector.keys
-        self.listing: Listing = listing or ScannedListing(inspector.client, inspector.keys)
         self.per_page = per_page
 
     # -- the shared parts ------------------------------------------------------------------
@@ -227,25 +63,10 @@ class PageData:
             "at": round(self.inspector._now(), 3),
         }
 
-    def _reports(self, extra: Iterable[str] = ()) -> dict[str, ProcessReport]:
-        wanted = sorted({*self.listing.processes(), *extra})
-        return read_reports(self.inspector.client, self.keys, wanted)
-
     def _views(self, names: Sequence[str]) -> tuple[list[LedgerView], dict[str, ProcessReport]]:
-        """Views of these ledgers, in this order, with the reports they were read with."""
-        reports = self._reports()
-        views = self.inspector.ledgers(names, reports=reports) if names else []
-        # A hold whose process the listing does not know yet (it started since): look it up.
-        unknown = {process_part(h.token) for v in views for h in v.holders if not h.process_alive}
-        found = read_reports(self.inspector.client, self.keys, sorted(unknown)) if unknown else {}
-        if found:
-            self.listing.learn(found)
-            reports.update(found)
-            redo = {v.ledger for v in views if any(process_part(h.token) in found for h in v.holders)}
-            again = {v.ledger: v for v in self.inspector.ledgers(sorted(redo), reports=reports)}
-            views = [again.get(v.ledger, v) for v in views]
-        order = {name: i for i, name in enumerate(names)}
-        return sorted(views, key=lambda v: order.get(v.ledger, len(order))), reports
+        """Views of these ledgers, in this order, with the live reports they were read with."""
+        reports = self.inspector.processes()
+        return self.inspector.ledgers(names, reports=reports), reports
 
     def _line(self, ledger: str, count: int) -> list[tuple[str, float]]:
         """The first ``count`` claims in a ledger's line, with their places (µs)."""
@@ -265,24 +86,27 @@ class PageData:
     # -- the documents --------------------------------------------------------------------------
 
     def ledgers(self, query: str = "", page: int = 1) -> Document:
-        """One page of the ledger list: every ledger matching ``query``, ``per_page`` at a time."""
-        query = query.strip().lower()[:MAX_QUERY]
-        controls = self.inspector.controls.read()
-        listed = self.listing.page(query, page, self.per_page, controlled=controls)
+        """One page of the ledger list: the ledgers whose name or digest starts with ``query``
+        (:meth:`Inspector.page`), ``per_page`` at a time; a page past the end is the last one."""
+        query = query.strip()[:MAX_QUERY]
         header = self.header()
-        views, _ = self._views(listed.names)
-        heads = self._line_heads(views)
+        found = self.inspector.page((page - 1) * self.per_page, self.per_page, query)
+        pages = None if found.total is None else max(1, math.ceil(found.total / self.per_page))
+        if pages is not None and page > pages:
+            page = pages
+            found = self.inspector.page((page - 1) * self.per_page, self.per_page, query)
+        heads = self._line_heads(found.ledgers)
         return {
             **header,
             "query": query,
-            "page": listed.page,
-            "pages": listed.pages,
+            "page": page,
+            "pages": pages,
+            "more": found.more,
             "per_page": self.per_page,
-            "total": listed.total,
-            "listed_ago": listed.listed_ago,
+            "total": found.total,
             "ledgers": [
                 ledger_document(v, heads.get(v.ledger), now=header["at"], holders=HOLDERS_IN_LIST)
-                for v in views
+                for v in found.ledgers
             ],
         }
 
@@ -303,9 +127,9 @@ class PageData:
         }
 
     def processes(self) -> Document:
-        """Every live worker process the listing knows, with what its report says."""
+        """Every live worker process (the index of reports), with what its report says."""
         header = self.header()
-        reports = self._reports()
+        reports = self.inspector.processes()
         return {
             **header,
             "processes": [process_document(reports[p], self.keys, now=header["at"]) for p in sorted(reports)],
@@ -472,16 +296,11 @@ def plain(value: Any) -> Any:
 __all__ = [
     "HOLDERS_IN_LIST",
     "LINE_SHOWN",
-    "LISTING_INTERVAL",
     "PER_PAGE",
-    "Listing",
-    "ListingPage",
     "PageData",
-    "ScannedListing",
     "control_document",
     "holder_document",
     "ledger_document",
     "line_document",
     "process_document",
-    "read_reports",
 ]

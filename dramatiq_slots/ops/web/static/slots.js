@@ -198,7 +198,11 @@
       { class: holder.process_alive ? "holder" : "holder dead", dataset: { token: holder.token } },
       el("span", { class: "where" }, holder.host + " " + orDash(holder.pid) + "/" + orDash(holder.thread)),
       " ",
-      el("span", { class: "label" }, holder.label === null ? "message unknown" : holder.label),
+      el("span", { class: "label" }, holder.label !== null
+          ? holder.label
+          : holder.process_alive
+            ? "not in its report yet" // reports follow an admission within half a second
+            : "message unknown"),
       " ",
       el("span", { class: "age" }, "age " + age(holder.age)),
       " ",
@@ -233,7 +237,7 @@
     const search = el("input", {
       id: "search",
       type: "search",
-      placeholder: "queue name or digest",
+      placeholder: "start of a queue name or digest (queue:… or key:… for one kind)",
       value: state.q,
       maxlength: 200,
       on: {
@@ -252,13 +256,13 @@
     const next = el("button", { type: "button", id: "next", on: { click: function () { go(1); } } }, "next");
     const pageText = el("span", { id: "page" });
     const body = el("tbody", { id: "ledgers" });
-    let pages = 1;
+    let last = 1;
 
     function remember() {
       history.replaceState(null, "", "#ledgers?" + new URLSearchParams({ q: state.q, page: String(state.page) }));
     }
     function go(step) {
-      state.page = Math.min(Math.max(1, state.page + step), pages);
+      state.page = Math.min(Math.max(1, state.page + step), last);
       remember();
       refreshNow();
     }
@@ -274,11 +278,15 @@
         return BASE + "/api/ledgers?" + new URLSearchParams({ q: state.q, page: String(state.page) });
       },
       render: function (doc) {
-        pages = doc.pages;
+        // A search that reaches the runtime keys is not counted: the page says whether more follow.
+        last = doc.more ? doc.page + 1 : doc.page;
         state.page = doc.page;
-        pageText.textContent = "page " + doc.page + " of " + doc.pages + " (" + doc.total + " ledgers)";
+        pageText.textContent =
+          doc.total === null
+            ? "page " + doc.page + (doc.more ? " (more follow)" : " (the last)")
+            : "page " + doc.page + " of " + doc.pages + " (" + doc.total + " ledgers)";
         previous.disabled = doc.page <= 1;
-        next.disabled = doc.page >= doc.pages;
+        next.disabled = !doc.more;
         body.replaceChildren();
         if (!doc.ledgers.length) {
           add(body, el("tr", null, el("td", { colspan: 6, class: "empty" }, doc.query ? "no ledger matches" : "no ledger holds anything")));
