@@ -1,7 +1,8 @@
 """What reading the ledgers costs a page with many of them, and what prompt reports cost a worker.
 
 Run: ``python bench/inspection.py [--ledgers 100,1000,10000] [--repeat 20]`` (about a minute).
-Not part of ``make bench``. The last line is ``BENCH_INSPECTION_JSON {...}``.
+``make bench`` runs it last (``--ledgers 100,1000 --repeat 5`` with ``--quick``). The last line
+is ``BENCH_INSPECTION_JSON {...}``.
 
 1. **A page of ledgers.** On a throwaway server, ``N`` runtime-key ledgers each get one live hold,
    and 50 worker processes' reports name them (``Ledger.write_report``, as every worker's beat

@@ -21,7 +21,7 @@ import redis
 
 from dramatiq_slots.ledger import Ledger
 from dramatiq_slots.ledger.controls import Controls
-from dramatiq_slots.ops.inspection import Inspector
+from dramatiq_slots.ops.inspection import Inspector, WhyRunning, WhyWaiting
 from dramatiq_slots.ops.web import SlotsWeb
 from tests.support.planted import DEAD_TOKEN, LIVE_TOKEN, hold, plant_busy_queue, tokens
 from tests.support.waiting import wait_until
@@ -417,32 +417,53 @@ def test_an_expiring_pause_set_from_the_page_ends_by_itself(
 
 
 @pytest.mark.skipif(not hasattr(Inspector, "why"), reason="this version's Inspector has no why()")
-def test_why_names_the_ledger_a_waiting_message_waits_for(
+def test_why_names_the_ledger_a_waiting_message_waits_for_and_follows_it(
     driver: Any, make_fleet: Callable[..., WorkerFleet], redis_client: redis.Redis, key_prefix: str
 ) -> None:
     fleet = make_fleet(job_ms=30_000, capacity=1)
     host = fleet.start_group("host-a", threads=2)
     fleet.wait_ready(host)
-    _, waiting = fleet.send_capped(2)
-    wait_until(
-        lambda: len(fleet.ledger.line(fleet.ledger.keys.queue(CAPPED_QUEUE))) == 1,
-        timeout=30,
-        what="one in line",
+    sent = fleet.send_capped(2)
+    inspector = Inspector(redis_client, key_prefix=key_prefix)
+
+    def one_runs_one_waits() -> tuple[WhyWaiting, WhyRunning] | None:
+        answers = [inspector.why(m) for m in sent]
+        waiting = [a for a in answers if isinstance(a, WhyWaiting)]
+        running = [a for a in answers if isinstance(a, WhyRunning)]
+        return (waiting[0], running[0]) if len(waiting) == 1 and len(running) == 1 else None
+
+    # Which of the two got the slot is dramatiq's to choose; the other waits (parked), reported.
+    found = wait_until(
+        one_runs_one_waits, timeout=30, what="one message running, one waiting", context=fleet.tails
     )
+    assert found is not None
+    waits, running = found
+    waiting = waits.message_id
     with served(SlotsWeb(redis_client, key_prefix=key_prefix, refresh=REFRESH)) as base:
         driver.get(base + "/slots/")
         type_into(driver, "#why-id", waiting)
         click(driver, "#why-form button")
         shown: list[str] = []
 
-        def answered() -> bool:
-            shown[:] = texts(driver, "#why-answer")
-            return attribute(driver, "#why-answer", "data-available") == "yes" and CAPPED in " ".join(shown)
+        def answered(state: str) -> Callable[[], bool]:
+            def check() -> bool:
+                shown[:] = texts(driver, "#why-answer")
+                text = " ".join(shown)
+                return (
+                    attribute(driver, "#why-answer", "data-available") == "yes"
+                    and CAPPED in text
+                    and state in text
+                )
+
+            return check
 
         try:
-            wait_until(answered, timeout=SHOWN, what="the answer naming the ledger")
+            wait_until(answered(waits.state), timeout=SHOWN, what="the answer naming the ledger")
+            # The answer follows the message without asking again: its slot is freed, it runs.
+            freed = inspector.release(fleet.ledger.keys.queue(CAPPED_QUEUE), [running.token], force=True)
+            wait_until(answered("running"), timeout=SHOWN, what="the answer, once the message runs")
         except AssertionError:
-            inspector = Inspector(redis_client, key_prefix=key_prefix)
             raise AssertionError(
                 f"why answered {shown!r}; Inspector.why: {inspector.why(waiting)!r}"
             ) from None
+    assert freed.removed == [running.token]

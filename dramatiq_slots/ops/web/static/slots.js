@@ -153,6 +153,7 @@
         current.render(doc);
         setError(null);
         refreshed();
+        if (asked) answerWhy(asked);
       })
       .catch(function (error) {
         if (mine === generation) setError(error.message);
@@ -564,22 +565,37 @@
     return String(value);
   }
 
-  function ask(event) {
-    event.preventDefault();
+  // The message asked about: its answer is asked again with every refresh, so it stays current
+  // (a message that starts running, or whose process reports it since, is told at once).
+  let asked = null;
+  let askings = 0;
+
+  function answerWhy(id) {
     const box = document.getElementById("why-answer");
-    const id = document.getElementById("why-id").value.trim();
-    if (!id) return;
-    box.hidden = false;
-    box.replaceChildren(el("p", null, "asking..."));
+    const mine = ++askings;
     getJSON(BASE + "/api/why?" + new URLSearchParams({ message_id: id }))
       .then(function (doc) {
+        if (mine !== askings || id !== asked) return; // a newer question, or a newer answer asked
         box.replaceChildren(
           el("h3", null, "Why " + doc.message_id),
           doc.available ? plain(doc.answer) : el("p", { class: "note" }, "Not available: " + doc.reason)
         );
         box.dataset.available = doc.available ? "yes" : "no";
       })
-      .catch(function (error) { box.replaceChildren(el("p", { class: "refused" }, error.message)); });
+      .catch(function (error) {
+        if (mine === askings) box.replaceChildren(el("p", { class: "refused" }, error.message));
+      });
+  }
+
+  function ask(event) {
+    event.preventDefault();
+    const box = document.getElementById("why-answer");
+    const id = document.getElementById("why-id").value.trim();
+    asked = id || null;
+    if (!id) return;
+    box.hidden = false;
+    box.replaceChildren(el("p", null, "asking..."));
+    answerWhy(id);
   }
 
   const VIEWS = { ledgers: ledgersView, ledger: ledgerView, processes: processesView };
