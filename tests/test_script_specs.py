@@ -24,7 +24,7 @@ from dramatiq_slots.errors import LedgerArgumentError, LedgerError
 from dramatiq_slots.ledger import SCRIPTS, Ledger, Limit, Member
 from dramatiq_slots.ledger.specs import SPECS, Call, Field, Kind, ScriptSpec, key
 from dramatiq_slots.ledger.translation import refused_argument
-from dramatiq_slots.ops.cli.connection import describe_redis_error
+from dramatiq_slots.ops.redis_errors import describe_redis_error
 
 LUA = Path(__file__).resolve().parent.parent / "dramatiq_slots" / "ledger" / "lua"
 LONG = 60_000

@@ -21,10 +21,11 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.connection import parse_url
 from redis.retry import Retry
-from redis.sentinel import MasterNotFoundError, Sentinel
+from redis.sentinel import Sentinel
 
-from ...errors import ArgumentError, LedgerArgumentError, LedgerError
+from ...errors import ArgumentError, LedgerError
 from ...ledger.client import URL_ENV, RedisClient, redacted_address
+from ..redis_errors import describe_redis_error
 from .exits import Failure
 
 #: Where the ledger's Redis is read from when ``--url`` is not given, first found wins.
@@ -236,40 +237,6 @@ def sentinel_address(text: str) -> tuple[str, int]:
     if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
         raise ArgumentError(f"a sentinel's port is a number from 1 to 65535: {SENTINEL_URL_FORM}")
     return unquote(host), int(port)
-
-
-def describe_redis_error(error: BaseException, address: str) -> str:
-    """One line for a failed Redis conversation, naming the server by its redacted address."""
-    if isinstance(error, LedgerArgumentError):
-        # Our script refused what we sent (a bug, or a server running other scripts): say which
-        # argument, not the raw SLOTS_ARG reply.
-        return f"Redis at {address} refused a ledger call: {error}"
-    if isinstance(error, LedgerError) and error.__cause__ is not None:
-        error = error.__cause__
-    if isinstance(error, redis.exceptions.RedisClusterException) and isinstance(
-        error.__cause__, redis.RedisError
-    ):
-        error = error.__cause__  # no node could be asked for the slot map: why
-    if isinstance(error, MasterNotFoundError):
-        # Its text lists every sentinel client's repr: too long for one line, and says no more.
-        why = (
-            "a sentinel could not be asked (unreachable, or refusing its credentials), and none that "
-            "answered named a primary of that service that is up"
-            if " : " in str(error)
-            else "the sentinels know no primary of that service that is up"
-        )
-        return f"no primary found at {address}: {why} (MasterNotFoundError)"
-    detail = f"{type(error).__name__}: {error}"
-    if isinstance(error, redis.AuthenticationError):
-        return f"Redis at {address} refused the credentials ({detail})"
-    if isinstance(error, redis.exceptions.NoPermissionError):
-        return (
-            f"Redis at {address} refused a command to this user ({detail}); status needs SCAN, "
-            "GET and the ledger's commands"
-        )
-    if isinstance(error, (redis.ConnectionError, redis.TimeoutError)):
-        return f"cannot reach Redis at {address} ({detail})"
-    return f"Redis at {address} failed ({detail})"
 
 
 def talking_to(client: RedisClient, action: Callable[[], Any]) -> Any:

@@ -40,8 +40,8 @@ import redis.exceptions
 from ...errors import ArgumentError, LedgerError, SlotsError
 from ...ledger.client import RedisClient, redacted_address
 from ...ledger.keys import DEFAULT_KEY_PREFIX
-from ..cli.connection import describe_redis_error
 from ..inspection import Inspector
+from ..redis_errors import describe_redis_error
 from .actions import ACTIONS, perform, recorded
 from .csrf import COOKIE, Csrf, cookie_header
 from .data import PER_PAGE, Document, PageData
