@@ -12,7 +12,8 @@ messages
     strict job stopped for its hold, a host's clock step while the message was unacked: dramatiq's
     Redis broker judges its workers' heartbeats by their own clocks), against any earlier run of
     the message (one fault may redeliver a message twice: a retry and a requeue); none is left
-    unattributed.
+    unattributed. A message the drain found stranded in a live worker's unacked set (and freed by
+    restarting every host) is attributed to a broker restart while it was in the broker.
 caps
     per limited scope, real concurrency (the runs' own intervals) never exceeded the capacity in
     force when the run may have been admitted (an operator's override or pause, taken with a grace
@@ -276,6 +277,16 @@ def _explain_rerun(
     return None
 
 
+def _explain_stranding(sent_at: int | None, faults: Sequence[Window], slack_us: int) -> Window | None:
+    """The broker restart that can have stranded a message in a live worker's unacked set: one
+    while the message was in the broker (its fetch ran on the server, the kill lost the reply;
+    dramatiq's Redis broker requeues a worker's unacked messages only once it stops)."""
+    for fault in faults:
+        if fault.kind == "broker-restart" and sent_at is not None and sent_at <= fault.end + slack_us:
+            return fault
+    return None
+
+
 def check_messages(record: Record, faults: Sequence[Window], verdict: Verdict) -> None:
     runs_of: dict[str, list[Run]] = defaultdict(list)
     for run in record.runs:
@@ -309,9 +320,21 @@ def check_messages(record: Record, faults: Sequence[Window], verdict: Verdict) -
         "unattributed_extra_runs": unattributed[:20],
         "lost": lost[:20],
     }
+    found = (e.params.get("messages", ()) for e in record.events if e.kind == "stranded")
+    stranded = sorted({m for messages in found for m in messages})
+    unexplained = [
+        m for m in stranded if _explain_stranding(sent[m].at if m in sent else None, faults, slack) is None
+    ]
+    verdict.figures["messages"]["stranded"] = len(stranded)
+    verdict.figures["messages"]["unexplained_stranded"] = unexplained[:20]
     if lost:
         verdict.failures.append(
             f"messages: {len(lost)} sent and never completed nor dropped (e.g. {lost[:3]})"
+        )
+    if unexplained:
+        verdict.failures.append(
+            f"messages: {len(unexplained)} stranded in a live worker's unacked set that no broker "
+            f"restart explains (e.g. {unexplained[:3]})"
         )
     if wrongly_dropped:
         verdict.failures.append(f"messages: {len(wrongly_dropped)} dropped that no on_busy policy may drop")

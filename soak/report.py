@@ -82,6 +82,9 @@ Verdict: **{verdict}**.
 dropped by `on_busy="coalesce"` (as their callers see it: `MessageDropped` results), lost
 {len(messages["lost"])}. Extra runs (at-least-once delivery): {messages["extra_runs"]}, each
 attributed to a fault that makes one ({extra}); unattributed: {len(messages["unattributed_extra_runs"])}.
+Stranded in a live worker's unacked set by a `broker-restart` (a fetch the kill cut short; run once
+the drain restarted every host): {messages.get("stranded", 0)}; with no broker restart to explain
+them: {len(messages.get("unexplained_stranded", []))}.
 
 **Caps.** Checked per limit at every start, against the capacity in force (overrides and pauses
 included, with {GRACE_US // 1000} ms of grace for a message admitted just before a change, counted

@@ -7,7 +7,8 @@
    samples the ledgers, every job records itself (:mod:`soak.history`).
 4. Then the drain: the nemesis waits for its faults in flight, every control is reset and every
    clock set right, every host runs again, the workload stops; every message must complete (or be
-   dropped by its policy) within ``--drain-timeout``.
+   dropped by its policy) within ``--drain-timeout`` (a message stranded in a live worker's
+   unacked set by a broker restart is found there, and every host restarted once: see ``_drain``).
 5. Every host is stopped gracefully, ``hold_ttl`` + a beat passes, and everything left under the
    prefix on the ledger server is listed (what has no expiry, what still holds or waits).
 6. The checker (:mod:`soak.checker`) reads the whole history; the verdict is printed, written as
@@ -171,11 +172,26 @@ def _settle_everything(cluster: Cluster) -> None:
             cluster.start_host(name)
 
 
+#: Seconds without a message finishing in the drain before the broker is searched for messages
+#: stranded in a live worker's unacked set.
+STALL_S = 20.0
+#: Fault numbers of the drain's own restarts (after every scheduled one's).
+RESCUE_FAULTS = 10_000
+
+
 def _drain(cluster: Cluster, workload: Workload, timeout: float) -> bool:
-    """Wait until every message sent completed, or was dropped (as its caller sees it)."""
+    """Wait until every message sent completed, or was dropped (as its caller sees it).
+
+    A message whose fetch the broker's kill cut short (the server moved it to the worker's
+    unacked set, the reply was lost) stays there as long as that worker lives: dramatiq's Redis
+    broker requeues a worker's unacked messages only once its heartbeat is stale. When the drain
+    stalls with unfinished messages found there, it does what an operator would: it records them
+    (event ``stranded``, for the checker to attribute) and restarts every host gracefully, once.
+    """
     history = cluster.history
     backend = results_backend(cluster.config)
     deadline = time.monotonic() + timeout
+    fewest, progressed, rescued = 2**62, time.monotonic(), False
     while True:
         record = history.load()
         completed = {r.message_id for r in record.runs if r.completed}
@@ -187,10 +203,43 @@ def _drain(cluster: Cluster, workload: Workload, timeout: float) -> bool:
         waiting -= set(record.drops)
         if not waiting:
             return True
+        if len(waiting) < fewest:
+            fewest, progressed = len(waiting), time.monotonic()
+        if not rescued and time.monotonic() - progressed > STALL_S:
+            stranded = _unacked(cluster, waiting)
+            if stranded:
+                rescued = True
+                print(f"SOAK drain: {len(stranded)} stranded, unacked; every host restarts", flush=True)
+                history.event(0, "stranded", "found", "broker", {"messages": sorted(stranded)})
+                for i, name in enumerate(sorted(cluster.hosts), RESCUE_FAULTS):
+                    history.event(i, "graceful-restart", "start", name)
+                    cluster.terminate_host(name)
+                    cluster.start_host(name)
+                    history.event(i, "graceful-restart", "end", name)
+                progressed = time.monotonic()
         if time.monotonic() > deadline:
             print(f"SOAK drain timed out: {len(waiting)} unfinished, e.g. {sorted(waiting)[:5]}", flush=True)
             return False
         time.sleep(1.0)
+
+
+def _unacked(cluster: Cluster, waiting: set[str]) -> set[str]:
+    """The messages of ``waiting`` that sit in a worker's unacked set on the broker
+    (``<namespace>:__acks__.<worker id>.<queue>``, the payload in ``<namespace>:<queue>.msgs``)."""
+    head = f"{cluster.config.namespace}:__acks__."
+    found: set[str] = set()
+    with redis.Redis.from_url(cluster.config.broker_url) as client:
+        for raw in client.scan_iter(match=head + "*", count=1000):
+            key = raw.decode()
+            _, _, queue = key[len(head) :].partition(".")
+            ids = list(client.smembers(key))
+            payloads = client.hmget(f"{cluster.config.namespace}:{queue}.msgs", ids) if ids else []
+            for payload in payloads:
+                if payload is not None:
+                    message_id = json.loads(payload).get("message_id")
+                    if message_id in waiting:
+                        found.add(message_id)
+    return found
 
 
 def _dropped(backend: Any, message: Any) -> bool:

@@ -396,6 +396,20 @@ def test_a_broker_restart_does_not_explain_a_rerun_of_a_message_sent_after_it() 
     assert failures(h, "messages: 1 extra run(s) no fault explains")
 
 
+def test_a_message_stranded_in_a_live_workers_unacked_set_is_attributed_to_a_broker_restart() -> None:
+    # Found in a soak (seed 1023924187): the broker's AOF shows the fetch (LPOP, SADD to the
+    # worker's unacked set) written just before the kill; the worker never got it, and lived on.
+    h = History()
+    h.record.sent.append(Sent("m", "free_job", ("queue:soak_free",), T0 + 110 * S))
+    h.record.events.append(Event(0, "stranded", "found", "broker", T0 + 150 * S, {"messages": ["m"]}))
+    h.run(160.0, 160.1, message="m", group="C", scope="queue:soak_free", actor="free_job")
+    assert failures(h, "messages: 1 stranded in a live worker's unacked set that no broker restart")
+    h.fault(1, "broker-restart", "broker", 110.1, 110.9)
+    verdict = h.verdict()
+    assert verdict.passed, verdict.failures
+    assert verdict.figures["messages"]["stranded"] == 1
+
+
 def test_runs_of_one_message_requeued_by_a_hosts_clock_step_are_attributed_to_it() -> None:
     h = History()
     h.record.sent.append(Sent("m", "capped_job", (CAPPED,), T0 + 5 * S))  # sent during the step
