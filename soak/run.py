@@ -206,7 +206,8 @@ def _drain(cluster: Cluster, workload: Workload, timeout: float) -> bool:
         if len(waiting) < fewest:
             fewest, progressed = len(waiting), time.monotonic()
         if not rescued and time.monotonic() - progressed > STALL_S:
-            stranded = _unacked(cluster, waiting)
+            with redis.Redis.from_url(cluster.config.broker_url) as broker:
+                stranded = unacked(broker, cluster.config.namespace, waiting)
             if stranded:
                 rescued = True
                 print(f"SOAK drain: {len(stranded)} stranded, unacked; every host restarts", flush=True)
@@ -223,22 +224,18 @@ def _drain(cluster: Cluster, workload: Workload, timeout: float) -> bool:
         time.sleep(1.0)
 
 
-def _unacked(cluster: Cluster, waiting: set[str]) -> set[str]:
-    """The messages of ``waiting`` that sit in a worker's unacked set on the broker
+def unacked(client: redis.Redis, namespace: str, waiting: set[str]) -> set[str]:
+    """The messages of ``waiting`` that sit in a worker's unacked set on dramatiq's Redis broker
     (``<namespace>:__acks__.<worker id>.<queue>``, the payload in ``<namespace>:<queue>.msgs``)."""
-    head = f"{cluster.config.namespace}:__acks__."
+    head = f"{namespace}:__acks__."
     found: set[str] = set()
-    with redis.Redis.from_url(cluster.config.broker_url) as client:
-        for raw in client.scan_iter(match=head + "*", count=1000):
-            key = raw.decode()
-            _, _, queue = key[len(head) :].partition(".")
-            ids = list(client.smembers(key))
-            payloads = client.hmget(f"{cluster.config.namespace}:{queue}.msgs", ids) if ids else []
-            for payload in payloads:
-                if payload is not None:
-                    message_id = json.loads(payload).get("message_id")
-                    if message_id in waiting:
-                        found.add(message_id)
+    for raw in client.scan_iter(match=head + "*", count=1000):
+        key = raw.decode()
+        _, _, queue = key[len(head) :].partition(".")
+        ids = list(client.smembers(key))
+        for payload in client.hmget(f"{namespace}:{queue}.msgs", ids) if ids else []:
+            if payload is not None and json.loads(payload).get("message_id") in waiting:
+                found.add(json.loads(payload)["message_id"])
     return found
 
 
