@@ -147,6 +147,31 @@ def worker_threads(worker: object) -> int:
     return int(getattr(worker, "worker_threads", 1))
 
 
+# -- a paused worker --------------------------------------------------------------------------
+
+WORKER_PAUSE = Touchpoint(
+    "worker pause",
+    uses=(
+        "Worker.workers, the worker's WorkerThreads, each with its paused flag: Worker.pause sets "
+        "it on every thread before waiting for them (no hook is emitted), Worker.resume clears it; "
+        "a paused thread no longer takes from the work queue"
+    ),
+    outside="a paused worker is not seen: a slot handed to one of its parked messages waits for "
+    "a thread until it resumes",
+    # Not "paused": the package's own word for a paused ledger (the threads' flag is read here only).
+    names=("workers",),
+)
+
+
+def worker_paused(worker: object) -> bool:
+    """Whether every worker thread of ``worker`` is paused (``Worker.pause``); False on an untested
+    dramatiq, or before its threads exist."""
+    if not WORKER_PAUSE.check():
+        return False
+    threads = list(getattr(worker, "workers", ()))
+    return bool(threads) and all(getattr(thread, "paused", False) for thread in threads)
+
+
 # -- the Redis consumer's prefetch count ----------------------------------------------------
 
 PREFETCH = Touchpoint(
@@ -450,6 +475,7 @@ def redis_queue_depths(broker: object, queue_names: Iterable[str]) -> dict[str, 
 TOUCHPOINTS: tuple[Touchpoint, ...] = (
     WORK_QUEUE,
     WORKER_THREADS,
+    WORKER_PAUSE,
     PREFETCH,
     SKIP_LOG,
     TIME_LIMIT,

@@ -211,6 +211,34 @@ def test_contract_worker_thread_count(own_broker: Callable[..., RedisBroker]) ->
         assert len(set(booted)) == 3
 
 
+@contract_of(borrowed.WORKER_PAUSE)
+def test_contract_worker_pause(own_broker: Callable[..., RedisBroker]) -> None:
+    broker = own_broker()
+    ran: list[int] = []
+
+    @dramatiq.actor(broker=broker, queue_name="pq")
+    def job(i: int) -> None:
+        ran.append(i)
+
+    job.send(1)
+    with contract(borrowed.WORKER_PAUSE):
+        worker = dramatiq.Worker(broker, worker_threads=2, worker_timeout=50)
+        assert not borrowed.worker_paused(worker), "no thread yet"
+        worker.start()
+        try:
+            wait_until(lambda: len(worker.workers) == 2, timeout=10, what="two worker threads")
+            assert not borrowed.worker_paused(worker)
+            worker.pause()
+            assert borrowed.worker_paused(worker)
+            worker.resume()
+            assert not borrowed.worker_paused(worker)
+            broker.join("pq", timeout=10_000)
+            worker.join()
+            assert ran == [1]
+        finally:
+            worker.stop(timeout=10_000)
+
+
 @contract_of(borrowed.PREFETCH)
 def test_contract_prefetch_count(own_broker: Callable[..., RedisBroker]) -> None:
     broker = own_broker()

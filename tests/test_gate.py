@@ -272,3 +272,44 @@ def test_users_tests_on_a_stub_broker_join_and_see_every_capped_message_run(
     assert isinstance(worker.work_queue, GatedWorkQueue)
     assert probe.peak["stubbed"] == 1
     assert probe.by_label["deferrals"] == [0] * 8, "they waited parked, none was deferred"
+
+
+def test_a_paused_worker_holds_no_slot_it_does_not_use_and_runs_the_rest_once_resumed(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    slots = add_slots()
+    limit = Limit(slots.keys.queue("capped"), 1)
+    first_may_end = threading.Event()
+
+    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
+    def job(i: int) -> None:
+        probe.record("started", i)
+        if i == 1:
+            first_may_end.wait(10)
+
+    with running_worker(broker, threads=2) as worker:
+        job.send(1)
+        probe.wait_for(lambda: probe.by_label["started"] == [1])
+        job.send(2)
+        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 1, timeout=10, what="job 2 parked in line")
+        # Worker.pause waits for every thread to finish its message: job 1 ends during it, and its
+        # slot is handed to job 2's parked claim, which no paused thread will take.
+        pausing = threading.Thread(target=worker.pause)
+        pausing.start()
+        wait_until(
+            lambda: sum(t.paused_event.is_set() for t in worker.workers) == 1,
+            timeout=10,
+            what="the idle thread to stop taking messages",
+        )
+        first_may_end.set()
+        pausing.join(10)
+        assert not pausing.is_alive()
+        wait_until(
+            lambda: slots.ledger.in_use(limit.ledger) == 0, timeout=10, what="the handed slot given back"
+        )
+        assert slots.ledger.line(limit.ledger) == [], "nor does it keep a claim in line"
+        hold_elsewhere(slots, limit)  # another host takes the slot the paused worker does not use
+        assert probe.by_label["started"] == [1], "a paused worker runs nothing"
+        slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
+        worker.resume()
+        probe.wait_for(lambda: probe.by_label["started"] == [1, 2])

@@ -58,7 +58,7 @@ class Gate:
         self.request = request
         self.worker = worker
         self.queue = GatedWorkQueue(self)
-        self.parking = Parking(admission, self._out_of_parking, on_tick=self._expire_held_back)
+        self.parking = Parking(admission, self._out_of_parking, on_tick=self._tick)
         self.prefetch = Prefetch(worker, admission.settings.keys)
         #: Claims of this process on one ledger (held, or parked in its line) never outnumber
         #: its threads: a slot handed to a parked message then finds a thread not busy with
@@ -187,6 +187,29 @@ class Gate:
         hold = self.process.registry.begin_release(ticket.hold.token)
         if hold is not None:
             self.process.release(hold)
+
+    # -- a paused worker --------------------------------------------------------
+
+    def paused(self) -> bool:
+        """Whether the worker is paused (``Worker.pause``: every thread of it)."""
+        return borrowed.worker_paused(self.worker)
+
+    def give_back(self, item: Any, ticket: Ticket) -> None:
+        """A paused worker holds no slot it does not use: the hold handed to a ready message is
+        released (the next in line gets it), and the message goes back into the queue, to be
+        admitted again once the worker resumes, at the place in line it keeps (its option)."""
+        try:
+            self.unready(ticket)
+        finally:
+            self.queue.retry(item)
+        logger.debug("Paused worker: gave back the slot handed to %s.", ticket.request.label)
+
+    def _tick(self, now: float) -> None:
+        """After every pass of the parking thread (at least every ``REASK_MAX_S``)."""
+        self._expire_held_back(now)
+        if self.paused():
+            for item, ticket in self.queue.take_ready_holds():
+                self.give_back(item, ticket)
 
     def _out_of_parking(self, ticket: Ticket, admitted: bool) -> None:
         self.prefetch.refetch(ticket.item, ticket.taken_from)

@@ -23,6 +23,9 @@ from .parking import Ticket
 if TYPE_CHECKING:
     from .gate import Gate
 
+#: How often a thread waiting in ``get`` looks again whether its paused worker has resumed.
+PAUSED_POLL_S = 0.05
+
 
 class GatedWorkQueue(PriorityQueue[Any]):
     """A worker's work queue whose blocking ``get`` returns only messages that may run now.
@@ -49,10 +52,21 @@ class GatedWorkQueue(PriorityQueue[Any]):
             self.not_empty.notify()
 
     def ready(self, item: Any, ticket: Ticket | None) -> None:
-        """An item out of parking: ``ticket`` when it runs with the ticket's hold."""
+        """An item out of parking: ``ticket`` when it runs with the ticket's hold (a paused worker
+        gives that hold back at once: see :meth:`~.gate.Gate.give_back`)."""
+        if ticket is not None and self.gate.paused():
+            self.gate.give_back(item, ticket)
+            return
         with self.not_empty:
             self._ready.append((item, ticket))
             self.not_empty.notify()
+
+    def take_ready_holds(self) -> list[tuple[Any, Ticket]]:
+        """Every ready item that runs with a hold, taken out (a paused worker gives them back)."""
+        with self.mutex:
+            held = [(item, ticket) for item, ticket in self._ready if ticket is not None]
+            self._ready = deque((item, ticket) for item, ticket in self._ready if ticket is None)
+        return held
 
     def set_aside(self, item: Any) -> None:
         """Keep ``item`` for ``Worker.stop`` to requeue (the worker is stopping)."""
@@ -66,14 +80,14 @@ class GatedWorkQueue(PriorityQueue[Any]):
         while True:
             entry: tuple[Any, Ticket | None] | None = None
             with self.not_empty:
-                while not (self._ready or self.queue):
-                    if endtime is None:
-                        self.not_empty.wait()
-                        continue
-                    remaining = endtime - time.monotonic()
-                    if remaining <= 0:
+                # A thread of a paused worker (Worker.pause) caught waiting here takes nothing.
+                while not (self._ready or self.queue) or self.gate.paused():
+                    wait = None if endtime is None else endtime - time.monotonic()
+                    if wait is not None and wait <= 0:
                         raise Empty
-                    self.not_empty.wait(remaining)
+                    if self._ready or self.queue:
+                        wait = PAUSED_POLL_S if wait is None else min(wait, PAUSED_POLL_S)
+                    self.not_empty.wait(wait)
                 if self._ready:
                     entry = self._ready.popleft()
                 else:
