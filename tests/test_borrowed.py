@@ -239,6 +239,43 @@ def test_contract_worker_pause(own_broker: Callable[..., RedisBroker]) -> None:
             worker.stop(timeout=10_000)
 
 
+@contract_of(borrowed.AGE_LIMIT)
+def test_contract_age_limit_rule(own_broker: Callable[..., RedisBroker]) -> None:
+    limit = dramatiq.middleware.AgeLimit(max_age=30_000)
+    broker = own_broker(middleware=[limit])
+    owner = Middleware()
+    broker.add_middleware(owner)
+    ran: list[int] = []
+
+    @dramatiq.actor(broker=broker, queue_name="aq")
+    def by_default(i: int) -> None:
+        ran.append(i)
+
+    @dramatiq.actor(broker=broker, queue_name="aq", max_age=5_000)
+    def by_actor(i: int) -> None:
+        ran.append(i)
+
+    now = int(time.time() * 1000)
+    messages = {
+        1: by_default.message(1).copy(message_timestamp=now - 31_000),  # the middleware's limit
+        2: by_default.message(2).copy(message_timestamp=now - 20_000),
+        3: by_actor.message(3).copy(message_timestamp=now - 6_000),  # the actor's
+        4: by_default.message_with_options(args=(4,), max_age=1_000).copy(message_timestamp=now - 2_000),
+        5: by_actor.message(5),
+    }
+    with contract(borrowed.AGE_LIMIT):
+        limits = borrowed.age_limits_before(broker, owner)
+        assert limits == [limit]
+        predicted = {i for i, m in messages.items() if borrowed.too_old(limits, broker, m)}
+        assert predicted == {1, 3, 4}
+        for message in messages.values():
+            broker.enqueue(message)
+        with running_worker(broker, threads=1):
+            broker.join("aq", timeout=10_000)
+        assert sorted(ran) == [2, 5], "AgeLimit skipped exactly the messages predicted"
+        assert broker.client.hlen(f"{broker.namespace}:aq.XQ.msgs") == 3
+
+
 @contract_of(borrowed.PREFETCH)
 def test_contract_prefetch_count(own_broker: Callable[..., RedisBroker]) -> None:
     broker = own_broker()

@@ -8,6 +8,7 @@ the threads and the prefetch; nothing would hand a slot freed by expiry to the l
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import dramatiq
@@ -313,3 +314,31 @@ def test_a_paused_worker_holds_no_slot_it_does_not_use_and_runs_the_rest_once_re
         slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
         worker.resume()
         probe.wait_for(lambda: probe.by_label["started"] == [1, 2])
+
+
+def test_a_message_an_age_limit_before_slots_skips_takes_no_slot_and_no_place_in_line(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    assert any(isinstance(m, dramatiq.middleware.AgeLimit) for m in broker.middleware), "before Slots"
+    slots = add_slots()
+    limit = Limit(slots.keys.queue("capped"), 1)
+    dead = f"{broker.namespace}:capped.XQ.msgs"
+
+    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0, max_age=60_000)
+    def job(i: int) -> None:
+        probe.record("ran", i)
+
+    hold_elsewhere(slots, limit)  # the cap is full
+    stale = job.message(1).copy(message_timestamp=int(time.time() * 1000) - 61_000)
+    with running_worker(broker, threads=2):
+        broker.enqueue(stale)
+        wait_until(lambda: broker.client.hlen(dead) == 1, timeout=10, what="the stale message skipped")
+        assert slots.ledger.line(limit.ledger) == [], "it never joined the line"
+        # One that ages past its limit while it waits in line leaves the line, and is skipped.
+        aging = job.message(2).copy(message_timestamp=int(time.time() * 1000) - 55_000)
+        broker.enqueue(aging)
+        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 1, timeout=5, what="it in line, young")
+        wait_until(lambda: broker.client.hlen(dead) == 2, timeout=20, what="the aging message skipped")
+        assert slots.ledger.line(limit.ledger) == []
+        assert slots.ledger.in_use(limit.ledger) == 1, "the cap's holder kept its slot"
+    assert "ran" not in probe.by_label

@@ -267,7 +267,13 @@ class Slots(Middleware):
         if self.settings.max_wait > 0:
             if borrowed.can_replace_work_queue(worker):
                 # Waiting messages park in the worker's queue; no thread waits (docs/design.md).
-                self._gate = Gate(self.admission, lambda message: self._request(broker, message), worker)
+                age_limits = borrowed.age_limits_before(broker, self)
+                self._gate = Gate(
+                    self.admission,
+                    lambda message: self._request(broker, message),
+                    worker,
+                    skipped_first=lambda message: borrowed.too_old(age_limits, broker, message),
+                )
                 self._gate.install()
             else:
                 if borrowed.WORK_QUEUE.tested():  # else its WARNING said why

@@ -45,6 +45,8 @@ class Gate:
     """Admission for the worker thread about to take a message (see the module docstring).
 
     ``request``: the limits of a message (None: uncapped), raising on bad options.
+    ``skipped_first``: whether a middleware placed before Slots skips a message now (an
+    AgeLimit): such a message takes no slot and no place in line, its thread takes it at once.
     """
 
     def __init__(
@@ -52,10 +54,13 @@ class Gate:
         admission: Admits,
         request: Callable[[Any], Request | None],
         worker: Any,
+        *,
+        skipped_first: Callable[[Any], bool] = lambda message: False,
     ) -> None:
         self.admission = admission
         self.process = admission.process
         self.request = request
+        self.skipped_first = skipped_first
         self.worker = worker
         self.queue = GatedWorkQueue(self)
         self.parking = Parking(admission, self._out_of_parking, on_tick=self._tick)
@@ -76,8 +81,8 @@ class Gate:
             request = self.request(message)
         except Exception:
             return True  # before_process_message fails it with its error
-        if request is None:
-            return True
+        if request is None or self.skipped_first(message):
+            return True  # uncapped, or skipped before Slots' hook runs: no slot, no line
         if self.process.stopping.is_set():
             self.queue.set_aside(item)
             return False
@@ -194,15 +199,20 @@ class Gate:
         """Whether the worker is paused (``Worker.pause``: every thread of it)."""
         return borrowed.worker_paused(self.worker)
 
+    def keeps_no_slot(self, item: Any) -> bool:
+        """Whether a slot handed to ``item`` must be given back: its worker is paused, or a
+        middleware before Slots skips it now (its age limit passed while it waited)."""
+        return self.paused() or self.skipped_first(borrowed.message_of(item))
+
     def give_back(self, item: Any, ticket: Ticket) -> None:
-        """A paused worker holds no slot it does not use: the hold handed to a ready message is
-        released (the next in line gets it), and the message goes back into the queue, to be
-        admitted again once the worker resumes, at the place in line it keeps (its option)."""
+        """The hold handed to a ready message it will not use is released (the next in line gets
+        it), and the message goes back into the queue: admitted again once a paused worker
+        resumes (at the place in line it keeps, its option), or skipped at once."""
         try:
             self.unready(ticket)
         finally:
             self.queue.retry(item)
-        logger.debug("Paused worker: gave back the slot handed to %s.", ticket.request.label)
+        logger.debug("Gave back the slot handed to %s (paused, or skipped first).", ticket.request.label)
 
     def _tick(self, now: float) -> None:
         """After every pass of the parking thread (at least every ``REASK_MAX_S``)."""
@@ -210,6 +220,9 @@ class Gate:
         if self.paused():
             for item, ticket in self.queue.take_ready_holds():
                 self.give_back(item, ticket)
+        for ticket in self.parking.tickets():
+            if self.skipped_first(borrowed.message_of(ticket.item)):
+                self.parking.let_go(ticket)  # out of its line; its thread takes it, to be skipped
 
     def _out_of_parking(self, ticket: Ticket, admitted: bool) -> None:
         self.prefetch.refetch(ticket.item, ticket.taken_from)

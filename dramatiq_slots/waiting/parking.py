@@ -271,6 +271,12 @@ class Parking:
             self.process.wakeups.stop_expecting(ticket.hold.token)
             self.on_ready(ticket, False)
 
+    def let_go(self, ticket: Ticket) -> None:
+        """Out of parking and its line now (its message will not run: a middleware before Slots
+        skips it); given to ``on_ready`` as at ``max_wait``."""
+        if self._unparked(ticket):
+            self._leave_line(ticket)
+
     def _leave_line(self, ticket: Ticket) -> bool:
         """Out of its line (``max_wait``, or shutdown); whether it holds its slots after all."""
         self.process.wakeups.stop_expecting(ticket.hold.token)

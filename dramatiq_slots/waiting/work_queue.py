@@ -52,9 +52,9 @@ class GatedWorkQueue(PriorityQueue[Any]):
             self.not_empty.notify()
 
     def ready(self, item: Any, ticket: Ticket | None) -> None:
-        """An item out of parking: ``ticket`` when it runs with the ticket's hold (a paused worker
-        gives that hold back at once: see :meth:`~.gate.Gate.give_back`)."""
-        if ticket is not None and self.gate.paused():
+        """An item out of parking: ``ticket`` when it runs with the ticket's hold (a paused worker,
+        or a message skipped before Slots, gives that hold back at once: :meth:`~.gate.Gate.give_back`)."""
+        if ticket is not None and self.gate.keeps_no_slot(item):
             self.gate.give_back(item, ticket)
             return
         with self.not_empty:
