@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import dramatiq
@@ -16,17 +17,17 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
-from dramatiq.middleware import TimeLimit
+from dramatiq.middleware import Middleware, TimeLimit
 
 from dramatiq_slots import Slots, borrowed
-from dramatiq_slots.ledger import Limit, Line
+from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.middleware.deferral import DEFERRALS
 from dramatiq_slots.middleware.metrics import Metrics
 from dramatiq_slots.waiting import parking
 from dramatiq_slots.waiting.work_queue import GatedWorkQueue
 from tests.support.borrowed import untested
+from tests.support.in_process import TEST_BEAT, TEST_HOLD_TTL, SlotsFactory, running_worker, stop_threads
 from tests.support.in_process import RunRecorder as Probe
-from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.waiting import wait_until
 
 #: A holder in no process of this test: its slot is taken and given back by hand.
@@ -275,14 +276,51 @@ def test_users_tests_on_a_stub_broker_join_and_see_every_capped_message_run(
     assert probe.by_label["deferrals"] == [0] * 8, "they waited parked, none was deferred"
 
 
+class Skipped(Middleware):
+    """The messages skipped in this process (any broker's)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
+        self.ids.append(message.message_id)
+
+
+@pytest.fixture(params=["redis", pytest.param("rabbitmq", marks=pytest.mark.slow)])
+def either_broker(
+    request: pytest.FixtureRequest, redis_server: Any, redis_client: redis.Redis, key_prefix: str
+) -> Iterator[tuple[dramatiq.Broker, Slots, Skipped, str]]:
+    """A broker of each kind with default middleware, Slots on the test Redis, a skip recorder, and
+    a queue name of this test's own (RabbitMQ's queues are the node's)."""
+    if request.param == "redis":
+        broker: dramatiq.Broker = RedisBroker(url=redis_server.url, namespace=f"{key_prefix}-q")
+    else:
+        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+        broker = RabbitmqBroker(url=request.getfixturevalue("rabbit_server").url)
+    Ledger(redis_client, key_prefix=key_prefix).settle()
+    slots = Slots(client=redis_client, key_prefix=key_prefix, hold_ttl=TEST_HOLD_TTL, beat_interval=TEST_BEAT)
+    broker.add_middleware(slots, before=TimeLimit)
+    skipped = Skipped()
+    broker.add_middleware(skipped)
+    broker.emit_after("process_boot")
+    dramatiq.set_broker(broker)
+    try:
+        yield broker, slots, skipped, f"capped-{key_prefix}"
+    finally:
+        stop_threads(slots)
+        broker.flush_all()
+        broker.close()
+
+
 def test_a_paused_worker_holds_no_slot_it_does_not_use_and_runs_the_rest_once_resumed(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+    either_broker: tuple[dramatiq.Broker, Slots, Skipped, str], probe: Probe
 ) -> None:
-    slots = add_slots()
-    limit = Limit(slots.keys.queue("capped"), 1)
+    broker, slots, _, queue = either_broker
+    limit = Limit(slots.keys.queue(queue), 1)
     first_may_end = threading.Event()
 
-    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
+    @dramatiq.actor(queue_name=queue, queue_capacity=1, max_retries=0)
     def job(i: int) -> None:
         probe.record("started", i)
         if i == 1:
@@ -317,14 +355,13 @@ def test_a_paused_worker_holds_no_slot_it_does_not_use_and_runs_the_rest_once_re
 
 
 def test_a_message_an_age_limit_before_slots_skips_takes_no_slot_and_no_place_in_line(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+    either_broker: tuple[dramatiq.Broker, Slots, Skipped, str], probe: Probe
 ) -> None:
+    broker, slots, skipped, queue = either_broker
     assert any(isinstance(m, dramatiq.middleware.AgeLimit) for m in broker.middleware), "before Slots"
-    slots = add_slots()
-    limit = Limit(slots.keys.queue("capped"), 1)
-    dead = f"{broker.namespace}:capped.XQ.msgs"
+    limit = Limit(slots.keys.queue(queue), 1)
 
-    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0, max_age=60_000)
+    @dramatiq.actor(queue_name=queue, queue_capacity=1, max_retries=0, max_age=60_000)
     def job(i: int) -> None:
         probe.record("ran", i)
 
@@ -332,13 +369,13 @@ def test_a_message_an_age_limit_before_slots_skips_takes_no_slot_and_no_place_in
     stale = job.message(1).copy(message_timestamp=int(time.time() * 1000) - 61_000)
     with running_worker(broker, threads=2):
         broker.enqueue(stale)
-        wait_until(lambda: broker.client.hlen(dead) == 1, timeout=10, what="the stale message skipped")
+        wait_until(lambda: skipped.ids == [stale.message_id], timeout=10, what="the stale message skipped")
         assert slots.ledger.line(limit.ledger) == [], "it never joined the line"
         # One that ages past its limit while it waits in line leaves the line, and is skipped.
         aging = job.message(2).copy(message_timestamp=int(time.time() * 1000) - 55_000)
         broker.enqueue(aging)
         wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 1, timeout=5, what="it in line, young")
-        wait_until(lambda: broker.client.hlen(dead) == 2, timeout=20, what="the aging message skipped")
+        wait_until(lambda: len(skipped.ids) == 2, timeout=20, what="the aging message skipped")
         assert slots.ledger.line(limit.ledger) == []
         assert slots.ledger.in_use(limit.ledger) == 1, "the cap's holder kept its slot"
     assert "ran" not in probe.by_label
