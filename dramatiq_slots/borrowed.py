@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from queue import PriorityQueue
-from typing import Any
+from typing import Any, TypeVar
 
 import dramatiq
 import redis
@@ -256,16 +256,27 @@ TIME_LIMIT = Touchpoint(
 )
 
 
+M = TypeVar("M", bound=Middleware)
+
+
+def _placed_before(
+    broker: dramatiq.Broker, owner: Middleware, kind: type[M], touchpoint: Touchpoint
+) -> list[M]:
+    """The middleware of ``kind`` placed before ``owner``; none (and ``touchpoint``'s WARNING)
+    on a release it is not tested with."""
+    found: list[M] = []
+    for middleware in broker.middleware:
+        if middleware is owner:
+            return found if not found or touchpoint.check() else []
+        if isinstance(middleware, kind):
+            found.append(middleware)
+    return []
+
+
 def time_limits_before(broker: dramatiq.Broker, owner: Middleware) -> list[TimeLimit]:
     """The TimeLimit middleware before ``owner`` whose clock would count its wait (none on an
     untested dramatiq: then they count it)."""
-    found: list[TimeLimit] = []
-    for middleware in broker.middleware:
-        if middleware is owner:
-            return found if not found or TIME_LIMIT.check() else []
-        if isinstance(middleware, TimeLimit):
-            found.append(middleware)
-    return []
+    return _placed_before(broker, owner, TimeLimit, TIME_LIMIT)
 
 
 def stop_time_limits(timers: Iterable[TimeLimit], broker: dramatiq.Broker, message: Any) -> None:
@@ -298,13 +309,7 @@ AGE_LIMIT = Touchpoint(
 def age_limits_before(broker: dramatiq.Broker, owner: Middleware) -> list[AgeLimit]:
     """The AgeLimit middleware before ``owner`` (their rule runs before its hook); none on an
     untested dramatiq."""
-    found: list[AgeLimit] = []
-    for middleware in broker.middleware:
-        if middleware is owner:
-            return found if not found or AGE_LIMIT.check() else []
-        if isinstance(middleware, AgeLimit):
-            found.append(middleware)
-    return []
+    return _placed_before(broker, owner, AgeLimit, AGE_LIMIT)
 
 
 def too_old(limits: Iterable[AgeLimit], broker: dramatiq.Broker, message: Any) -> bool:
