@@ -11,10 +11,11 @@ import argparse
 import ipaddress
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Any
 
-from ...errors import ArgumentError, SlotsError
+from ...errors import ArgumentError
 from ...ledger.client import RedisClient, redacted_address
 from ..web.app import SECURITY_HEADERS, SlotsWeb, StartResponse, WSGIApp
 from ..web.server import make_server
@@ -25,10 +26,6 @@ from .exits import EXIT_OK, Failure
 #: Where the standalone server puts the page (``/`` is sent there).
 PAGE_PATH = "/slots"
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
-
-
-class Stopped(SlotsError):
-    """SIGTERM: stop serving (as Ctrl-C does)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -89,12 +86,15 @@ def web_command(args: argparse.Namespace, client: RedisClient, parser: argparse.
     sys.stdout.flush()
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        raise Stopped("SIGTERM")
+        # Not an exception: one raised while the main thread hands a request to its thread is
+        # caught and printed by socketserver, which then serves on. shutdown() waits for
+        # serve_forever to return, so it runs in a thread of its own.
+        threading.Thread(target=server.shutdown, name="dramatiq-slots-web-stop", daemon=True).start()
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         server.serve_forever()
-    except (KeyboardInterrupt, Stopped):
+    except KeyboardInterrupt:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
