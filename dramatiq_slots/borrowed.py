@@ -14,6 +14,7 @@ Imports dramatiq, and nothing of the package (``tests/test_layers.py``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -41,6 +42,7 @@ OLDEST = "2.2.0"
 UNTIL = "2.3"
 
 
+@functools.lru_cache(maxsize=16)
 def release(version: str) -> tuple[int, ...]:
     """``"2.2.1"`` as ``(2, 2, 1)``: the leading numbers of a version (a suffix such as ``rc1`` is
     ignored, so ``2.3.0rc1`` counts as 2.3.0)."""
@@ -314,13 +316,16 @@ def age_limits_before(broker: dramatiq.Broker, owner: Middleware) -> list[AgeLim
 
 def too_old(limits: Iterable[AgeLimit], broker: dramatiq.Broker, message: Any) -> bool:
     """Whether one of ``limits`` (from :func:`age_limits_before`) skips ``message`` now."""
+    if not limits:
+        return False
+    try:
+        actor = broker.get_actor(message.actor_name)
+    except ActorNotFound:
+        return False
+    age = current_millis() - message.message_timestamp
     for limit in limits:
-        try:
-            actor = broker.get_actor(message.actor_name)
-        except ActorNotFound:
-            return False
         max_age = message.options.get("max_age") or actor.options.get("max_age", limit.max_age)
-        if max_age and current_millis() - message.message_timestamp >= max_age:
+        if max_age and age >= max_age:
             return True
     return False
 

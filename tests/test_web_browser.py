@@ -450,7 +450,7 @@ def test_why_names_the_ledger_a_waiting_message_waits_for_and_follows_it(
                 shown[:] = texts(driver, "#why-answer")
                 text = " ".join(shown)
                 return (
-                    attribute(driver, "#why-answer", "data-available") == "yes"
+                    attribute(driver, "#why-answer", "data-answered") == "yes"
                     and CAPPED in text
                     and state in text
                 )

@@ -74,13 +74,18 @@ class PageData:
         return [(_text(token), float(place)) for token, place in reply]
 
     def _line_heads(self, views: Sequence[LedgerView]) -> dict[str, tuple[str, float]]:
-        """The first claim in line of each ledger with a line, and its place (µs)."""
+        """The first claim in line of each ledger with a line, and its place (µs): one round trip."""
+        waiting = [view.ledger for view in views if view.waiting]
+        if not waiting:
+            return {}
+        pipe = self.inspector.client.pipeline(transaction=False)
+        for ledger in waiting:
+            pipe.zrange(self.keys.line(ledger), 0, 0, withscores=True)
         heads = {}
-        for view in views:
-            if view.waiting:
-                first = self._line(view.ledger, 1)
-                if first:
-                    heads[view.ledger] = first[0]
+        for ledger, reply in zip(waiting, pipe.execute(), strict=True):
+            if reply:
+                token, place = reply[0]
+                heads[ledger] = (_text(token), float(place))
         return heads
 
     # -- the documents --------------------------------------------------------------------------
@@ -114,12 +119,11 @@ class PageData:
         """One ledger in full: every holder, the head of its line, its controls."""
         header = self.header()
         (view,), reports = self._views([ledger])
-        heads = self._line_heads([view])
         line = self._line(ledger, LINE_SHOWN)
         waiting_in = {t: p for p, r in reports.items() for t in r.waiting}
         return {
             **header,
-            "ledger": ledger_document(view, heads.get(ledger), now=header["at"], holders=None),
+            "ledger": ledger_document(view, line[0] if line else None, now=header["at"], holders=None),
             "line": [
                 line_document(token, place, now=header["at"], reported=waiting_in) for token, place in line
             ],
@@ -136,18 +140,9 @@ class PageData:
         }
 
     def why(self, message_id: str) -> Document:
-        """Where a message waits, when the Inspector can say (``Inspector.why``)."""
-        why = getattr(self.inspector, "why", None)
-        if why is None:
-            return {
-                **self.header(),
-                "message_id": message_id,
-                "available": False,
-                "answer": None,
-                "reason": "this version's Inspector cannot say why a message waits",
-            }
-        answer = why(message_id)
-        return {**self.header(), "message_id": message_id, "available": True, "answer": plain(answer)}
+        """Where a message is (:meth:`Inspector.why`)."""
+        answer = self.inspector.why(message_id)
+        return {**self.header(), "message_id": message_id, "answer": plain(answer)}
 
 
 # -- the documents, field by field -------------------------------------------------------------------

@@ -576,11 +576,8 @@
     getJSON(BASE + "/api/why?" + new URLSearchParams({ message_id: id }))
       .then(function (doc) {
         if (mine !== askings || id !== asked) return; // a newer question, or a newer answer asked
-        box.replaceChildren(
-          el("h3", null, "Why " + doc.message_id),
-          doc.available ? plain(doc.answer) : el("p", { class: "note" }, "Not available: " + doc.reason)
-        );
-        box.dataset.available = doc.available ? "yes" : "no";
+        box.replaceChildren(el("h3", null, "Why " + doc.message_id), plain(doc.answer));
+        box.dataset.answered = "yes";
       })
       .catch(function (error) {
         if (mine === askings) box.replaceChildren(el("p", { class: "refused" }, error.message));
