@@ -284,13 +284,13 @@ def time_limits_before(broker: dramatiq.Broker, owner: Middleware) -> list[TimeL
 def stop_time_limits(timers: Iterable[TimeLimit], broker: dramatiq.Broker, message: Any) -> None:
     """Disarm this thread's timer of each of ``timers`` (from :func:`time_limits_before`)."""
     for timer in timers:
-        timer.after_process_message(broker, message)  # type: ignore[no-untyped-call]
+        timer.after_process_message(broker, message)  # type: ignore[no-untyped-call, unused-ignore]
 
 
 def restart_time_limits(timers: Iterable[TimeLimit], broker: dramatiq.Broker, message: Any) -> None:
     """Arm this thread's timer of each of ``timers`` afresh, with ``message``'s time limit."""
     for timer in timers:
-        timer.before_process_message(broker, message)  # type: ignore[no-untyped-call]
+        timer.before_process_message(broker, message)  # type: ignore[no-untyped-call, unused-ignore]
 
 
 # -- AgeLimit's rule, before Slots ------------------------------------------------------------

@@ -285,7 +285,7 @@ class PrometheusMetrics(Metrics):
         dead = sorted(pid for pid in pids - {os.getpid()} if not process_exists(pid))
         for pid in dead:
             with contextlib.suppress(OSError):  # another process removed them first
-                multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+                multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call, unused-ignore]
         return dead
 
 

@@ -124,7 +124,7 @@ def check_url(url: str, where: str) -> None:
     """ConfigurationError naming ``where`` when redis-py cannot read ``url`` (the URL itself is not
     repeated: it may hold a password)."""
     try:
-        parse_url(url)  # type: ignore[no-untyped-call]
+        parse_url(url)  # type: ignore[no-untyped-call, unused-ignore]
     except ValueError as e:
         raise opt.ConfigurationError(f"{where}: not a Redis URL: {e}") from None
 

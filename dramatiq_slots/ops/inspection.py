@@ -436,7 +436,7 @@ class Inspector:
         with self.ledger._translated("status"):
             if isinstance(self.client, RedisCluster):
                 # The node serving the prefix's slot: the clock its scripts read.
-                owner = self.client.get_node_from_key(self.keys.tag)  # type: ignore[no-untyped-call]
+                owner = self.client.get_node_from_key(self.keys.tag)  # type: ignore[no-untyped-call, unused-ignore]
                 seconds, micros = self.client.time(target_nodes=owner)
             else:
                 seconds, micros = self.client.time()

@@ -256,7 +256,7 @@ class Wakeups:
         #: A subscription before this one: messages of the controls channel may have been missed.
         resubscribed = False
         while not self._stop.is_set():
-            pubsub = self.client.pubsub()  # type: ignore[no-untyped-call]
+            pubsub = self.client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
             try:
                 channels = [self.channel]
                 if self.controls_channel is not None:

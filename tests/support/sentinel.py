@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 from redis.sentinel import Sentinel
@@ -108,7 +109,7 @@ class LocalSentinel:
             return True
         return False
 
-    def sentinel(self, **kwargs: object) -> Sentinel:
+    def sentinel(self, **kwargs: Any) -> Sentinel:
         return Sentinel([("127.0.0.1", s.port) for s in self.sentinels], **kwargs)
 
     def master_port(self) -> int:

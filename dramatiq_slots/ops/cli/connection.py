@@ -118,7 +118,7 @@ def cluster_client(url: str, source: str) -> RedisCluster:
         )
     plain = f"{plain_scheme}://{rest}"
     try:
-        options = parse_url(plain)  # type: ignore[no-untyped-call]
+        options = parse_url(plain)  # type: ignore[no-untyped-call, unused-ignore]
         if options.get("db", 0) != 0:
             raise ArgumentError("a Redis Cluster has database 0 only")
         parts = urlsplit(plain)
@@ -157,10 +157,10 @@ def sentinel_client(url: str, source: str) -> redis.Redis:
     timeouts = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT}
     # One try per sentinel: the next one is the retry (redis-py's default backs off for seconds).
     once = {"retry": Retry(NoBackoff(), 0)}
-    manager = Sentinel(  # type: ignore[no-untyped-call]
+    manager = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         parsed.sentinels, sentinel_kwargs={**timeouts, **once, **parsed.sentinel_options}
     )
-    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call, unused-ignore]
         parsed.service, **{**timeouts, **parsed.primary_options}
     )
     return client
@@ -203,7 +203,7 @@ def parse_sentinel_url(url: str) -> SentinelURL:
         SENTINEL_OPTIONS[name]: query.pop(name)[-1] for name in list(query) if name in SENTINEL_OPTIONS
     }
     # The primary's options are read as redis-py reads a redis:// URL's (types, db).
-    primary_options: dict[str, Any] = parse_url(  # type: ignore[no-untyped-call]
+    primary_options: dict[str, Any] = parse_url(  # type: ignore[no-untyped-call, unused-ignore]
         "redis://localhost?" + urlencode(query, doseq=True)
     )
     primary_options.pop("host", None)
