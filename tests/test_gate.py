@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import dramatiq
@@ -17,17 +16,21 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.brokers.stub import StubBroker
-from dramatiq.middleware import Middleware, TimeLimit
+from dramatiq.middleware import TimeLimit
 
 from dramatiq_slots import Slots, borrowed
-from dramatiq_slots.ledger import Ledger, Limit, Line
+from dramatiq_slots.ledger import Limit, Line
 from dramatiq_slots.middleware.deferral import DEFERRALS
 from dramatiq_slots.middleware.metrics import Metrics
 from dramatiq_slots.waiting import parking
 from dramatiq_slots.waiting.work_queue import GatedWorkQueue
 from tests.support.borrowed import untested
-from tests.support.in_process import TEST_BEAT, TEST_HOLD_TTL, SlotsFactory, running_worker, stop_threads
 from tests.support.in_process import RunRecorder as Probe
+from tests.support.in_process import (
+    Skipped,
+    SlotsFactory,
+    running_worker,
+)
 from tests.support.waiting import wait_until
 
 #: A holder in no process of this test: its slot is taken and given back by hand.
@@ -128,8 +131,9 @@ def test_a_busy_key_does_not_keep_another_key_of_its_queue_from_running(
         probe.wait_runs(1)
         assert probe.by_label["cold"] == [0]
         assert "hot" not in probe.by_label
-        # As many in line as the process has threads; the other ten wait held back.
-        assert len(slots.ledger.line(hot.ledger)) == 2
+        # Twice as many in line as the process has threads (the key's capacity is below them); the
+        # other eight wait held back.
+        assert len(slots.ledger.line(hot.ledger)) == 4
         slots.ledger.leave(ELSEWHERE, [hot], ttl_ms=30_000)
         probe.wait_runs(13)
     assert probe.by_label["hot"] == [0] * 12, "each hot message ran once, none deferred"
@@ -150,22 +154,23 @@ def test_a_stopped_worker_gives_back_every_parked_message_and_leaves_no_line(
     worker = dramatiq.Worker(broker, worker_threads=3, worker_timeout=100)
     worker.start()
     try:
-        for i in range(5):
+        for i in range(9):
             capped.send(i)
-        # Three in line (one per thread), two held back: all five wait in the worker.
-        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 3, timeout=10, what="three in line")
+        # Six in line (two per thread, the cap being below the threads), three held back: all
+        # nine wait in the worker.
+        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 6, timeout=10, what="six in line")
         gate = slots._gate
         assert gate is not None
-        wait_until(lambda: len(gate.holding) == 2, timeout=10, what="two held back")
+        wait_until(lambda: len(gate.holding) == 3, timeout=10, what="three held back")
     finally:
         worker.stop()
     assert not redis_client.exists(slots.keys.line(limit.ledger)), "no line is left behind"
-    assert redis_client.llen(f"{broker.namespace}:capped") == 5, "all five are back in the broker's queue"
+    assert redis_client.llen(f"{broker.namespace}:capped") == 9, "all nine are back in the broker's queue"
     assert "capped" not in probe.by_label
     slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
     with running_worker(broker, threads=3):
-        probe.wait_runs(5)
-    assert sorted(probe.by_label["capped"]) == [0, 1, 2, 3, 4]
+        probe.wait_runs(9)
+    assert sorted(probe.by_label["capped"]) == list(range(9))
 
 
 def test_a_slot_freed_by_expiry_is_handed_to_the_line_by_the_next_beat(
@@ -226,9 +231,10 @@ def test_worker_join_waits_for_parked_messages(
     hold_elsewhere(slots, limit)
     joined = threading.Event()
     with running_worker(broker, threads=2) as worker:
-        for i in range(3):
+        for i in range(5):
             capped.send(i)
-        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 2, timeout=10, what="two in line")
+        # Four in line (twice the threads: the cap is below them), one held back.
+        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 4, timeout=10, what="four in line")
 
         def join() -> None:
             broker.join("capped")
@@ -240,7 +246,7 @@ def test_worker_join_waits_for_parked_messages(
         assert not joined.wait(0.5), "join() returned while messages were parked"
         slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
         assert joined.wait(20), "join() returns once they ran"
-    assert sorted(probe.by_label["capped"]) == [0, 1, 2]
+    assert sorted(probe.by_label["capped"]) == [0, 1, 2, 3, 4]
 
 
 def test_users_tests_on_a_stub_broker_join_and_see_every_capped_message_run(
@@ -274,43 +280,6 @@ def test_users_tests_on_a_stub_broker_join_and_see_every_capped_message_run(
     assert isinstance(worker.work_queue, GatedWorkQueue)
     assert probe.peak["stubbed"] == 1
     assert probe.by_label["deferrals"] == [0] * 8, "they waited parked, none was deferred"
-
-
-class Skipped(Middleware):
-    """The messages skipped in this process (any broker's)."""
-
-    def __init__(self) -> None:
-        self.ids: list[str] = []
-
-    def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
-        self.ids.append(message.message_id)
-
-
-@pytest.fixture(params=["redis", pytest.param("rabbitmq", marks=pytest.mark.slow)])
-def either_broker(
-    request: pytest.FixtureRequest, redis_server: Any, redis_client: redis.Redis, key_prefix: str
-) -> Iterator[tuple[dramatiq.Broker, Slots, Skipped, str]]:
-    """A broker of each kind with default middleware, Slots on the test Redis, a skip recorder, and
-    a queue name of this test's own (RabbitMQ's queues are the node's)."""
-    if request.param == "redis":
-        broker: dramatiq.Broker = RedisBroker(url=redis_server.url, namespace=f"{key_prefix}-q")
-    else:
-        from dramatiq.brokers.rabbitmq import RabbitmqBroker
-
-        broker = RabbitmqBroker(url=request.getfixturevalue("rabbit_server").url)
-    Ledger(redis_client, key_prefix=key_prefix).settle()
-    slots = Slots(client=redis_client, key_prefix=key_prefix, hold_ttl=TEST_HOLD_TTL, beat_interval=TEST_BEAT)
-    broker.add_middleware(slots, before=TimeLimit)
-    skipped = Skipped()
-    broker.add_middleware(skipped)
-    broker.emit_after("process_boot")
-    dramatiq.set_broker(broker)
-    try:
-        yield broker, slots, skipped, f"capped-{key_prefix}"
-    finally:
-        stop_threads(slots)
-        broker.flush_all()
-        broker.close()
 
 
 def test_a_paused_worker_holds_no_slot_it_does_not_use_and_runs_the_rest_once_resumed(

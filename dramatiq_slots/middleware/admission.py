@@ -236,7 +236,7 @@ class Admission:
             request.limits,
             ttl_ms=self.settings.hold_ttl,
             line=line,
-            place=request.place,
+            place=request.score,
             busy=request.busy,
             settle_ms=self.settings.settle_ms,
         )

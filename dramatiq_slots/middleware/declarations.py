@@ -35,9 +35,11 @@ class Declarations:
         }
         self._actors: dict[str, opt.ActorSlots] = {}
 
-    def check(self, actor_name: str, queue_name: str, options: Mapping[str, Any]) -> opt.ActorSlots:
+    def check(
+        self, actor_name: str, queue_name: str, options: Mapping[str, Any], *, priority: Any = 0
+    ) -> opt.ActorSlots:
         """An actor's options, checked (ConfigurationError names the actor and the option)."""
-        config = opt.ActorSlots.from_options(actor_name, queue_name, options)
+        config = opt.ActorSlots.from_options(actor_name, queue_name, options, priority=priority)
         self.backoff(config, {})
         return config
 
@@ -47,9 +49,11 @@ class Declarations:
             self._declare_queue_capacity(config, config.queue_capacity)
         self._actors[config.actor_name] = config
 
-    def declare(self, actor_name: str, queue_name: str, options: Mapping[str, Any]) -> opt.ActorSlots:
+    def declare(
+        self, actor_name: str, queue_name: str, options: Mapping[str, Any], *, priority: Any = 0
+    ) -> opt.ActorSlots:
         """:meth:`check`, then :meth:`record`."""
-        config = self.check(actor_name, queue_name, options)
+        config = self.check(actor_name, queue_name, options, priority=priority)
         self.record(config)
         return config
 
@@ -156,6 +160,7 @@ class Declarations:
             min_backoff=min_backoff,
             max_backoff=max_backoff,
             place=place_of(options, message_timestamp),
+            priority=actor.priority,
             strict=self.strict(actor),
             # The queue's limit comes first, then one per runtime key: the policy is the keys'.
             busy=(0,) * (len(limits) - len(keys)) + (key_code,) * len(keys) if key_code else (),

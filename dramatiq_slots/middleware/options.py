@@ -215,9 +215,13 @@ class ActorSlots:
     defer_max_backoff: int | None = None
     on_lost_hold: LostHoldMode | None = None
     on_busy: BusyPolicy | None = None
+    #: The actor's dramatiq ``priority`` (a lower number first, in every line it waits in).
+    priority: int = 0
 
     @classmethod
-    def from_options(cls, actor_name: str, queue_name: str, options: Mapping[str, Any]) -> ActorSlots:
+    def from_options(
+        cls, actor_name: str, queue_name: str, options: Mapping[str, Any], *, priority: Any = 0
+    ) -> ActorSlots:
         """Validate an actor's options; ConfigurationError names the actor and the option."""
 
         def number(option: str) -> int | None:
@@ -246,9 +250,15 @@ class ActorSlots:
                     f"(it decides what a message does when its key is at capacity); set "
                     f"{UNIQUE_AT_RUNTIME_KEY} on the actor too"
                 )
+        if isinstance(priority, bool) or not isinstance(priority, (int, float)) or priority != priority:
+            raise ConfigurationError(
+                f"{actor_where(actor_name, 'priority')}: must be a number (dramatiq's priority, a lower "
+                f"number first), not {priority!r}"
+            )
         return cls(
             actor_name=actor_name,
             queue_name=queue_name,
+            priority=int(priority),
             on_busy=on_busy,
             queue_capacity=number(QUEUE_CAPACITY),
             runtime_key=check_key_option(

@@ -208,7 +208,7 @@ class Slots(Middleware):
     def before_declare_actor(self, broker: dramatiq.Broker, actor: dramatiq.Actor[Any, Any]) -> None:
         self._broker = broker
         declared = self.declarations
-        config = declared.check(actor.actor_name, actor.queue_name, actor.options)
+        config = declared.check(actor.actor_name, actor.queue_name, actor.options, priority=actor.priority)
         fn = borrowed.actor_function(actor)
         if callable(config.runtime_key) and not isinstance(config.runtime_key, bool):
             where = opt.actor_where(actor.actor_name, opt.UNIQUE_AT_RUNTIME_KEY)
@@ -367,7 +367,9 @@ class Slots(Middleware):
         config = self.declarations.actor(actor_name)
         if config is None:
             actor = broker.get_actor(actor_name)
-            config = self.declarations.declare(actor.actor_name, actor.queue_name, actor.options)
+            config = self.declarations.declare(
+                actor.actor_name, actor.queue_name, actor.options, priority=actor.priority
+            )
         return config
 
     def _request(self, broker: dramatiq.Broker, message: MessageProxy) -> Request | None:

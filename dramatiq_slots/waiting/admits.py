@@ -20,6 +20,7 @@ from ..worker.claims import Hold
 from ..worker.clock import Clock
 from ..worker.process import SlotsProcess
 from ..worker.wakeups import Waiter
+from . import places
 
 #: A waiting claim asks the ledger again after this long (s), in case its wake-up was lost
 #: (or a slot came free by expiry, which hands nothing over); the pause doubles after each
@@ -41,6 +42,8 @@ class Request:
     max_backoff: int
     #: Place in a line (µs, see :mod:`dramatiq_slots.waiting.places`), so lines keep send order.
     place: int = 0
+    #: The actor's dramatiq priority (a lower number first, in every line it waits in).
+    priority: int = 0
     #: ``on_lost_hold="interrupt"`` for this message's actor.
     strict: bool = False
     #: Per limit, what its ledger does with the claim when full: ``enter.lua``'s code of the
@@ -50,6 +53,11 @@ class Request:
     #: The message's id and queue (for reports).
     message_id: str = ""
     queue: str = ""
+
+    @property
+    def score(self) -> int:
+        """Its score in line: priority, then place (:func:`~dramatiq_slots.waiting.places.score`)."""
+        return places.score(self.place, self.priority)
 
     def hold(self, token: str) -> Hold:
         """The claim ``token`` of this message: its hold-to-be."""

@@ -76,6 +76,14 @@ class Gate:
 
     def admit(self, item: Any) -> bool:
         """Whether ``item`` may run now (admitted, uncapped, or for admit() to decide); else parked."""
+        try:
+            return self._admit(item)
+        finally:
+            # A held-back message given back is in line now, or admitted, or held back again: the
+            # next one may follow it.
+            self._retry(self.holding.retried(item))
+
+    def _admit(self, item: Any) -> bool:
         message = borrowed.message_of(item)
         try:
             request = self.request(message)
@@ -97,7 +105,7 @@ class Gate:
         try:
             if self.admission.reuse(request, id(message)) is not None:
                 return True  # a lingering hold of the same limits: no Redis, no line
-            reserved = self.holding.reserve(request)
+            reserved = self.holding.reserve(request) or self._take_place(request)
             # A message with an on_busy policy always asks: Redis decides whether it is dropped.
             parked_on = None if reserved or request.busy else self._parked_on(request)
             if parked_on is not None:
@@ -116,7 +124,7 @@ class Gate:
                     request.message_id, request.actor, request.queue, answer.refused_by or "", answer.reason
                 )
                 return True
-            taken_from = self.prefetch.unfetch(message, answer.refused_by)
+            taken_from = self.prefetch.unfetch(message, answer.refused_by, in_line=isinstance(answer, InLine))
             if isinstance(answer, Refused):
                 held = HeldBack(
                     item, request, self.admission.clock.monotonic(), answer.refused_by, taken_from
@@ -247,6 +255,42 @@ class Gate:
         """This process's claims on ``ledger``: holds (running, ready, lingering) and parked ones."""
         return self.process.registry.held_on(ledger) + self.parking.on_ledger(ledger)
 
+    def _take_place(self, request: Request) -> bool:
+        """A message that comes before this process's last claim in each line it may add no claim
+        to takes those claims' places, and is reserved a place (as :meth:`HoldingBack.reserve`):
+        they leave their lines, and their messages are held back (each comes back at its place
+        when a claim of the process on its ledger ends). Whether it was reserved a place."""
+        last = {id(t): t for t in map(self.parking.worst_on, self.holding.full(request)) if t is not None}
+        if not last or any(t.request.score <= request.score for t in last.values()):
+            return False
+        unparked: list[Ticket] = []
+
+        def make_room() -> None:
+            unparked.extend(t for t in last.values() if self.parking.unpark(t))
+
+        try:
+            return self.holding.reserve_after(request, make_room)
+        finally:
+            for ticket in unparked:
+                self.parking.leave_line(ticket, self._held_back_from_line)
+
+    def _held_back_from_line(self, ticket: Ticket) -> None:
+        """A parked claim that gave its place to a message before it: its message is held back."""
+        self.prefetch.refetch(ticket.item, ticket.taken_from)
+        if self.process.stopping.is_set():
+            self.queue.set_aside(ticket.item)
+            return
+        message = borrowed.message_of(ticket.item)
+        held = HeldBack(
+            ticket.item,
+            ticket.request,
+            ticket.since,
+            ticket.refused_by,
+            self.prefetch.unfetch(message, ticket.refused_by, in_line=False),
+        )
+        self.holding.hold_back(held)
+        self._count(held, 1)
+
     def _parked_on(self, request: Request) -> str | None:
         """A ledger of the request on which this process has a parked claim (None: none)."""
         return next((limit.ledger for limit in request.limits if self.parking.on_ledger(limit.ledger)), None)
@@ -256,15 +300,16 @@ class Gate:
 
     def hold_ended(self, hold: Hold) -> None:
         """A claim of this process on ``hold``'s ledgers ended: one held-back message may try again."""
-        entry = self.holding.next_for(hold.ledgers)
-        if entry is None:
-            return
-        self._count(entry, -1)
-        self.prefetch.refetch(entry.item, entry.taken_from)
-        if self.process.stopping.is_set():
-            self.queue.set_aside(entry.item)
-        else:
-            self.queue.retry(entry.item)
+        self._retry(self.holding.next_for(hold.ledgers))
+
+    def _retry(self, entries: list[HeldBack]) -> None:
+        for entry in entries:
+            self._count(entry, -1)
+            self.prefetch.refetch(entry.item, entry.taken_from)
+            if self.process.stopping.is_set():
+                self.queue.set_aside(entry.item)
+            else:
+                self.queue.retry(entry.item)
 
     def _expire_held_back(self, now: float) -> None:
         """Held back for ``max_wait``: the message goes the way of one that may not wait (not while

@@ -1,12 +1,16 @@
-"""Held-back messages: refused beyond a process's threads, they wait in memory, in no line.
+"""Held-back messages: refused beyond a process's share of a line, they wait in memory, in no line.
 
-A process's claims on one ledger (held, or parked in its line) never outnumber its worker
-threads, so a slot handed to a parked message always finds a thread that is not busy with that
-ledger's jobs. A message refused beyond that is *held back* by the gate: unacked, in this
-worker's memory and in no line, until a claim of the process on its ledger ends (then it is
-admitted again) or ``max_wait`` passes. :class:`HoldingBack` keeps them, and counts the claims
-being admitted in the gate now, so that two threads admitting at once do not both take the
-last place.
+A slot handed to a parked message must find a thread that is not busy with that ledger's jobs.
+So a process's claims on one ledger (held, or parked in its line) never outnumber its worker
+threads while the ledger's capacity is above them; at a capacity of at most its threads, its holds
+can never outnumber them, and twice as many claims may be in line (dramatiq's default prefetch),
+so that the messages this worker fetched keep their places among the other hosts'. A message
+refused beyond that is *held back* by the gate: unacked, in this worker's memory and in no line,
+until a claim of the process on its ledger ends (then the best of them, by score in line, is
+admitted again, one at a time per ledger, so that they reach the line in order) or ``max_wait``
+passes. :class:`HoldingBack` keeps them, and counts the claims
+being admitted in the gate now, so that two threads admitting at once do not both take the last
+place.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ class HeldBack:
     #: The broker consumer whose prefetch count it was taken out of (see :mod:`.prefetch`).
     taken_from: object = None
 
+    def ledgers(self) -> frozenset[str]:
+        return frozenset(limit.ledger for limit in self.request.limits)
+
 
 class HoldingBack:
     """The held-back messages of one worker, and the claims its gate is admitting now.
@@ -47,16 +54,46 @@ class HoldingBack:
         self._held_back: list[HeldBack] = []
         #: Claims being admitted in the gate now, per ledger (counted by :meth:`reserve`).
         self._admitting: Counter[str] = Counter()
+        #: Held-back messages given back to be admitted again, not yet in line: their ledgers, by
+        #: ``id(item)``; and per ledger, how many more may be given back (claims that ended).
+        self._in_flight: dict[int, frozenset[str]] = {}
+        self._owed: Counter[str] = Counter()
+
+    def bound(self, capacity: int) -> int:
+        """The most claims the process may have on a ledger of ``capacity`` (see the module docstring)."""
+        return self.threads if capacity > self.threads else 2 * self.threads
 
     def reserve(self, request: Request) -> bool:
-        """Whether the claim may join a line (its process has fewer claims than threads on each of
-        its ledgers, counting those being admitted now); if so, it counts until :meth:`unreserve`."""
+        """Whether the claim may join a line (its process has fewer claims than :meth:`bound` on each
+        of its ledgers, counting those being admitted now); if so, it counts until :meth:`unreserve`."""
         with self._lock:
-            ledgers = [limit.ledger for limit in request.limits]
-            if any(self._claims_here(ledger) + self._admitting[ledger] >= self.threads for ledger in ledgers):
+            if self._full(request):
                 return False
-            self._admitting.update(ledgers)
+            self._admitting.update(limit.ledger for limit in request.limits)
             return True
+
+    def reserve_after(self, request: Request, make_room: Callable[[], object]) -> bool:
+        """:meth:`reserve`, right after ``make_room()``, which frees places of this process (taking
+        parked claims out of their lines) under this object's lock: no other claim can take a place
+        it freed before ``request`` does."""
+        with self._lock:
+            make_room()
+            if self._full(request):
+                return False
+            self._admitting.update(limit.ledger for limit in request.limits)
+            return True
+
+    def full(self, request: Request) -> list[str]:
+        """The ledgers of ``request`` on which the process may add no claim now (see :meth:`reserve`)."""
+        with self._lock:
+            return self._full(request)
+
+    def _full(self, request: Request) -> list[str]:
+        return [
+            limit.ledger
+            for limit in request.limits
+            if self._claims_here(limit.ledger) + self._admitting[limit.ledger] >= self.bound(limit.capacity)
+        ]
 
     def unreserve(self, request: Request) -> None:
         with self._lock:
@@ -79,17 +116,47 @@ class HoldingBack:
         with self._lock:
             return any(entry.item is item for entry in self._held_back)
 
-    def next_for(self, ledgers: Iterable[str]) -> HeldBack | None:
-        """The first held-back message that needs one of ``ledgers``, no longer held back (None: none)."""
-        ledgers = set(ledgers)
+    def next_for(self, ledgers: Iterable[str]) -> list[HeldBack]:
+        """A claim of the process on ``ledgers`` ended: the held-back messages to admit again now,
+        no longer held back (see :meth:`retried`)."""
         with self._lock:
-            entry = next(
-                (e for e in self._held_back if any(limit.ledger in ledgers for limit in e.request.limits)),
-                None,
+            for ledger in set(ledgers):
+                if any(ledger in entry.ledgers() for entry in self._held_back):
+                    self._owed[ledger] += 1
+            return self._dispatch()
+
+    def retried(self, item: Any) -> list[HeldBack]:
+        """``item`` (given back by :meth:`next_for` or this) was admitted, parked or held back again:
+        the held-back messages to admit again now, if any."""
+        with self._lock:
+            if self._in_flight.pop(id(item), None) is None:
+                return []
+            return self._dispatch()
+
+    def _dispatch(self) -> list[HeldBack]:
+        """Per ledger a claim of the process ended on, the held-back message first in line (the
+        lowest score), one at a time: the next is given back once the previous is in line (or
+        admitted), so they reach their line in the order of their places whatever the threads
+        that take them."""
+        busy = {ledger for ledgers in self._in_flight.values() for ledger in ledgers}
+        out: list[HeldBack] = []
+        for ledger in [ledger for ledger, owed in self._owed.items() if owed > 0]:
+            if ledger in busy:
+                continue
+            entry = min(
+                (e for e in self._held_back if ledger in e.ledgers()),
+                key=lambda e: e.request.score,
+                default=None,
             )
-            if entry is not None:
-                self._held_back.remove(entry)
-        return entry
+            if entry is None:
+                del self._owed[ledger]
+                continue
+            self._owed[ledger] -= 1
+            self._held_back.remove(entry)
+            self._in_flight[id(entry.item)] = entry.ledgers()
+            busy.update(entry.ledgers())
+            out.append(entry)
+        return out
 
     def expired(self, now: float, bound: float, waits_on: Callable[[str | None], bool]) -> list[HeldBack]:
         """The messages held back for ``bound`` seconds by ``now``, no longer held back; one whose

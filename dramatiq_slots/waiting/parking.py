@@ -68,6 +68,8 @@ def count_waiting(metrics: Metrics, request: Request, refused_by: str | None, co
 #: ``on_ready(ticket, admitted)``: the ticket left parking; its message may run
 #: (``admitted``: with its hold on record) or must go the way of a message that may not wait.
 OnReady = Callable[[Ticket, bool], None]
+#: ``unheld(ticket)``: a ticket let go out of its line holds no slot (see :meth:`Parking.let_go`).
+OnUnheld = Callable[[Ticket], None]
 
 
 class Parking:
@@ -277,7 +279,31 @@ class Parking:
         if self._unparked(ticket):
             self._leave_line(ticket)
 
-    def _leave_line(self, ticket: Ticket) -> bool:
+    def unpark(self, ticket: Ticket) -> bool:
+        """Take ``ticket`` out of parking (not yet out of its line: :meth:`leave_line`); False when it
+        had left already."""
+        return self._unparked(ticket)
+
+    def leave_line(self, ticket: Ticket, unheld: OnUnheld) -> None:
+        """An unparked ticket leaves its line: to ``on_ready`` when it holds its slots after all (a
+        release handed them a moment before), else to ``unheld``."""
+        self._leave_line(ticket, unheld)
+
+    def worst_on(self, ledger: str) -> Ticket | None:
+        """The parked claim on ``ledger`` that comes last in line (the highest score), not being
+        asked for now (None: none)."""
+        with self._lock:
+            return max(
+                (
+                    t
+                    for t in self._tickets.values()
+                    if not t.asking and any(limit.ledger == ledger for limit in t.request.limits)
+                ),
+                key=lambda t: t.request.score,
+                default=None,
+            )
+
+    def _leave_line(self, ticket: Ticket, unheld: OnUnheld | None = None) -> bool:
         """Out of its line (``max_wait``, or shutdown); whether it holds its slots after all."""
         self.process.wakeups.stop_expecting(ticket.hold.token)
         try:
@@ -296,7 +322,10 @@ class Parking:
             return True
         if admitted:
             self.process.release(ticket.hold)
-        self.on_ready(ticket, False)
+        if unheld is not None and not admitted:
+            unheld(ticket)
+        else:
+            self.on_ready(ticket, False)
         return admitted
 
     # -- the thread ---------------------------------------------------------

@@ -1,7 +1,8 @@
 """Places in line: the order in which messages waiting for a slot are served.
 
 A ledger's line (see ``enter.lua``) is a sorted set scored by each waiting
-message's *place*, lowest first. The place is fixed when a message is first
+message's *score* (:func:`score`), lowest first: its actor's dramatiq priority
+(a lower number first), then its *place*. The place is fixed when a message is first
 sent and travels with it (the message option :data:`PLACE`), so a message
 deferred or retried keeps its place, and a line is served in send order
 whatever the order in which workers happened to take its messages.
@@ -15,7 +16,10 @@ the middleware falls back to ``message_timestamp`` (scaled to microseconds).
 Places of different senders compare by their clocks, as timestamps do.
 
 A place in microseconds since the epoch (about 1.8e15) is an integer well
-below 2**53, so a sorted-set score (a double) holds it exactly.
+below 2**53, so a sorted-set score (a double) holds it exactly. The priority
+adds whole steps of :data:`PRIORITY_STEP` µs (about 51 days: more than any two
+places of one line are apart), clamped to :data:`PRIORITY_BOUND`, so the score
+stays an exact integer below 2**53 in magnitude until the 2110s.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ from typing import Any
 
 #: Message option: the message's place in line, microseconds since the epoch.
 PLACE = "slots_place"
+
+#: One step of priority in a line's score, µs (2**42: about 51 days).
+PRIORITY_STEP = 2**42
+#: Priorities beyond +-this count as this (dramatiq's are small numbers: 0, 10, 100).
+PRIORITY_BOUND = 1000
 
 
 class PlaceClock:
@@ -55,3 +64,9 @@ def place_of(options: Mapping[str, Any], message_timestamp: int) -> int:
     if isinstance(place, int) and not isinstance(place, bool) and place > 0:
         return place
     return int(message_timestamp) * 1000
+
+
+def score(place: int, priority: int) -> int:
+    """A claim's score in line: ``priority`` (clamped to +-:data:`PRIORITY_BOUND`) first, then ``place``."""
+    return place + max(-PRIORITY_BOUND, min(PRIORITY_BOUND, priority)) * PRIORITY_STEP
+

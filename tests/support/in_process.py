@@ -16,8 +16,9 @@ from typing import Any
 
 import dramatiq
 import pytest
+import redis
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq.middleware import TimeLimit
+from dramatiq.middleware import Middleware, TimeLimit
 
 from dramatiq_slots import Ledger, Slots
 from tests.support.waiting import wait_until
@@ -127,8 +128,14 @@ def probe() -> RunRecorder:
 
 
 @contextmanager
-def running_worker(broker: dramatiq.Broker, threads: int = 4) -> Iterator[dramatiq.Worker]:
+def running_worker(
+    broker: dramatiq.Broker, threads: int = 4, *, prefetch: int | None = None
+) -> Iterator[dramatiq.Worker]:
+    """A Worker of ``threads`` threads, started, stopped at the end; ``prefetch``: its queues'
+    prefetch instead of dramatiq's default (2 x threads, or ``dramatiq_queue_prefetch``)."""
     worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=50)
+    if prefetch is not None:
+        worker.queue_prefetch = prefetch
     worker.start()
     try:
         yield worker
@@ -154,3 +161,40 @@ def dead_letter_error(
     found = [r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], error)]
     assert found, [r.getMessage() for r in caplog.records]
     return str(found[0].exc_info[1]) if found[0].exc_info else ""
+
+
+class Skipped(Middleware):
+    """The messages skipped in this process (any broker's)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: Any) -> None:
+        self.ids.append(message.message_id)
+
+
+@pytest.fixture(params=["redis", pytest.param("rabbitmq", marks=pytest.mark.slow)])
+def either_broker(
+    request: pytest.FixtureRequest, redis_server: Any, redis_client: redis.Redis, key_prefix: str
+) -> Iterator[tuple[dramatiq.Broker, Slots, Skipped, str]]:
+    """A broker of each kind with default middleware, Slots on the test Redis, a skip recorder, and
+    a queue name of this test's own (RabbitMQ's queues are the node's)."""
+    if request.param == "redis":
+        broker: dramatiq.Broker = RedisBroker(url=redis_server.url, namespace=f"{key_prefix}-q")
+    else:
+        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+        broker = RabbitmqBroker(url=request.getfixturevalue("rabbit_server").url)
+    Ledger(redis_client, key_prefix=key_prefix).settle()
+    slots = Slots(client=redis_client, key_prefix=key_prefix, hold_ttl=TEST_HOLD_TTL, beat_interval=TEST_BEAT)
+    broker.add_middleware(slots, before=TimeLimit)
+    skipped = Skipped()
+    broker.add_middleware(skipped)
+    broker.emit_after("process_boot")
+    dramatiq.set_broker(broker)
+    try:
+        yield broker, slots, skipped, f"capped-{key_prefix}"
+    finally:
+        stop_threads(slots)
+        broker.flush_all()
+        broker.close()
