@@ -120,6 +120,12 @@ SAMPLES: dict[str, Any] = {
     "defer_max_backoff": 5_000,
     "on_busy": "skip",
     "on_lost_hold": "interrupt",
+    "fair_by": "tenant-7",
+    "fair_weight": 2,
+    "fair_max_share": 0.5,
+    "slot_units": 1,
+    "max_waiting": 10,
+    "when_line_full": "drop",
 }
 
 

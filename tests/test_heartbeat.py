@@ -455,7 +455,18 @@ def test_a_ledger_the_acl_refuses_costs_only_its_own_holds_and_is_beaten_apart_u
     tag = admin.keys.tag
     user, password = f"hb-{key_prefix}", "hb-secret"
     # Every key of the prefix but the denied ledger (ACL patterns cannot subtract).
-    kinds = ("key", "queue-line", "fence", "epoch", "controls", "process", "reports", "listed")
+    kinds = (
+        "key",
+        "queue-line",
+        "fence",
+        "shares",
+        "turns",
+        "epoch",
+        "controls",
+        "process",
+        "reports",
+        "listed",
+    )
     patterns = [f"{tag}:{kind}*" for kind in kinds]
     redis_client.acl_setuser(
         user, enabled=True, passwords=[f"+{password}"], keys=[allowed, *patterns], commands=["+@all"]

@@ -20,6 +20,7 @@ from dramatiq_slots.ledger.reports import ReportWrite
 from dramatiq_slots.ops.inspection import Inspector, ProcessReport, ReportedHold, age_text
 from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token, this_process
 from dramatiq_slots.worker.heartbeat import Heartbeat
+from tests.support.acl import readme_commands
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
 from tests.support.planted import hold
 from tests.support.servers import ENGINES, Server
@@ -158,22 +159,7 @@ def test_a_user_without_set_still_beats_and_warns_once(
         "on",
         ">pw",
         f"~{tag}:*",
-        "-@all",
-        "+evalsha",
-        "+script|load",
-        "+script|exists",
-        "+time",
-        "+zadd",
-        "+zrem",
-        "+zscore",
-        "+zcard",
-        "+zcount",
-        "+zrange",
-        "+zremrangebyscore",
-        "+pttl",
-        "+pexpire",
-        "+pexpireat",
-        "+hmget",
+        *readme_commands(without=("+set",)),
     )
     client = redis.Redis.from_url(url, username=user, password="pw")
     try:

@@ -73,7 +73,7 @@ def test_a_lower_priority_number_runs_first_though_sent_last(
 
     with running_worker(broker, threads=threads, prefetch=prefetch):
         first.send()
-        probe.wait_for(lambda: probe.by_label["first"] == [None])
+        assert probe.wait_for(lambda: probe.by_label["first"] == [None])
         for i in range(later):
             low.send(i)
         for i in range(sooner):
@@ -82,7 +82,7 @@ def test_a_lower_priority_number_runs_first_though_sent_last(
         total = later + sooner
         wait_until(lambda: waiting_in(gate) == total, timeout=20, what=f"all {total} fetched and waiting")
         first_may_end.set()
-        probe.wait_for(lambda: len(probe.by_label["ran"]) == total)
+        assert probe.wait_for(lambda: len(probe.by_label["ran"]) == total)
     assert probe.by_label["ran"] == [f"0:{i}" for i in range(sooner)] + [f"100:{i}" for i in range(later)]
 
 
@@ -104,7 +104,7 @@ def test_a_held_back_message_keeps_its_place_against_later_ones(
 
     with running_worker(broker, threads=2):
         job.send(0)
-        probe.wait_for(lambda: probe.by_label["ran"] == [0])
+        assert probe.wait_for(lambda: probe.by_label["ran"] == [0])
         for i in range(1, 7):
             job.send(i)
         gate = gate_of(slots)
@@ -112,5 +112,5 @@ def test_a_held_back_message_keeps_its_place_against_later_ones(
         assert len(slots.ledger.line(limit.ledger)) == 3
         assert len(gate.holding) == 3
         first_may_end.set()
-        probe.wait_for(lambda: len(probe.by_label["ran"]) == 7)
+        assert probe.wait_for(lambda: len(probe.by_label["ran"]) == 7)
     assert probe.by_label["ran"] == list(range(7))

@@ -19,7 +19,6 @@ import contextlib
 import logging
 import os
 import re
-import shlex
 import subprocess
 import sys
 import threading
@@ -45,6 +44,7 @@ from dramatiq_slots.ledger.controls import Controls
 from dramatiq_slots.ops.inspection import Inspector
 from dramatiq_slots.worker.claims import this_process
 from dramatiq_slots.worker.wakeups import Wakeups
+from tests.support.acl import readme_acl
 from tests.support.in_process import RunRecorder, running_worker, stop_threads
 from tests.support.ports import free_port
 from tests.support.servers import ENGINES, RedisTarget, Server
@@ -59,17 +59,6 @@ BEAT = 300
 LONG = 60_000
 
 SECRET = "s3cr3t-PASSWORD"
-
-
-def readme_acl(*, without: tuple[str, ...] = ()) -> list[str]:
-    """The words of the README's ACL command, less the rules in ``without``."""
-    lines = [line.strip() for line in README.read_text("utf-8").splitlines()]
-    found = [line for line in lines if line.startswith("ACL SETUSER ")]
-    assert len(found) == 1, f"README.md must give exactly one `ACL SETUSER` line, found {len(found)}"
-    words = shlex.split(found[0])
-    for rule in without:
-        assert rule in words, f"the README's ACL line has no {rule!r}"
-    return [word for word in words if word not in without]
 
 
 def create_readme_user(admin: redis.Redis, *, without: tuple[str, ...] = ()) -> tuple[str, str]:

@@ -45,6 +45,13 @@ set of one member expiring ``hold_ttl`` after it was made::
 
     {<prefix>}:fence:<kind>:<name>          the last fence given on a ledger
 
+Fair shares between the groups of a ledger (docs/design.md, "Who gets the next slot";
+``lib/turns.lua``), while any of its claims carries a group::
+
+    {<prefix>}:shares:<kind>:<name>         hash: the units each group holds, its entry in turns
+    {<prefix>}:turns:<kind>:<name>          sorted set: the waiting groups, in the order they are served
+    {<prefix>}:turns:<kind>:<name>|<group>  the line of one group (queue names and digests hold no ``|``)
+
 The epoch of the prefix (docs/design.md, "Restarted empty: the epoch"), a sorted set
 of one member that every beat keeps alive: when it is missing, the ledgers may have
 lost the holds of running jobs, and admit nothing new while those re-assert::
@@ -93,6 +100,16 @@ DIGEST_HEX = 32
 def key_digest(key: str) -> str:
     """The fixed-size name of a runtime key's ledger: SHA-256 of its UTF-8, first 32 hex digits."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:DIGEST_HEX]
+
+
+#: Hex digits of a fair-share group's digest (64 bits of SHA-256: the groups of one ledger).
+GROUP_HEX = 16
+
+
+def group_digest(group: str) -> str:
+    """The name of a fair-share group in a claim's member (``lib/turns.lua``): SHA-256 of its UTF-8,
+    first 16 hex digits, so a member is bounded and carries none of the sender's bytes."""
+    return hashlib.sha256(group.encode("utf-8", "surrogatepass")).hexdigest()[:GROUP_HEX]
 
 
 @dataclass(frozen=True)
@@ -151,6 +168,21 @@ class KeySpace:
         """The key of a ledger's last fencing token."""
         kind, name = self._parsed(ledger)
         return f"{self.tag}:fence:{kind}:{name}"
+
+    def shares(self, ledger: str) -> str:
+        """The hash of the units each fair-share group holds on a ledger (``lib/turns.lua``)."""
+        kind, name = self._parsed(ledger)
+        return f"{self.tag}:shares:{kind}:{name}"
+
+    def turns(self, ledger: str) -> str:
+        """The turns of a ledger's waiting groups (``lib/turns.lua``); a group's line is this name,
+        ``|`` and the group's id."""
+        kind, name = self._parsed(ledger)
+        return f"{self.tag}:turns:{kind}:{name}"
+
+    def group_line(self, ledger: str, group: str) -> str:
+        """The line of one fair-share group on a ledger (the ledger's line for no group)."""
+        return f"{self.turns(ledger)}|{group}" if group else self.line(ledger)
 
     def short(self, ledger: str) -> str:
         """``queue:<name>`` or ``key:<digest>``: how logs and the command line name a ledger."""

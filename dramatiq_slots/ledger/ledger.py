@@ -38,7 +38,20 @@ from redis.cluster import RedisCluster
 from ..errors import ArgumentError
 from .client import RedisClient, redacted_address
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .replies import Beaten, Changed, Declared, Entered, Holder, Left, Limit, Line, Member, Withdrawn, _text
+from .replies import (
+    Beaten,
+    Changed,
+    Declared,
+    Entered,
+    Holder,
+    Left,
+    Limit,
+    Line,
+    Member,
+    Withdrawn,
+    _text,
+    group_of,
+)
 from .reports import ReportWrite
 from .scripts import register
 from .specs import (
@@ -145,14 +158,19 @@ class Ledger:
         """Queue ``call`` on ``pipe`` (see :meth:`_pipelined`); :meth:`Call.answer` reads its reply."""
         pipe.evalsha(self._scripts[call.spec.name].sha, len(call.keys), *call.keys, *call.args)
 
-    def _runs(self, limits: Sequence[Limit]) -> dict[str, Any]:
-        """The KEYS runs ``ledger``, ``line`` and ``fence`` of ``limits`` (enter, leave, withdraw)."""
+    def _runs(self, limits: Sequence[Limit], *, fence: bool = True) -> dict[str, Any]:
+        """The KEYS runs ``ledger``, ``line``, ``shares``, ``turns`` and (with ``fence``) ``fence`` of
+        ``limits``."""
         ledgers = [limit.ledger for limit in limits]
-        return {
+        runs = {
             "ledger": ledgers,
             "line": [self.keys.line(ledger) for ledger in ledgers],
-            "fence": [self.keys.fence(ledger) for ledger in ledgers],
+            "shares": [self.keys.shares(ledger) for ledger in ledgers],
+            "turns": [self.keys.turns(ledger) for ledger in ledgers],
         }
+        if fence:
+            runs["fence"] = [self.keys.fence(ledger) for ledger in ledgers]
+        return runs
 
     def enter(
         self,
@@ -164,23 +182,29 @@ class Ledger:
         place: int = 0,
         busy: Sequence[int] = (),
         settle_ms: int = 0,
+        waiting: Sequence[int] = (),
     ) -> Entered:
         """Admit ``token`` to every ledger of ``limits``, or to none, and then do ``line`` with it.
 
         Replay-safe: a call repeated with the same token after a lost reply
         answers "admitted, replayed" without counting the claim twice (except
         with :attr:`Line.JOIN`, which skips that check: see ``enter.lua``).
-        ``place``: the claim's place in line, an integer below 2**53, the
-        lowest first (the middleware passes when the message was first sent,
-        in µs: :mod:`dramatiq_slots.waiting.places`). ``busy``: per limit, what a full ledger does with
-        the claim (``enter.lua``'s on_busy codes; none given: it waits). ``settle_ms``: how long
-        a missing epoch keeps newcomers out (``lib/epoch.lua``; 0: the epoch is not read).
+        ``place``: the claim's score in line, an integer below 2**53 in magnitude, the
+        lowest first (the middleware passes its message's priority class and when it was first
+        sent, in µs: :mod:`dramatiq_slots.waiting.places`). ``busy``: per limit, what a full ledger
+        does with the claim (``enter.lua``'s on_busy codes; none given: it waits). ``settle_ms``: how
+        long a missing epoch keeps newcomers out (``lib/epoch.lua``; 0: the epoch is not read).
+        ``waiting``: per limit, the most claims that may wait in its line (0, or none given: no
+        bound); a claim refused past it is not put in line (``Entered.over``).
         """
         if not limits:
             raise ArgumentError("enter needs at least one limit")
         codes = list(busy) or [0] * len(limits)
         if len(codes) != len(limits):
             raise ArgumentError("enter needs one on_busy code per limit")
+        bounds = list(waiting) or [0] * len(limits)
+        if len(bounds) != len(limits):
+            raise ArgumentError("enter needs one max_waiting bound per limit")
         call = ENTER.call(
             keys={**self._runs(limits), "controls": self.keys.controls(), "epoch": self.keys.epoch()},
             args={
@@ -191,6 +215,7 @@ class Ledger:
                 "capacity": [limit.capacity for limit in limits],
                 "busy": codes,
                 "settle": settle_ms,
+                "waiting": bounds,
             },
         )
         with self._translated("enter"):
@@ -261,9 +286,14 @@ class Ledger:
             return self._run(call)
 
     def line(self, ledger: str) -> list[str]:
-        """The claims in ``ledger``'s line, first in line first."""
+        """The claims waiting for ``ledger``: its line, first in line first, then each fair-share
+        group's line (``lib/turns.lua``), each in its order (not the order of turns)."""
         with self._translated("line"):
-            return [_text(t) for t in self.client.zrange(self.keys.line(ledger), 0, -1)]
+            claims = [_text(t) for t in self.client.zrange(self.keys.line(ledger), 0, -1)]
+            entries = self.client.zrange(self.keys.turns(ledger), 0, -1)
+            for group in sorted({_text(e).rpartition("|")[2] for e in entries} - {""}):
+                claims += [_text(t) for t in self.client.zrange(self.keys.group_line(ledger, group), 0, -1)]
+            return claims
 
     def beat(
         self,
@@ -275,6 +305,7 @@ class Ledger:
         report_ttl_ms: int | None = None,
         listed_ttl_ms: int | None = None,
         lines: Sequence[Limit] = (),
+        groups: Sequence[tuple[str, str]] = (),
         own_process: str = "",
         declare: Sequence[Limit] | None = None,
         settle_ms: int = 0,
@@ -290,7 +321,8 @@ class Ledger:
         line. ``lines``: the ledgers (with their capacities) whose lines claims
         of this process wait in; each line's expiry is pushed to at least
         ``ttl_ms`` from now, and each ledger's slots freed by expiry are handed
-        to the first claims in its line.
+        to the first claims in its line. ``groups``: ``(ledger, group)`` of the fair-share groups
+        whose lines claims of this process wait in (their lines live on with the ledger's).
         ``report``: the process's report (a :class:`~.reports.ReportWrite`, or ``(key, text)``),
         written first in the same round trip with its indexes (:meth:`write_report`), expiring
         after ``report_ttl_ms`` (default ``ttl_ms``), its ledgers listed for ``listed_ttl_ms``
@@ -309,14 +341,25 @@ class Ledger:
         listed_px = max(ttl_ms, report_px) if listed_ttl_ms is None else listed_ttl_ms
         writing = None if report is None else self._report_call(report, report_px, listed_px)
         beating = bool(refresh or owed or waited)
+        waited_groups: dict[str, set[str]] = {limit.ledger: set() for limit in waited}
+        for ledger, group in groups:
+            if ledger in waited_groups and group:
+                waited_groups[ledger].add(group)
         call = BEAT.call(
             keys={
                 "refreshed": [m.ledger for m in refresh],
+                "refreshed_line": [self.keys.line(m.ledger) for m in refresh],
+                "refreshed_shares": [self.keys.shares(m.ledger) for m in refresh],
+                "refreshed_turns": [self.keys.turns(m.ledger) for m in refresh],
                 "owed": [m.ledger for m in owed],
                 "owed_line": [self.keys.line(m.ledger) for m in owed],
+                "owed_shares": [self.keys.shares(m.ledger) for m in owed],
+                "owed_turns": [self.keys.turns(m.ledger) for m in owed],
                 "waited": [limit.ledger for limit in waited],
                 "waited_line": [self.keys.line(limit.ledger) for limit in waited],
                 "waited_fence": [self.keys.fence(limit.ledger) for limit in waited],
+                "waited_shares": [self.keys.shares(limit.ledger) for limit in waited],
+                "waited_turns": [self.keys.turns(limit.ledger) for limit in waited],
                 "epoch": self.keys.epoch(),
                 "controls": self.keys.controls(),
             },
@@ -328,6 +371,7 @@ class Ledger:
                 "own": own_process,
                 "settle": settle_ms,
                 "capacity": [limit.capacity for limit in waited],
+                "groups": [" ".join(sorted(waited_groups[limit.ledger])) for limit in waited],
             },
         )
         declaration = self._declaration(declare or (), report_px, settle_ms)
@@ -489,7 +533,12 @@ class Ledger:
         if not members:
             return []
         call = REASSERT.call(
-            keys={"ledger": [m.ledger for m in members]},
+            keys={
+                "ledger": [m.ledger for m in members],
+                "line": [self.keys.line(m.ledger) for m in members],
+                "shares": [self.keys.shares(m.ledger) for m in members],
+                "turns": [self.keys.turns(m.ledger) for m in members],
+            },
             args={"ttl": ttl_ms, "token": [m.token for m in members]},
         )
         with self._translated("reassert"):
@@ -504,7 +553,7 @@ class Ledger:
         if not limits:
             raise ArgumentError("reclaim needs at least one limit")
         call = RECLAIM.call(
-            keys={"ledger": [limit.ledger for limit in limits], "controls": self.keys.controls()},
+            keys={**self._runs(limits, fence=False), "controls": self.keys.controls()},
             args={"token": token, "ttl": ttl_ms, "capacity": [limit.capacity for limit in limits]},
         )
         with self._translated("reclaim"):
@@ -550,10 +599,11 @@ class Ledger:
         return found
 
     def place(self, ledger: str, token: str, *, ahead: int = 10) -> tuple[int, int, list[str]] | None:
-        """Where claim ``token`` is in ``ledger``'s line: ``(place, of, first)``, its place (1: first
-        in line) among ``of`` claims, and the tokens of the first ``ahead`` claims before it; None
-        when it is not in the line (two round trips, read-only)."""
-        line = self.keys.line(ledger)
+        """Where claim ``token`` is in ``ledger``'s line (its fair-share group's line, when it has
+        one): ``(place, of, first)``, its place (1: first in line) among ``of`` claims, and the
+        tokens of the first ``ahead`` claims before it; None when it is not in the line (two round
+        trips, read-only)."""
+        line = self.keys.group_line(ledger, group_of(token))
         with self._translated("line"):
             score = self.client.zscore(line, token)
             if score is None:

@@ -9,6 +9,7 @@ This module imports nothing from dramatiq.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -68,6 +69,9 @@ class Entered:
     #: When refused because the ledgers are settling (the epoch was missing, see
     #: ``lib/epoch.lua``): the ms left of it; 0 otherwise.
     settling_ms: int = 0
+    #: When refused: the claim did not join the line, which held as many claims as its bound
+    #: (``max_waiting``) allows.
+    over: bool = False
     #: When admitted, the fencing token of each ledger (docs/design.md, "Fencing tokens"). Left
     #: out of comparisons: it is a number given out, not part of the answer's meaning.
     fences: tuple[int, ...] = field(default=(), compare=False)
@@ -176,6 +180,32 @@ class Holder:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def member_suffix(units: int = 1, group: str = "", weight: int = 1, share: int = 1000) -> str:
+    """What a claim's member says after its token (``lib/turns.lua``): ``*<units>`` when it takes
+    more than one slot, and ``@<group>`` (a digest, :func:`~.keys.group_digest`) with ``^<weight>``
+    and ``%<share>`` (per mille of the capacity) where they are not the defaults."""
+    text = f"*{units}" if units > 1 else ""
+    if group:
+        text += f"@{group}" + (f"^{weight}" if weight != 1 else "") + (f"%{share}" if share < 1000 else "")
+    return text
+
+
+def group_of(token: str) -> str:
+    """The fair-share group a claim's member names (``@<group>``, lib/turns.lua); ``""``: none."""
+    match = _GROUP.search(token)
+    return match.group(1) if match else ""
+
+
+def units_of(token: str) -> int:
+    """The units a claim's member asks for (``*<units>``, lib/turns.lua); 1 when it says none."""
+    match = _UNITS.search(token)
+    return int(match.group(1)) if match else 1
+
+
+_GROUP = re.compile(r"@([0-9a-f]+)")
+_UNITS = re.compile(r"\*(\d+)")
 
 
 def process_part(token: str) -> str:

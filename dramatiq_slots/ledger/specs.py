@@ -261,6 +261,7 @@ def _entered(raw: Any, call: Call[Entered]) -> Entered:
         paused=int(raw[3]) == 1,
         dropped=int(raw[4]) == 1,
         settling_ms=int(raw[5]),
+        over=int(raw[6]) == 1,
     )
 
 
@@ -334,6 +335,8 @@ ENTER = ScriptSpec(
         key("controls"),
         keys("fence", per="n"),
         key("epoch"),
+        keys("shares", per="n"),
+        keys("turns", per="n"),
     ),
     args=(
         arg("token", Kind.NAME),
@@ -343,13 +346,21 @@ ENTER = ScriptSpec(
         arg("capacity", Kind.POSITIVE, per="n"),
         arg("busy", Kind.CHOICE, per="n"),
         arg("settle", Kind.NATURAL),
+        arg("waiting", Kind.NATURAL, per="n"),
     ),
-    shapes=("{1, replay, m1, .., mn, c1, .., cn, f1, .., fn}", "{0, i, w, p, d, s}"),
+    shapes=("{1, replay, m1, .., mn, c1, .., cn, f1, .., fn}", "{0, i, w, p, d, s, o}"),
     parse=_entered,
 )
 LEAVE = ScriptSpec(
     "leave",
-    keys=(keys("ledger", per="n"), keys("line", per="n"), key("controls"), keys("fence", per="n")),
+    keys=(
+        keys("ledger", per="n"),
+        keys("line", per="n"),
+        key("controls"),
+        keys("fence", per="n"),
+        keys("shares", per="n"),
+        keys("turns", per="n"),
+    ),
     args=(
         arg("token", Kind.TEXT),
         arg("channel", Kind.TEXT),
@@ -363,7 +374,13 @@ LEAVE = ScriptSpec(
 )
 WITHDRAW = ScriptSpec(
     "withdraw",
-    keys=(keys("ledger", per="n"), keys("line", per="n"), keys("fence", per="n")),
+    keys=(
+        keys("ledger", per="n"),
+        keys("line", per="n"),
+        keys("fence", per="n"),
+        keys("shares", per="n"),
+        keys("turns", per="n"),
+    ),
     args=(arg("token", Kind.TEXT), arg("ttl", Kind.POSITIVE)),
     shapes=("{held, f1, .., fn}",),
     parse=_withdrawn,
@@ -371,9 +388,9 @@ WITHDRAW = ScriptSpec(
 BEAT = ScriptSpec(
     "beat",
     keys=(
-        keys("refreshed", per="r"),
-        keys("owed", "owed_line", per="o"),
-        keys("waited", "waited_line", "waited_fence", per="w"),
+        keys("refreshed", "refreshed_line", "refreshed_shares", "refreshed_turns", per="r"),
+        keys("owed", "owed_line", "owed_shares", "owed_turns", per="o"),
+        keys("waited", "waited_line", "waited_fence", "waited_shares", "waited_turns", per="w"),
         key("epoch"),
         key("controls"),
     ),
@@ -387,20 +404,27 @@ BEAT = ScriptSpec(
         arg("own", Kind.TEXT),
         arg("settle", Kind.NATURAL),
         arg("capacity", Kind.POSITIVE, per="w"),
+        arg("groups", Kind.TEXT, per="w"),
     ),
     shapes=("{lost, handed, bad, now}",),
     parse=_beaten,
 )
 REASSERT = ScriptSpec(
     "reassert",
-    keys=(keys("ledger", per="n"),),
+    keys=(keys("ledger", per="n"), keys("line", per="n"), keys("shares", per="n"), keys("turns", per="n")),
     args=(arg("ttl", Kind.POSITIVE), arg("token", Kind.TEXT, per="n")),
     shapes=("{live1, .., liven}",),
     parse=_counts,
 )
 RECLAIM = ScriptSpec(
     "reclaim",
-    keys=(keys("ledger", per="n"), key("controls")),
+    keys=(
+        keys("ledger", per="n"),
+        key("controls"),
+        keys("line", per="n"),
+        keys("shares", per="n"),
+        keys("turns", per="n"),
+    ),
     args=(arg("token", Kind.NAME), arg("ttl", Kind.POSITIVE), arg("capacity", Kind.POSITIVE, per="n")),
     shapes=("{1, 0}", "{0, i}"),
     parse=_reclaimed,

@@ -35,7 +35,7 @@ from ..failpoints import reach
 from ..ledger.replies import Entered, Limit, Line
 from ..ledger.reports import IN_LINE
 from ..waiting.admits import REASK_MAX_S, REASK_S, Answer, Dropped, InLine, Refused, Request
-from ..worker.claims import Hold, new_token
+from ..worker.claims import Hold
 from ..worker.clock import Clock
 from ..worker.lingering import roomy
 from ..worker.process import SlotsProcess
@@ -95,10 +95,13 @@ class Admission:
             process.owe_doubts()
 
     def reuse(self, request: Request, message_key: int) -> Hold | None:
-        """A lingering hold of the same limits, now the message's (on record as running), if any."""
+        """A lingering hold of the same limits, now the message's (on record as running), if any
+        (never for a message with a group or several units: its group's shares count each claim)."""
         process = self.process
-        if not self.settings.reuse_window or process.controls.paused(
-            limit.ledger for limit in request.limits
+        if (
+            not self.settings.reuse_window
+            or request.suffix
+            or process.controls.paused(limit.ledger for limit in request.limits)
         ):
             return None
         lingering = process.lingering.reuse(request.limits, claim=process.registry.doubt)
@@ -129,7 +132,7 @@ class Admission:
             refused_by = ""  # the one ledger that refused it, if one did
             # A fresh token per attempt: an attempt whose outcome is unknown is
             # owed a release, and that release must never hit a later attempt.
-            hold = request.hold(new_token())
+            hold = request.hold(request.claim_token())
             refused: Sequence[Limit]
             try:
                 answer = self.claim(hold, request)
@@ -155,8 +158,8 @@ class Admission:
                 )
                 if entered.admitted and distrust is None:
                     return hold
-                if entered.dropped and drop is not None:
-                    why = busy_reason(request, entered.refused_by)
+                if self.drops(request, entered) and drop is not None:
+                    why = drop_reason(request, entered)
                     process.dropped(
                         request.message_id, request.actor, request.queue, entered.refused_by or "", why
                     )
@@ -239,6 +242,7 @@ class Admission:
             place=request.score,
             busy=request.busy,
             settle_ms=self.settings.settle_ms,
+            waiting=request.waiting,
         )
         reach(step)
         if not entered.admitted and not entered.in_line:
@@ -266,7 +270,7 @@ class Admission:
         tried :meth:`reuse` first (a lingering hold needs no Redis).
         """
         process = self.process
-        hold = request.hold(new_token())
+        hold = request.hold(request.claim_token())
         wakeups = process.wakeups
         if line is not Line.NONE:
             wakeups.start()
@@ -292,8 +296,8 @@ class Admission:
                     )
                     return None
                 return hold
-            if entered.dropped:
-                return Dropped(entered.refused_by, busy_reason(request, entered.refused_by))
+            if self.drops(request, entered):
+                return Dropped(entered.refused_by, drop_reason(request, entered))
             if not entered.in_line:
                 return Refused(entered.refused_by) if line is Line.NONE else None
             process.registry.doubt(hold, owner=PARKED)
@@ -402,7 +406,11 @@ class Admission:
             process.release(process.registry.begin_release(hold.token) or hold)
             return distrust
         hold = hold.fenced(answer.entered.fences, answer.entered.capacities)
-        if self.settings.reuse_window and roomy(answer.entered.capacities, answer.entered.members):
+        if (
+            self.settings.reuse_window
+            and not request.suffix
+            and roomy(answer.entered.capacities, answer.entered.members)
+        ):
             process.lingering.reusable(hold, self.settings.reuse_window)
         process.running(message_key, hold, answer.written_at)
         return None
@@ -430,11 +438,27 @@ class Admission:
             )
         return None
 
+    @staticmethod
+    def drops(request: Request, entered: Entered) -> bool:
+        """Whether a refused claim's message is dropped: by its ``on_busy`` policy, or because its line
+        was full (``max_waiting``) and its ``when_line_full`` is "drop"."""
+        return entered.dropped or (entered.over and request.line_full == "drop")
+
     def _warn_outage(self, error: LedgerError) -> None:
         now = self.clock.monotonic()
         if self._outage_warned_at is None or now - self._outage_warned_at >= 30:
             self._outage_warned_at = now
             logger.warning("%s; deferring capped messages until it answers.", error)
+
+
+def drop_reason(request: Request, entered: Entered) -> str:
+    """Why a message was dropped (:meth:`Admission.drops`), for its log line and its result."""
+    if entered.over:
+        return (
+            f"its line is full: {request.max_waiting} messages wait for {entered.refused_by!r} already "
+            "(max_waiting; when_line_full='drop')"
+        )
+    return busy_reason(request, entered.refused_by)
 
 
 def busy_reason(request: Request, refused_by: str | None) -> str:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..ledger.keys import KeySpace
+from ..ledger.controls import MAX_CAPACITY
+from ..ledger.keys import KeySpace, group_digest
 from ..ledger.replies import Limit
 from ..waiting.admits import Request
 from ..waiting.places import place_of
@@ -153,6 +154,37 @@ class Declarations:
         if not limits:
             return None
         key_code = opt.BUSY_CODES[str(opt.pick(options.get(opt.ON_BUSY), actor.on_busy, "wait"))]
+        group = opt.fair_group(
+            actor,
+            opt.pick(options.get(opt.FAIR_BY), actor.fair_by, None),
+            args,
+            kwargs,
+            from_message=options.get(opt.FAIR_BY) is not None,
+        )
+        weight = share = 1
+        if group is not None:
+            weight = opt.per_message(
+                actor,
+                opt.FAIR_WEIGHT,
+                opt.pick(options.get(opt.FAIR_WEIGHT), actor.fair_weight, 1),
+                args,
+                kwargs,
+                most=opt.MAX_FAIR_WEIGHT,
+            )
+            share = opt.pick(options.get(opt.FAIR_MAX_SHARE), actor.fair_max_share, 1.0)
+        units = opt.per_message(
+            actor,
+            opt.SLOT_UNITS,
+            opt.pick(options.get(opt.SLOT_UNITS), actor.slot_units, 1),
+            args,
+            kwargs,
+            most=MAX_CAPACITY,
+        )
+        if queue_capacity is not None and units > queue_capacity:
+            raise opt.RuntimeKeyError(
+                f"{opt.actor_where(actor.actor_name, opt.SLOT_UNITS)}: a message of {units} units can never "
+                f"run on queue {queue_name!r}, whose capacity is {queue_capacity}"
+            )
         return Request(
             limits=tuple(limits),
             label=f"{actor.actor_name}({message_id})",
@@ -166,4 +198,10 @@ class Declarations:
             busy=(0,) * (len(limits) - len(keys)) + (key_code,) * len(keys) if key_code else (),
             message_id=message_id,
             queue=queue_name,
+            units=units,
+            group="" if group is None else group_digest(group),
+            weight=weight,
+            share=max(1, min(1000, round(share * 1000))),
+            max_waiting=int(opt.pick(options.get(opt.MAX_WAITING), actor.max_waiting, 0)),
+            line_full=str(opt.pick(options.get(opt.WHEN_LINE_FULL), actor.when_line_full, "defer")),
         )

@@ -28,6 +28,12 @@ DEFER_MIN_BACKOFF = "defer_min_backoff"
 DEFER_MAX_BACKOFF = "defer_max_backoff"
 ON_LOST_HOLD = "on_lost_hold"
 ON_BUSY = "on_busy"
+FAIR_BY = "fair_by"
+FAIR_WEIGHT = "fair_weight"
+FAIR_MAX_SHARE = "fair_max_share"
+SLOT_UNITS = "slot_units"
+MAX_WAITING = "max_waiting"
+WHEN_LINE_FULL = "when_line_full"
 
 ACTOR_OPTIONS = frozenset(
     {
@@ -38,8 +44,37 @@ ACTOR_OPTIONS = frozenset(
         DEFER_MAX_BACKOFF,
         ON_LOST_HOLD,
         ON_BUSY,
+        FAIR_BY,
+        FAIR_WEIGHT,
+        FAIR_MAX_SHARE,
+        SLOT_UNITS,
+        MAX_WAITING,
+        WHEN_LINE_FULL,
     }
 )
+
+#: The largest fair-share weight a group may have.
+MAX_FAIR_WEIGHT = 10_000
+
+#: Values of ``when_line_full``: what a message that would wait past ``max_waiting`` does.
+LineFullPolicy: TypeAlias = Literal["defer", "drop"]
+LINE_FULL_POLICIES: tuple[LineFullPolicy, ...] = ("defer", "drop")
+
+
+def line_full_policy(value: Any, where: str) -> LineFullPolicy:
+    if value not in LINE_FULL_POLICIES or not isinstance(value, str):
+        raise ConfigurationError(f"{where} must be 'defer' or 'drop', got {value!r:.80}")
+    return "drop" if value == "drop" else "defer"
+
+
+def max_share(value: Any, where: str) -> float:
+    """A maximum share: a number above 0 and at most 1 (bool excluded)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigurationError(
+            f"{where} must be a number above 0 and at most 1 (a share of the capacity), got {value!r:.80}"
+        )
+    return float(value)
+
 
 #: Values of ``on_lost_hold``: re-assert the hold even over capacity (default), or stop the job.
 LostHoldMode: TypeAlias = Literal["reassert", "interrupt"]
@@ -217,6 +252,16 @@ class ActorSlots:
     on_busy: BusyPolicy | None = None
     #: The actor's dramatiq ``priority`` (a lower number first, in every line it waits in).
     priority: int = 0
+    #: A fair-share group (a str), or a callable of the message's arguments giving one (None:
+    #: no group); ``False``: none.
+    fair_by: str | bool | Callable[..., Any] | None = None
+    #: An int, or a callable of the message's arguments giving one.
+    fair_weight: int | Callable[..., Any] | None = None
+    fair_max_share: float | None = None
+    #: An int, or a callable of the message's arguments giving one.
+    slot_units: int | Callable[..., Any] | None = None
+    max_waiting: int | None = None
+    when_line_full: LineFullPolicy | None = None
 
     @classmethod
     def from_options(
@@ -255,10 +300,34 @@ class ActorSlots:
                 f"{actor_where(actor_name, 'priority')}: must be a number (dramatiq's priority, a lower "
                 f"number first), not {priority!r}"
             )
+
+        def number_or_callable(option: str) -> int | Callable[..., Any] | None:
+            value = options.get(option)
+            return value if callable(value) else number(option)
+
+        fair_by = options.get(FAIR_BY)
+        if fair_by is not None and not isinstance(fair_by, bool) and not callable(fair_by):
+            fair_by = check_group(fair_by, actor_where(actor_name, FAIR_BY), ConfigurationError)
+        if fair_by is True:
+            raise ConfigurationError(
+                f"{actor_where(actor_name, FAIR_BY)} must be a str, a callable or False, got True"
+            )
+        share = options.get(FAIR_MAX_SHARE)
+        full = options.get(WHEN_LINE_FULL)
         return cls(
             actor_name=actor_name,
             queue_name=queue_name,
             priority=int(priority),
+            fair_by=fair_by,
+            fair_weight=number_or_callable(FAIR_WEIGHT),
+            fair_max_share=None
+            if share is None
+            else max_share(share, actor_where(actor_name, FAIR_MAX_SHARE)),
+            slot_units=number_or_callable(SLOT_UNITS),
+            max_waiting=number(MAX_WAITING),
+            when_line_full=None
+            if full is None
+            else line_full_policy(full, actor_where(actor_name, WHEN_LINE_FULL)),
             on_busy=on_busy,
             queue_capacity=number(QUEUE_CAPACITY),
             runtime_key=check_key_option(
@@ -346,12 +415,36 @@ def check_message_options(actor_name: str, options: Mapping[str, Any]) -> None:
         message_where(actor_name, UNIQUE_AT_RUNTIME_KEY),
         allow_callable=False,
     )
-    for option in (RUNTIME_KEY_CAPACITY, DEFER_MIN_BACKOFF, DEFER_MAX_BACKOFF):
+    for option in (
+        RUNTIME_KEY_CAPACITY,
+        DEFER_MIN_BACKOFF,
+        DEFER_MAX_BACKOFF,
+        FAIR_WEIGHT,
+        SLOT_UNITS,
+        MAX_WAITING,
+    ):
         value = options.get(option)
         if value is not None:
             positive_int(value, message_where(actor_name, option))
     if options.get(ON_BUSY) is not None:
         busy_policy(options[ON_BUSY], message_where(actor_name, ON_BUSY))
+    group = options.get(FAIR_BY)
+    if group is not None and group is not False:
+        check_group(group, message_where(actor_name, FAIR_BY), ConfigurationError)
+    if options.get(FAIR_MAX_SHARE) is not None:
+        max_share(options[FAIR_MAX_SHARE], message_where(actor_name, FAIR_MAX_SHARE))
+    if options.get(WHEN_LINE_FULL) is not None:
+        line_full_policy(options[WHEN_LINE_FULL], message_where(actor_name, WHEN_LINE_FULL))
+    weight = options.get(FAIR_WEIGHT)
+    if weight is not None and weight > MAX_FAIR_WEIGHT:
+        raise ConfigurationError(
+            f"{message_where(actor_name, FAIR_WEIGHT)} must be at most {MAX_FAIR_WEIGHT}, got {weight!r}"
+        )
+    units = options.get(SLOT_UNITS)
+    if units is not None and units > MAX_CAPACITY:
+        raise ConfigurationError(
+            f"{message_where(actor_name, SLOT_UNITS)} must be at most {MAX_CAPACITY}, got {units!r}"
+        )
 
 
 def check_key_options(actor: ActorSlots, options: Mapping[str, Any]) -> None:
@@ -426,3 +519,59 @@ def key_capacity(
             f"{type(capacity).__name__} {capacity!r:.80}"
         )
     return capacity
+
+
+def check_group(group: Any, where: str, error: type[SlotsError]) -> str:
+    """A fair-share group: a non-empty str of at most MAX_RUNTIME_KEY_BYTES bytes in UTF-8."""
+    if not isinstance(group, str) or not group:
+        raise error(f"{where} must give a non-empty str (a group), got {type(group).__name__} {group!r:.80}")
+    size = len(group.encode("utf-8", "surrogatepass"))
+    if size > MAX_RUNTIME_KEY_BYTES:
+        raise error(
+            f"{where} gave a group of {size} bytes; at most {MAX_RUNTIME_KEY_BYTES} bytes (UTF-8) are allowed"
+        )
+    return group
+
+
+def per_message(
+    actor: ActorSlots,
+    option: str,
+    value: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    *,
+    most: int,
+) -> int:
+    """An int option of one message (``fair_weight``, ``slot_units``): ``value``, or what the actor's
+    callable gives for the message's arguments, from 1 to ``most`` (RuntimeKeyError naming the actor
+    and the option otherwise)."""
+    if not callable(value):
+        return int(value)
+    where = actor_where(actor.actor_name, option)
+    try:
+        found = value(*args, **kwargs)
+    except Exception as e:
+        raise RuntimeKeyError(f"{where}: the callable raised {type(e).__name__}: {e}") from e
+    if isinstance(found, bool) or not isinstance(found, int) or not 1 <= found <= most:
+        raise RuntimeKeyError(
+            f"{where}: the callable must give an int from 1 to {most}, "
+            f"got {type(found).__name__} {found!r:.80}"
+        )
+    return found
+
+
+def fair_group(
+    actor: ActorSlots, value: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, from_message: bool
+) -> str | None:
+    """The fair-share group of one message (None: none), from the message's option or the actor's
+    (a str, or a callable of the message's arguments giving a str or None)."""
+    if value is None or value is False:
+        return None
+    where = (message_where if from_message else actor_where)(actor.actor_name, FAIR_BY)
+    if not callable(value):
+        return check_group(value, where, RuntimeKeyError)
+    try:
+        group = value(*args, **kwargs)
+    except Exception as e:
+        raise RuntimeKeyError(f"{where}: the callable raised {type(e).__name__}: {e}") from e
+    return None if group is None else check_group(group, f"{where}: the callable", RuntimeKeyError)

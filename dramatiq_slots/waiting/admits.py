@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..ledger.keys import KeySpace
-from ..ledger.replies import Entered, Limit, Line
-from ..worker.claims import Hold
+from ..ledger.replies import Entered, Limit, Line, member_suffix
+from ..worker.claims import Hold, new_token
 from ..worker.clock import Clock
 from ..worker.process import SlotsProcess
 from ..worker.wakeups import Waiter
@@ -53,11 +53,36 @@ class Request:
     #: The message's id and queue (for reports).
     message_id: str = ""
     queue: str = ""
+    #: The slots it takes of each of its limits (``slot_units``; at most a limit's capacity).
+    units: int = 1
+    #: Its fair-share group on its limits (a digest, :func:`~dramatiq_slots.ledger.keys.group_digest`;
+    #: "": none), the group's weight and its maximum share (per mille of the capacity).
+    group: str = ""
+    weight: int = 1
+    share: int = 1000
+    #: The most claims that may wait in the line it would join (``max_waiting``; 0: no bound), and
+    #: what it does past that bound (``when_line_full``: "defer" or "drop").
+    max_waiting: int = 0
+    line_full: str = "defer"
 
     @property
     def score(self) -> int:
         """Its score in line: priority, then place (:func:`~dramatiq_slots.waiting.places.score`)."""
         return places.score(self.place, self.priority)
+
+    @property
+    def suffix(self) -> str:
+        """What its claims' members say of it after their tokens (``lib/turns.lua``)."""
+        return member_suffix(self.units, self.group, self.weight, self.share)
+
+    def claim_token(self) -> str:
+        """A fresh claim of this message: a new token, and what its member says of it."""
+        return new_token() + self.suffix
+
+    @property
+    def waiting(self) -> tuple[int, ...]:
+        """``enter``'s bound per limit on the line it joins (empty: none)."""
+        return (self.max_waiting,) * len(self.limits) if self.max_waiting else ()
 
     def hold(self, token: str) -> Hold:
         """The claim ``token`` of this message: its hold-to-be."""

@@ -69,4 +69,3 @@ def place_of(options: Mapping[str, Any], message_timestamp: int) -> int:
 def score(place: int, priority: int) -> int:
     """A claim's score in line: ``priority`` (clamped to +-:data:`PRIORITY_BOUND`) first, then ``place``."""
     return place + max(-PRIORITY_BOUND, min(PRIORITY_BOUND, priority)) * PRIORITY_STEP
-

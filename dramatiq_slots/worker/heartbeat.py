@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ArgumentError, LedgerError, LedgerUnavailable
 from ..ledger.ledger import Ledger
-from ..ledger.replies import Beaten, Declared, Handoff, Limit, Member
+from ..ledger.replies import Beaten, Declared, Handoff, Limit, Member, group_of
 from ..ledger.reports import ReportWrite
 from .claims import Hold, HoldRegistry, this_process
 from .metrics import Metrics
@@ -144,6 +144,8 @@ class Heartbeat:
         #: on their own (a key the process may not touch fails the whole script call) until
         #: one answers again.
         self.refused: dict[str, str] = {}
+        #: ``(ledger, group)`` of the claims in doubt at this tick (their groups' lines live on).
+        self._groups: list[tuple[str, str]] = []
         #: Milliseconds a report lives after it was written: :data:`REPORT_BEATS` beats.
         self.report_ttl = int(beat_interval * REPORT_BEATS)
         #: Milliseconds the ledgers a report names stay listed: as long as a hold it names may
@@ -197,6 +199,8 @@ class Heartbeat:
         refresh = [member for hold in held for member in hold.members()]
         release = [member for hold in owed for member in hold.members()]
         lines = [limit for hold in waiting for limit in hold.limits]
+        # The fair-share groups whose lines this process's claims wait in (lib/turns.lua).
+        self._groups = [(limit.ledger, group_of(hold.token)) for hold in waiting for limit in hold.limits]
         sent = self.registry.monotonic()
         try:
             lost = self._beat(refresh, release, lines, written, declare)
@@ -332,6 +336,7 @@ class Heartbeat:
             report_ttl_ms=self.report_ttl,
             listed_ttl_ms=self.listed_ttl,
             lines=lines,
+            groups=self._groups if lines else (),
             own_process=this_process() if lines else "",
             declare=declare,
             settle_ms=self.settle_ms,

@@ -3,20 +3,22 @@
 -- wait in, and hand the slots that expired in those lines' ledgers to the
 -- first claims in line.
 --
--- KEYS[1..r]                 refreshed: the ledgers of the holds to refresh
--- KEYS[r+1..r+2o]            (owed, owed_line): the owed releases, two keys each:
---                            the ledger, then its line
--- KEYS[r+2o+1..r+2o+3w]      (waited, waited_line, waited_fence): the lines that
---                            claims of this process wait in, three keys each: the
---                            ledger, its line, its fence key
--- KEYS[r+2o+3w+1]            epoch: the epoch (lib/epoch.lua)
--- KEYS[r+2o+3w+2]            controls: the operators' controls (hash, lib/control.lua)
+-- KEYS[1..4r]  (refreshed, refreshed_line, refreshed_shares, refreshed_turns): the
+--               holds to refresh, four keys each: the ledger, its line, its groups'
+--               shares and turns (lib/turns.lua)
+-- KEYS[4r+1..4r+4o]  (owed, owed_line, owed_shares, owed_turns): the owed releases,
+--               four keys each: the ledger, its line, its groups' shares and turns
+-- KEYS[4r+4o+1..4r+4o+5w]  (waited, waited_line, waited_fence, waited_shares, waited_turns):
+--               the lines that claims of this process wait in, five keys each: the
+--               ledger, its line, its fence key, its groups' shares and turns
+-- KEYS[4r+4o+5w+1]           epoch: the epoch (lib/epoch.lua)
+-- KEYS[4r+4o+5w+2]           controls: the operators' controls (hash, lib/control.lua)
 -- ARGV[1]                    ttl (integer >= 1): hold ttl, ms
 -- ARGV[2]                    r (integer >= 0): how many holds to refresh
 -- ARGV[3]                    o (integer >= 0): how many owed releases (w, the
 --                            waited lines, is what KEYS has left for them)
--- ARGV[4..r+3]               refresh_token (text): the claim token of refresh i
--- ARGV[r+4..r+o+3]           owed_token (text): the claim token of owed release j
+-- ARGV[4..r+3]               refresh_token (text): the claim's member of refresh i
+-- ARGV[r+4..r+o+3]           owed_token (text): the claim's member of owed release j
 -- ARGV[r+o+4]                channel (text): the wake channel prefix (as
 --                            leave.lua's ARGV[2])
 -- ARGV[r+o+5]                own (text): the caller's own process part (as
@@ -28,6 +30,9 @@
 -- ARGV[r+o+7..r+o+w+6]       capacity (integer >= 1): declared capacity of the k-th
 --                            waited ledger; an override wins, and a paused ledger
 --                            hands nothing on
+-- ARGV[r+o+w+7..r+o+2w+6]    groups (text): the groups (lib/turns.lua), space
+--                            separated, whose lines on the k-th waited ledger claims
+--                            of this process wait in ('': none)
 --
 -- Returns Beaten: {lost, handed, bad, now} lost lists the indexes i (1 <= i <= r) whose hold
 -- was lost: the member was gone (Redis lost it) or had already expired (the
@@ -49,17 +54,20 @@
 --         r and o, or of ARGV); nothing written
 --
 -- Each refreshed or waited ledger is swept of expired members (holders that
--- died): admission (enter.lua) counts members, not live holds, so the beats
--- of the live holders and waiters are what return a dead holder's slot.
--- A waited ledger with room after its sweep hands it on as a release does
--- (leave.lua), with a fresh expiry: a slot freed by expiry is in use again
--- within one beat of its expiry, not at a waiter's next ask.
+-- died), their groups' shares with them, and those groups ranked again:
+-- admission (enter.lua) counts members, not live holds, so the beats of the
+-- live holders and waiters are what return a dead holder's slot. A refresh
+-- writes every unit member of the hold (ZADD XX). A waited ledger with room
+-- after its sweep hands it on as a release does (leave.lua, lib/turns.lua),
+-- with a fresh expiry: a slot freed by expiry is in use again within one beat
+-- of its expiry, not at a waiter's next ask.
 --
--- An owed release is a plain ZREM of the token from the ledger and from its
--- line (a claim an exception took out of its admission may be in either):
--- no handoff here; the next waiter's beat (or its own ask) finds the room.
--- A waited line gets an expiry of at least now + ttl (a line nobody
--- refreshes expires: enter.lua gives each new line one).
+-- An owed release takes the claim's units out of the ledger and the claim out
+-- of its line (a claim an exception took out of its admission may be in
+-- either): no handoff here; the next waiter's beat (or its own ask) finds the
+-- room. A waited line, its ledger's turns and shares and the lines of the
+-- groups this process waits in get an expiry of at least now + ttl (a line
+-- nobody refreshes expires: enter.lua gives each new line one).
 
 -- include: args
 if #ARGV < 6 then return bad(0, 'count') end
@@ -67,8 +75,8 @@ local ttl, r, o = integer(ARGV[1], 1), integer(ARGV[2], 0), integer(ARGV[3], 0)
 if not ttl then return bad(1, 'ttl') end
 if not r then return bad(2, 'r') end
 if not o then return bad(3, 'o') end
-local w = (#KEYS - 2 - r - 2 * o) / 3
-if w < 0 or w ~= math.floor(w) or #ARGV ~= 6 + r + o + w then return bad(0, 'count') end
+local w = (#KEYS - 2 - 4 * r - 4 * o) / 5
+if w < 0 or w ~= math.floor(w) or #ARGV ~= 6 + r + o + 2 * w then return bad(0, 'count') end
 local channel, own, settle = ARGV[4 + r + o], ARGV[5 + r + o], integer(ARGV[6 + r + o], 0)
 if not settle then return bad(6 + r + o, 'settle') end
 local caps = {}
@@ -81,6 +89,13 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local expiry = string.format('%.0f', now + ttl)
 
+-- include: outlive
+-- include: tell
+-- include: control
+-- include: fence
+-- include: epoch
+-- include: turns
+
 -- The first command on each ledger is a pcall: a ledger whose key Redis refuses
 -- goes to `bad` and is skipped from then on (what follows on a key that
 -- answered it is a sorted set's command on a sorted set, or on nothing).
@@ -91,27 +106,36 @@ local function refused_by(ledger, err)
   refused[ledger] = true
 end
 
-local function sweep(ledger)
-  if swept[ledger] == nil then
-    local answer = redis.pcall('ZREMRANGEBYSCORE', ledger, '-inf', now)
-    swept[ledger] = type(answer) ~= 'table' or not answer.err
-    if not swept[ledger] then refused_by(ledger, answer) end
+-- The ledger's expired members out, and the groups whose holds changed ranked again.
+local function sweep(L)
+  if swept[L.ledger] == nil then
+    local read, per = pcall(T.sweep, L, now)
+    swept[L.ledger] = read
+    if not read then
+      refused_by(L.ledger, per)
+    elseif per then
+      for group in pairs(per) do T.rerank(L, group) end
+    end
   end
-  return swept[ledger]
+  return swept[L.ledger]
 end
 
 for i = 1, r do
-  local ledger, token = KEYS[i], ARGV[3 + i]
-  local score = sweep(ledger) and redis.call('ZSCORE', ledger, token)
-  if refused[ledger] then
+  local b = 4 * (i - 1)
+  local L = T.ledger(KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4], 0, ttl)
+  local token = ARGV[3 + i]
+  local score = sweep(L) and redis.call('ZSCORE', L.ledger, token)
+  if refused[L.ledger] then
     -- neither refreshed nor lost: the caller reports the ledger
   elseif score and tonumber(score) > now then
-    redis.call('ZADD', ledger, 'XX', expiry, token)
-    local last = redis.call('ZRANGE', ledger, -1, -1, 'WITHSCORES')
-    redis.call('PEXPIREAT', ledger, last[2])
+    T.write(L, token, T.units(token), expiry, 'XX')
+    local last = redis.call('ZRANGE', L.ledger, -1, -1, 'WITHSCORES')
+    redis.call('PEXPIREAT', L.ledger, last[2])
+    if T.group(token) ~= '' then outlive(L.shares, expiry, ttl) end
   else
     if score then
-      redis.call('ZREM', ledger, token)
+      T.drop(L, token)
+      T.rerank(L, T.group(token))
     end
     lost[#lost + 1] = i
   end
@@ -121,16 +145,14 @@ end
 -- failed the admission owing this release) holds no member of ours, and must not fail the
 -- beat that refreshes every other hold of the process.
 for j = 1, o do
+  local b = 4 * r + 4 * (j - 1)
+  local L = T.ledger(KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4], 0, ttl)
   local token = ARGV[3 + r + j]
-  redis.pcall('ZREM', KEYS[r + 2 * j - 1], token)
-  redis.pcall('ZREM', KEYS[r + 2 * j], token)
+  pcall(function()
+    if T.drop(L, token) > 0 then T.rerank(L, T.group(token)) end
+  end)
+  pcall(T.unjoin, L, token)
 end
-
--- include: outlive
--- include: tell
--- include: control
--- include: fence
--- include: epoch
 
 -- The epoch and the controls are the prefix's own keys, not a ledger's: one Redis
 -- refuses (another type) hands nothing on anywhere, and is reported as a bad ledger
@@ -144,51 +166,55 @@ end
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local handed = {}
 for k = 1, w do
-  local base = r + 2 * o + 3 * (k - 1)
-  local ledger, line, fences = KEYS[base + 1], KEYS[base + 2], KEYS[base + 3]
+  local b = 4 * r + 4 * o + 5 * (k - 1)
+  local fences = KEYS[b + 3]
+  local L = T.ledger(KEYS[b + 1], KEYS[b + 2], KEYS[b + 4], KEYS[b + 5], 0, ttl)
   local cap, paused = 0, true
-  if sweep(ledger) and not refused[KEYS[#KEYS]] then
-    local read, c, p = pcall(control, KEYS[#KEYS], {ledger}, {caps[k]}, now)
+  if not refused[KEYS[#KEYS]] then
+    local read, c, p = pcall(control, KEYS[#KEYS], {L.ledger}, {caps[k]}, now)
     if read then
       cap, paused = c[1], p[1] or unsettled
     else
       refused_by(KEYS[#KEYS], c)
     end
   end
-  while not paused do
-    local members = redis.call('ZCARD', ledger)
-    if members >= cap then break end
-    -- A line or a fence key Redis refuses makes its ledger bad too; both are tried
-    -- (pcall) before the waiter's hold is written, so no hold is given untold.
-    local first = redis.pcall('ZPOPMIN', line)
-    if first.err then refused_by(ledger, first) break end
-    local waiter = first[1]
-    if not waiter then break end
-    local fenced, issued = pcall(fence, fences, ttl, now_us)
-    if not fenced then
-      redis.call('ZADD', line, first[2], waiter)
-      refused_by(ledger, issued)
-      break
-    end
-    redis.call('ZADD', ledger, expiry, waiter)
-    -- A new (or emptied, so deleted) key expires with its first hold.
-    if members == 0 then redis.call('PEXPIREAT', ledger, expiry) end
-    local told = tell(channel, own, waiter, expiry, ledger, issued)
-    if told == 'own' then
-      handed[#handed + 1] = waiter
-      handed[#handed + 1] = k
-      handed[#handed + 1] = issued
-    end
-    if not told then
-      redis.call('ZREM', ledger, waiter)  -- nobody listens: the next in line is served
-    elseif members > 0 then
-      outlive(ledger, expiry, ttl)
+  L.cap = cap
+  if sweep(L) and not paused then
+    -- A line, a group's key or a fence key Redis refuses makes its ledger bad too; a fence is
+    -- taken before the waiter's hold is written, so no hold is given untold.
+    local gave = false
+    local served, err = pcall(T.hand_on, L, cap - redis.call('ZCARD', L.ledger), function()
+      return expiry
+    end, function()
+      return fence(fences, ttl, now_us)
+    end, function(waiter, at, issued)
+      local told = tell(channel, own, waiter, at, L.ledger, issued)
+      if told == 'own' then
+        handed[#handed + 1] = waiter
+        handed[#handed + 1] = k
+        handed[#handed + 1] = issued
+      end
+      gave = gave or told ~= false
+      return told
+    end)
+    if not served then refused_by(L.ledger, err) end
+    -- A new (or emptied, so deleted) key expires with its first hold; an existing one is pushed.
+    if gave then
+      if redis.call('PTTL', L.ledger) == -1 then
+        redis.call('PEXPIREAT', L.ledger, expiry)
+      else
+        outlive(L.ledger, expiry, ttl)
+      end
     end
   end
   -- Never brought forward, and given to a line without one (-1; -2: no line).
-  local left = redis.call('PTTL', line)
-  if left == -1 or (left >= 0 and left < ttl) then
-    redis.call('PEXPIREAT', line, expiry)
+  local kept = {L.line, L.turns, L.shares}
+  for group in string.gmatch(ARGV[6 + r + o + w + k], '%x+') do kept[#kept + 1] = T.line_of(L, group) end
+  for _, key in ipairs(kept) do
+    local left = redis.pcall('PTTL', key)
+    if type(left) == 'number' and (left == -1 or (left >= 0 and left < ttl)) then
+      redis.call('PEXPIREAT', key, expiry)
+    end
   end
 end
 

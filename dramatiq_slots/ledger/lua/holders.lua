@@ -4,7 +4,8 @@
 -- ARGV     none
 --
 -- Returns list[Holder]: {token1, ms_left1, token2, ms_left2, ...} a flat list of
--- the holds whose expiry is still ahead, soonest to expire first; ms_left is an
+-- the holds whose expiry is still ahead, soonest to expire first, one per claim
+-- (a claim of several units, lib/turns.lua, by its first member); ms_left is an
 -- integer number of milliseconds. Expired members are left for a beat
 -- (or a reassert, a reclaim) to sweep: this script only reads.
 -- Errors  SLOTS_ARG 0 count: called with other keys or arguments
@@ -17,7 +18,9 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%.0f', now), '+inf', 'WITHSCORES')
 local out = {}
 for i = 1, #live, 2 do
-  out[#out + 1] = live[i]
-  out[#out + 1] = math.floor(tonumber(live[i + 1]) - now)
+  if not string.find(live[i], '#', 1, true) then
+    out[#out + 1] = live[i]
+    out[#out + 1] = math.floor(tonumber(live[i + 1]) - now)
+  end
 end
 return out

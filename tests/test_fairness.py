@@ -1,0 +1,236 @@
+"""Fair shares, weighted messages and bounded lines, in one worker process (in process, Redis broker).
+
+Each test here fails without the feature: without ``fair_by`` a line is first come, first
+served; without ``slot_units`` every message takes one slot; without ``max_waiting`` every
+refused message waits. The rule they follow is docs/design.md's "Who gets the next slot"; the
+model test (``test_ledger_model.py``) checks the scripts against it step by step, and
+``test_multiprocess.py`` across hosts.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import dramatiq
+import pytest
+from dramatiq.brokers.redis import RedisBroker
+
+from dramatiq_slots import ConfigurationError, Slots
+from dramatiq_slots.ledger import Limit
+from tests.support.in_process import RunRecorder as Probe
+from tests.support.in_process import SlotsFactory, running_worker
+from tests.support.waiting import wait_until
+
+
+def waiting(slots: Slots) -> int:
+    """Messages the worker fetched and keeps waiting: parked, held back, or not yet taken."""
+    gate = slots._gate
+    assert gate is not None
+    return len(gate.parking) + len(gate.holding) + gate.queue.qsize()
+
+
+def test_a_tenants_backlog_does_not_keep_another_tenant_waiting_behind_it(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    """A cap of 1: tenant A sends 4 messages, then tenant B 2, while a job runs. With fair_by, the
+    slot alternates between the tenants (the group served longest ago goes next): both of B's
+    messages run before A's last two. First come, first served would run all of A's first."""
+    slots = add_slots()
+    first_may_end = threading.Event()
+
+    @dramatiq.actor(queue_name="fair", queue_capacity=1, fair_by=lambda tenant, i: tenant, max_retries=0)
+    def export(tenant: str, i: int) -> None:
+        probe.record("ran", f"{tenant}{i}")
+        if tenant == "Z":
+            first_may_end.wait(30)
+
+    with running_worker(broker, threads=4):
+        export.send("Z", 0)
+        assert probe.wait_for(lambda: probe.by_label["ran"] == ["Z0"])
+        for i in range(4):
+            export.send("A", i)
+        for i in range(2):
+            export.send("B", i)
+        wait_until(lambda: waiting(slots) == 6, timeout=20, what="all six waiting")
+        first_may_end.set()
+        assert probe.wait_for(lambda: len(probe.by_label["ran"]) == 7)
+    ran = probe.by_label["ran"][1:]
+    assert [r for r in ran if r[0] == "A"] == ["A0", "A1", "A2", "A3"], "each tenant in its send order"
+    assert [r for r in ran if r[0] == "B"] == ["B0", "B1"]
+    assert max(ran.index("B0"), ran.index("B1")) < ran.index("A2"), ran
+    # The tenants took turns: no tenant ran twice in a row while the other waited.
+    assert ran[:4] in (["A0", "B0", "A1", "B1"], ["B0", "A0", "B1", "A1"]), ran
+
+
+def test_without_fair_by_the_same_line_is_first_come_first_served(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    slots = add_slots()
+    first_may_end = threading.Event()
+
+    @dramatiq.actor(queue_name="fifo", queue_capacity=1, max_retries=0)
+    def export(tenant: str, i: int) -> None:
+        probe.record("ran", f"{tenant}{i}")
+        if tenant == "Z":
+            first_may_end.wait(30)
+
+    with running_worker(broker, threads=4):
+        export.send("Z", 0)
+        assert probe.wait_for(lambda: probe.by_label["ran"] == ["Z0"])
+        for tenant, count in (("A", 4), ("B", 2)):
+            for i in range(count):
+                export.send(tenant, i)
+        wait_until(lambda: waiting(slots) == 6, timeout=20, what="all six waiting")
+        first_may_end.set()
+        assert probe.wait_for(lambda: len(probe.by_label["ran"]) == 7)
+    assert probe.by_label["ran"][1:] == ["A0", "A1", "A2", "A3", "B0", "B1"]
+
+
+def test_a_heavy_message_first_in_line_is_not_passed_by_light_ones(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    """A cap of 3 units, one taken: a message of 3 units waits first in line, then three of 1 unit.
+    The room left (2 units) would fit the light ones, but it is kept for the heavy one: it runs
+    alone once the holder ends, then the three light ones together. Never more than 3 units."""
+    slots = add_slots()
+    ledger = Limit(slots.keys.queue("heavy"), 3).ledger
+    first_may_end, heavy_may_end = threading.Event(), threading.Event()
+    in_use: list[int] = []
+
+    @dramatiq.actor(queue_name="heavy", queue_capacity=3, max_retries=0)
+    def job(kind: str) -> None:
+        in_use.append(slots.ledger.in_use(ledger))
+        probe.record("started", kind)
+        with probe.running(kind, item=kind):
+            if kind == "first":
+                first_may_end.wait(30)
+            elif kind == "heavy":
+                heavy_may_end.wait(30)
+
+    with running_worker(broker, threads=4):
+        job.send("first")
+        assert probe.wait_for(lambda: probe.by_label["started"] == ["first"])
+        job.send_with_options(args=("heavy",), slot_units=3)
+        wait_until(
+            lambda: len(slots.ledger.line(ledger)) == 1,
+            timeout=20,
+            what="the heavy one in line",
+            context=lambda: f"{dict(probe.by_label)} {slots.ledger.holders(ledger)}",
+        )
+        for _ in range(3):
+            job.send("light")
+        wait_until(lambda: waiting(slots) == 4, timeout=20, what="the heavy and the light ones waiting")
+        assert "light" not in probe.by_label["started"], "2 units were free, kept for the heavy one"
+        first_may_end.set()
+        assert probe.wait_for(lambda: probe.by_label["started"] == ["first", "heavy"])
+        assert slots.ledger.in_use(ledger) == 3 and probe.current["light"] == 0
+        heavy_may_end.set()
+        assert probe.wait_for(lambda: len(probe.by_label["light"]) == 3)
+    assert max(in_use) <= 3, in_use
+    assert probe.by_label["started"] == ["first", "heavy", "light", "light", "light"]
+
+
+def test_a_message_heavier_than_its_queue_fails_naming_the_actor_and_the_option(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    add_slots()
+
+    @dramatiq.actor(queue_name="small", queue_capacity=2, max_retries=0, slot_units=lambda n: n)
+    def job(n: int) -> None:
+        probe.record("ran", n)
+
+    failed: list[BaseException] = []
+
+    class Failures(dramatiq.Middleware):
+        def after_process_message(
+            self, broker: dramatiq.Broker, message: Any, *, result: Any = None, exception: Any = None
+        ) -> None:
+            if exception is not None:
+                failed.append(exception)
+
+    broker.add_middleware(Failures())
+    with running_worker(broker, threads=2):
+        job.send(3)
+        job.send(2)
+        assert probe.wait_for(lambda: probe.by_label["ran"] == [2])
+        wait_until(lambda: len(failed) == 1, timeout=10, what="the heavy message to fail")
+    assert "slot_units" in str(failed[0]) and "'job'" in str(failed[0]) and "capacity is 2" in str(failed[0])
+
+
+@pytest.mark.parametrize("policy", ["drop", "defer"])
+def test_max_waiting_bounds_a_line_and_the_rest_is_dropped_or_deferred(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, policy: str
+) -> None:
+    """A cap of 1 and max_waiting=2: while a job runs, five more are sent. Exactly two wait in
+    line; the three others are dropped (when_line_full="drop") or deferred (they run later)."""
+    slots = add_slots()
+    limit = Limit(slots.keys.queue("bounded"), 1)
+    first_may_end = threading.Event()
+
+    @dramatiq.actor(
+        queue_name="bounded", queue_capacity=1, max_waiting=2, when_line_full=policy, max_retries=0
+    )
+    def job(i: int) -> None:
+        probe.record("ran", i)
+        if i == 0:
+            first_may_end.wait(30)
+
+    with running_worker(broker, threads=4):
+        job.send(0)
+        assert probe.wait_for(lambda: probe.by_label["ran"] == [0])
+        for i in range(1, 6):
+            job.send(i)
+        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 2, timeout=20, what="two in line")
+        if policy == "drop":
+            wait_until(lambda: waiting(slots) == 2, timeout=20, what="the other three dropped")
+        assert len(slots.ledger.line(limit.ledger)) == 2, "never more than max_waiting"
+        first_may_end.set()
+        expected = 3 if policy == "drop" else 6
+        assert probe.wait_for(lambda: len(probe.by_label["ran"]) == expected)
+        if policy == "drop":
+            broker.join("bounded")
+    assert len(probe.by_label["ran"]) == (3 if policy == "drop" else 6)
+    assert sorted(probe.by_label["ran"]) == sorted(set(probe.by_label["ran"])), "none ran twice"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("fair_by", 12, "non-empty str"),
+        ("fair_by", True, "a str, a callable or False"),
+        ("fair_weight", 0, "positive int"),
+        ("fair_max_share", 1.5, "at most 1"),
+        ("fair_max_share", 0, "above 0"),
+        ("slot_units", -1, "positive int"),
+        ("max_waiting", 0, "positive int"),
+        ("when_line_full", "queue", "'defer' or 'drop'"),
+    ],
+)
+def test_bad_options_name_the_actor_and_the_option(
+    broker: RedisBroker, add_slots: SlotsFactory, option: str, value: Any, says: str
+) -> None:
+    add_slots()
+    with pytest.raises(ConfigurationError) as error:
+
+        @dramatiq.actor(queue_name="bad", queue_capacity=1, **{option: value})
+        def job() -> None: ...
+
+    assert "'job'" in str(error.value) and option in str(error.value) and says in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("fair_by", 7), ("fair_weight", 0), ("fair_max_share", 2), ("slot_units", "4"), ("when_line_full", "x")],
+)
+def test_bad_message_options_are_refused_at_send(
+    broker: RedisBroker, add_slots: SlotsFactory, option: str, value: Any
+) -> None:
+    add_slots()
+
+    @dramatiq.actor(queue_name="bad", queue_capacity=1)
+    def job() -> None: ...
+
+    with pytest.raises(ConfigurationError) as error:
+        job.send_with_options(**{option: value})
+    assert "'job'" in str(error.value) and f"message option {option!r}" in str(error.value)
