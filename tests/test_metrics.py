@@ -31,7 +31,15 @@ from dramatiq_slots import Slots
 from dramatiq_slots.ledger import Limit
 from dramatiq_slots.ledger.controls import Controls
 from dramatiq_slots.ledger.keys import KeySpace, key_digest
-from dramatiq_slots.middleware.metrics import MAX_TIERS, OTHER_TIER, Metrics, PrometheusMetrics, metrics_for
+from dramatiq_slots.middleware.metrics import (
+    MAX_GROUPS,
+    MAX_TIERS,
+    OTHER_GROUP,
+    OTHER_TIER,
+    Metrics,
+    PrometheusMetrics,
+    metrics_for,
+)
 from dramatiq_slots.worker.claims import Hold
 from tests.support.ports import free_port
 from tests.support.servers import RedisTarget
@@ -669,3 +677,59 @@ def test_the_capacity_is_labelled_per_tier_with_bounded_cardinality(
     assert tiers[("key", actor, OTHER_TIER)] == 19
     assert {t for _, _, t in tiers} == {"1", "3", *map(str, range(10, 16)), OTHER_TIER}
     assert not any("gold" in t or "seats" in t for _, _, t in tiers), "never the key"
+
+
+def _by_group(metric: Any) -> dict[tuple[str, str, str], float]:
+    """``{(kind, name, group): value}`` of the per-group gauge."""
+    return {
+        (s.labels["kind"], s.labels["name"], s.labels["group"]): s.value
+        for family in metric.collect()
+        for s in family.samples
+    }
+
+
+def test_a_message_of_several_units_counts_them_and_its_group_is_labelled_within_a_bound(
+    prometheus_metrics: PrometheusMetrics,
+) -> None:
+    """holds_in_use counts slots: a message of 3 units on a queue of capacity 5 counts 3 there, and
+    1 on its runtime key of capacity 1 (it takes the whole key). Per group, at most MAX_GROUPS
+    labels per ledger and process, the others under "other"; each gauge goes back to 0."""
+    m = prometheus_metrics
+    keys = m.keys
+    queue_name, actor = f"q-{keys.prefix}", f"a-{keys.prefix}"
+    limits = (Limit(keys.queue(queue_name), 5), Limit(keys.runtime_key("account-42"), 1))
+    q, k = ("queue", queue_name), ("key", actor)
+    heavy = Hold("h:1:1:1*3@ab", limits, actor=actor, group="tenant-a")
+    m.admitted(heavy)
+    assert _values(m.holds_in_use) == {q: 3, k: 1}
+    assert _by_group(m.group_holds_in_use) == {(*q, "tenant-a"): 3, (*k, "tenant-a"): 1}
+    many = [
+        Hold(f"h:1:1:{i + 2}@{i:x}", limits[:1], actor=actor, group=f"tenant-{i}")
+        for i in range(MAX_GROUPS + 3)
+    ]
+    for hold in many:
+        m.admitted(hold)
+    groups = {group for kind, _, group in _by_group(m.group_holds_in_use) if kind == "queue"}
+    assert len(groups) == MAX_GROUPS + 1 and OTHER_GROUP in groups
+    other = (q[0], q[1], OTHER_GROUP)
+    assert _by_group(m.group_holds_in_use)[other] == 4, "tenant-a took the first label"
+    for hold in [heavy, *many]:
+        m.finished(hold)
+        m.finished(hold)  # a job's end run twice uncounts once
+    assert set(_values(m.holds_in_use).values()) == {0}
+    assert set(_by_group(m.group_holds_in_use).values()) == {0}
+
+
+def test_a_full_line_is_counted_per_ledger_and_policy(prometheus_metrics: PrometheusMetrics) -> None:
+    m = prometheus_metrics
+    hold, queue_name, actor = _hold(m)
+    m.line_full(hold.limits[0], actor, "drop")
+    m.line_full(hold.limits[0], actor, "drop")
+    m.line_full(hold.limits[1], actor, "defer")
+    found = {
+        (s.labels["kind"], s.labels["name"], s.labels["policy"]): s.value
+        for family in m.lines_full.collect()
+        for s in family.samples
+        if s.name.endswith("_total")
+    }
+    assert found == {("queue", queue_name, "drop"): 2, ("key", actor, "defer"): 1}

@@ -245,6 +245,9 @@ class Admission:
             waiting=request.waiting,
         )
         reach(step)
+        if entered.over:
+            refused = next(limit for limit in request.limits if limit.ledger == entered.refused_by)
+            self.process.metrics.line_full(refused, request.actor, request.line_full)
         if not entered.admitted and not entered.in_line:
             registry.clear_doubt(hold.token)  # refused, in no line, holding nothing
         # When the expiry was written: by this call, or by its own earlier landing (a replay

@@ -200,6 +200,7 @@ class Declarations:
             queue=queue_name,
             units=units,
             group="" if group is None else group_digest(group),
+            group_name=group or "",
             weight=weight,
             share=max(1, min(1000, round(share * 1000))),
             max_waiting=int(opt.pick(options.get(opt.MAX_WAITING), actor.max_waiting, 0)),

@@ -3,8 +3,13 @@
 When the broker has dramatiq's ``Prometheus`` middleware (which needs
 ``prometheus_client``), each worker process counts, per ledger:
 
-``dramatiq_slots_holds_in_use``  (gauge) holds this process's jobs have now (a message counts
-                                once per label, however many of its runtime keys share it)
+``dramatiq_slots_holds_in_use``  (gauge) slots this process's jobs hold now: a message counts its
+                                ``slot_units`` (1 by default; at most the capacity), once per
+                                label, however many of its runtime keys share it
+``dramatiq_slots_group_holds_in_use``  (gauge) the same, per fair-share group (``fair_by``): label
+                                      ``group``, the group's name, for at most
+                                      :data:`MAX_GROUPS` groups per ledger label and process,
+                                      the others under ``"other"``
 ``dramatiq_slots_capacity``  (gauge) the ledger's capacity, as this process's code declares it,
                             per ``tier`` (an operator's override: the next gauge)
 ``dramatiq_slots_messages_parked``  (gauge) messages of this process waiting for a slot of
@@ -20,6 +25,8 @@ When the broker has dramatiq's ``Prometheus`` middleware (which needs
                                     (``on_lost_hold="interrupt"``)
 ``dramatiq_slots_release_failures_total``  (counter) releases Redis did not confirm (the
                                          heartbeat retries them; the hold ages out anyway)
+``dramatiq_slots_line_full_total``  (counter) messages that found their line full
+                                  (``max_waiting``), label ``policy``: ``defer`` or ``drop``
 
 Labels: ``kind`` (``queue`` or ``key``) and ``name``: the queue's name for a
 queue ledger; for a runtime-key ledger, the *actor* of the message, never the
@@ -81,6 +88,10 @@ _LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
 #: capacities beyond them are labelled :data:`OTHER_TIER`.
 MAX_TIERS = 8
 OTHER_TIER = "other"
+#: The most ``group`` label values of ``dramatiq_slots_group_holds_in_use`` per ledger label and
+#: process; the groups beyond them are counted under :data:`OTHER_GROUP`.
+MAX_GROUPS = 20
+OTHER_GROUP = "other"
 
 
 def process_exists(pid: int) -> bool:
@@ -134,6 +145,16 @@ class PrometheusMetrics(Metrics):
         self._tiers: dict[tuple[str, str], set[str]] = {}
         self._other: dict[tuple[str, str], int] = {}
 
+        self.group_holds_in_use = prom.Gauge(
+            "dramatiq_slots_group_holds_in_use",
+            "Slots the jobs of this process hold now, per ledger and fair-share group.",
+            [*labels, "group"],
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        #: The group labels given so far per (kind, name).
+        self._groups: dict[tuple[str, str], set[str]] = {}
+
         self.messages_parked = prom.Gauge(
             "dramatiq_slots_messages_parked",
             "Messages of this process waiting for a slot of the ledger (unacked, no thread held).",
@@ -165,6 +186,12 @@ class PrometheusMetrics(Metrics):
         self.reasserts = counter("reasserted", "Lost holds put back while their job ran, per ledger.")
         self.interrupts = counter("interrupted", "Jobs stopped because their hold was lost, per ledger.")
         self.release_failures = counter("release_failures", "Releases Redis did not confirm, per ledger.")
+        self.lines_full = prom.Counter(
+            "dramatiq_slots_line_full",
+            "Messages that found their line full (max_waiting), per ledger and policy.",
+            [*labels, "policy"],
+            registry=registry,
+        )
         self.deferred_messages = prom.Counter(
             "dramatiq_slots_deferred_messages",
             "Deferrals, per queue and actor (dramatiq_messages_total counts each one as processed).",
@@ -177,8 +204,8 @@ class PrometheusMetrics(Metrics):
             ["queue_name", "actor_name"],
             registry=registry,
         )
-        #: The tokens of the holds counted in ``holds_in_use``: only those are uncounted, once.
-        self._counted: set[str] = set()
+        #: What each hold counted in ``holds_in_use`` (and per group): only that is uncounted, once.
+        self._counted: dict[str, list[tuple[tuple[str, str], str | None, int]]] = {}
         self._counted_lock = threading.Lock()
 
     def _labelled(self, limits: Iterable[Limit], actor: str) -> list[tuple[tuple[str, str], Limit]]:
@@ -208,27 +235,56 @@ class PrometheusMetrics(Metrics):
             self._other[labels] = max(capacity, self._other.get(labels, 0))
             return OTHER_TIER, self._other[labels]
 
+    def _group(self, labels: tuple[str, str], group: str) -> str:
+        """The ``group`` label of a group on a ledger labelled ``labels`` (at most MAX_GROUPS)."""
+        with self._counted_lock:
+            seen = self._groups.setdefault(labels, set())
+            if group in seen or len(seen) < MAX_GROUPS:
+                seen.add(group)
+                return group
+            return OTHER_GROUP
+
     def admitted(self, hold: Hold) -> None:
+        # Per label, the slots the hold takes (a message with several keys of one actor: the most).
+        units: dict[tuple[str, str], int] = {}
+        for index, limit in enumerate(hold.limits):
+            for labels, _ in self._labelled([limit], hold.actor):
+                units[labels] = max(units.get(labels, 0), hold.units_on(index))
+        counts: list[tuple[tuple[str, str], str | None, int]] = [
+            (labels, None, n) for labels, n in units.items()
+        ]
+        if hold.group:
+            counts += [(labels, self._group(labels, hold.group), n) for labels, n in units.items()]
         with self._counted_lock:
             counted = hold.token not in self._counted
-            self._counted.add(hold.token)
-        for labels in self._labels(hold.limits, hold.actor):
-            self.admissions.labels(*labels).inc()
             if counted:
-                self.holds_in_use.labels(*labels).inc()
+                self._counted[hold.token] = counts
+        for labels in units:
+            self.admissions.labels(*labels).inc()
+        if counted:
+            for labels, group, n in counts:
+                if group is None:
+                    self.holds_in_use.labels(*labels).inc(n)
+                else:
+                    self.group_holds_in_use.labels(*labels, group).inc(n)
         # Each limit with its own labels: a limit left out must not shift the capacities of the others.
         for labels, limit in self._labelled(hold.limits, hold.actor):
             tier, value = self._tier(labels, limit.capacity)
             self.capacity.labels(*labels, tier).set(value)
 
     def finished(self, hold: Hold) -> None:
-        # Only a hold this object counted: the gauge never goes below what it added.
+        # Only a hold this object counted, by what it counted: the gauges never go below it.
         with self._counted_lock:
-            if hold.token not in self._counted:
-                return
-            self._counted.discard(hold.token)
-        for labels in self._labels(hold.limits, hold.actor):
-            self.holds_in_use.labels(*labels).dec()
+            counts = self._counted.pop(hold.token, None)
+        for labels, group, n in counts or ():
+            if group is None:
+                self.holds_in_use.labels(*labels).dec(n)
+            else:
+                self.group_holds_in_use.labels(*labels, group).dec(n)
+
+    def line_full(self, limit: Limit, actor: str, policy: str) -> None:
+        for labels in self._labels([limit], actor):
+            self.lines_full.labels(*labels, policy).inc()
 
     def deferred(self, limits: Sequence[Limit], actor: str) -> None:
         for labels in self._labels(limits, actor):

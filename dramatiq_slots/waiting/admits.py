@@ -58,6 +58,8 @@ class Request:
     #: Its fair-share group on its limits (a digest, :func:`~dramatiq_slots.ledger.keys.group_digest`;
     #: "": none), the group's weight and its maximum share (per mille of the capacity).
     group: str = ""
+    #: The group's name (what ``fair_by`` gave), for reports and metrics.
+    group_name: str = ""
     weight: int = 1
     share: int = 1000
     #: The most claims that may wait in the line it would join (``max_waiting``; 0: no bound), and
@@ -94,6 +96,7 @@ class Request:
             self.actor,
             message_id=self.message_id,
             queue=self.queue,
+            group=self.group_name,
         )
 
     def capacity_on(self, ledger: str | None) -> int:

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from ..ledger.replies import Limit, Member, process_part
+from ..ledger.replies import Limit, Member, process_part, units_of
 
 
 class _ThreadPrefix(threading.local):
@@ -93,6 +93,13 @@ class Hold:
     #: The capacity in force on each of its ledgers when it was admitted (an operator's override,
     #: else its limit's), where the admission said; empty when it did not (a handed slot).
     capacities: tuple[int, ...] = ()
+    #: Its message's fair-share group (``fair_by``: the name; "": none), for reports and metrics.
+    group: str = ""
+
+    def units_on(self, index: int) -> int:
+        """The slots it takes of its ``index``-th limit: its units, at most the capacity in force."""
+        capacity = self.capacities[index] if index < len(self.capacities) else self.limits[index].capacity
+        return max(1, min(units_of(self.token), capacity))
 
     def fenced(self, fences: Sequence[int], capacities: Sequence[int] = ()) -> Hold:
         """This hold with these fencing tokens and capacities in force (one per limit; none given:

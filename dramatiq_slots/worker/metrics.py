@@ -45,6 +45,10 @@ class Metrics:
     def controlled(self, ledger: str, control: Control) -> None:
         """A beat read ``ledger``'s controls as ``control`` (a change since the last read)."""
 
+    def line_full(self, limit: Limit, actor: str, policy: str) -> None:
+        """A message of ``actor`` found ``limit``'s line full (``max_waiting``) and was handled by
+        ``policy`` (``when_line_full``)."""
+
     def dropped_message(self, queue_name: str, actor_name: str) -> None:
         """A message of ``actor_name`` on ``queue_name`` was dropped by its ``on_busy`` policy."""
 

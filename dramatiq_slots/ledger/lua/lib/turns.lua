@@ -115,12 +115,14 @@ end
 -- given, is the newest hold's (the hash outlives it).
 function T.count(L, group, delta, expiry)
   if group == '' or delta == 0 then return end
-  if delta < 0 then
-    delta = -math.min(tonumber(redis.call('ZSCORE', L.shares, group) or 0), -delta)
-    if delta == 0 then return end
+  local left = tonumber(redis.call('ZINCRBY', L.shares, delta, group))
+  if left <= 0 then
+    redis.call('ZREM', L.shares, group)
+    delta = delta - left  -- it held less than that: only what it held leaves the total
   end
-  if tonumber(redis.call('ZINCRBY', L.shares, delta, group)) <= 0 then redis.call('ZREM', L.shares, group) end
-  if tonumber(redis.call('ZINCRBY', L.shares, delta, '*')) <= 0 then redis.call('ZREM', L.shares, '*') end
+  if delta ~= 0 and tonumber(redis.call('ZINCRBY', L.shares, delta, '*')) <= 0 then
+    redis.call('ZREM', L.shares, '*')
+  end
   if expiry then outlive(L.shares, expiry, L.ttl) end
 end
 
@@ -221,9 +223,8 @@ function T.rerank(L, group)
   if not L.grouped then
     L.grouped = true
     if L.cap > 0 then redis.call('ZADD', L.shares, L.cap, 'cap') end
+    T.keep(L.turns, L.ttl)  -- a new key: pushed on by the joins and the waiters' beats from now on
   end
-  T.keep(L.turns, L.ttl)
-  T.keep(L.shares, L.ttl)
 end
 
 -- A group got a slot: its turn is the ledger's next (it waits behind the groups served before).
@@ -282,6 +283,10 @@ function T.join(L, member, score)
     T.keep(line, L.ttl)
     T.rerank(L, group)
     if fresh then T.rerank(L, '') end  -- from now on the claims without a group take turns too
+    if L.grouped then
+      T.keep(L.turns, L.ttl)
+      T.keep(L.shares, L.ttl)
+    end
   end
   return added
 end
