@@ -9,11 +9,12 @@ ledger's line and the message is *parked* (:mod:`.parking`),
 unacked, still an unfinished task of the queue, and the thread takes the
 next message instead. A parked message handed its slot comes back *ready*,
 ahead of everything else in the queue. So a thread never waits for a slot,
-and a waiting message costs no broker round trip. A process's claims on one
-ledger never outnumber its threads: a message refused beyond that is *held
-back* (:mod:`.held_back`: in memory, in no line) until one of them ends, so a handed slot always
-finds a thread that is not running that ledger's jobs. A message waiting for a runtime key
-leaves its consumer's prefetch count (:mod:`.prefetch`).
+and a waiting message costs no broker round trip. A process's claims on one ledger never
+outnumber its threads (twice them on a ledger of a capacity at most them), so a handed slot
+always finds a thread that is not running that ledger's jobs: a message refused beyond that is
+*held back* (:mod:`.held_back`: in memory, in no line), takes the place of a later claim of the
+process in that line, or tries again, by score, when one of them ends. A parked message, and
+one waiting for a runtime key, leaves its consumer's prefetch count (:mod:`.prefetch`).
 
 The gate admits through :class:`~.admits.Admits` (the middleware's admission).
 """
@@ -66,8 +67,8 @@ class Gate:
         self.parking = Parking(admission, self._out_of_parking, on_tick=self._tick)
         self.prefetch = Prefetch(worker, admission.settings.keys)
         #: Claims of this process on one ledger (held, or parked in its line) never outnumber
-        #: its threads: a slot handed to a parked message then finds a thread not busy with
-        #: that ledger's jobs. The messages refused beyond that are held back, in no line.
+        #: :meth:`HoldingBack.bound`: a slot handed to a parked message then finds a thread not
+        #: busy with that ledger's jobs. The messages refused beyond that are held back, in no line.
         self.holding = HoldingBack(max(1, borrowed.worker_threads(worker)), self._claims_here)
 
     def install(self) -> None:

@@ -60,7 +60,7 @@ from any live worker that caps it, a runtime key's from the reported holds and w
 messages of that key (each one's tier; "(tiers 1, 3)" when they differ).
 "waiting N in line" counts the claims in the ledger's line, of which the live workers
 report some parked (in the worker's memory, no thread held) and some in a thread; "held
-back" ones wait in a worker's memory in no line (beyond one claim per thread). Below the
+back" ones wait in a worker's memory in no line (beyond what a worker lines up). Below the
 holders, the waiting messages the workers report (the 10 longest waits). "queue NAME"
 gives a capped queue's depth in the broker as a worker last read it (a RedisBroker's).
 PAUSED: an operator paused the ledger (see pause); a paused or overridden ledger is
