@@ -71,8 +71,9 @@ def test_status_shows_each_ledger_its_capacity_and_every_holder(
     assert f"key:{key_digest('sync:7')}  capacity -  in use 1  waiting 0 in line" in out
     assert out.index("queue:emails") < out.index("key:")  # queues first
     live = row(out, "web-1:4242:7:1")
-    host, pid, thread, age, left, message, alive, _ = live
+    host, pid, thread, age, left, message, alive, slots, group, _ = live
     assert (host, pid, thread, message, alive) == ("web-1", "4242", "7", "send_email(msg-1)", "yes")
+    assert (slots, group) == ("1", "-")
     assert re.fullmatch(r"1m1\ds", age), age  # taken 75 s ago, as its process reports
     assert 55.0 < float(left.rstrip("s")) <= 60.0
     dead = row(out, "gone-host:99:3:1")
@@ -160,6 +161,8 @@ def test_status_json_is_one_document_with_every_field(cli: Run, ledger: Ledger, 
         "message_id",
         "queue",
         "capacity",
+        "units",
+        "group",
     }
     assert (live["host"], live["pid"], live["thread"], live["actor"], live["label"]) == (
         "web-1",

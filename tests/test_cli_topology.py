@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from dramatiq_slots.ledger import Ledger, Limit
+from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.ops.cli.connection import parse_sentinel_url
 from tests.support.command import PASSWORD, row, run_command, user_env
-from tests.support.planted import plant_busy_queue, tokens
+from tests.support.planted import WAITING_TOKEN, plant_busy_queue, tokens
 from tests.support.ports import free_port
 from tests.support.redis_cluster import LocalCluster
 from tests.support.sentinel import MASTER_NAME, LocalSentinel
@@ -35,7 +35,7 @@ def assert_busy_queue_shown(table: str, document: dict[str, Any], server: str) -
     """What ``status`` and ``status --json`` say of :func:`~tests.support.planted.plant_busy_queue`."""
     assert f"{server}  prefix " in table.splitlines()[0]
     assert "queue:emails  capacity 2  in use 2  waiting 1 in line" in table
-    host, pid, thread, _, _, message, alive, _ = row(table, LIVE)
+    host, pid, thread, _, _, message, alive, *_ = row(table, LIVE)
     assert (host, pid, thread, message, alive) == ("web-1", "4242", "7", "send_email(msg-1)", "yes")
     assert row(table, DEAD)[6] == "no"
     assert document["server"] == server
@@ -95,7 +95,9 @@ def test_the_controls_on_a_cluster_are_obeyed_by_a_cluster_ledger(
     raised = cli(url, key_prefix, "set-capacity", "queue:emails", "3", "--yes")
     assert raised.returncode == 0, raised.stderr
     assert "capacity 3 (override; declared 2)" in cli(url, key_prefix, "status").stdout
-    assert cluster_ledger.enter("web-2:1:1:1", [Limit(emails, 2)], ttl_ms=60_000).admitted
+    # The room goes to the claim in line (it asks again), not to a newcomer past it.
+    assert not cluster_ledger.enter("web-2:1:1:1", [Limit(emails, 2)], ttl_ms=60_000).admitted
+    assert cluster_ledger.enter(WAITING_TOKEN, [Limit(emails, 2)], ttl_ms=60_000, line=Line.KEEP).admitted
     paused = cli(url, key_prefix, "pause", "queue:emails", "--yes")
     assert paused.returncode == 0, paused.stderr
     assert "PAUSED" in cli(url, key_prefix, "status").stdout
@@ -184,6 +186,8 @@ def test_pause_and_resume_through_the_sentinels(
     assert sentinel_ledger.enter("web-2:1:1:1", [Limit(emails, 9)], ttl_ms=60_000).paused
     resumed = cli(url, key_prefix, "resume", "queue:emails", "--yes")
     assert resumed.returncode == 0, resumed.stderr
+    # The claim in line goes first, then there is room for a newcomer.
+    assert sentinel_ledger.enter(WAITING_TOKEN, [Limit(emails, 9)], ttl_ms=60_000, line=Line.KEEP).admitted
     assert sentinel_ledger.enter("web-2:1:1:1", [Limit(emails, 9)], ttl_ms=60_000).admitted
 
 

@@ -18,6 +18,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_slots import ConfigurationError, Slots
 from dramatiq_slots.ledger import Limit
+from dramatiq_slots.ops.inspection import Inspector, LedgerView
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.waiting import wait_until
@@ -111,7 +112,7 @@ def test_a_heavy_message_first_in_line_is_not_passed_by_light_ones(
     with running_worker(broker, threads=4):
         job.send("first")
         assert probe.wait_for(lambda: probe.by_label["started"] == ["first"])
-        job.send_with_options(args=("heavy",), slot_units=3)
+        job.send_with_options(args=("heavy",), slot_units=3, fair_by="big")
         wait_until(
             lambda: len(slots.ledger.line(ledger)) == 1,
             timeout=20,
@@ -119,12 +120,22 @@ def test_a_heavy_message_first_in_line_is_not_passed_by_light_ones(
             context=lambda: f"{dict(probe.by_label)} {slots.ledger.holders(ledger)}",
         )
         for _ in range(3):
-            job.send("light")
+            job.send_with_options(args=("light",), fair_by="big")  # one group: first come, first served
         wait_until(lambda: waiting(slots) == 4, timeout=20, what="the heavy and the light ones waiting")
         assert "light" not in probe.by_label["started"], "2 units were free, kept for the heavy one"
         first_may_end.set()
         assert probe.wait_for(lambda: probe.by_label["started"] == ["first", "heavy"])
         assert slots.ledger.in_use(ledger) == 3 and probe.current["light"] == 0
+        # status counts slots: one holder of 3 units, its group as its process reports it.
+        inspector = Inspector(slots.ledger.client, key_prefix=slots.keys.prefix)
+
+        def reported() -> LedgerView | None:
+            (view,) = inspector.ledgers([ledger])
+            return view if view.holders and view.holders[0].label is not None else None
+
+        view = wait_until(reported, timeout=10, what="the heavy hold in its process's report")
+        assert view is not None and view.in_use == 3 and view.waiting == 3
+        assert [(h.units, h.group) for h in view.holders] == [(3, "big")]
         heavy_may_end.set()
         assert probe.wait_for(lambda: len(probe.by_label["light"]) == 3)
     assert max(in_use) <= 3, in_use

@@ -290,8 +290,7 @@ class Ledger:
         group's line (``lib/turns.lua``), each in its order (not the order of turns)."""
         with self._translated("line"):
             claims = [_text(t) for t in self.client.zrange(self.keys.line(ledger), 0, -1)]
-            entries = self.client.zrange(self.keys.turns(ledger), 0, -1)
-            for group in sorted({_text(e).rpartition("|")[2] for e in entries} - {""}):
+            for group in sorted(_groups_of(self.client.zrange(self.keys.turns(ledger), 0, -1))):
                 claims += [_text(t) for t in self.client.zrange(self.keys.group_line(ledger, group), 0, -1)]
             return claims
 
@@ -572,15 +571,19 @@ class Ledger:
             return self._run(call)
 
     def survey(self, ledgers: Sequence[str]) -> dict[str, tuple[list[Holder], int]]:
-        """The live holders and the line's length of each ledger, in one round trip (one per ledger
-        and command on a cluster, whose client pipelines no scripts); for inspection."""
+        """The live holders and the claims waiting of each ledger (its line, and its fair-share
+        groups' lines), in one round trip, and one more when groups wait (one per ledger and
+        command on a cluster, whose client pipelines no scripts); for inspection."""
         calls = {ledger: HOLDERS.call(keys={"ledger": ledger}, args={}) for ledger in ledgers}
         if not calls:
             return {}
         with self._translated("holders"):
             if isinstance(self.client, RedisCluster):
                 return {
-                    ledger: (self._run(call), int(self.client.zcard(self.keys.line(ledger))))
+                    ledger: (
+                        self._run(call),
+                        self._waiting(ledger, self.client.zrange(self.keys.turns(ledger), 0, -1)),
+                    )
                     for ledger, call in calls.items()
                 }
 
@@ -588,15 +591,35 @@ class Ledger:
                 for ledger, call in calls.items():
                     self._queue(pipe, call)
                     pipe.zcard(self.keys.line(ledger))
+                    pipe.zrange(self.keys.turns(ledger), 0, -1)
 
             replies = self._pipelined(fill)
-        found: dict[str, tuple[list[Holder], int]] = {}
-        for i, (ledger, call) in enumerate(calls.items()):
-            waiting = replies[2 * i + 1]
-            if isinstance(waiting, Exception):
-                raise waiting
-            found[ledger] = (call.answer(replies[2 * i]), int(waiting))
+            found: dict[str, tuple[list[Holder], int]] = {}
+            grouped: dict[str, list[str]] = {}
+            for i, (ledger, call) in enumerate(calls.items()):
+                waiting, entries = replies[3 * i + 1], replies[3 * i + 2]
+                for reply in (waiting, entries):
+                    if isinstance(reply, Exception):
+                        raise reply
+                found[ledger] = (call.answer(replies[3 * i]), int(waiting))
+                groups = _groups_of(entries)
+                if groups:
+                    grouped[ledger] = groups
+            if grouped:
+                pipe = self.client.pipeline(transaction=False)
+                for ledger, groups in grouped.items():
+                    for group in groups:
+                        pipe.zcard(self.keys.group_line(ledger, group))
+                counts = iter(pipe.execute())
+                for ledger, groups in grouped.items():
+                    holders, waiting = found[ledger]
+                    found[ledger] = (holders, waiting + sum(int(next(counts)) for _ in groups))
         return found
+
+    def _waiting(self, ledger: str, entries: Sequence[Any]) -> int:
+        """The claims waiting for ``ledger``: its line's, and those of the groups of ``entries``."""
+        lines = [self.keys.line(ledger), *(self.keys.group_line(ledger, g) for g in _groups_of(entries))]
+        return sum(int(self.client.zcard(line)) for line in lines)
 
     def place(self, ledger: str, token: str, *, ahead: int = 10) -> tuple[int, int, list[str]] | None:
         """Where claim ``token`` is in ``ledger``'s line (its fair-share group's line, when it has
@@ -623,3 +646,8 @@ class Ledger:
         with self._translated("scan"):
             found = {_text(k) for k in self.client.scan_iter(match=self.keys.pattern(), count=500)}
         return sorted(k for k in found if self.keys.parse(k) is not None)
+
+
+def _groups_of(entries: Sequence[Any]) -> list[str]:
+    """The fair-share groups a ledger's turns list (``lib/turns.lua``), but the claims without one."""
+    return [group for group in (_text(e).rpartition("|")[2] for e in entries) if group]

@@ -163,10 +163,11 @@ class Changed(NamedTuple):
 
 @dataclass(frozen=True)
 class Holder:
-    """One live hold of a ledger."""
+    """One live hold of a ledger, and the slots it takes (its ``slot_units``, at most the capacity)."""
 
     token: str
     seconds_left: float
+    units: int = 1
 
     @property
     def host(self) -> str:

@@ -62,6 +62,8 @@ class ReportedHold:
     #: ``{ledger key: capacity}``: what its message declares on each (its queue's cap, its key's
     #: tier), whatever an override made of it.
     declared: dict[str, int] = field(default_factory=dict)
+    #: Its message's fair-share group (``fair_by``; "": none).
+    group: str = ""
 
 
 @dataclass(frozen=True)

@@ -304,7 +304,7 @@ def _reclaimed(raw: Any, call: Call[Reclaimed]) -> Reclaimed:
 
 
 def _holders(raw: Any, call: Call[list[Holder]]) -> list[Holder]:
-    return [Holder(_text(raw[i]), int(raw[i + 1]) / 1000) for i in range(0, len(raw), 2)]
+    return [Holder(_text(raw[i]), int(raw[i + 1]) / 1000, int(raw[i + 2])) for i in range(0, len(raw), 3)]
 
 
 def _integer(raw: Any, call: Call[int]) -> int:
@@ -433,7 +433,7 @@ HOLDERS = ScriptSpec(
     "holders",
     keys=(key("ledger"),),
     args=(),
-    shapes=("{token1, ms_left1, token2, ms_left2, ...}",),
+    shapes=("{token1, ms_left1, units1, token2, ms_left2, units2, ...}",),
     parse=_holders,
 )
 IN_USE = ScriptSpec("in_use", keys=(key("ledger"),), args=(), shapes=("integer",), parse=_integer)

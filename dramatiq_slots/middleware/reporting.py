@@ -121,6 +121,7 @@ class Reporter:
             message_id=hold.message_id,
             queue=hold.queue,
             declared={limit.ledger: limit.capacity for limit in hold.limits},
+            group=hold.group,
         )
 
     def in_force(self, hold: Hold) -> dict[str, int]:

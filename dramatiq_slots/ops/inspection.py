@@ -78,6 +78,10 @@ class HolderView:
     #: The capacity in force on this ledger when it was admitted (its override, else its
     #: message's own: a queue's cap, a key's tier), as its process reports it.
     capacity: int | None = None
+    #: The slots it takes of the ledger (``slot_units``), and its message's fair-share group
+    #: (``fair_by``; None: none, or not reported).
+    units: int = 1
+    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -412,7 +416,7 @@ class Inspector:
             kind=kind,
             name=name,
             capacity=control.capacity if control.capacity is not None else declared,
-            in_use=len(holders),
+            in_use=sum(holder.units for holder in holders),
             waiting=line,
             holders=holders,
             declared=declared,
@@ -686,6 +690,8 @@ class _Facts:
             message_id=(hold.message_id or None) if hold is not None else None,
             queue=(hold.queue or None) if hold is not None else None,
             capacity=hold.ledgers.get(ledger) if hold is not None else None,
+            units=holder.units,
+            group=(hold.group or None) if hold is not None else None,
         )
 
     def waits_on(self, ledger: str, now: float) -> list[WaitView]:

@@ -20,6 +20,8 @@ from dramatiq_slots.ledger.reports import (
 
 #: The live worker's hold and the dead process's hold that :func:`plant_busy_queue` plants.
 LIVE_TOKEN, DEAD_TOKEN = "web-1:4242:7:1", "gone-host:99:3:1"
+#: The claim in line of :func:`plant_busy_queue`.
+WAITING_TOKEN = "web-1:4242:8:2"
 
 
 def hold(ledger: Ledger, key: str, token: str, capacity: int = 10) -> None:
@@ -76,7 +78,7 @@ def plant_busy_queue(ledger: Ledger) -> str:
     emails = ledger.keys.queue("emails")
     hold(ledger, emails, LIVE_TOKEN, capacity=2)
     hold(ledger, emails, DEAD_TOKEN, capacity=2)
-    assert ledger.enter("web-1:4242:8:2", [Limit(emails, 2)], ttl_ms=60_000, line=Line.JOIN, place=1).in_line
+    assert ledger.enter(WAITING_TOKEN, [Limit(emails, 2)], ttl_ms=60_000, line=Line.JOIN, place=1).in_line
     taken = ReportedHold(
         LIVE_TOKEN, "send_email", "send_email(msg-1)", ms_ago(75), {emails: 2}, "msg-1", "emails"
     )

@@ -44,7 +44,7 @@ def local_time(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
-HOLDER_COLUMNS = ("HOST", "PID", "THREAD", "AGE", "LEFT", "MESSAGE", "ALIVE", "TOKEN")
+HOLDER_COLUMNS = ("HOST", "PID", "THREAD", "AGE", "LEFT", "MESSAGE", "ALIVE", "SLOTS", "GROUP", "TOKEN")
 
 
 def holder_row(holder: HolderView) -> tuple[str, ...]:
@@ -56,6 +56,8 @@ def holder_row(holder: HolderView) -> tuple[str, ...]:
         seconds_text(holder.seconds_left),
         "-" if holder.label is None else clean(holder.label),
         "yes" if holder.process_alive else "no",
+        str(holder.units),
+        "-" if holder.group is None else clean(holder.group),
         clean(holder.token),
     )
 

@@ -161,6 +161,8 @@ def holder_document(holder: HolderView) -> Document:
         "seconds_left": round(holder.seconds_left, 3),
         "process": process_part(holder.token),
         "process_alive": holder.process_alive,
+        "units": holder.units,
+        "group": holder.group,
     }
 
 
