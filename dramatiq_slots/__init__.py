@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         MAX_KEYS_PER_MESSAGE,
         MAX_RUNTIME_KEY_BYTES,
         ConfigurationError,
+        LineFull,
         RuntimeKeyError,
     )
     from .middleware.slots import Slots
@@ -66,6 +67,7 @@ _PUBLIC = {
     "LedgerError": ".errors",
     "LedgerUnavailable": ".errors",
     "Limit": ".ledger.replies",
+    "LineFull": ".middleware.options",
     "MessageDeferred": ".middleware.deferral",
     "MessageDropped": ".middleware.drops",
     "RuntimeKeyError": ".middleware.options",
@@ -117,6 +119,7 @@ __all__ = [
     "LedgerError",
     "LedgerUnavailable",
     "Limit",
+    "LineFull",
     "MessageDeferred",
     "MessageDropped",
     "Provenance",

@@ -16,7 +16,7 @@ import dramatiq
 import pytest
 from dramatiq.brokers.redis import RedisBroker
 
-from dramatiq_slots import ConfigurationError, Slots
+from dramatiq_slots import ConfigurationError, LineFull, Slots
 from dramatiq_slots.ledger import Limit
 from dramatiq_slots.ops.inspection import Inspector, LedgerView
 from tests.support.in_process import RunRecorder as Probe
@@ -215,7 +215,7 @@ def test_max_waiting_bounds_a_line_and_the_rest_is_dropped_or_deferred(
         ("fair_max_share", 0, "above 0"),
         ("slot_units", -1, "positive int"),
         ("max_waiting", 0, "positive int"),
-        ("when_line_full", "queue", "'defer' or 'drop'"),
+        ("when_line_full", "queue", "'defer', 'drop' or 'refuse'"),
     ],
 )
 def test_bad_options_name_the_actor_and_the_option(
@@ -245,3 +245,56 @@ def test_bad_message_options_are_refused_at_send(
     with pytest.raises(ConfigurationError) as error:
         job.send_with_options(**{option: value})
     assert "'job'" in str(error.value) and f"message option {option!r}" in str(error.value)
+
+
+def test_a_send_past_max_waiting_is_refused_when_the_policy_says_so(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    """when_line_full="refuse": the sender counts the messages sent and not yet admitted (in the
+    broker, parked, held back, deferred). Ten threads send at once with max_waiting=3: exactly 3
+    are sent, 7 raise LineFull. Once one runs, there is room for one more send."""
+    add_slots()
+
+    @dramatiq.actor(
+        queue_name="refusing", queue_capacity=1, max_waiting=3, when_line_full="refuse", max_retries=0
+    )
+    def job(i: int) -> None:
+        probe.record("ran", i)
+
+    sent: list[int] = []
+    refused: list[LineFull] = []
+    start = threading.Barrier(10)
+
+    def send(i: int) -> None:
+        start.wait(10)
+        try:
+            job.send(i)
+            sent.append(i)
+        except LineFull as e:
+            refused.append(e)
+
+    senders = [threading.Thread(target=send, args=(i,)) for i in range(10)]
+    for thread in senders:
+        thread.start()
+    for thread in senders:
+        thread.join(10)
+    assert len(sent) == 3 and len(refused) == 7
+    assert "'job'" in str(refused[0]) and "max_waiting" in str(refused[0]) and refused[0].bound == 3
+    with running_worker(broker, threads=2):
+        assert probe.wait_for(lambda: sorted(probe.by_label["ran"]) == sorted(sent))
+        job.send(99)  # the backlog is empty again
+        assert probe.wait_for(lambda: 99 in probe.by_label["ran"])
+
+
+def test_refuse_needs_max_waiting(broker: RedisBroker, add_slots: SlotsFactory) -> None:
+    add_slots()
+    with pytest.raises(ConfigurationError, match="'refuse' needs 'max_waiting'"):
+
+        @dramatiq.actor(queue_name="bad", queue_capacity=1, when_line_full="refuse")
+        def job() -> None: ...
+
+    @dramatiq.actor(queue_name="bad", queue_capacity=1)
+    def other() -> None: ...
+
+    with pytest.raises(ConfigurationError, match="'refuse' needs 'max_waiting'"):
+        other.send_with_options(when_line_full="refuse")

@@ -583,6 +583,7 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     lg.control(key, "capacity", "", by="test")
     lg.settle()
     lg.write_report((lg.keys.process("h:1"), "{}"), ttl_ms=LONG)
+    lg.list_waiting("m-0", [limit], [5], ttl_ms=LONG)
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
     client.script_flush()  # ...then forgotten: every EVALSHA now answers NOSCRIPT
@@ -600,6 +601,7 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     assert lg.control(key, "paused", "1", by="test")[0]
     assert lg.settle() == 0
     assert lg.write_report((lg.keys.process("h:1"), "{}"), ttl_ms=LONG) is not None
+    assert lg.list_waiting("m-1", [limit], [5], ttl_ms=LONG) is None
     assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
 
 

@@ -52,6 +52,11 @@ Fair shares between the groups of a ledger (docs/design.md, "Who gets the next s
     {<prefix>}:turns:<kind>:<name>          sorted set: the waiting groups, in the order they are served
     {<prefix>}:turns:<kind>:<name>|<group>  the line of one group (queue names and digests hold no ``|``)
 
+Messages sent and not yet admitted, per ledger or group, for senders that refuse a send past a
+bound (``when_line_full="refuse"``; ``backlog.lua``)::
+
+    {<prefix>}:backlog:<kind>:<name>[|<group>]  sorted set: message ids scored by until when they count
+
 The epoch of the prefix (docs/design.md, "Restarted empty: the epoch"), a sorted set
 of one member that every beat keeps alive: when it is missing, the ledgers may have
 lost the holds of running jobs, and admit nothing new while those re-assert::
@@ -179,6 +184,12 @@ class KeySpace:
         ``|`` and the group's id."""
         kind, name = self._parsed(ledger)
         return f"{self.tag}:turns:{kind}:{name}"
+
+    def backlog(self, ledger: str, group: str = "") -> str:
+        """The messages sent and not yet admitted on a ledger (of one fair-share group), for
+        ``when_line_full="refuse"`` (``backlog.lua``)."""
+        kind, name = self._parsed(ledger)
+        return f"{self.tag}:backlog:{kind}:{name}" + (f"|{group}" if group else "")
 
     def group_line(self, ledger: str, group: str) -> str:
         """The line of one fair-share group on a ledger (the ledger's line for no group)."""

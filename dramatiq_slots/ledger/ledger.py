@@ -55,6 +55,7 @@ from .replies import (
 from .reports import ReportWrite
 from .scripts import register
 from .specs import (
+    BACKLOG,
     BEAT,
     CONTROL,
     DECLARE,
@@ -183,6 +184,7 @@ class Ledger:
         busy: Sequence[int] = (),
         settle_ms: int = 0,
         waiting: Sequence[int] = (),
+        listed: str = "",
     ) -> Entered:
         """Admit ``token`` to every ledger of ``limits``, or to none, and then do ``line`` with it.
 
@@ -195,7 +197,9 @@ class Ledger:
         does with the claim (``enter.lua``'s on_busy codes; none given: it waits). ``settle_ms``: how
         long a missing epoch keeps newcomers out (``lib/epoch.lua``; 0: the epoch is not read).
         ``waiting``: per limit, the most claims that may wait in its line (0, or none given: no
-        bound); a claim refused past it is not put in line (``Entered.over``).
+        bound); a claim refused past it is not put in line (``Entered.over``). ``listed``: the
+        message id :meth:`list_waiting` put on the backlogs of ``limits``, taken off when it is
+        admitted or dropped (``""``: none).
         """
         if not limits:
             raise ArgumentError("enter needs at least one limit")
@@ -205,8 +209,14 @@ class Ledger:
         bounds = list(waiting) or [0] * len(limits)
         if len(bounds) != len(limits):
             raise ArgumentError("enter needs one max_waiting bound per limit")
+        group = group_of(token)
         call = ENTER.call(
-            keys={**self._runs(limits), "controls": self.keys.controls(), "epoch": self.keys.epoch()},
+            keys={
+                **self._runs(limits),
+                "controls": self.keys.controls(),
+                "epoch": self.keys.epoch(),
+                "backlog": [self.keys.backlog(limit.ledger, group) for limit in limits],
+            },
             args={
                 "token": token,
                 "ttl": ttl_ms,
@@ -216,6 +226,7 @@ class Ledger:
                 "busy": codes,
                 "settle": settle_ms,
                 "waiting": bounds,
+                "listed": listed,
             },
         )
         with self._translated("enter"):
@@ -275,6 +286,22 @@ class Ledger:
         )
         with self._translated("leave"):
             return self._run(call)
+
+    def list_waiting(
+        self, message_id: str, limits: Sequence[Limit], bounds: Sequence[int], *, group: str = "", ttl_ms: int
+    ) -> str | None:
+        """Put a message on the backlogs of ``limits`` (of its fair-share ``group``), each bounded by
+        ``bounds``; None when it is on every one, else the ledger whose backlog is full (nothing
+        written: ``backlog.lua``). An entry counts ``ttl_ms``, unless ``enter`` takes it off first."""
+        if not limits:
+            return None
+        call = BACKLOG.call(
+            keys={"backlog": [self.keys.backlog(limit.ledger, group) for limit in limits]},
+            args={"message": message_id, "ttl": ttl_ms, "most": list(bounds)},
+        )
+        with self._translated("backlog"):
+            refused = self._run(call)
+        return None if refused == 0 else limits[refused - 1].ledger
 
     def withdraw(self, token: str, limits: Sequence[Limit], *, ttl_ms: int) -> Withdrawn:
         """Take ``token`` out of every line; how many of the ledgers it holds now (all: it is

@@ -337,6 +337,7 @@ ENTER = ScriptSpec(
         key("epoch"),
         keys("shares", per="n"),
         keys("turns", per="n"),
+        keys("backlog", per="n"),
     ),
     args=(
         arg("token", Kind.NAME),
@@ -347,6 +348,7 @@ ENTER = ScriptSpec(
         arg("busy", Kind.CHOICE, per="n"),
         arg("settle", Kind.NATURAL),
         arg("waiting", Kind.NATURAL, per="n"),
+        arg("listed", Kind.TEXT),
     ),
     shapes=("{1, replay, m1, .., mn, c1, .., cn, f1, .., fn}", "{0, i, w, p, d, s, o}"),
     parse=_entered,
@@ -460,6 +462,13 @@ CONTROL = ScriptSpec(
     parse=_changed,
 )
 SETTLE = ScriptSpec("settle", keys=(key("epoch"),), args=(), shapes=("integer",), parse=_integer)
+BACKLOG = ScriptSpec(
+    "backlog",
+    keys=(keys("backlog", per="n"),),
+    args=(arg("message", Kind.NAME), arg("ttl", Kind.POSITIVE), arg("most", Kind.POSITIVE, per="n")),
+    shapes=("integer",),
+    parse=_integer,
+)
 REPORT = ScriptSpec(
     "report",
     keys=(key("report"), key("reports"), key("listed"), key("names")),
@@ -491,5 +500,6 @@ SPECS: dict[str, ScriptSpec[Any]] = {
         CONTROL,
         SETTLE,
         REPORT,
+        BACKLOG,
     )
 }

@@ -243,6 +243,7 @@ class Admission:
             busy=request.busy,
             settle_ms=self.settings.settle_ms,
             waiting=request.waiting,
+            listed=request.listed,
         )
         reach(step)
         if entered.over:

@@ -180,6 +180,13 @@ class Declarations:
             kwargs,
             most=MAX_CAPACITY,
         )
+        max_waiting = int(opt.pick(options.get(opt.MAX_WAITING), actor.max_waiting, 0))
+        line_full = str(opt.pick(options.get(opt.WHEN_LINE_FULL), actor.when_line_full, "defer"))
+        if line_full == "refuse" and not max_waiting:
+            raise opt.ConfigurationError(
+                f"{opt.message_where(actor.actor_name, opt.WHEN_LINE_FULL)}: 'refuse' needs "
+                f"{opt.MAX_WAITING!r} (the bound a send is refused past)"
+            )
         if queue_capacity is not None and units > queue_capacity:
             raise opt.RuntimeKeyError(
                 f"{opt.actor_where(actor.actor_name, opt.SLOT_UNITS)}: a message of {units} units can never "
@@ -203,6 +210,7 @@ class Declarations:
             group_name=group or "",
             weight=weight,
             share=max(1, min(1000, round(share * 1000))),
-            max_waiting=int(opt.pick(options.get(opt.MAX_WAITING), actor.max_waiting, 0)),
-            line_full=str(opt.pick(options.get(opt.WHEN_LINE_FULL), actor.when_line_full, "defer")),
+            max_waiting=max_waiting,
+            line_full=line_full,
+            listed=message_id if line_full == "refuse" else "",
         )

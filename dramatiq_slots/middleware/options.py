@@ -57,14 +57,14 @@ ACTOR_OPTIONS = frozenset(
 MAX_FAIR_WEIGHT = 10_000
 
 #: Values of ``when_line_full``: what a message that would wait past ``max_waiting`` does.
-LineFullPolicy: TypeAlias = Literal["defer", "drop"]
-LINE_FULL_POLICIES: tuple[LineFullPolicy, ...] = ("defer", "drop")
+LineFullPolicy: TypeAlias = Literal["defer", "drop", "refuse"]
+LINE_FULL_POLICIES: tuple[LineFullPolicy, ...] = ("defer", "drop", "refuse")
 
 
 def line_full_policy(value: Any, where: str) -> LineFullPolicy:
     if value not in LINE_FULL_POLICIES or not isinstance(value, str):
-        raise ConfigurationError(f"{where} must be 'defer' or 'drop', got {value!r:.80}")
-    return "drop" if value == "drop" else "defer"
+        raise ConfigurationError(f"{where} must be 'defer', 'drop' or 'refuse', got {value!r:.80}")
+    return next(policy for policy in LINE_FULL_POLICIES if policy == value)
 
 
 def max_share(value: Any, where: str) -> float:
@@ -115,6 +115,17 @@ class ConfigurationError(SlotsError, MiddlewareError, ValueError):
 
 class RuntimeKeyError(SlotsError, MiddlewareError, ValueError):
     """A message's runtime key (or its capacity) could not be computed, or is not usable."""
+
+
+class LineFull(SlotsError, MiddlewareError):
+    """A message was not sent: ``max_waiting`` messages of its limit (or of its fair-share group)
+    wait already, and its ``when_line_full`` is ``"refuse"``. Raised from ``send``; ``ledger``
+    names the full one, ``bound`` its ``max_waiting``."""
+
+    def __init__(self, message: str, *, ledger: str = "", bound: int = 0) -> None:
+        super().__init__(message)
+        self.ledger = ledger
+        self.bound = bound
 
 
 def positive_int(value: Any, where: str) -> int:
@@ -314,6 +325,11 @@ class ActorSlots:
             )
         share = options.get(FAIR_MAX_SHARE)
         full = options.get(WHEN_LINE_FULL)
+        if full == "refuse" and options.get(MAX_WAITING) is None:
+            raise ConfigurationError(
+                f"{actor_where(actor_name, WHEN_LINE_FULL)}: 'refuse' needs {MAX_WAITING!r} on the actor "
+                "(the bound a send is refused past)"
+            )
         return cls(
             actor_name=actor_name,
             queue_name=queue_name,

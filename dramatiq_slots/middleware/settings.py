@@ -54,6 +54,7 @@ class Settings:
     on_lost_hold: opt.LostHoldMode
     #: None: :data:`~.heartbeat.REPORT_BEATS` beat intervals.
     restart_settle: int | None
+    backlog_ttl: int
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
@@ -89,6 +90,7 @@ class Settings:
         opt.non_negative_int(self.wait_replicas, _setting("wait_replicas"))
         opt.positive_int(self.wait_replicas_timeout, _setting("wait_replicas_timeout"))
         opt.lost_hold_mode(self.on_lost_hold, _setting("on_lost_hold"))
+        opt.positive_int(self.backlog_ttl, _setting("backlog_ttl"))
         if self.restart_settle is not None:
             where = _setting("restart_settle")
             settle = opt.non_negative_int(self.restart_settle, where)

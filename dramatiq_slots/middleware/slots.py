@@ -97,6 +97,7 @@ class Slots(Middleware):
         wait_replicas_timeout: int = 100,
         on_lost_hold: opt.LostHoldMode = opt.REASSERT,
         restart_settle: int | None = None,
+        backlog_ttl: int = 3_600_000,
     ) -> None:
         self.settings = Settings(
             client=client,
@@ -114,6 +115,7 @@ class Slots(Middleware):
             wait_replicas_timeout=wait_replicas_timeout,
             on_lost_hold=on_lost_hold,
             restart_settle=restart_settle,
+            backlog_ttl=backlog_ttl,
         )
         self.keys: KeySpace = self.settings.keys
         self.declarations = Declarations(self.settings)
@@ -228,19 +230,61 @@ class Slots(Middleware):
 
     def before_enqueue(self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int) -> None:
         options = message.options
-        if PLACE not in options and self.declarations.may_wait(
-            message.actor_name, message.queue_name, options
-        ):
+        first_send = PLACE not in options
+        if first_send and self.declarations.may_wait(message.actor_name, message.queue_name, options):
             # First send: fix its place in line (a deferred or retried copy keeps it).
             options[PLACE] = self._places.stamp()
-        # Validate per-message overrides where the sender can see the error.
-        if opt.ACTOR_OPTIONS.isdisjoint(options):
-            return
-        opt.check_message_options(message.actor_name, options)
         config = self.declarations.actor(message.actor_name)
-        if config is not None:
-            opt.check_key_options(config, options)
-            self.declarations.backoff(config, options)
+        # Validate per-message overrides where the sender can see the error.
+        if not opt.ACTOR_OPTIONS.isdisjoint(options):
+            opt.check_message_options(message.actor_name, options)
+            if config is not None:
+                opt.check_key_options(config, options)
+                self.declarations.backoff(config, options)
+        # Only a first send is refused: a deferred or retried copy must not be lost on its way back.
+        if (
+            first_send
+            and config is not None
+            and opt.pick(options.get(opt.WHEN_LINE_FULL), config.when_line_full, None) == "refuse"
+        ):
+            self._list_waiting(config, message)
+
+    def _list_waiting(self, config: opt.ActorSlots, message: dramatiq.Message[Any]) -> None:
+        """``when_line_full="refuse"``: put the message on its limits' backlogs, or refuse the send
+        (:class:`LineFull`) when one holds ``max_waiting`` messages already. A ledger that does not
+        answer lets the message through (its line is bounded at the worker all the same)."""
+        request = self.declarations.request(
+            config,
+            message_id=message.message_id,
+            queue_name=message.queue_name,
+            options=message.options,
+            args=tuple(message.args),
+            kwargs=message.kwargs,
+            message_timestamp=message.message_timestamp,
+        )
+        if request is None or not request.max_waiting:
+            return
+        try:
+            full = self.ledger.list_waiting(
+                message.message_id,
+                request.limits,
+                [request.max_waiting] * len(request.limits),
+                group=request.group,
+                ttl_ms=self.settings.backlog_ttl,
+            )
+        except LedgerError as e:
+            logger.warning(
+                "Could not count the messages waiting for %s (%s); sending it all the same.", request.label, e
+            )
+            return
+        if full is not None:
+            short = self.keys.short(full)
+            raise opt.LineFull(
+                f"actor {config.actor_name!r}: {request.max_waiting} messages wait for {short} already "
+                f"(max_waiting; when_line_full='refuse'): the message was not sent",
+                ledger=full,
+                bound=request.max_waiting,
+            )
 
     # -- worker life cycle -----------------------------------------------
 

@@ -66,6 +66,9 @@ class Request:
     #: what it does past that bound (``when_line_full``: "defer" or "drop").
     max_waiting: int = 0
     line_full: str = "defer"
+    #: The message's id on the backlogs of its limits (``when_line_full="refuse"``: the sender
+    #: listed it), taken off when it is admitted or dropped; "": on none.
+    listed: str = ""
 
     @property
     def score(self) -> int:

@@ -16,6 +16,8 @@
 -- KEYS[3n+3..4n+2]  shares: their groups' shares (hash, lib/turns.lua)
 -- KEYS[4n+3..5n+2]  turns: their groups' turns (sorted set, lib/turns.lua; a group's line
 --                   is turns|<group>)
+-- KEYS[5n+3..6n+2]  backlog: the backlogs the message is listed on (backlog.lua), one per
+--                   ledger
 -- ARGV[1]           token (text, not empty): the claim's member (lib/turns.lua: its
 --                   token, units and group)
 -- ARGV[2]           ttl (integer >= 1): hold ttl, ms
@@ -41,6 +43,8 @@
 -- ARGV[2n+6..3n+5]  waiting (integer >= 0): the most claims that may wait in
 --                   KEYS[i]'s line (the line of the claim's group, when it has
 --                   one); 0 = no bound
+-- ARGV[3n+6]        listed (text): the message's id on its backlogs, taken off when
+--                   it is admitted or dropped; '' = on none
 --
 -- Returns Entered: {1, replay, m1, .., mn, c1, .., cn, f1, .., fn}
 --                       admitted; replay = 1 when the token already held every
@@ -92,8 +96,9 @@
 -- within ttl of its last push.
 
 -- include: args
-local n = (#KEYS - 2) / 5
-if n < 1 or n ~= math.floor(n) or #ARGV ~= 3 * n + 5 then return bad(0, 'count') end
+local n = (#KEYS - 2) / 6
+if n < 1 or n ~= math.floor(n) or #ARGV ~= 3 * n + 6 then return bad(0, 'count') end
+local listed = ARGV[3 * n + 6]
 local token, ttl, line, place = ARGV[1], integer(ARGV[2], 1), tonumber(ARGV[3]), tonumber(ARGV[4])
 if token == '' then return bad(1, 'token') end
 if not ttl then return bad(2, 'ttl') end
@@ -165,6 +170,9 @@ if refused > 0 then
   -- on_busy: a full (not paused, not settling) ledger drops the claim instead of letting it wait.
   if not paused[refused] and unsettled == 0 and (busy[refused] == 1 or
       (busy[refused] == 2 and line ~= 2 and T.waits(R))) then
+    if listed ~= '' then
+      for i = 1, n do redis.call('ZREM', KEYS[5 * n + 2 + i], listed) end
+    end
     return {0, refused, 0, 0, 1, 0, 0}
   end
   if line > 0 then
@@ -203,6 +211,9 @@ for i = 1, n do
     T.served(L[i], T.group(token))
     T.rerank(L[i], T.group(token))
   end
+end
+if listed ~= '' then
+  for i = 1, n do redis.call('ZREM', KEYS[5 * n + 2 + i], listed) end
 end
 local reply = {1, replay}
 for i = 1, n do reply[2 + i] = after[i] end
