@@ -184,8 +184,8 @@ PREFETCH = Touchpoint(
         "Worker.consumers[queue].consumer.queued_message_ids, the Redis consumer's set of fetched, "
         "unacked message ids, which counts against its prefetch (ack and nack discard from it)"
     ),
-    outside="a waiting message (parked, or held back by a runtime key) keeps counting in its queue's "
-    "prefetch: a worker fetches nothing past it, and priority orders only what it has fetched",
+    outside="a message waiting for a runtime key keeps counting in its queue's prefetch, as one "
+    "waiting for a queue's capacity does",
     names=("consumers", "consumer", "queued_message_ids"),
 )
 

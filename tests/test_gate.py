@@ -144,33 +144,36 @@ def test_a_stopped_worker_gives_back_every_parked_message_and_leaves_no_line(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, redis_client: redis.Redis
 ) -> None:
     slots = add_slots()
-    limit = Limit(slots.keys.queue("capped"), 1)
+    limit = Limit(slots.keys.queue("capped"), 4)
 
-    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
+    @dramatiq.actor(queue_name="capped", queue_capacity=4, max_retries=0)
     def capped(i: int) -> None:
         probe.record("capped", i)
 
-    hold_elsewhere(slots, limit)
+    others = [f"elsewhere:1:1:{n}" for n in range(4)]
+    for token in others:  # the cap of 4 taken by another host
+        assert slots.ledger.enter(token, [limit], ttl_ms=30_000).admitted
     worker = dramatiq.Worker(broker, worker_threads=3, worker_timeout=100)
     worker.start()
     try:
-        for i in range(9):
+        for i in range(6):
             capped.send(i)
-        # Six in line (two per thread, the cap being below the threads), three held back: all
-        # nine wait in the worker.
-        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 6, timeout=10, what="six in line")
+        # Three in line (one per thread: the cap is above the threads), three held back: all six
+        # wait in the worker (its prefetch).
+        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 3, timeout=10, what="three in line")
         gate = slots._gate
         assert gate is not None
         wait_until(lambda: len(gate.holding) == 3, timeout=10, what="three held back")
     finally:
         worker.stop()
     assert not redis_client.exists(slots.keys.line(limit.ledger)), "no line is left behind"
-    assert redis_client.llen(f"{broker.namespace}:capped") == 9, "all nine are back in the broker's queue"
+    assert redis_client.llen(f"{broker.namespace}:capped") == 6, "all six are back in the broker's queue"
     assert "capped" not in probe.by_label
-    slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
+    for token in others:
+        slots.ledger.leave(token, [limit], ttl_ms=30_000)
     with running_worker(broker, threads=3):
-        probe.wait_runs(9)
-    assert sorted(probe.by_label["capped"]) == list(range(9))
+        probe.wait_runs(6)
+    assert sorted(probe.by_label["capped"]) == list(range(6))
 
 
 def test_a_slot_freed_by_expiry_is_handed_to_the_line_by_the_next_beat(
@@ -233,7 +236,7 @@ def test_worker_join_waits_for_parked_messages(
     with running_worker(broker, threads=2) as worker:
         for i in range(5):
             capped.send(i)
-        # Four in line (twice the threads: the cap is below them), one held back.
+        # Four in line (twice the threads: the cap is below them), the fifth in the broker.
         wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 4, timeout=10, what="four in line")
 
         def join() -> None:

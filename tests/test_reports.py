@@ -143,49 +143,48 @@ def test_a_runtime_keys_capacity_in_force_is_its_tier_or_an_override(
 def test_waiting_is_told_apart_next_to_the_brokers_depth_and_why_says_where_each_is(
     broker: RedisBroker, add_slots: SlotsFactory, key_prefix: str
 ) -> None:
-    """Cap 1, two threads, eight messages: one runs, three are parked in line (the process keeps
-    two claims per thread on a ledger whose capacity is below its threads), three are held back
-    (parked ones leave the prefetch count, held-back ones fill it: twice the threads), and the
-    eighth stays in the broker."""
+    """Cap 3, two of them taken elsewhere, two threads, five messages: one runs, one is parked in
+    line, the process holds two back (one claim per thread on a ledger whose capacity is above
+    its threads), and the fifth stays in the broker (the prefetch is twice the threads)."""
     slots = add_slots()
     gate = threading.Event()
-    job = blocking_actor("told", gate, queue_capacity=1)
+    job = blocking_actor("told", gate, queue_capacity=3)
     inspector = Inspector(slots.ledger.client, key_prefix=key_prefix)
     queue = slots.keys.queue("told")
+    for token in ("elsewhere:1:1:1", "elsewhere:1:1:2"):
+        assert slots.ledger.enter(token, [Limit(queue, 3)], ttl_ms=30_000).admitted
     with running_worker(broker, threads=2), released(gate):
-        sent = [job.send(i).message_id for i in range(8)]
+        sent = [job.send(i).message_id for i in range(5)]
         assert job.started.acquire(timeout=10)
 
         def settled() -> LedgerView | None:
             view = view_of(inspector, queue)
             depth = view.queue_depth
             counts = (view.in_use, view.waiting, view.parked, view.held_back, view.in_line)
-            return view if counts == (1, 3, 3, 3, 0) and depth is not None and depth.ready == 1 else None
+            return view if counts == (3, 1, 1, 2, 0) and depth is not None and depth.ready == 1 else None
 
-        view = wait_until(settled, timeout=10, what="one running, three parked, three held back")
+        view = wait_until(settled, timeout=10, what="one running, one parked, two held back")
         assert view is not None
         assert view.queue_depth is not None and (view.queue_depth.delayed, view.queue_depth.unacked) == (
             0,
-            8,
+            5,
         )
-        assert sorted(w.how for w in view.waits) == ["held_back"] * 3 + ["parked"] * 3
+        assert sorted(w.how for w in view.waits) == ["held_back", "held_back", "parked"]
         assert view.oldest_wait is not None and view.oldest_wait >= 0
         whys = {message_id: inspector.why(message_id) for message_id in sent}
         running = [w for w in whys.values() if isinstance(w, WhyRunning)]
         parked = [w for w in whys.values() if isinstance(w, WhyWaiting) and w.state == "parked"]
         held = [w for w in whys.values() if isinstance(w, WhyWaiting) and w.state == "held_back"]
         unknown = [w for w in whys.values() if isinstance(w, WhyUnknown)]
-        assert (len(running), len(parked), len(held), len(unknown)) == (1, 3, 3, 1), whys
+        assert (len(running), len(parked), len(held), len(unknown)) == (1, 1, 2, 1), whys
         (run,) = running
         assert run.actor == "told" and run.queue == "told" and run.pid is not None
-        assert [(h.ledger, h.capacity, h.in_use) for h in run.holds] == [("queue:told", 1, 1)]
+        assert [(h.ledger, h.capacity, h.in_use) for h in run.holds] == [("queue:told", 3, 3)]
         assert run.holds[0].seconds_left is not None and run.holds[0].seconds_left > 0
-        parked.sort(key=lambda w: w.place or 0)
-        assert [(w.ledger, w.place, w.of) for w in parked] == [("queue:told", i, 3) for i in (1, 2, 3)]
-        assert [len(w.ahead) for w in parked] == [0, 1, 2]
-        waiting = parked[0]
-        assert [h.message_id for h in waiting.holders] == [run.message_id]
-        assert (waiting.capacity, waiting.in_use, waiting.paused) == (1, 1, False)
+        (waiting,) = parked
+        assert (waiting.ledger, waiting.place, waiting.of, waiting.ahead) == ("queue:told", 1, 1, [])
+        assert run.message_id in [h.message_id for h in waiting.holders] and len(waiting.holders) == 3
+        assert (waiting.capacity, waiting.in_use, waiting.paused) == (3, 3, False)
         assert all(w.place is None and w.token == "" for w in held)
         assert unknown[0].queues["told"].ready == 1
 

@@ -13,8 +13,8 @@ and a waiting message costs no broker round trip. A process's claims on one ledg
 outnumber its threads (twice them on a ledger of a capacity at most them), so a handed slot
 always finds a thread that is not running that ledger's jobs: a message refused beyond that is
 *held back* (:mod:`.held_back`: in memory, in no line), takes the place of a later claim of the
-process in that line, or tries again, by score, when one of them ends. A parked message, and
-one waiting for a runtime key, leaves its consumer's prefetch count (:mod:`.prefetch`).
+process in that line, or tries again, by score, when one of them ends. A message waiting for
+a runtime key leaves its consumer's prefetch count (:mod:`.prefetch`).
 
 The gate admits through :class:`~.admits.Admits` (the middleware's admission).
 """
@@ -125,7 +125,7 @@ class Gate:
                     request.message_id, request.actor, request.queue, answer.refused_by or "", answer.reason
                 )
                 return True
-            taken_from = self.prefetch.unfetch(message, answer.refused_by, in_line=isinstance(answer, InLine))
+            taken_from = self.prefetch.unfetch(message, answer.refused_by)
             if isinstance(answer, Refused):
                 held = HeldBack(
                     item, request, self.admission.clock.monotonic(), answer.refused_by, taken_from
@@ -276,19 +276,13 @@ class Gate:
                 self.parking.leave_line(ticket, self._held_back_from_line)
 
     def _held_back_from_line(self, ticket: Ticket) -> None:
-        """A parked claim that gave its place to a message before it: its message is held back."""
-        self.prefetch.refetch(ticket.item, ticket.taken_from)
+        """A parked claim that gave its place to a message before it: its message is held back
+        (counted in its consumer's prefetch, or not, as it was parked)."""
         if self.process.stopping.is_set():
+            self.prefetch.refetch(ticket.item, ticket.taken_from)
             self.queue.set_aside(ticket.item)
             return
-        message = borrowed.message_of(ticket.item)
-        held = HeldBack(
-            ticket.item,
-            ticket.request,
-            ticket.since,
-            ticket.refused_by,
-            self.prefetch.unfetch(message, ticket.refused_by, in_line=False),
-        )
+        held = HeldBack(ticket.item, ticket.request, ticket.since, ticket.refused_by, ticket.taken_from)
         self.holding.hold_back(held)
         self._count(held, 1)
 

@@ -1,14 +1,12 @@
-"""The prefetch adapter: a message that waits in line stops counting in its consumer's prefetch.
+"""The prefetch adapter: a message waiting for a busy runtime key stops counting in its consumer's prefetch.
 
-A message parked in a line, or parked or held back by a runtime key's ledger, is taken out of the
-Redis broker's count of outstanding messages (up to :data:`UNFETCHED_PER_QUEUE` per queue); it
-stays unacked in the broker all the same. So one busy key does not keep the other keys of its
-queue from being fetched, and a capped queue's worker fetches past its parked messages, whose
-number the gate bounds (:mod:`.held_back`): a message sent later, of a better priority, reaches a
-line while they wait. A message held back by a queue's capacity keeps counting: a worker whose
-share of a queue's line is full stops fetching from it. This relies on the Redis consumer's count
-of outstanding messages, which is not public API (:data:`dramatiq_slots.borrowed.PREFETCH`: on an
-untested dramatiq the message keeps counting).
+Parked messages count against their own queue's prefetch: a capped queue whose prefetch is all
+parked is simply not fetched from, while other queues are. A message parked or held back by a
+runtime key's ledger is taken out of the Redis broker's count of outstanding messages (up to
+:data:`UNFETCHED_PER_QUEUE` per queue), so one busy key does not keep the other keys of its
+queue from being fetched; it stays unacked in the broker all the same. This relies on the Redis
+consumer's count of outstanding messages, which is not public API
+(:data:`dramatiq_slots.borrowed.PREFETCH`: on an untested dramatiq the message keeps counting).
 """
 
 from __future__ import annotations
@@ -35,11 +33,11 @@ class Prefetch:
         self._lock = threading.Lock()
         self._unfetched: dict[str, int] = {}
 
-    def unfetch(self, message: Any, refused_by: str | None, *, in_line: bool) -> object:
-        """Take a message waiting in line (``in_line``), or for a runtime key, out of its Redis
-        consumer's prefetch count; the consumer it was taken out of (None: it was not)."""
+    def unfetch(self, message: Any, refused_by: str | None) -> object:
+        """Take a message waiting for a runtime key out of its Redis consumer's prefetch count;
+        the consumer it was taken out of (None: it was not)."""
         parsed = self.keys.parse(refused_by or "")
-        if parsed is None or not (in_line or parsed[0] == "key"):
+        if parsed is None or parsed[0] != "key":
             return None
         consumer = borrowed.redis_consumer(self.worker, message.queue_name)
         if consumer is None:
