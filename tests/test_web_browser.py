@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import redis
 
-from dramatiq_slots.ledger import Ledger
+from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.ledger.controls import Controls
 from dramatiq_slots.ops.inspection import Inspector, WhyRunning, WhyWaiting
 from dramatiq_slots.ops.web import SlotsWeb
-from tests.support.planted import DEAD_TOKEN, LIVE_TOKEN, hold, plant_busy_queue, tokens
+from tests.support.planted import DEAD_TOKEN, LIVE_TOKEN, WAITING_TOKEN, hold, plant_busy_queue, tokens
 from tests.support.waiting import wait_until
 from tests.support.web import screenshot_dir, served
 from tests.support.worker_groups import CAPPED_QUEUE, CAPPED_SCOPE, Backlog, WorkerFleet
@@ -198,8 +198,9 @@ def test_a_hold_its_live_process_has_not_reported_yet_is_told_from_a_dead_ones(
     driver: Any, ledger: Ledger, redis_client: redis.Redis, key_prefix: str
 ) -> None:
     emails = plant_busy_queue(ledger)  # LIVE_TOKEN in its process's report, DEAD_TOKEN in none
-    unreported = "web-1:4242:9:1"  # admitted on that live process since its last report
-    hold(ledger, emails, unreported, capacity=3)
+    # The live process's claim in line admitted (a raised capacity) since its last report.
+    unreported = WAITING_TOKEN
+    assert ledger.enter(unreported, [Limit(emails, 3)], ttl_ms=60_000, line=Line.KEEP).admitted
     with served(SlotsWeb(redis_client, key_prefix=key_prefix, refresh=REFRESH)) as base:
         driver.get(base + "/slots/")
         label = 'tr[data-ledger="queue:emails"] li[data-token="{}"] .label'
