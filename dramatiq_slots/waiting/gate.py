@@ -13,7 +13,7 @@ and a waiting message costs no broker round trip. A process's claims on one
 ledger never outnumber its threads: a message refused beyond that is *held
 back* (:mod:`.held_back`: in memory, in no line) until one of them ends, so a handed slot always
 finds a thread that is not running that ledger's jobs. A message waiting for a runtime key
-leaves its consumer's prefetch count (:mod:`.prefetch`).
+leaves its consumer's prefetch (:mod:`.prefetch`).
 
 The gate admits through :class:`~.admits.Admits` (the middleware's admission).
 """
@@ -64,7 +64,7 @@ class Gate:
         self.worker = worker
         self.queue = GatedWorkQueue(self)
         self.parking = Parking(admission, self._out_of_parking, on_tick=self._tick)
-        self.prefetch = Prefetch(worker, admission.settings.keys)
+        self.prefetch = Prefetch(worker, admission.settings.keys, stopping=self.process.stopping)
         #: Claims of this process on one ledger (held, or parked in its line) never outnumber
         #: its threads: a slot handed to a parked message then finds a thread not busy with
         #: that ledger's jobs. The messages refused beyond that are held back, in no line.
@@ -73,6 +73,17 @@ class Gate:
     def install(self) -> None:
         """Put the gated queue in place of the worker's (before any thread reads it)."""
         borrowed.replace_work_queue(self.worker, self.queue)
+
+    def delivered(self, item: Any) -> None:
+        """A consumer puts ``item`` into the queue, in its own thread (see :mod:`.prefetch`)."""
+        try:
+            self.prefetch.delivered(item)
+        except Exception:  # never fail the consumer's put: the message would be redelivered
+            logger.exception("Following the deliveries of a consumer failed; it goes on as before.")
+
+    def settled(self, message: Any) -> None:
+        """``message`` was acked or nacked (see :mod:`.prefetch`)."""
+        self.prefetch.settled(message)
 
     def admit(self, item: Any) -> bool:
         """Whether ``item`` may run now (admitted, uncapped, or for admit() to decide); else parked."""
