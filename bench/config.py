@@ -84,7 +84,7 @@ def runtime_key(key: str) -> str:
 #: Prefix of the environment variables that carry a :class:`BenchConfig`.
 ENV_PREFIX = "SLOTS_BENCH_"
 #: Fields of :class:`BenchConfig` whose empty value means None.
-_OPTIONAL = frozenset({"capacity", "ledger_url", "probe_url"})
+_OPTIONAL = frozenset({"capacity", "ledger_url", "probe_url", "broker_url"})
 
 
 @dataclass(frozen=True)
@@ -93,9 +93,11 @@ class BenchConfig:
 
     ``redis_url`` is the broker's server (and the CRL limiter's); ``ledger_url`` and
     ``probe_url`` put the Slots ledger (W8) and the probe on servers of their own (None: the
-    broker's). ``way`` is one of :data:`WAYS`; ``slots`` whether the app runs the Slots
-    middleware (set by the way). ``capacity`` is the queue's cap (``queue_capacity`` for
-    Slots, the limiter's ``limit`` for CRL; unused by the ways that limit nothing).
+    broker's). ``broker_url`` (``amqp://...``, W7r) makes the broker a RabbitMQ node's instead:
+    ``redis_url`` then serves the ledger alone. ``way`` is one of :data:`WAYS`; ``slots``
+    whether the app runs the Slots middleware (set by the way). ``capacity`` is the queue's cap
+    (``queue_capacity`` for Slots, the limiter's ``limit`` for CRL; unused by the ways that
+    limit nothing).
     ``crl_min_backoff`` / ``crl_max_backoff`` are the actors' Retries backoff bounds; 0 leaves
     dramatiq's defaults (15 s, 7 days). ``max_retries`` applies to every way (only CRL ever
     retries). ``queue_prefetch``: dramatiq's ``dramatiq_queue_prefetch`` for the worker command
@@ -132,6 +134,7 @@ class BenchConfig:
     crl_max_backoff: int = 0
     max_retries: int = 100_000
     queue_prefetch: int = 0
+    broker_url: str | None = None
 
     def replace(self, **changes: Any) -> BenchConfig:
         return dataclasses.replace(self, **changes)
@@ -183,7 +186,12 @@ class BenchConfig:
         return self.probe_url or self.redis_url
 
     def broker(self) -> dramatiq.Broker:
-        """The app's RedisBroker, with CurrentMessage (the probe records message ids)."""
+        """The app's broker (a RedisBroker, or a RabbitmqBroker on ``broker_url``), with
+        CurrentMessage (the probe records message ids)."""
+        if self.broker_url is not None:
+            rabbit = self.rabbitmq_broker()
+            rabbit.add_middleware(CurrentMessage())
+            return rabbit
         broker = RedisBroker(
             url=self.redis_url,
             namespace=self.namespace,
@@ -192,6 +200,12 @@ class BenchConfig:
         )
         broker.add_middleware(CurrentMessage())
         return broker
+
+    def rabbitmq_broker(self, **kwargs: Any) -> dramatiq.Broker:
+        """A RabbitmqBroker on ``broker_url`` (pika is imported only here: only W7r needs it)."""
+        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+        return RabbitmqBroker(url=self.broker_url, **kwargs)
 
     def slots_middleware(self) -> Slots:
         """The Slots middleware with this config's ledger and timings."""

@@ -13,7 +13,7 @@ other queue, ``dramatiq --queues``; the operator's workaround for mixed
 queues, W6 only), ``crl-default`` and ``crl-tuned`` (dramatiq's
 ``ConcurrentRateLimiter``) and ``slots``. A workload may also name its own
 ways (W6: nocap, separate, crl-tuned, slots; W7: nocap, crl-tuned, slots;
-W8: nocap, slots).
+W7r: nocap, slots, slots-counted; W8: nocap, slots).
 
 The workloads (:func:`workloads`): W1 a capped queue, W2 runtime keys, W3
 the starvation case (keys A, A, B on two threads), W4 a burst of short jobs
@@ -34,6 +34,14 @@ W7, one hot runtime key and many cold keys in one queue
     job``: one at a time) and ``cold`` (ideal ``ceil(cold jobs / (threads -
     1)) x job``: the hot key may take one thread), whose makespan is
     reported as a ratio to its ideal.
+
+W7r, W7 on a RabbitMQ broker
+    the same jobs and hosts, with dramatiq's ``RabbitmqBroker`` on a RabbitMQ node the bench
+    starts (:class:`bench.support.RabbitNode`; the ledger and the probe stay in Redis), run
+    ``nocap``, ``slots`` and ``slots-counted`` (the gate without lifting a busy key's messages
+    out of the prefetch: on RabbitMQ, the package before it renewed a consumer's deliveries),
+    side by side. Its ``cmds/job`` are the ledger's Redis commands alone. Without
+    ``rabbitmq-server`` it is skipped, with the reason.
 
 W8, load and leak at 10,000 runtime keys (``--quick``: 1,000)
     3 short jobs per key (10 ms), interleaved (every key's first job, then
@@ -103,7 +111,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -145,7 +153,7 @@ from bench.config import (  # noqa: E402
 )
 from bench.leak import LedgerCheck, OwnLedger, Reading  # noqa: E402
 from bench.metrics import Figures, Job, figures, jobs_in_lines  # noqa: E402
-from bench.support import Probe, Run, Server, WorkerGroup  # noqa: E402
+from bench.support import Probe, RabbitNode, Run, Server, ServerError, WorkerGroup  # noqa: E402
 from dramatiq_slots import URL_ENV, Ledger  # noqa: E402
 from dramatiq_slots.failpoints import ENV as FAILPOINT_ENV  # noqa: E402
 
@@ -175,6 +183,10 @@ DEFAULT_WORKER_TIMEOUT = 1_000
 
 BOOT_TIMEOUT = 90.0
 POLL_S = 0.1
+
+#: The brokers a workload runs on (``Workload.broker``).
+REDIS_BROKER = "redis"
+RABBITMQ_BROKER = "rabbitmq"
 
 
 # -- workloads -------------------------------------------------------------------
@@ -263,6 +275,8 @@ class Workload:
     ways: tuple[str, ...] = ()
     own_ledger: bool = False
     fifo: bool = True
+    #: The broker its messages go through: the Redis one, or a RabbitMQ node (W7r).
+    broker: str = REDIS_BROKER
 
     @property
     def fifo_job_ms(self) -> int:
@@ -290,7 +304,8 @@ class Workload:
 
     @property
     def topology(self) -> str:
-        return topology(self.hosts, self.processes, self.threads, self.prefetch)
+        on = " on RabbitMQ" if self.broker == RABBITMQ_BROKER else ""
+        return topology(self.hosts, self.processes, self.threads, self.prefetch) + on
 
     def skip_reason(self, way: str) -> str:
         """Why ``way`` is not run for this workload ("": it is)."""
@@ -439,7 +454,20 @@ def mixed(
     return replace(w, parts=parts)
 
 
-def hot_and_cold(name: str, title: str, *, hot: int, cold: int, job_ms: int, **kw: Any) -> Workload:
+#: The ways of W7: the alternatives of the gate among them.
+HOT_AND_COLD_WAYS = (NOCAP, CRL_TUNED, SLOTS, SLOTS_THREADS, SLOTS_SHARE, SLOTS_COUNTED)
+
+
+def hot_and_cold(
+    name: str,
+    title: str,
+    *,
+    hot: int,
+    cold: int,
+    job_ms: int,
+    ways: tuple[str, ...] = HOT_AND_COLD_WAYS,
+    **kw: Any,
+) -> Workload:
     """One hot key's backlog enqueued first, then ``cold`` keys of one job each, on the keyed queue.
 
     The hot key's ideal is ``hot x job time`` (one at a time); the cold
@@ -456,7 +484,7 @@ def hot_and_cold(name: str, title: str, *, hot: int, cold: int, job_ms: int, **k
         1,
         job_ms,
         tuple(jobs),
-        ways=(NOCAP, CRL_TUNED, SLOTS, SLOTS_THREADS, SLOTS_SHARE, SLOTS_COUNTED),
+        ways=ways,
         **kw,
     )
     free = w.threads_total - 1
@@ -499,9 +527,16 @@ W8_JOB_MS = 10
 
 
 def workloads(quick: bool) -> list[Workload]:
-    """W1..W8 at full size, or small for ``--quick``."""
+    """W1..W8 (and W7r, W7 on RabbitMQ) at full size, or small for ``--quick``."""
     keys4 = ("k1", "k2", "k3", "k4")
     many_keys = [f"k{n:05d}" for n in range(W8_KEYS // 10 if quick else W8_KEYS)]
+    w7 = hot_and_cold(
+        "W7",
+        "one hot runtime key's backlog first, then cold keys of one job each, 200 ms jobs",
+        hot=12 if quick else 30,
+        cold=20 if quick else 40,
+        job_ms=200,
+    )
     return [
         capped("W1", "queue cap 3, 200 ms jobs", cap=3, jobs=30 if quick else 150, job_ms=200),
         keyed(
@@ -542,12 +577,13 @@ def workloads(quick: bool) -> list[Workload]:
             other_jobs=100 if quick else 300,
             other_job_ms=20,
         ),
-        hot_and_cold(
-            "W7",
-            "one hot runtime key's backlog first, then cold keys of one job each, 200 ms jobs",
-            hot=12 if quick else 30,
-            cold=20 if quick else 40,
-            job_ms=200,
+        w7,
+        replace(
+            w7,
+            name="W7r",
+            title=f"W7 on a RabbitMQ broker: {w7.title}",
+            ways=(NOCAP, SLOTS, SLOTS_COUNTED),
+            broker=RABBITMQ_BROKER,
         ),
         keyed(
             "W8",
@@ -585,13 +621,18 @@ class BenchFleet:
         self.log_dir = log_dir
         self.groups: list[WorkerGroup] = []
         self.probe = Probe(probe_client, config.probe_prefix)
-        self._broker = RedisBroker(
-            client=client,
-            namespace=config.namespace,
-            middleware=[],
-            heartbeat_timeout=config.broker_heartbeat_timeout,
-            maintenance_chance=0,
-        )
+        self._broker: Any
+        if config.broker_url is not None:
+            # Confirmed sends: every message is in its queue before the release.
+            self._broker = config.rabbitmq_broker(middleware=[], confirm_delivery=True)
+        else:
+            self._broker = RedisBroker(
+                client=client,
+                namespace=config.namespace,
+                middleware=[],
+                heartbeat_timeout=config.broker_heartbeat_timeout,
+                maintenance_chance=0,
+            )
         if config.way in SLOTS_WAYS:
             self._broker.add_middleware(config.slots_middleware())
         if config.slots:
@@ -634,6 +675,25 @@ class BenchFleet:
                 names = ", ".join(g.name for g in groups)
                 raise RuntimeError(f"groups {names} did not boot within {timeout:.0f} s\n{self.tails()}")
             time.sleep(POLL_S)  # polls the probe: a boot announces nothing to the runner
+
+    def empty_queues(self, queue_names: Iterable[str]) -> None:
+        """RabbitMQ: empty the app's queues, their delay and dead-letter queues (a node's queues
+        are its own, not a run's: an earlier run's leftovers must not run in this one)."""
+        for name in queue_names:
+            self._broker.declare_queue(name, ensure=True)
+            self._broker.flush(name)
+
+    def dead_letters(self, queue_names: Iterable[str]) -> int:
+        """How many messages of ``queue_names`` are in their dead-letter queues now."""
+        if self.config.broker_url is not None:
+            return sum(int(self._broker.get_queue_message_counts(q)[2]) for q in queue_names)
+        client = self._broker.client
+        return sum(int(client.zcard(f"{self.config.namespace}:{q}.XQ")) for q in queue_names)
+
+    def close_sender(self) -> None:
+        """Close the sender's RabbitMQ connections (a Redis sender's client is the caller's)."""
+        if self.config.broker_url is not None:
+            self._broker.close()
 
     def send(self, queue_name: str, actor_name: str, *args: Any) -> str:
         """Enqueue one message for the app's actor; returns its message id."""
@@ -808,8 +868,12 @@ def run_once(
     repeat: int = 1,
     dump_dir: Path | None = None,
     settling: list[tuple[OwnLedger, Result]] | None = None,
+    rabbit: RabbitNode | None = None,
 ) -> Result:
     """Run ``workload`` one ``way`` (see the module docstring); never longer than boot + ``timeout``.
+
+    A workload on RabbitMQ needs ``rabbit``, the node its broker is on; the Redis broker's
+    server then serves the ledger alone (its commands are the ones counted).
 
     A workload with its own ledger's server: once its workers stopped, the server is added to
     ``settling`` with the result, whose ``after`` reading :func:`finish_ledgers` takes once
@@ -833,6 +897,7 @@ def run_once(
         max_retries=MAX_RETRIES,
         queue_prefetch=workload.prefetch,
         other_job_ms=workload.other_job_ms,
+        broker_url=_broker_url(workload, rabbit),
     )
     config = way_config(way, base)
     run_dir = log_dir / f"{workload.name}-{way}-{repeat}"
@@ -843,7 +908,12 @@ def run_once(
     _open_clusters.append(cluster)
     result = Result(workload.name, way, None, repeat=repeat, ledger=own.check if own is not None else None)
     counted = {"broker": broker_client, **({"ledger": own.client} if own is not None else {})}
+    if config.broker_url is not None:
+        counted = {"ledger": broker_client}
+    queues = {queue for queue, _, _ in workload.messages()}
     try:
+        if config.broker_url is not None:
+            cluster.empty_queues(queues)
         for plan in workload.groups(way):
             cluster.start_bench_group(
                 plan.name, processes=plan.processes, threads=plan.threads, queues=plan.queues
@@ -868,8 +938,7 @@ def run_once(
             cluster.stop_gracefully()
             own.stopped(wait_s=(config.hold_ttl + config.beat_interval) / 1000 if config.slots else 0.0)
         cluster.close()
-        queues = {queue for queue, _, _ in workload.messages()}
-        dead_letters = sum(int(broker_client.zcard(f"{config.namespace}:{q}.XQ")) for q in queues)
+        dead_letters = cluster.dead_letters(queues)
 
         scopes = _scopes(workload)
         runs = [r for r in cluster.probe.runs() if r.scope in scopes]
@@ -909,6 +978,8 @@ def run_once(
         print(f"[{workload.name} {way}] failed: {e}\n{cluster.tails(15)}", file=sys.stderr)
     finally:
         cluster.close()
+        with contextlib.suppress(Exception):
+            cluster.close_sender()
         with contextlib.suppress(ValueError):
             _open_clusters.remove(cluster)
         broker_client.close()
@@ -923,6 +994,15 @@ def run_once(
         elif own is not None:
             own.close()
     return result
+
+
+def _broker_url(workload: Workload, rabbit: RabbitNode | None) -> str | None:
+    """The RabbitMQ broker's URL of a workload on RabbitMQ (None: on the Redis broker)."""
+    if workload.broker != RABBITMQ_BROKER:
+        return None
+    if rabbit is None:
+        raise ValueError(f"{workload.name} runs on RabbitMQ: run_once needs its node")
+    return rabbit.url
 
 
 def finish_ledgers(settling: list[tuple[OwnLedger, Result]]) -> None:
@@ -1341,6 +1421,9 @@ LEGEND = (
     "ideal / its mksp; <part>/separate = its mksp / separate's; <part>/ideal = its mksp / its ideal; "
     "peak = most running at once in one limited ledger (the capped queue, or one key); "
     "defer/job over every job of the workload. "
+    "W7r: W7 on a RabbitMQ broker (ledger and probe in Redis); its cmds/job are the ledger's Redis "
+    "commands alone; slots-counted = the gate without renewing a RabbitMQ consumer's deliveries for "
+    "a busy key's waiting messages (the package before it did). "
     "W8: cmds/job = broker and ledger servers together; the ledger's own server: keys and used_memory "
     "fresh / before the workers start (warmed up) / at the release / after (SIGTERM, then hold_ttl + a "
     "beat), each after a Lua garbage collection and CONFIG RESETSTAT (bench/leak.py), the keys left with "
@@ -1392,7 +1475,7 @@ class TargetReport:
 
 #: Workloads whose backlog fits in slots' max_wait (30 s): their messages should wait in line, not be
 #: deferred (W3's and W5's trivially: three jobs, and no contention).
-NO_DEFERRAL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8")
+NO_DEFERRAL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W7r", "W8")
 #: Most deferrals per job for those.
 MAX_DEFERRALS_PER_JOB = 0.05
 #: How much more memory the ledger's server may have allocated after W8 than before (KiB): above
@@ -1408,8 +1491,8 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
     0.9; W3 efficiency >= 0.9 x nocap's, and every repeat in order with B0
     completed; W4 efficiency >= 0.95 x dedicated's; W5 throughput >= 0.9 x
     nocap's; W6 other work's makespan <= 1.3 x separate's, capped efficiency
-    >= 0.95; W7 cold keys' makespan <= 1.5 x their ideal, hot key efficiency
-    >= 0.95; W8 makespan <= 1.5 x nocap's, and after each of its slots runs
+    >= 0.95; W7 and W7r (on RabbitMQ) cold keys' makespan <= 1.5 x their ideal, hot key
+    efficiency >= 0.95; W8 makespan <= 1.5 x nocap's, and after each of its slots runs
     its ledger's server as many keys as before (keys still expiring, with a
     TTL, aside) and at most LEDGER_MEMORY_MARGIN_KIB more used_memory; deferrals per job <= 0.05 in
     every workload whose backlog fits in max_wait (all of them; W6: over its
@@ -1576,19 +1659,30 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
 
     part_efficiency("W6", "capped", "W6 capped efficiency")
 
-    # W7: one hot key's backlog does not hold up the cold keys of its queue.
-    def w7_cold() -> tuple[float, float]:
-        return of(part("W7", SLOTS, "cold"), lambda f: f.makespan_s), _part_ideal("W7", "cold", runs)
+    # W7, and W7r on RabbitMQ: one hot key's backlog does not hold up the cold keys of its queue.
+    def cold_makespan(name: str, way: str) -> float:
+        return of(part(name, way, "cold"), lambda f: f.makespan_s)
 
-    add(
-        "W7 cold keys makespan vs ideal",
-        [("W7", SLOTS)],
-        lambda: quotient(*w7_cold()),
-        "<=",
-        1.5,
-        detail=lambda: "makespan {} / ideal {}".format(*(_num(v, "{:.2f} s") for v in w7_cold())),
-    )
-    part_efficiency("W7", "hot", "W7 hot key efficiency")
+    def cold_ratio(name: str) -> float:
+        return quotient(cold_makespan(name, SLOTS), _part_ideal(name, "cold", runs))
+
+    def cold_detail(name: str) -> str:
+        said = f"makespan {_num(cold_makespan(name, SLOTS), '{:.2f} s')} / ideal "
+        said += _num(_part_ideal(name, "cold", runs), "{:.2f} s")
+        if SLOTS_COUNTED in runs.get(name, {}):
+            said += f"; {SLOTS_COUNTED}: {_num(cold_makespan(name, SLOTS_COUNTED), '{:.2f} s')}"
+        return said
+
+    for name in ("W7", "W7r"):
+        add(
+            f"{name} cold keys makespan vs ideal",
+            [(name, SLOTS)],
+            functools.partial(cold_ratio, name),
+            "<=",
+            1.5,
+            detail=functools.partial(cold_detail, name),
+        )
+        part_efficiency(name, "hot", f"{name} hot key efficiency")
 
     # W8: 10,000 runtime keys cost little time, and leave nothing behind on the ledger's server.
     w8_value, w8_detail = versus("W8", NOCAP, lambda f: f.makespan_s, "{:.1f} s")
@@ -1910,6 +2004,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, dict[str, WayRuns]] = {}
     broker_server = Server()
     probe_server = Server()
+    rabbit: RabbitNode | None = None
     print(
         f"bench: {'quick' if args.quick else 'full'}; ways {', '.join(ways)}; "
         f"timeout {args.timeout:.0f} s per run; "
@@ -1921,6 +2016,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _terminating_cleanly():
             broker_server.start()
             probe_server.start()
+            if any(w.broker == RABBITMQ_BROKER for w in chosen):
+                try:
+                    rabbit = RabbitNode().start()
+                except ServerError as e:
+                    skipped = [w.name for w in chosen if w.broker == RABBITMQ_BROKER]
+                    print(f"  {', '.join(skipped)}: skipped ({e})".splitlines()[0], flush=True)
+                    chosen = [w for w in chosen if w.broker != RABBITMQ_BROKER]
             for workload in chosen:
                 per_way: dict[str, WayRuns] = {}
                 results[workload.name] = per_way
@@ -1948,6 +2050,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             repeat=repeat,
                             dump_dir=args.dump_runs,
                             settling=settling,
+                            rabbit=rabbit,
                         )
                         per_way[way].results.append(r)
                         f = r.figures
@@ -1967,9 +2070,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         if nocap is not None:
                             r.extra_commands_per_job = r.commands_per_job - nocap.commands_per_job
     finally:
-        for server in (broker_server, probe_server):
+        for server in (broker_server, probe_server, rabbit):
             with contextlib.suppress(Exception):
-                server.stop()
+                if server is not None:
+                    server.stop()
         if args.keep_logs:
             print(f"worker logs kept in {log_dir}")
         else:

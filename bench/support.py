@@ -15,6 +15,10 @@ change when the tests' harness does.
     probe's own keys under its own prefix, on a server the bench never counts): entry and exit
     are single Lua scripts on the Redis clock (microseconds), so every process shares one
     clock. :class:`Run` is one run as read back; :func:`max_overlap` the most runs open at once.
+:class:`RabbitNode`
+    A RabbitMQ node started here (W7r's broker), with an ``epmd`` of its own, on free ports of
+    127.0.0.1, in a temporary directory that holds everything it writes (``/etc/rabbitmq`` and the
+    system's service are never touched); stopped by :meth:`RabbitNode.stop`, and at exit.
 :class:`WorkerGroup`
     One ``dramatiq <app> --processes P --threads T`` command line in a session of its own (a
     "host": its process group), configured by environment only, with its output in files.
@@ -38,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -250,6 +255,173 @@ class Server:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+# -- a RabbitMQ node --------------------------------------------------------------------------
+
+#: Where Debian's rabbitmq-server package keeps its scripts: ``/usr/sbin/rabbitmq-server`` there
+#: is a wrapper that switches to the ``rabbitmq`` user and logs to ``/var/log``, so the script it
+#: wraps is run instead, as whoever runs the bench.
+RABBIT_SCRIPTS = Path("/usr/lib/rabbitmq/bin")
+#: The AMQP 0-9-1 protocol header: a broker answers it with a method frame on channel 0.
+_AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
+
+
+def _runs_as_rabbitmq_user(path: Path) -> bool:
+    with contextlib.suppress(OSError):
+        return "su rabbitmq" in path.read_text("utf-8", errors="replace")[:8192]
+    return False
+
+
+def rabbit_binaries() -> tuple[Path, Path]:
+    """The ``rabbitmq-server`` script and the ``epmd`` a :class:`RabbitNode` runs."""
+    found = shutil.which("rabbitmq-server")
+    scripts = [
+        RABBIT_SCRIPTS / "rabbitmq-server",
+        *([Path(found)] if found else []),
+        Path("/usr/sbin/rabbitmq-server"),
+    ]
+    server = next(
+        (p for p in scripts if p.is_file() and os.access(p, os.X_OK) and not _runs_as_rabbitmq_user(p)), None
+    )
+    epmd = shutil.which("epmd") or next(iter(sorted(Path("/usr/lib/erlang").glob("erts-*/bin/epmd"))), None)
+    if server is None or epmd is None:
+        raise ServerError(
+            "W7r needs a RabbitMQ node: rabbitmq-server (its scripts in /usr/lib/rabbitmq/bin, or on "
+            "PATH) and Erlang's epmd (on Debian: apt-get install rabbitmq-server)"
+        )
+    return server, Path(epmd)
+
+
+def _answers_amqp(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+            conn.sendall(_AMQP_HEADER)
+            return conn.recv(3) == b"\x01\x00\x00"
+    except OSError:
+        return False
+
+
+class RabbitNode:
+    """One throwaway RabbitMQ node (see the module docstring); ``with RabbitNode() as r`` runs it."""
+
+    start_timeout = 90.0
+    stop_timeout = 30.0
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._dir: Path | None = None
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        """The default vhost as ``guest`` (which may log in from localhost only: it is localhost)."""
+        if not self.port:
+            raise ServerError("the node was never started, it has no port yet")
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+    def start(self) -> RabbitNode:
+        """Start epmd, then the node, and wait until it speaks AMQP; returns self."""
+        server, epmd = rabbit_binaries()
+        ports: set[int] = set()
+        while len(ports) < 3:
+            ports.add(free_port())
+        self.port, dist_port, epmd_port = sorted(ports)
+        d = self._dir = Path(tempfile.mkdtemp(prefix="slots-bench-rabbit-"))
+        for sub in ("home", "mnesia", "log"):
+            (d / sub).mkdir()
+        (d / "rabbitmq-env.conf").write_text("")
+        (d / "enabled_plugins").write_text("[].\n")
+        (d / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{self.port}\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))}
+        env.update(
+            HOME=str(d / "home"),
+            RABBITMQ_NODENAME=f"bench-{uuid.uuid4().hex[:12]}@localhost",
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(dist_port),
+            ERL_EPMD_PORT=str(epmd_port),
+            ERL_EPMD_ADDRESS="127.0.0.1",
+            RABBITMQ_MNESIA_BASE=str(d / "mnesia"),
+            RABBITMQ_LOG_BASE=str(d / "log"),
+            RABBITMQ_CONFIG_FILE=str(d / "rabbitmq.conf"),
+            RABBITMQ_CONF_ENV_FILE=str(d / "rabbitmq-env.conf"),  # empty: /etc/rabbitmq is not read
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(d / "enabled_plugins"),
+            ERL_CRASH_DUMP=str(d / "erl_crash.dump"),
+        )
+        _running_nodes.add(self)
+        deadline = time.monotonic() + self.start_timeout
+        self._spawn([str(epmd), "-port", str(epmd_port), "-address", "127.0.0.1"], "epmd.log", env)
+        self._wait(lambda: _accepts(epmd_port), deadline, "epmd to accept")  # else the node starts its own
+        self._spawn([str(server)], "server.log", env)
+        self._wait(lambda: _answers_amqp(self.port), deadline, f"the node to answer AMQP on {self.port}")
+        return self
+
+    def _spawn(self, argv: list[str], log_name: str, env: Mapping[str, str]) -> None:
+        assert self._dir is not None
+        with open(self._dir / log_name, "wb") as log:
+            self._procs.append(
+                subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self._dir,
+                    env=env,
+                    start_new_session=True,
+                )
+            )
+
+    def _wait(self, ready: Callable[[], bool], deadline: float, what: str) -> None:
+        while not ready():
+            exited = [p for p in self._procs if p.poll() is not None]
+            if exited or time.monotonic() > deadline:
+                log = log_tail("rabbitmq", sorted(self._dir.glob("*.log")) if self._dir else [])
+                self.stop()
+                raise ServerError(f"RabbitMQ: no {what} ({'exited' if exited else 'timed out'})\n{log}")
+            time.sleep(0.1)  # polls a port: a process announces nothing
+
+    def stop(self) -> None:
+        """The node first (SIGTERM: its script stops it gracefully), then epmd; whatever is left of
+        their sessions is SIGKILLed; the directory is removed."""
+        for proc in reversed(self._procs):
+            if proc.poll() is None:
+                proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=self.stop_timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the Erlang VM of the session, if it outlived its script
+            proc.wait(timeout=self.stop_timeout)
+        self._procs.clear()
+        _running_nodes.discard(self)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> RabbitNode:
+        return self if self._procs else self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _accepts(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        return True
+    return False
+
+
+#: Nodes started and not yet stopped: stopped at exit if still there.
+_running_nodes: set[RabbitNode] = set()
+
+
+@atexit.register
+def _stop_leftover_nodes() -> None:
+    for node in list(_running_nodes):
+        with contextlib.suppress(Exception):
+            node.stop()
 
 
 # -- the probe -------------------------------------------------------------------------------

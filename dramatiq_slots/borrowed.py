@@ -216,6 +216,165 @@ def count_again(worker: object, consumer: Any, queue_name: str, message_id: str)
         consumer.queued_message_ids.add(message_id)
 
 
+# -- the RabbitMQ consumer's deliveries ----------------------------------------------------
+
+RABBIT_DELIVERIES = Touchpoint(
+    "RabbitMQ consumer's deliveries",
+    uses=(
+        "Worker.consumers[queue], a ConsumerThread (its prefetch and worker_timeout) whose RabbitMQ "
+        "consumer, made in that thread, set basic_qos(prefetch_count=prefetch) on its pika channel "
+        "and reads its iterator, channel.consume(queue, inactivity_timeout=worker_timeout / 1000), "
+        "at every __next__; its known_tags (delivered, not yet acked or nacked), each message's _tag, "
+        "and its connection's add_callback_threadsafe, where the acks run; and pika's "
+        "BlockingChannel.cancel(), which ends that generator, giving back what it had not yielded"
+    ),
+    outside="a message waiting for a runtime key keeps its place in its queue's prefetch on "
+    "RabbitMQ: a busy key can keep the other keys of its queue waiting",
+    names=("known_tags", "iterator", "worker_timeout", "add_callback_threadsafe"),
+)
+
+
+def _rabbit_consumer_class() -> type | None:
+    module = sys.modules.get("dramatiq.brokers.rabbitmq")  # imported by whoever uses RabbitMQ
+    found: type | None = getattr(module, "_RabbitmqConsumer", None)
+    return found
+
+
+class Deliveries:
+    """The deliveries of one RabbitMQ consumer, in *generations*.
+
+    A generation ends when it is *renewed*: the consumer is cancelled and consumes again on its
+    channel, with the same prefetch. RabbitMQ then counts only the new generation's unacked
+    deliveries against the prefetch; the older ones stay unacked on the channel and are acked as
+    before. Work on the channel happens in the consumer's own thread only (pika's connection is
+    not thread-safe): at its ``__next__``, which reads this object as its iterator, or in a
+    callback :meth:`poke` asks its connection to run there while it waits for a delivery.
+    ``due(self)``, asked in that thread, says whether to renew. docs/design.md ("Waiting without
+    a thread") has the reasoning.
+    """
+
+    def __init__(self, consumer: Any, thread: Any, due: Callable[[Deliveries], bool]) -> None:
+        self._consumer = consumer
+        self._due = due
+        #: The consumer's prefetch (per consumer, so per generation).
+        self.prefetch = int(thread.prefetch)
+        self._inactivity_s = thread.worker_timeout / 1000
+        self._deliveries = consumer.iterator
+        #: The delivery tags of the current generation are this one and above.
+        self.first_of_generation = 0
+        self._last = max(consumer.known_tags, default=0)
+        self._in_next = False
+        self._cancelled = False
+        #: How many times it was renewed.
+        self.renewals = 0
+
+    def unacked(self) -> set[int]:
+        """The delivery tags handed to the worker and not yet acked or nacked (any thread)."""
+        return set(self._consumer.known_tags)  # one C-level copy: safe while acks remove from it
+
+    def __iter__(self) -> Deliveries:
+        return self
+
+    def __next__(self) -> tuple[Any, Any, Any]:
+        self._in_next = True
+        try:
+            while True:
+                if self._cancelled or self._asks():
+                    self._renew()
+                try:
+                    delivery: tuple[Any, Any, Any] = next(self._deliveries)
+                except StopIteration:
+                    if not self._cancelled:
+                        raise  # the broker cancelled the consumer: as without Slots
+                    continue
+                if delivery[0] is not None:
+                    self._last = max(self._last, delivery[0].delivery_tag)
+                return delivery
+        finally:
+            self._in_next = False
+
+    def poke(self) -> None:
+        """Ask, from any thread, whether to renew now (in the consumer's thread, soon)."""
+        try:
+            self._consumer.connection.add_callback_threadsafe(self._poked)
+        except Exception:  # closed or closing: this consumer is being replaced
+            logger.debug("A poke of the consumer of %r found its connection closed.", self._queue)
+
+    @property
+    def _queue(self) -> str:
+        return str(self._consumer.queue_name)
+
+    def _asks(self) -> bool:
+        try:
+            return self._due(self)
+        except Exception:
+            logger.exception("Deciding whether to renew the deliveries of %r failed.", self._queue)
+            return False
+
+    def _poked(self) -> None:
+        # In the consumer's thread, inside pika's event dispatch: only while __next__ waits in
+        # the generator (elsewhere, ending it would end the consumer's loop).
+        if not self._in_next or self._cancelled or not self._asks():
+            return
+        try:
+            self._cancel()
+        except Exception as e:  # the channel failed: the generator's next read raises it
+            logger.debug("Renewing the deliveries of %r failed: %s", self._queue, e)
+
+    def _cancel(self) -> None:
+        self._cancelled = True
+        # The generator ends; deliveries it had not yielded go back to the queue.
+        self._consumer.channel.cancel()
+
+    def _renew(self) -> None:
+        if not self._cancelled:
+            self._cancel()
+        self._deliveries = self._consumer.channel.consume(
+            self._consumer.queue_name, inactivity_timeout=self._inactivity_s
+        )
+        self._cancelled = False
+        self.first_of_generation = self._last + 1
+        self.renewals += 1
+        logger.debug("Renewed the deliveries of %r (%d so far).", self._queue, self.renewals)
+
+
+def _consumer_thread(worker: object, queue_name: str) -> Any:
+    return getattr(worker, "consumers", {}).get(queue_name)
+
+
+def track_deliveries(worker: object, queue_name: str, due: Callable[[Deliveries], bool]) -> Deliveries | None:
+    """The :class:`Deliveries` of ``queue_name``'s consumer in ``worker``, made at the first call;
+    call it in that consumer's own thread, between two deliveries. None: not a RabbitMQ consumer
+    on a tested dramatiq (or not that thread)."""
+    thread = _consumer_thread(worker, queue_name)
+    consumer: Any = getattr(thread, "consumer", None)
+    if consumer is None or threading.current_thread() is not thread:
+        return None
+    current = getattr(consumer, "iterator", None)
+    if isinstance(current, Deliveries):
+        return current
+    kind = _rabbit_consumer_class()
+    if kind is None or not isinstance(consumer, kind) or not RABBIT_DELIVERIES.check():
+        return None
+    deliveries = Deliveries(consumer, thread, due)
+    setattr(consumer, "iterator", deliveries)  # noqa: B010 -- its __next__ reads it at every call
+    return deliveries
+
+
+def tracked_deliveries(worker: object, queue_name: str) -> Deliveries | None:
+    """The :class:`Deliveries` of ``queue_name``'s current consumer in ``worker`` (any thread), if
+    :func:`track_deliveries` made it."""
+    consumer = getattr(_consumer_thread(worker, queue_name), "consumer", None)
+    found = getattr(consumer, "iterator", None)
+    return found if isinstance(found, Deliveries) else None
+
+
+def delivery_tag(message: Any) -> int | None:
+    """The RabbitMQ delivery tag of a message (None: not one a RabbitMQ consumer delivered)."""
+    tag = getattr(message, "_tag", None)
+    return tag if isinstance(tag, int) else None
+
+
 # -- the worker thread's skip WARNING -------------------------------------------------------
 
 SKIP_LOG = Touchpoint(
@@ -529,6 +688,7 @@ TOUCHPOINTS: tuple[Touchpoint, ...] = (
     WORKER_THREADS,
     WORKER_PAUSE,
     PREFETCH,
+    RABBIT_DELIVERIES,
     SKIP_LOG,
     TIME_LIMIT,
     AGE_LIMIT,

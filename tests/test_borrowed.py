@@ -311,6 +311,7 @@ def test_contract_prefetch_count(own_broker: Callable[..., RedisBroker]) -> None
             assert waiting_id in ids
             borrowed.count_again(worker, object(), "pf", "not-this")  # not the queue's consumer
             assert "not-this" not in ids
+            assert borrowed.tracked_deliveries(worker, "pf") is None, "a Redis consumer's are not renewed"
             release.set()
             wait_until(lambda: len(running) == 4, timeout=20, what="all four to run")
             wait_until(lambda: not ids, timeout=10, what="every ack to discard its id")
@@ -324,9 +325,120 @@ def test_contract_prefetch_count(own_broker: Callable[..., RedisBroker]) -> None
         stub_worker.start()
         try:
             assert borrowed.redis_consumer(stub_worker, "pf") is None, "only a Redis consumer is counted"
+            assert borrowed.tracked_deliveries(stub_worker, "pf") is None
         finally:
             stub_worker.stop(timeout=10_000)
             stub.close()
+
+
+class _Tracking(PriorityQueue[Any]):
+    """A work queue in place of the worker's whose ``put`` (in the consumer's thread, between two
+    deliveries) follows the consumer's deliveries, renewing them once each time ``renew`` is set."""
+
+    def __init__(self, queue_name: str) -> None:
+        super().__init__()
+        self.queue_name = queue_name
+        self.worker: dramatiq.Worker | None = None
+        self.renew = threading.Event()
+        self.delivered: list[tuple[str, int | None]] = []
+        self.tracked: list[borrowed.Deliveries | None] = []
+        #: Whether each renewal was asked in a callback run inside the consumer's wait.
+        self.in_callback: list[bool] = []
+
+    def due(self, deliveries: borrowed.Deliveries) -> bool:
+        if self.renew.is_set():
+            self.renew.clear()
+            self.in_callback.append(any(f.function == "_poked" for f in inspect.stack()))
+            return True
+        return False
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        message = borrowed.message_of(item)
+        self.delivered.append((message.message_id, borrowed.delivery_tag(message)))
+        self.tracked.append(borrowed.track_deliveries(self.worker, self.queue_name, self.due))
+        super().put(item, block, timeout)
+
+
+@contract_of(borrowed.RABBIT_DELIVERIES)
+def test_contract_rabbitmq_deliveries(rabbit_server: Any, key_prefix: str, probe: RunRecorder) -> None:
+    from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+    queue_name = f"renew-{key_prefix}"
+    broker = RabbitmqBroker(url=rabbit_server.url, confirm_delivery=True)
+    queue = _Tracking(queue_name)
+    broker.add_middleware(_Replacing(queue))
+    broker.emit_after("process_boot")
+    release = threading.Event()
+
+    @dramatiq.actor(queue_name=queue_name, broker=broker)
+    def blocked(i: int) -> None:
+        probe.record("ran", i)
+        release.wait(30)
+
+    def ready() -> int:
+        return int(broker.get_queue_message_counts(queue_name)[0])
+
+    def run_worker() -> dramatiq.Worker:
+        # One thread: a prefetch of 2 (one message runs and blocks, one waits in the work queue).
+        worker = dramatiq.Worker(broker, worker_threads=1, worker_timeout=1_000)
+        queue.worker = worker
+        worker.start()
+        return worker
+
+    with contract(borrowed.RABBIT_DELIVERIES):
+        for i in range(6):
+            blocked.send(i)
+        worker = run_worker()
+        try:
+            wait_until(lambda: len(queue.delivered) == 2, timeout=15, what="a prefetch of two delivered")
+            deliveries = borrowed.tracked_deliveries(worker, queue_name)
+            assert deliveries is not None and queue.tracked == [deliveries, deliveries]
+            assert deliveries.prefetch == 2 and deliveries.first_of_generation == 0
+            tags = {tag for _, tag in queue.delivered if tag is not None}
+            assert len(tags) == 2 and deliveries.unacked() == tags, "each message's tag, unacked"
+            assert ready() == 4, "nothing more while the prefetch is full"
+            assert borrowed.track_deliveries(worker, queue_name, queue.due) is None, "not its thread"
+            # Renewed while the consumer waits for a delivery (1 s inactivity): two more come at
+            # once, while the first two stay unacked.
+            queue.renew.set()
+            deliveries.poke()
+            wait_until(lambda: len(queue.delivered) == 4, timeout=15, what="a second generation")
+            assert queue.in_callback == [True], "renewed inside the wait, in the poke's callback"
+            assert deliveries.renewals == 1 and deliveries.first_of_generation == max(tags) + 1
+            assert len(deliveries.unacked()) == 4 and ready() == 2
+            # Renewed at __next__, asked as it comes back from a second of inactivity: two more.
+            queue.renew.set()
+            wait_until(lambda: len(queue.delivered) == 6, timeout=15, what="a third generation")
+            assert queue.in_callback == [True, False]
+            assert deliveries.renewals == 2 and len(deliveries.unacked()) == 6 and ready() == 0
+            assert probe.by_label["ran"] == [0], "the first still runs"
+            # Stopped with unacked messages of three generations: the running one ends (acked),
+            # every other one is back in the queue.
+            stopping = threading.Thread(target=worker.stop, kwargs={"timeout": 10_000})
+            stopping.start()
+            wait_until(lambda: not worker.workers[0].running, timeout=10, what="its thread told to stop")
+            release.set()
+            stopping.join(15)
+            assert not stopping.is_alive()
+        finally:
+            if not release.is_set():  # failed before the stop
+                release.set()
+                worker.stop(timeout=10_000)
+        assert probe.by_label["ran"] == [0]
+        wait_until(lambda: ready() == 5, timeout=15, what="the rest back in the queue")
+        queue.delivered.clear()
+        worker = run_worker()
+        try:
+            probe.wait_for(lambda: len(probe.by_label["ran"]) == 6, timeout=30)
+            again = borrowed.tracked_deliveries(worker, queue_name)
+            assert again is not None and again is not deliveries and again.renewals == 0
+            wait_until(lambda: ready() == 0 and not again.unacked(), timeout=15, what="every delivery acked")
+        finally:
+            worker.stop(timeout=10_000)
+            broker.flush_all()
+            broker.close()
+        assert sorted(probe.by_label["ran"]) == list(range(6)), "each ran once, none lost"
+        assert borrowed.delivery_tag(blocked.message(0)) is None, "a message no consumer delivered"
 
 
 # -- the skip WARNING -----------------------------------------------------------------------

@@ -11,6 +11,10 @@ Deferral is the part that differs most from the RedisBroker: a refused
 message is re-enqueued with a delay, which on RabbitMQ goes to the queue's
 ``.DQ`` queue, where a worker holds it until it is due and then moves it back
 to the queue.
+
+A runtime key's waiting messages are unacked deliveries, which RabbitMQ counts against the
+consumer's prefetch: the gate renews the consumer's deliveries so that a busy key does not hold up
+the other keys of its queue (:mod:`dramatiq_slots.waiting.prefetch`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from tests.support.waiting import wait_until
 from tests.support.worker_groups import (
     CAPPED_QUEUE,
     CAPPED_SCOPE,
+    KEYED_ACTOR,
+    KEYED_QUEUE,
     AppConfig,
     WorkerFleet,
     WorkerGroup,
@@ -175,4 +181,44 @@ def test_runtime_key_across_hosts_with_rabbitmq(make_fleet: Callable[..., Worker
         assert max_overlap(cluster.probe.runs(key_scope(key))) == 1, f"runtime key {runtime_key(key)}"
     _assert_each_ran_once(cluster, sent)
     assert across >= 2, "different keys never ran at once: the key acted as a global lock"
+    _wait_ledger_empty(cluster)
+
+
+#: A hot key's backlog of five prefetches (2 processes x 4 threads: 8 each), then cold keys.
+HOT_JOBS = 40
+COLD_KEYS = 10
+NEIGHBOUR_JOB_MS = 200
+#: The cold keys are done before the hot key's job of this rank (1-based) starts.
+BEFORE_HOT = 10
+
+
+@pytest.mark.timeout(150)
+def test_a_busy_key_does_not_hold_up_the_other_keys_of_its_queue(
+    make_fleet: Callable[..., WorkerFleet],
+) -> None:
+    # As a new user tried it: one `dramatiq --processes 2 --threads 4`, one key's backlog sent
+    # first, then cold keys of one job each. Without renewals, the two prefetches (16 messages)
+    # hold hot ones until the end: no cold key can even be fetched before 24 hot jobs have run.
+    cluster = make_fleet(job_ms=NEIGHBOUR_JOB_MS)
+    group = cluster.start_group("r1", processes=2, threads=4)
+    cluster.wait_ready(group, timeout=BOOT_TIMEOUT)
+
+    hot = [cluster.send(KEYED_QUEUE, KEYED_ACTOR, "hot", i) for i in range(HOT_JOBS)]
+    cold = [cluster.send(KEYED_QUEUE, KEYED_ACTOR, f"cold{k}", 0) for k in range(COLD_KEYS)]
+    cluster.wait_all_ran(hot + cold, timeout=RUN_TIMEOUT)
+
+    hot_runs = sorted(cluster.probe.runs(key_scope("hot")), key=lambda r: r.start)
+    cold_runs = [r for r in cluster.probe.runs() if r.message_id in set(cold)]
+    cold_done = max(r.end or 0 for r in cold_runs)
+    # The hot key runs one job at a time: its 10th starts 9 jobs after its first, at the earliest.
+    mark = hot_runs[BEFORE_HOT - 1]
+    print(
+        f"\nMEASURE rabbitmq neighbours: cold keys done {(cold_done - hot_runs[0].start) / 1e6:.2f} s "
+        f"after the hot key's first start; its job {BEFORE_HOT} started at "
+        f"{(mark.start - hot_runs[0].start) / 1e6:.2f} s"
+    )
+    assert cold_done < mark.start, f"the cold keys waited behind the hot key's backlog\n{cluster.tails()}"
+    assert cluster.probe.peak(key_scope("hot")) == 1
+    assert not cluster.probe.deferrals(), "they waited in the workers, none was deferred"
+    _assert_each_ran_once(cluster, hot + cold)
     _wait_ledger_empty(cluster)

@@ -492,6 +492,14 @@ class Slots(Middleware):
             self.metrics.deferred_message(message.queue_name, message.actor_name)
         self.process.finished(id(message))
 
+    def after_ack(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
+        # On RabbitMQ, room that a busy key's waiting messages keep may be renewed now.
+        gate = self._gate
+        if gate is not None:
+            gate.settled(message)
+
+    after_nack = after_ack
+
     def _report(self) -> ReportWrite:
         """This process's report for ``dramatiq-slots status`` and ``why`` (:mod:`.reporting`)."""
         return self.reporter.report()

@@ -65,7 +65,7 @@ class Gate:
         self.worker = worker
         self.queue = GatedWorkQueue(self)
         self.parking = Parking(admission, self._out_of_parking, on_tick=self._tick)
-        self.prefetch = Prefetch(worker, admission.settings.keys)
+        self.prefetch = Prefetch(worker, admission.settings.keys, stopping=self.process.stopping)
         #: Claims of this process on one ledger (held, or parked in its line) never outnumber
         #: :meth:`HoldingBack.bound`: a slot handed to a parked message then finds a thread not
         #: busy with that ledger's jobs. The messages refused beyond that are held back, in no line.
@@ -74,6 +74,17 @@ class Gate:
     def install(self) -> None:
         """Put the gated queue in place of the worker's (before any thread reads it)."""
         borrowed.replace_work_queue(self.worker, self.queue)
+
+    def delivered(self, item: Any) -> None:
+        """A consumer puts ``item`` into the queue, in its own thread (see :mod:`.prefetch`)."""
+        try:
+            self.prefetch.delivered(item)
+        except Exception:  # never fail the consumer's put: the message would be redelivered
+            logger.exception("Following the deliveries of a consumer failed; it goes on as before.")
+
+    def settled(self, message: Any) -> None:
+        """``message`` was acked or nacked (see :mod:`.prefetch`)."""
+        self.prefetch.settled(message)
 
     def admit(self, item: Any) -> bool:
         """Whether ``item`` may run now (admitted, uncapped, or for admit() to decide); else parked."""

@@ -2,11 +2,19 @@
 
 Parked messages count against their own queue's prefetch: a capped queue whose prefetch is all
 parked is simply not fetched from, while other queues are. A message parked or held back by a
-runtime key's ledger is taken out of the Redis broker's count of outstanding messages (up to
-:data:`UNFETCHED_PER_QUEUE` per queue), so one busy key does not keep the other keys of its
-queue from being fetched; it stays unacked in the broker all the same. This relies on the Redis
-consumer's count of outstanding messages, which is not public API
-(:data:`dramatiq_slots.borrowed.PREFETCH`: on an untested dramatiq the message keeps counting).
+runtime key's ledger is taken out of its consumer's prefetch (up to :data:`UNFETCHED_PER_QUEUE`
+per queue), so one busy key does not keep the other keys of its queue from being fetched; it
+stays unacked in the broker all the same.
+
+- Redis broker: it leaves the consumer's count of outstanding messages, and the consumer fetches
+  one more (:data:`dramatiq_slots.borrowed.PREFETCH`).
+- RabbitMQ: the prefetch is the server's, per consumer. When every delivery of the consumer's
+  current generation is still unacked and some of them wait for a key, its deliveries are
+  renewed (:class:`dramatiq_slots.borrowed.Deliveries`): a new generation, with the whole
+  prefetch, while the waiting ones stay unacked (:data:`dramatiq_slots.borrowed.RABBIT_DELIVERIES`).
+
+On an untested dramatiq the message keeps counting. docs/design.md ("Waiting without a thread")
+has the reasoning, the bound and the cost.
 """
 
 from __future__ import annotations
@@ -17,36 +25,56 @@ from typing import Any
 from .. import borrowed
 from ..ledger.keys import KeySpace
 
-#: At most this many parked messages of one queue are taken out of its prefetch count.
+#: At most this many parked messages of one queue are taken out of its prefetch count. On
+#: RabbitMQ, a consumer renews its deliveries only while it has at most this many unacked: it
+#: never has more than its prefetch and this many.
 UNFETCHED_PER_QUEUE = 1000
 
 
 class Prefetch:
-    """The prefetch counts of one worker's Redis consumers, for the messages that wait.
+    """The prefetch counts of one worker's consumers, for the messages that wait.
 
-    ``keys``: the ledgers' names (only a runtime key's ledger takes a message out of the count).
+    ``keys``: the ledgers' names (only a runtime key's ledger takes a message out of the count);
+    ``stopping``: set when the worker stops (no renewal then).
     """
 
-    def __init__(self, worker: Any, keys: KeySpace) -> None:
+    def __init__(self, worker: Any, keys: KeySpace, *, stopping: threading.Event) -> None:
         self.worker = worker
         self.keys = keys
+        self.stopping = stopping
         self._lock = threading.Lock()
         self._unfetched: dict[str, int] = {}
+        #: The delivery tags waiting for a key, per RabbitMQ consumer.
+        self._waiting: dict[borrowed.Deliveries, set[int]] = {}
+
+    def delivered(self, item: Any) -> None:
+        """A consumer puts a message into the work queue (in its own thread): a RabbitMQ
+        consumer's deliveries are followed from its first one on."""
+        message = borrowed.message_of(item)
+        borrowed.track_deliveries(self.worker, message.queue_name, self.renew_due)
 
     def unfetch(self, message: Any, refused_by: str | None) -> object:
-        """Take a message waiting for a runtime key out of its Redis consumer's prefetch count;
-        the consumer it was taken out of (None: it was not)."""
+        """Take a message waiting for a runtime key out of its consumer's prefetch; what it was
+        taken out of (None: it was not)."""
         parsed = self.keys.parse(refused_by or "")
         if parsed is None or parsed[0] != "key":
             return None
-        consumer = borrowed.redis_consumer(self.worker, message.queue_name)
-        if consumer is None:
+        queue = message.queue_name
+        consumer = borrowed.redis_consumer(self.worker, queue)
+        deliveries = None if consumer is not None else borrowed.tracked_deliveries(self.worker, queue)
+        tag = borrowed.delivery_tag(message) if deliveries is not None else None
+        if consumer is None and tag is None:
             return None
         with self._lock:
-            count = self._unfetched.get(message.queue_name, 0)
+            count = self._unfetched.get(queue, 0)
             if count >= UNFETCHED_PER_QUEUE:
                 return None
-            self._unfetched[message.queue_name] = count + 1
+            self._unfetched[queue] = count + 1
+            if deliveries is not None and tag is not None:
+                self._waiting.setdefault(deliveries, set()).add(tag)
+        if deliveries is not None:
+            deliveries.poke()
+            return deliveries
         borrowed.uncount(consumer, message.message_id)
         return consumer
 
@@ -57,4 +85,48 @@ class Prefetch:
         message = borrowed.message_of(item)
         with self._lock:
             self._unfetched[message.queue_name] -= 1
+            if isinstance(taken_from, borrowed.Deliveries):
+                waiting = self._waiting.get(taken_from, set())
+                waiting.discard(borrowed.delivery_tag(message) or 0)
+                if not waiting:
+                    self._waiting.pop(taken_from, None)
+                return
         borrowed.count_again(self.worker, taken_from, message.queue_name, message.message_id)
+
+    def settled(self, message: Any) -> None:
+        """``message`` was acked or nacked: on RabbitMQ its consumer may now renew (an older
+        generation's ack gives the current one no room)."""
+        deliveries = borrowed.tracked_deliveries(self.worker, message.queue_name)
+        if deliveries is None:
+            return
+        with self._lock:
+            waiting = deliveries in self._waiting
+        if waiting:
+            deliveries.poke()
+
+    def renew_due(self, deliveries: borrowed.Deliveries) -> bool:
+        """Whether a RabbitMQ consumer's deliveries are to be renewed now: its current generation
+        has no room left, some of it waits for a key, fewer messages than the prefetch count
+        (unacked and not waiting), and the consumer has at most :data:`UNFETCHED_PER_QUEUE` unacked."""
+        prefetch = deliveries.prefetch
+        if prefetch <= 0 or self.stopping.is_set():
+            return False
+        with self._lock:
+            if not self._waiting.get(deliveries):
+                return False
+        unacked = deliveries.unacked()
+        with self._lock:
+            waiting = self._waiting.get(deliveries, set())
+            waiting &= unacked  # acked since: it left waiting on a path that did not say so
+            if not waiting:
+                self._waiting.pop(deliveries, None)
+                return False
+            waiting = set(waiting)
+        first = deliveries.first_of_generation
+        if sum(1 for tag in unacked if tag >= first) < prefetch:
+            return False  # the broker may still deliver to this generation
+        if not any(tag >= first for tag in waiting):
+            return False  # its room is taken by messages that run or will
+        if len(unacked) - len(waiting) >= prefetch:
+            return False  # as many that count as the prefetch: nothing more is wanted
+        return len(unacked) <= UNFETCHED_PER_QUEUE

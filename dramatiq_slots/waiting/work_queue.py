@@ -45,6 +45,11 @@ class GatedWorkQueue(PriorityQueue[Any]):
     def _qsize(self) -> int:
         return len(self.queue) + len(self._ready) + len(self._returned)
 
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        """A consumer's delivery (in its own thread): see :meth:`~.gate.Gate.delivered`."""
+        self.gate.delivered(item)
+        super().put(item, block, timeout)
+
     def retry(self, item: Any) -> None:
         """An item held back by the gate goes back into the queue, to be admitted again."""
         with self.not_empty:
