@@ -190,14 +190,21 @@ class LedgerState:
     def join(self, token: str, score: int) -> None:
         if token in self.line:
             return
-        self.line[token] = score
         group = group_of(token)
         if group and not self.grouped:
-            # Turns begin: the turns of an earlier spell of waiting count no more.
+            # Turns begin: the turns of an earlier spell of waiting count no more, and the claims
+            # without a group, which waited first, take the first turn.
             self.grouped, self.served, self.turn = True, 0, {}
-        if self.grouped:
-            for waiting in {group, ""} & {group_of(t) for t in self.line}:
-                self.turn.setdefault(waiting, self.served)
+            if self.line:
+                self.take_turn("")
+        self.line[token] = score
+        if self.grouped and group not in self.turn:
+            self.take_turn(group)
+
+    def take_turn(self, group: str) -> None:
+        """A group starts waiting: its turn is the next."""
+        self.served += 1
+        self.turn[group] = self.served
 
     def got_slot(self, group: str) -> None:
         """A claim of ``group`` was given a hold (its group's turn comes after every other's)."""

@@ -15,8 +15,8 @@
 --   shares         sorted set (the workers' ACL writes no hash): <group> scored by the units
 --                  the group holds; '*' by the units all groups hold (the claims without a group
 --                  hold ZCARD - '*'); t<group> by the group's turn: the ledger's count of turns
---                  ('#', from when turns began) when it was last served, or when it first waited,
---                  forgotten once it neither waits nor holds; =<group> by the turn
+--                  ('#', from when turns began), taken when it was last served, or when it
+--                  started waiting, forgotten once it neither waits nor holds; =<group> by the turn
 --                  its entry in turns carries (t and = for the claims without a group); 'cap' by
 --                  the capacity the entries were ranked with. Lives as long as its holds and its
 --                  lines (pushed by both).
@@ -200,17 +200,12 @@ function T.rerank(L, group)
     if grouped and held <= 0 then redis.call('ZREM', L.shares, 't' .. group) end
     return
   end
-  if not grouped then
-    -- Turns begin (nobody waited): the turns of an earlier spell of waiting count no more.
-    for _, name in ipairs(redis.call('ZRANGE', L.shares, 0, -1)) do
-      local kind = string.sub(name, 1, 1)
-      if kind == 't' or kind == '=' or kind == '#' then redis.call('ZREM', L.shares, name) end
-    end
-  end
+  if not grouped then T.begin(L) end
   local turn = redis.call('ZSCORE', L.shares, 't' .. group)
   if not turn then
-    -- A group new to this ledger: its turn is now (after every group served before it joined).
-    turn = tonumber(redis.call('ZSCORE', L.shares, '#') or 0)
+    -- A group that starts waiting: its turn is the next (after every group that waits already,
+    -- or was served, before it).
+    turn = redis.call('ZINCRBY', L.shares, 1, '#')
     redis.call('ZADD', L.shares, turn, 't' .. group)
   end
   local most = group ~= '' and T.most(L, T.share(head[1]))
@@ -225,6 +220,15 @@ function T.rerank(L, group)
     if L.cap > 0 then redis.call('ZADD', L.shares, L.cap, 'cap') end
     T.keep(L.turns, L.ttl)  -- a new key: pushed on by the joins and the waiters' beats from now on
   end
+end
+
+-- Turns begin (nobody waited): the turns of an earlier spell of waiting count no more.
+function T.begin(L)
+  for _, name in ipairs(redis.call('ZRANGE', L.shares, 0, -1)) do
+    local kind = string.sub(name, 1, 1)
+    if kind == 't' or kind == '=' or kind == '#' then redis.call('ZREM', L.shares, name) end
+  end
+  L.grouped = true
 end
 
 -- A group got a slot: its turn is the ledger's next (it waits behind the groups served before).
@@ -281,8 +285,12 @@ function T.join(L, member, score)
   local added = redis.call('ZADD', line, 'NX', score, member)
   if added == 1 then
     T.keep(line, L.ttl)
+    if fresh then
+      -- Turns begin: the claims without a group waited first, and take turns as one more group.
+      T.begin(L)
+      T.rerank(L, '')
+    end
     T.rerank(L, group)
-    if fresh then T.rerank(L, '') end  -- from now on the claims without a group take turns too
     if L.grouped then
       T.keep(L.turns, L.ttl)
       T.keep(L.shares, L.ttl)
