@@ -4,7 +4,7 @@ Each test here fails without the feature: without ``fair_by`` a line is first co
 served; without ``slot_units`` every message takes one slot; without ``max_waiting`` every
 refused message waits. The rule they follow is docs/design.md's "Who gets the next slot"; the
 model test (``test_ledger_model.py``) checks the scripts against it step by step, and
-``test_multiprocess.py`` across hosts.
+``test_fair_hosts.py`` with real worker processes on two hosts.
 """
 
 from __future__ import annotations
