@@ -18,20 +18,28 @@ Actors:
     write's outcome (and the fence) goes to the probe hash ``fenced``.
 ``busy_job(i, gate)`` on queue ``mp_busy``, runtime key ``mp:busy``, ``on_busy="coalesce"``
     runs inside probe scope ``key:mp:busy``; with a ``gate`` probe key, until it exists.
+``fair_job(tenant, i, units, gate)`` on queue ``mp_fair`` (``queue_capacity`` from the config)
+    fair-share group ``tenant`` (none when empty), ``units`` slots of each limit (actor options a
+    message may override); runs ``job_ms`` (then, with a ``gate`` probe key, until it exists) inside
+    probe scope ``queue:mp_fair``, its arg the JSON of ``{tenant, i, units, token, fences}``: its
+    hold's token and fencing tokens (``current_hold()``).
 
-Each worker process records in the probe that it booted (``after_worker_boot``),
-and each message that runs after a deferral records how many it had.
+Each worker process records in the probe that it booted (``after_worker_boot``), each message
+that runs after a deferral records how many it had, and each skipped message (deferred or
+dropped) that it was skipped.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
 from typing import Any
 
 import dramatiq
-from dramatiq.middleware import CurrentMessage, TimeLimit
+from dramatiq.broker import MessageProxy
+from dramatiq.middleware import CurrentMessage, Middleware, TimeLimit
 
 from dramatiq_slots import Slots, current_hold
 from dramatiq_slots.middleware.deferral import DEFERRALS
@@ -43,6 +51,9 @@ from tests.support.worker_groups import (
     CAPPED_ACTOR,
     CAPPED_QUEUE,
     CAPPED_SCOPE,
+    FAIR_ACTOR,
+    FAIR_QUEUE,
+    FAIR_SCOPE,
     FENCED_ACTOR,
     FENCED_KEY,
     FENCED_QUEUE,
@@ -78,7 +89,17 @@ probe = ProcessProbe(config.probe_redis_url, config.probe_prefix)
 broker.add_middleware(BootProbe(probe, config.group))
 
 
-def _work(scope: str, arg: Any) -> None:
+class SkipProbe(Middleware):
+    """Records in the probe every message skipped (``after_skip_message``: deferred, or dropped)."""
+
+    def after_skip_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
+        probe().skipped(message.message_id)
+
+
+broker.add_middleware(SkipProbe())
+
+
+def _work(scope: str, arg: Any, gate: str = "") -> None:
     message = CurrentMessage.get_current_message()
     message_id = message.message_id if message is not None else "?"
     deferrals = int(message.options.get(DEFERRALS, 0)) if message is not None else 0
@@ -90,6 +111,8 @@ def _work(scope: str, arg: Any) -> None:
         end = time.monotonic() + config.job_ms / 1000
         while (left := end - time.monotonic()) > 0:
             time.sleep(min(left, 0.02))
+        while gate and not probe().client.exists(gate):
+            time.sleep(0.02)
 
 
 def _slot_options(**options: Any) -> dict[str, Any]:
@@ -175,3 +198,31 @@ def busy_job(i: int, gate: str) -> None:
     with probe().run(key_scope(BUSY_KEY), message.message_id if message else "?", group=config.group, arg=i):
         while gate and not probe().client.exists(gate):
             time.sleep(0.02)
+
+
+def _tenant(tenant: str, i: int, units: int, gate: str) -> str | None:
+    return tenant or None
+
+
+def _units(tenant: str, i: int, units: int, gate: str) -> int:
+    return units
+
+
+@dramatiq.actor(
+    actor_name=FAIR_ACTOR,
+    queue_name=FAIR_QUEUE,
+    max_retries=config.max_retries,
+    min_backoff=200,
+    max_backoff=1_000,
+    **_slot_options(queue_capacity=config.capacity, fair_by=_tenant, slot_units=_units),
+)
+def fair_job(tenant: str, i: int, units: int, gate: str) -> None:
+    hold = current_hold()
+    seen = {
+        "tenant": tenant,
+        "i": i,
+        "units": units,
+        "token": hold.token if hold is not None else "",
+        "fences": hold.fences if hold is not None else {},
+    }
+    _work(FAIR_SCOPE, json.dumps(seen, sort_keys=True), gate)

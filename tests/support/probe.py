@@ -15,6 +15,7 @@ Keys, under ``<prefix>:``::
     open              hash run id -> JSON {scope, pid}: runs started and not yet ended
     boots             hash pid -> group label: worker processes that finished booting
     deferrals         hash message id -> deferrals: messages that ran after being deferred
+    skips             hash message id -> skips: messages skipped (deferred, or dropped), each time
 
 Entry and exit are single Lua scripts, so the counter and the peak move
 atomically, and times are the Redis server's clock in microseconds (one clock
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -108,22 +109,26 @@ class ProcessProbe:
         return self._probe
 
 
-def max_overlap(runs: Iterable[Run], *, since: int | None = None) -> int:
+def max_overlap(
+    runs: Iterable[Run], *, since: int | None = None, weight: Callable[[Run], int] | None = None
+) -> int:
     """Most runs open at one instant (a run still open counts until the end of time).
 
     At equal times an end is counted before a start, so back-to-back runs do
     not overlap. ``since`` (Redis microseconds) ignores what happened before.
+    ``weight``: what each run counts (by default 1; the units of a weighted job).
     """
     events: list[tuple[int, int]] = []
     for run in runs:
+        count = 1 if weight is None else weight(run)
         end = run.end if run.end is not None else 2**62
         if since is not None:
             if end <= since:
                 continue
-            events.append((max(run.start, since), 1))
+            events.append((max(run.start, since), count))
         else:
-            events.append((run.start, 1))
-        events.append((end, -1))
+            events.append((run.start, count))
+        events.append((end, -count))
     events.sort()
     best = current = 0
     for _, delta in events:
@@ -181,6 +186,10 @@ class Probe:
         """Record that a message ran after ``deferrals`` deferrals (its ``slots_deferrals`` option)."""
         self.client.hset(self.key("deferrals"), message_id, deferrals)
 
+    def skipped(self, message_id: str) -> None:
+        """Record that a message was skipped (a deferral, or a drop: its message is acked unrun)."""
+        self.client.hincrby(self.key("skips"), message_id, 1)
+
     def booted(self, group: str, pid: int | None = None) -> None:
         """Record that a worker process of ``group`` is up (its consumers are about to start)."""
         self.client.hset(self.key("boots"), str(os.getpid() if pid is None else pid), group)
@@ -201,6 +210,11 @@ class Probe:
     def deferrals(self) -> dict[str, int]:
         """``{message id: deferrals}`` of the messages that ran after a deferral (:meth:`deferred`)."""
         raw = self.client.hgetall(self.key("deferrals"))
+        return {_text(message_id): int(count) for message_id, count in raw.items()}
+
+    def skips(self) -> dict[str, int]:
+        """``{message id: times skipped}`` (:meth:`skipped`)."""
+        raw = self.client.hgetall(self.key("skips"))
         return {_text(message_id): int(count) for message_id, count in raw.items()}
 
     def boots(self) -> dict[int, str]:

@@ -80,6 +80,10 @@ BUSY_QUEUE = "mp_busy"
 BUSY_ACTOR = "busy_job"
 #: The runtime key of every ``busy_job`` (on_busy="coalesce"), and its probe scope.
 BUSY_KEY = "mp:busy"
+#: ``fair_job(tenant, i, units, gate)``: its group is ``tenant`` (none when empty), it takes
+#: ``units`` slots (the app's actor options); a queue of capacity ``AppConfig.capacity``.
+FAIR_QUEUE = "mp_fair"
+FAIR_ACTOR = "fair_job"
 
 
 def queue_scope(queue_name: str) -> str:
@@ -94,6 +98,8 @@ def key_scope(key: str) -> str:
 
 #: Probe scope of the app's capped queue.
 CAPPED_SCOPE = queue_scope(CAPPED_QUEUE)
+#: Probe scope of every ``fair_job`` run.
+FAIR_SCOPE = queue_scope(FAIR_QUEUE)
 
 
 def runtime_key(key: str) -> str:
@@ -542,7 +548,7 @@ class WorkerFleet:
         A RabbitMQ node serves a whole test session, and its queues have fixed
         names: what an earlier test left there must not run in this one.
         """
-        for queue_name in (CAPPED_QUEUE, KEYED_QUEUE, FENCED_QUEUE, BUSY_QUEUE):
+        for queue_name in (CAPPED_QUEUE, KEYED_QUEUE, FENCED_QUEUE, BUSY_QUEUE, FAIR_QUEUE):
             self._broker.declare_queue(queue_name, ensure=True)  # type: ignore[call-arg]
             self._broker.flush(queue_name)
 
@@ -621,13 +627,29 @@ class WorkerFleet:
 
     # -- messages ---------------------------------------------------------
 
-    def send(self, queue_name: str, actor_name: str, *args: Any, **kwargs: Any) -> str:
-        """Enqueue one message for the app's actor; returns its message id."""
+    def send(
+        self,
+        queue_name: str,
+        actor_name: str,
+        *args: Any,
+        options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Enqueue one message for the app's actor (with message ``options``); returns its message id."""
         message: Message[Any] = Message(
-            queue_name=queue_name, actor_name=actor_name, args=args, kwargs=kwargs, options={}
+            queue_name=queue_name,
+            actor_name=actor_name,
+            args=args,
+            kwargs=kwargs,
+            options=dict(options or {}),
         )
         self._broker.enqueue(message)
         return message.message_id
+
+    def send_fair(self, tenant: str, i: int, units: int = 1, gate: str = "", **options: Any) -> str:
+        """Enqueue one ``fair_job`` (group ``tenant``, ``units`` slots; message ``options`` such as
+        ``fair_max_share`` or ``on_busy``); returns its message id."""
+        return self.send(FAIR_QUEUE, FAIR_ACTOR, tenant, i, units, gate, options=options)
 
     def send_capped(self, count: int, *, start: int = 0) -> list[str]:
         return [self.send(CAPPED_QUEUE, CAPPED_ACTOR, i) for i in range(start, start + count)]
