@@ -72,7 +72,11 @@ W9, a noisy neighbour on one capped queue (cap 4, 2 hosts x 4 threads, 200 ms jo
     (served fairly, A ends last). Figures: each small tenant's makespan /
     its ideal, the cap's utilization while a backlog exists, A's makespan,
     and how many messages the workers had not fetched when the small tenants
-    sent (the broker's list, one ``LLEN`` not counted in cmds/job).
+    sent (the broker's list, one ``LLEN`` not counted in cmds/job). A line
+    holds only what the workers fetched and lined up (a process lines up at
+    most twice its threads of a ledger whose cap is at most its threads, the
+    rest held back in send order): ``--threads 64`` lets every message into
+    a line, and shows the fair turns alone.
 W10, weights: 4-unit and 1-unit jobs on a 10-unit queue cap (2 hosts x 8 threads)
     60 heavy jobs (4 units, 300 ms), each followed by 4 light ones (1 unit,
     100 ms), 300 jobs enqueued before the release (``--quick``: 30 heavy).
@@ -605,6 +609,7 @@ def noisy_neighbour(
     per_small: int,
     job_ms: int,
     late_s: float,
+    **kw: Any,
 ) -> Workload:
     """Tenant A's backlog of ``big`` jobs at the release, then ``per_small`` jobs of each small
     tenant, interleaved, sent ``late_s`` after it (W9; the module docstring gives the ideals)."""
@@ -626,6 +631,7 @@ def noisy_neighbour(
         actor="tenant",
         late_jobs=tuple((tenant, i) for i in range(per_small) for tenant in small),
         late_s=late_s,
+        **kw,
     )
     parts = [
         Part(
@@ -714,17 +720,20 @@ W8_JOBS_PER_KEY = 3
 W8_JOB_MS = 10
 
 
-def workloads(quick: bool) -> list[Workload]:
-    """W1..W10 at full size, or small for ``--quick``."""
+def workloads(quick: bool, threads: int = 4) -> list[Workload]:
+    """W1..W10 at full size, or small for ``--quick``; ``threads``: the worker threads per process of
+    every workload but W3 (1) and W10 (8), its ideal computed with them (``--threads``)."""
+    t = {"threads": threads}
     keys4 = ("k1", "k2", "k3", "k4")
     many_keys = [f"k{n:05d}" for n in range(W8_KEYS // 10 if quick else W8_KEYS)]
     return [
-        capped("W1", "queue cap 3, 200 ms jobs", cap=3, jobs=30 if quick else 150, job_ms=200),
+        capped("W1", "queue cap 3, 200 ms jobs", cap=3, jobs=30 if quick else 150, job_ms=200, **t),
         keyed(
             "W2",
             "runtime keys (1 per key), 200 ms jobs",
             jobs=interleaved(keys4, 4 if quick else 15),
             job_ms=200,
+            **t,
         ),
         keyed(
             "W3",
@@ -739,7 +748,7 @@ def workloads(quick: bool) -> list[Workload]:
             # Its makespan is mostly dramatiq's idle poll (up to --worker-timeout): noisy.
             repeats=3 if quick else 5,
         ),
-        capped("W4", "burst, queue cap 5, 20 ms jobs", cap=5, jobs=300 if quick else 2_000, job_ms=20),
+        capped("W4", "burst, queue cap 5, 20 ms jobs", cap=5, jobs=300 if quick else 2_000, job_ms=20, **t),
         capped(
             "W5",
             "no contention: queue cap 50 > threads, no-op jobs",
@@ -748,6 +757,7 @@ def workloads(quick: bool) -> list[Workload]:
             job_ms=0,
             # A few seconds of no-op jobs on a shared 2-core machine: the median of 3 repeats.
             repeats=1 if quick else 3,
+            **t,
         ),
         mixed(
             "W6",
@@ -757,6 +767,7 @@ def workloads(quick: bool) -> list[Workload]:
             job_ms=300 if quick else 500,
             other_jobs=100 if quick else 300,
             other_job_ms=20,
+            **t,
         ),
         hot_and_cold(
             "W7",
@@ -764,6 +775,7 @@ def workloads(quick: bool) -> list[Workload]:
             hot=12 if quick else 30,
             cold=20 if quick else 40,
             job_ms=200,
+            **t,
         ),
         keyed(
             "W8",
@@ -777,17 +789,19 @@ def workloads(quick: bool) -> list[Workload]:
             # Its ratio to nocap on this shared 2-core machine: the median of 3 (each run's ledger
             # is read after its keys expired while the next runs go on, see run_once).
             repeats=1 if quick else 3,
+            **t,
         ),
         noisy_neighbour(
             "W9",
             "noisy neighbour: tenant A's backlog, then tenants B..E 1 s later, queue cap 4, 200 ms jobs",
             cap=4,
             # --quick: small enough that slots-fixed (A at one slot) ends within its 15 s timeout.
-            big=50 if quick else 200,
+            big=40 if quick else 200,
             small=("B", "C", "D", "E"),
             per_small=10,
             job_ms=200,
             late_s=1.0,
+            **t,
         ),
         weighted_mix(
             "W10",
@@ -2358,6 +2372,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "twice the threads)",
     )
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=4,
+        help="worker threads per process of every workload but W3 (1) and W10 (8), their ideals "
+        "computed with them (default 4; e.g. 64 for W9 with every message in a line)",
+    )
+    parser.add_argument(
         "--dump-runs",
         type=Path,
         default=None,
@@ -2407,7 +2428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     all_workloads = [
         replace(w, prefetch=w.prefetch or args.prefetch) if args.prefetch else w
-        for w in workloads(args.quick)
+        for w in workloads(args.quick, args.threads)
     ]
     names = _pick(args.only, [w.name for w in all_workloads], "workloads")
     ways = _pick(args.ways, WAYS, "ways")
