@@ -22,6 +22,12 @@ Actors:
 ``bench_other_job(i)`` on queue ``bench_other``: never limited, in every way
 (W6's other work, served by the same workers as the capped queue; its job
 time is ``other_job_ms``).
+``bench_tenant_job(tenant, i)`` on queue ``bench_tenant`` (W9): capped at
+``capacity``; in ``slots-fair`` its ``fair_by`` is the tenant, in
+``slots-fixed`` the tenant is also a runtime key of capacity 1.
+``bench_weighted_job(units, job_ms, i)`` on queue ``bench_weighted`` (W10):
+capped at ``capacity``, runs ``job_ms``; in ``slots-units`` it takes
+``units`` slots (``slot_units``), elsewhere one.
 
 The probe (:class:`bench.support.Probe`, on its own Redis server) records
 each run *inside* the limited section, with the message's deferral count
@@ -60,13 +66,24 @@ from .config import (
     OTHER_QUEUE,
     OTHER_SCOPE,
     SLOTS_COUNTED,
+    SLOTS_FAIR,
+    SLOTS_FIXED,
     SLOTS_SHARE,
     SLOTS_THREADS,
+    SLOTS_UNITS,
     SLOTS_WAYS,
+    TENANT_ACTOR,
+    TENANT_QUEUE,
+    TENANT_SCOPE,
+    WEIGHTED_ACTOR,
+    WEIGHTED_QUEUE,
+    WEIGHTED_SCOPE,
     BenchConfig,
     key_scope,
     other_label,
     runtime_key,
+    tenant_key,
+    weighted_label,
 )
 from .support import BootProbe, Probe
 
@@ -175,3 +192,49 @@ def bench_other_job(i: int) -> None:
     # No limiter and no Slots option, in every way: only the probe's record.
     with _recorded(OTHER_SCOPE, other_label(i)):
         _work(config.other_job_ms)
+
+
+def _tenant_of(tenant: str, i: int) -> str:
+    return tenant
+
+
+def _tenant_key_of(tenant: str, i: int) -> str:
+    return tenant_key(tenant)
+
+
+def _tenant_options() -> dict[str, Any]:
+    """W9's ways: the tenant as the fair-share group, or as a runtime key of capacity 1 (a fixed share)."""
+    if config.way == SLOTS_FAIR:
+        return {"fair_by": _tenant_of}
+    if config.way == SLOTS_FIXED:
+        return {"unique_at_runtime_key": _tenant_key_of, "runtime_key_capacity": 1}
+    return {}
+
+
+@dramatiq.actor(
+    actor_name=TENANT_ACTOR,
+    queue_name=TENANT_QUEUE,
+    **_retry_options(),
+    **_slots_options(queue_capacity=config.capacity, **_tenant_options()),
+)
+def bench_tenant_job(tenant: str, i: int) -> None:
+    with _limited("tenant", config.capacity or 1), _recorded(TENANT_SCOPE, f"{tenant}{i}"):
+        _work(config.job_ms)
+
+
+def _units_of(units: int, job_ms: int, i: int) -> int:
+    return units
+
+
+@dramatiq.actor(
+    actor_name=WEIGHTED_ACTOR,
+    queue_name=WEIGHTED_QUEUE,
+    **_retry_options(),
+    **_slots_options(
+        queue_capacity=config.capacity, **({"slot_units": _units_of} if config.way == SLOTS_UNITS else {})
+    ),
+)
+def bench_weighted_job(units: int, job_ms: int, i: int) -> None:
+    # The CRL ways would count jobs, not units (not run for W10).
+    with _limited("weighted", config.capacity or 1), _recorded(WEIGHTED_SCOPE, weighted_label(units, i)):
+        _work(job_ms)

@@ -52,8 +52,24 @@ SLOTS = "slots"
 SLOTS_THREADS = "slots-threads"
 SLOTS_SHARE = "slots-share"
 SLOTS_COUNTED = "slots-counted"
+#: Slots with the options of who gets the next slot (W9, W10 only; ``slots`` there is the same
+#: actor without them: first come, first served, every job one slot). ``slots-fair``: the tenant
+#: actor's ``fair_by`` is its tenant; ``slots-fixed``: instead, each tenant is a runtime key of
+#: capacity 1 on top of the queue's cap (a fixed share per tenant: the workaround before
+#: ``fair_by``); ``slots-units``: the weighted actor's ``slot_units`` is the job's units.
+SLOTS_FAIR = "slots-fair"
+SLOTS_FIXED = "slots-fixed"
+SLOTS_UNITS = "slots-units"
 #: The ways whose app runs the Slots middleware.
-SLOTS_WAYS: tuple[str, ...] = (SLOTS, SLOTS_THREADS, SLOTS_SHARE, SLOTS_COUNTED)
+SLOTS_WAYS: tuple[str, ...] = (
+    SLOTS,
+    SLOTS_THREADS,
+    SLOTS_SHARE,
+    SLOTS_COUNTED,
+    SLOTS_FAIR,
+    SLOTS_FIXED,
+    SLOTS_UNITS,
+)
 WAYS: tuple[str, ...] = (NOCAP, DEDICATED, SEPARATE, CRL_DEFAULT, CRL_TUNED, *SLOTS_WAYS)
 #: The ways whose app limits nothing (the cap, if any, holds by their topology).
 UNLIMITED_WAYS: tuple[str, ...] = (NOCAP, DEDICATED, SEPARATE)
@@ -65,10 +81,18 @@ KEYED_QUEUE = "bench_keyed"
 KEYED_ACTOR = "bench_keyed_job"
 OTHER_QUEUE = "bench_other"
 OTHER_ACTOR = "bench_other_job"
+#: W9's queue: ``bench_tenant_job(tenant, i)``, capped, a tenant per message.
+TENANT_QUEUE = "bench_tenant"
+TENANT_ACTOR = "bench_tenant_job"
+#: W10's queue: ``bench_weighted_job(units, job_ms, i)``, capped, heavy and light jobs.
+WEIGHTED_QUEUE = "bench_weighted"
+WEIGHTED_ACTOR = "bench_weighted_job"
 
-#: Probe scopes of the capped and the other queue (runtime keys: :func:`key_scope`).
+#: Probe scopes of the capped queues and the other queue (runtime keys: :func:`key_scope`).
 CAPPED_SCOPE = queue_scope(CAPPED_QUEUE)
 OTHER_SCOPE = queue_scope(OTHER_QUEUE)
+TENANT_SCOPE = queue_scope(TENANT_QUEUE)
+WEIGHTED_SCOPE = queue_scope(WEIGHTED_QUEUE)
 
 
 def other_label(i: int) -> str:
@@ -79,6 +103,17 @@ def other_label(i: int) -> str:
 def runtime_key(key: str) -> str:
     """The runtime key (Slots) or limiter key suffix (CRL) of ``bench_keyed_job(key, i)``."""
     return f"bench:{key}"
+
+
+def tenant_key(tenant: str) -> str:
+    """The runtime key of tenant ``tenant`` in the ``slots-fixed`` way (W9)."""
+    return f"tenant:{tenant}"
+
+
+def weighted_label(units: int, i: int) -> str:
+    """The label the app records for ``bench_weighted_job(units, job_ms, i)``: ``"h3"`` (heavy,
+    more than one unit) or ``"l17"`` (light)."""
+    return f"{'h' if units > 1 else 'l'}{i}"
 
 
 #: Prefix of the environment variables that carry a :class:`BenchConfig`.

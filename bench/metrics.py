@@ -40,6 +40,23 @@ in order
     that never started counts as starting after every one that did). Strict:
     read for keys (W3), where a line runs one at a time; on a capped queue
     the jitter among jobs started together breaks it.
+
+Units (W10, :class:`UnitFigures`: jobs that take several slots of a cap, a
+run counting its job's units whether or not the way tells the ledger):
+
+units utilization
+    time-weighted mean of (units of the runs open) / the cap, over the same
+    span as utilization: the share of the cap's units in use while a
+    backlog exists (above 1 when more load runs than the cap allows).
+peak units
+    most units of runs open at one instant (an end before a start at equal
+    times, as ``peak``), measured by the probe, outside the ledger.
+head wait
+    of a message, from when it was first in line to its first start: from
+    the latest first start of the messages sent before it (all of them had
+    started: none was ahead of it) to its own first start, 0 if it started
+    before one of them. ``heavy_head_wait_max`` is the longest over the
+    heavy jobs (more than one unit).
 """
 
 from __future__ import annotations
@@ -48,7 +65,7 @@ import itertools
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bench.support import Run, max_overlap
@@ -63,16 +80,20 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-def utilization(runs: Iterable[Run], limit: int, start: int, end: int) -> float:
-    """Time-weighted mean of open runs / ``limit`` over ``[start, end]`` (open runs count to ``end``)."""
+def utilization(
+    runs: Iterable[Run], limit: int, start: int, end: int, units: Callable[[Run], int] | None = None
+) -> float:
+    """Time-weighted mean of open runs / ``limit`` over ``[start, end]`` (open runs count to ``end``);
+    ``units``: what one run counts (default 1)."""
     if end <= start or limit <= 0:
         return math.nan
     events: list[tuple[int, int]] = []
     for run in runs:
         a = max(run.start, start)
         b = min(run.end if run.end is not None else end, end)
+        weight = units(run) if units is not None else 1
         if b > a:
-            events += [(a, 1), (b, -1)]
+            events += [(a, weight), (b, -weight)]
     events.sort()
     area = 0
     running = 0
@@ -255,4 +276,96 @@ def figures(
             f"{run_label(r)}@{(r.start - released_us) / 1e6:.2f}s"
             for r in sorted(runs, key=lambda r: (r.start, r.run_id))
         ],
+    )
+
+
+def units_overlap(runs: Iterable[Run], units: Callable[[Run], int]) -> int:
+    """Most units of runs open at one instant (a run still open counts until the end of time; at
+    equal times an end is counted before a start, as :func:`bench.support.max_overlap`)."""
+    events: list[tuple[int, int]] = []
+    for run in runs:
+        weight = units(run)
+        events += [(run.start, weight), (run.end if run.end is not None else 2**62, -weight)]
+    events.sort()
+    best = current = 0
+    for _, delta in events:
+        current += delta
+        best = max(best, current)
+    return best
+
+
+def head_waits(
+    first_start: Mapping[str, int], order: Sequence[str], available_us: Mapping[str, int], *, deadline_us: int
+) -> dict[str, int]:
+    """Each message's head wait (us; see the module docstring), by id; ``order``: the ids in send
+    order. First in line: once it was available and every message sent before it had started. A
+    message that never started waits until ``deadline_us``; those sent after it were never first
+    in line (no entry)."""
+    out: dict[str, int] = {}
+    ahead = 0  # the latest first start of the messages sent before
+    for message_id in order:
+        start = first_start.get(message_id, deadline_us)
+        out[message_id] = max(0, start - max(ahead, available_us[message_id]))
+        if message_id not in first_start:
+            break
+        ahead = max(ahead, start)
+    return out
+
+
+@dataclass(frozen=True)
+class UnitFigures:
+    """W10's figures of one run, with each job's units (see the module docstring); times in seconds."""
+
+    cap: int
+    units_utilization: float
+    peak_units: int
+    heavy_head_wait_max_s: float
+    #: The heavy job whose head wait was longest (its label), and its wait from the release.
+    heavy_head_wait_max_at: str
+    heavy_wait_max_s: float
+    light_wait_max_s: float
+    heavy_head_wait_p50_s: float
+
+
+def unit_figures(
+    runs: Sequence[Run],
+    *,
+    units_of: Mapping[str, int],
+    labels: Mapping[str, str],
+    order: Sequence[str],
+    available_us: Mapping[str, int],
+    cap: int,
+    finished: bool,
+    deadline_us: int,
+) -> UnitFigures:
+    """:class:`UnitFigures` from the probe's ``runs``; ``units_of``: message id -> its job's units,
+    ``order``: the ids in send order, ``cap``: the units of the cap."""
+    mine = [r for r in runs if r.message_id in units_of]
+    first_start: dict[str, int] = {}
+    for run in mine:
+        first_start[run.message_id] = min(first_start.get(run.message_id, run.start), run.start)
+    starts = sorted(first_start.values())
+    backlog_end = starts[-1] if finished and starts else deadline_us
+
+    def units(run: Run) -> int:
+        return units_of[run.message_id]
+
+    util = utilization(mine, cap, starts[0], backlog_end, units) if starts else math.nan
+    heavy = {m for m, u in units_of.items() if u > 1}
+    head = {
+        m: w
+        for m, w in head_waits(first_start, order, available_us, deadline_us=deadline_us).items()
+        if m in heavy
+    }
+    waits = {m: first_start.get(m, deadline_us) - at for m, at in available_us.items()}
+    worst = max(head, key=lambda m: head[m], default="")
+    return UnitFigures(
+        cap=cap,
+        units_utilization=util,
+        peak_units=units_overlap(mine, units),
+        heavy_head_wait_max_s=head[worst] / 1e6 if worst else math.nan,
+        heavy_head_wait_max_at=labels.get(worst, ""),
+        heavy_wait_max_s=max((waits[m] for m in heavy if m in waits), default=math.nan) / 1e6,
+        light_wait_max_s=max((w for m, w in waits.items() if m not in heavy), default=math.nan) / 1e6,
+        heavy_head_wait_p50_s=percentile([w / 1e6 for w in head.values()], 0.5),
     )

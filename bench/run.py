@@ -13,13 +13,15 @@ other queue, ``dramatiq --queues``; the operator's workaround for mixed
 queues, W6 only), ``crl-default`` and ``crl-tuned`` (dramatiq's
 ``ConcurrentRateLimiter``) and ``slots``. A workload may also name its own
 ways (W6: nocap, separate, crl-tuned, slots; W7: nocap, crl-tuned, slots;
-W7r: nocap, slots, slots-counted; W8: nocap, slots).
+W7r: nocap, slots, slots-counted; W8: nocap, slots; W9: slots, slots-fair,
+slots-fixed; W10: slots, slots-units; see :mod:`bench.config`).
 
 The workloads (:func:`workloads`): W1 a capped queue, W2 runtime keys, W3
 the starvation case (keys A, A, B on two threads), W4 a burst of short jobs
 on a capped queue, W5 no contention (cap above the threads, no-op jobs), W8
-load and leak at many runtime keys (below), and two workloads of *parts*,
-shares of their jobs with figures of their own (:class:`Part`):
+load and leak at many runtime keys, W9 a noisy neighbour and W10 weights
+(below), and workloads of *parts*, shares of their jobs with figures of
+their own (:class:`Part`: W6, W7, and W9's tenants):
 
 W6, mixed queues on one fleet
     a capped queue (cap 2) with a backlog of long jobs enqueued first, then
@@ -55,6 +57,53 @@ W8, load and leak at 10,000 runtime keys (``--quick``: 1,000)
     No ``fifo`` (a key's jobs are all the other keys' jobs apart: the queue,
     not the key, is what they wait for).
 
+W9, a noisy neighbour on one capped queue (cap 4, 2 hosts x 4 threads, 200 ms jobs)
+    tenant A's 200 jobs (``--quick``: 50) are enqueued before the release;
+    tenants B, C, D and E send 10 each, interleaved, 1 s after it. They are
+    really sent then, by the runner while the workers run, each available
+    from its own enqueue: what they wait behind is what the workers have not
+    fetched of A's backlog, as in production. (Enqueued before the release
+    with a send time 1 s later, they would sit in the broker behind all of
+    A's and the forged time would only move their place in a line: it would
+    measure nothing real.) Ways: ``slots`` (first come, first served),
+    ``slots-fair`` (``fair_by`` the tenant), ``slots-fixed`` (each tenant a
+    runtime key of capacity 1 on top of the cap: a fixed share, which wastes
+    the cap while a tenant is alone). Parts: each tenant. A small tenant's
+    makespan runs from its send to its last completion; its *fair-share
+    ideal*: while all five tenants have work (A has for the whole run), each
+    gets cap / 5 = 4/5 of a slot, so its 10 x 200 ms take 10 x 200 ms / (4/5)
+    = 2.5 s. Jobs run whole, so the best a real schedule does is a little
+    more: the 40 small jobs and A's 10 that interleave take ceil(50 / 4) = 13
+    rounds, 2.6 s, after the first slot frees (up to one job time after the
+    send, all four being A's then): 2.6..2.8 s, 1.04..1.12 x the ideal. A's
+    ideal is the whole backlog at the full cap, ceil(240 / 4) x 200 ms = 12 s
+    (served fairly, A ends last). Figures: each small tenant's makespan /
+    its ideal, the cap's utilization while a backlog exists, A's makespan,
+    and how many messages the workers had not fetched when the small tenants
+    sent (the broker's list, one ``LLEN`` not counted in cmds/job). A line
+    holds only what the workers fetched and lined up (a process lines up at
+    most twice its threads of a ledger whose cap is at most its threads, the
+    rest held back in send order): ``--threads 64`` lets every message into
+    a line, and shows the fair turns alone.
+W10, weights: 4-unit and 1-unit jobs on a 10-unit queue cap (2 hosts x 8 threads)
+    60 heavy jobs (4 units, 300 ms), each followed by 4 light ones (1 unit,
+    100 ms), 300 jobs enqueued before the release (``--quick``: 30 heavy).
+    16 threads, so the cap binds and not the threads (10 light jobs may run
+    at once). Ways: ``slots-units`` (``slot_units`` 4 for a heavy job) and
+    ``slots`` (every job 1 slot: the cap counts jobs, not load). Ideal:
+    every job's units x time over the cap's 10 units, (60 x 4 x 300 + 240 x
+    100) ms / 10 = 9.6 s: long enough that the first and last jobs (the
+    ramp, a few tenths of a second) weigh little on a backlog of about 10 s
+    (with the quick sizes, half). Figures (:class:`bench.metrics.UnitFigures`,
+    a heavy run counting 4 in both ways, measured by the probe outside the
+    ledger): the cap's units in use while a backlog exists, their peak,
+    and each heavy job's *head wait*, from when every job sent before it had
+    started (it was first in line) to its start. Its bound, from the rule
+    that a heavy job first in line keeps the room that frees (no lighter job
+    passes it): every unit in use then is a job already running, which ends
+    within the longest job time (300 ms), so it waits at most one heavy job
+    time, plus the handoff; the target allows 1.5 (:data:`W10_HEAD_WAIT_JOBS`).
+
 For every workload and every way, one run, or ``Workload.repeats`` runs for
 the tiny ones whose makespan is mostly dramatiq's idle poll (W3; the table
 shows the repeat with the median efficiency, a note the spread and, for W3,
@@ -67,7 +116,9 @@ every repeat's start order):
 3. the groups are frozen (SIGSTOP), the jobs enqueued (in the workload's
    order: W6's capped jobs before its other ones), the broker server's
    command counters read, and the groups resumed (SIGCONT) all at once: the
-   *release*, where the clock of every makespan starts;
+   *release*, where the clock of every makespan starts (W9's later tenants
+   are sent ``late_s`` after it, while the workers run: their clock starts
+   at their send);
 4. wait until every job completed, or until ``--timeout`` (then the run is
    reported unfinished, with lower bounds);
 5. the command counters read again, the groups SIGKILLed (W8: SIGTERMed,
@@ -142,17 +193,27 @@ from bench.config import (  # noqa: E402
     SEPARATE,
     SLOTS,
     SLOTS_COUNTED,
+    SLOTS_FAIR,
+    SLOTS_FIXED,
     SLOTS_SHARE,
     SLOTS_THREADS,
+    SLOTS_UNITS,
     SLOTS_WAYS,
+    TENANT_ACTOR,
+    TENANT_QUEUE,
+    TENANT_SCOPE,
     UNLIMITED_WAYS,
     WAYS,
+    WEIGHTED_ACTOR,
+    WEIGHTED_QUEUE,
+    WEIGHTED_SCOPE,
     BenchConfig,
     key_scope,
     other_label,
+    weighted_label,
 )
 from bench.leak import LedgerCheck, OwnLedger, Reading  # noqa: E402
-from bench.metrics import Figures, Job, figures, jobs_in_lines  # noqa: E402
+from bench.metrics import Figures, Job, UnitFigures, figures, jobs_in_lines, unit_figures  # noqa: E402
 from bench.support import Probe, RabbitNode, Run, Server, ServerError, WorkerGroup  # noqa: E402
 from dramatiq_slots import URL_ENV, Ledger  # noqa: E402
 from dramatiq_slots.failpoints import ENV as FAILPOINT_ENV  # noqa: E402
@@ -202,6 +263,9 @@ class Part:
     ``limited``: whether a cap applies to it (its peak is the table's).
     ``versus``: a way whose makespan of this part this one's is reported
     against (``other / separate``); ``vs_ideal``: report makespan / ideal.
+    ``fifo``: whether its ``fifo`` figures mean anything (W9's tenants: no,
+    a tenant's rate depends on the others). Its clock starts when its first
+    message is available (the release, or W9's later send).
     """
 
     name: str
@@ -216,6 +280,7 @@ class Part:
     versus: str = ""
     vs_ideal: bool = False
     describe: str = ""
+    fifo: bool = True
 
     @property
     def reference(self) -> str:
@@ -250,7 +315,13 @@ class Workload:
     (empty: every way that applies). ``own_ledger``: the Slots ledger on a
     server of its own, read before and after the run (:mod:`bench.leak`;
     W8). ``fifo``: whether the ``fifo`` figures mean anything (False when
-    the line of a job is never what it waits for: W8's keys are far apart).
+    the line of a job is never what it waits for: W8's keys are far apart;
+    W9's tenants take turns; W10's jobs differ in time). ``actor``: which of
+    the app's actors its ``jobs`` are for (:data:`ACTORS`: ``capped`` or
+    ``keyed`` by ``keyed``; ``tenant``: ``(tenant, i)``, W9; ``weighted``:
+    ``(units, job_ms, i)``, W10). ``late_jobs``: more of its actor's
+    messages, sent ``late_s`` after the release by the runner while the
+    workers run (W9's small tenants).
     """
 
     name: str
@@ -277,6 +348,9 @@ class Workload:
     fifo: bool = True
     #: The broker its messages go through: the Redis one, or a RabbitMQ node (W7r).
     broker: str = REDIS_BROKER
+    actor: str = ""
+    late_jobs: tuple[tuple[Any, ...], ...] = ()
+    late_s: float = 0.0
 
     @property
     def fifo_job_ms(self) -> int:
@@ -290,7 +364,17 @@ class Workload:
 
     @property
     def job_count(self) -> int:
+        return len(self.jobs) + len(self.other_jobs) + len(self.late_jobs)
+
+    @property
+    def sent_at_release(self) -> int:
+        """How many of :meth:`messages` are enqueued before the release (the rest: ``late_s`` after)."""
         return len(self.jobs) + len(self.other_jobs)
+
+    @property
+    def kind(self) -> str:
+        """Its actor (a key of :data:`ACTORS`)."""
+        return self.actor or ("keyed" if self.keyed else "capped")
 
     @property
     def limit(self) -> int:
@@ -313,6 +397,8 @@ class Workload:
             return f"not one of {self.name}'s ways ({', '.join(self.ways)})"
         if way in (SLOTS_THREADS, SLOTS_SHARE, SLOTS_COUNTED) and not self.ways:
             return "the alternatives of the gate are run for W6 and W7 only"
+        if way in (SLOTS_FAIR, SLOTS_FIXED, SLOTS_UNITS) and not self.ways:
+            return "the options of who gets the next slot are run for W9 and W10 only"
         if way == DEDICATED and (self.keyed or self.cap >= self.threads_total or self.other_jobs):
             return "one capped queue, cap < threads, only"
         if way == SEPARATE and not self.other_jobs:
@@ -347,7 +433,7 @@ class Workload:
         """The queues this workload's messages go to: its worker groups consume only those, so
         the idle polling of the app's other queues (whose cost grows with the makespan, not with
         the jobs) is not counted against the way that runs longer."""
-        first = KEYED_QUEUE if self.keyed else CAPPED_QUEUE
+        first = ACTORS[self.kind][0]
         return (first, OTHER_QUEUE) if self.other_jobs else (first,)
 
     def way_topology(self, way: str) -> str:
@@ -362,19 +448,40 @@ class Workload:
         return self.topology
 
     def messages(self) -> list[tuple[str, str, tuple[Any, ...]]]:
-        """``(queue, actor, args)`` of every message, in enqueue order (``jobs``, then ``other_jobs``)."""
-        queue, actor = (KEYED_QUEUE, KEYED_ACTOR) if self.keyed else (CAPPED_QUEUE, CAPPED_ACTOR)
-        return [(queue, actor, args) for args in self.jobs] + [
-            (OTHER_QUEUE, OTHER_ACTOR, args) for args in self.other_jobs
-        ]
+        """``(queue, actor, args)`` of every message, in enqueue order (``jobs``, then ``other_jobs``;
+        then ``late_jobs``, the last ones past :attr:`sent_at_release`)."""
+        queue, actor, _ = ACTORS[self.kind]
+        return (
+            [(queue, actor, args) for args in self.jobs]
+            + [(OTHER_QUEUE, OTHER_ACTOR, args) for args in self.other_jobs]
+            + [(queue, actor, args) for args in self.late_jobs]
+        )
 
     def job_list(self) -> list[Job]:
-        """Each message's label (as the app records it) and place in line, in enqueue order."""
-        if self.keyed:
-            main = [(f"{key}{i}", str(key)) for key, i in self.jobs]
-        else:
-            main = [(str(args[0]), CAPPED_QUEUE) for args in self.jobs]
-        return jobs_in_lines([*main, *((other_label(args[0]), OTHER_QUEUE) for args in self.other_jobs)])
+        """Each message's label (as the app records it) and place in line, in enqueue order (as
+        :meth:`messages`). W9's line is the tenant (its parts are tenants)."""
+        label = ACTORS[self.kind][2]
+        main = [label(args) for args in self.jobs]
+        others = [(other_label(args[0]), OTHER_QUEUE) for args in self.other_jobs]
+        return jobs_in_lines([*main, *others, *(label(args) for args in self.late_jobs)])
+
+    def units_of(self) -> list[int]:
+        """The units of each message of :meth:`messages` (W10's first argument; 1 otherwise)."""
+        return [int(args[0]) if self.kind == "weighted" else 1 for _, _, args in self.messages()]
+
+
+#: The app's actors a workload's jobs are for: queue, actor, and ``args -> (label, line)`` (the
+#: label the app records, and the line it waits in: its queue, or its key; W9: its tenant).
+ACTORS: dict[str, tuple[str, str, Callable[[tuple[Any, ...]], tuple[str, str]]]] = {
+    "capped": (CAPPED_QUEUE, CAPPED_ACTOR, lambda args: (str(args[0]), CAPPED_QUEUE)),
+    "keyed": (KEYED_QUEUE, KEYED_ACTOR, lambda args: (f"{args[0]}{args[1]}", str(args[0]))),
+    "tenant": (TENANT_QUEUE, TENANT_ACTOR, lambda args: (f"{args[0]}{args[1]}", str(args[0]))),
+    "weighted": (
+        WEIGHTED_QUEUE,
+        WEIGHTED_ACTOR,
+        lambda args: (weighted_label(args[0], args[2]), WEIGHTED_QUEUE),
+    ),
+}
 
 
 def topology(hosts: int, processes: int, threads: int, prefetch: int = 0) -> str:
@@ -520,14 +627,132 @@ def hot_and_cold(
     return replace(w, parts=parts)
 
 
+def noisy_neighbour(
+    name: str,
+    title: str,
+    *,
+    cap: int,
+    big: int,
+    small: Sequence[str],
+    per_small: int,
+    job_ms: int,
+    late_s: float,
+    **kw: Any,
+) -> Workload:
+    """Tenant A's backlog of ``big`` jobs at the release, then ``per_small`` jobs of each small
+    tenant, interleaved, sent ``late_s`` after it (W9; the module docstring gives the ideals)."""
+    tenants = 1 + len(small)
+    # Each small tenant, while every tenant has work, gets cap / tenants of the cap.
+    small_ideal = per_small * job_ms / 1000 * tenants / cap
+    total = big + len(small) * per_small
+    w = Workload(
+        name,
+        title,
+        False,
+        cap,
+        job_ms,
+        tuple(("A", i) for i in range(big)),
+        ideal_s=math.ceil(total / cap) * job_ms / 1000,
+        ideal_rule=f"ceil({total}/{cap}) x {job_ms} ms",
+        ways=(SLOTS, SLOTS_FAIR, SLOTS_FIXED),
+        fifo=False,
+        actor="tenant",
+        late_jobs=tuple((tenant, i) for i in range(per_small) for tenant in small),
+        late_s=late_s,
+        **kw,
+    )
+    parts = [
+        Part(
+            "A",
+            frozenset({"A"}),
+            big,
+            job_ms,
+            limit=cap,
+            per_round=cap,
+            limited=True,
+            ideal_s=w.ideal_s,
+            ideal_rule=f"{w.ideal_rule} (the whole backlog at the full cap: A ends last)",
+            vs_ideal=True,
+            describe=f"tenant A: {big} x {job_ms} ms, enqueued before the release",
+            fifo=False,
+        )
+    ]
+    parts += [
+        Part(
+            tenant,
+            frozenset({tenant}),
+            per_small,
+            job_ms,
+            limit=cap,
+            per_round=cap,
+            limited=True,
+            ideal_s=small_ideal,
+            ideal_rule=f"{per_small} x {job_ms} ms / ({cap}/{tenants}) of a slot",
+            vs_ideal=True,
+            describe=f"tenant {tenant}: {per_small} x {job_ms} ms, sent {late_s:g} s after the release",
+            fifo=False,
+        )
+        for tenant in small
+    ]
+    return replace(w, parts=tuple(parts))
+
+
+def weighted_mix(
+    name: str,
+    title: str,
+    *,
+    cap: int,
+    heavy: int,
+    heavy_units: int,
+    heavy_ms: int,
+    light_per_heavy: int,
+    light_ms: int,
+    threads: int,
+) -> Workload:
+    """``heavy`` jobs of ``heavy_units`` units, each followed by ``light_per_heavy`` jobs of one unit,
+    all enqueued before the release (W10). Ideal: every job's units x time over the cap's units."""
+    jobs: list[tuple[int, int, int]] = []
+    light = 0
+    for h in range(heavy):
+        jobs.append((heavy_units, heavy_ms, h))
+        for _ in range(light_per_heavy):
+            jobs.append((1, light_ms, light))
+            light += 1
+    unit_ms = heavy * heavy_units * heavy_ms + light * light_ms
+    return Workload(
+        name,
+        title,
+        False,
+        cap,
+        heavy_ms,
+        tuple(jobs),
+        threads=threads,
+        ideal_s=unit_ms / cap / 1000,
+        ideal_rule=f"({heavy} x {heavy_units} x {heavy_ms} ms + {light} x 1 x {light_ms} ms) / {cap} units",
+        ways=(SLOTS, SLOTS_UNITS),
+        fifo=False,
+        actor="weighted",
+    )
+
+
+#: W10's heavy job: its units and time (ms); the bound on its wait once first in line, in heavy
+#: job times (see the module docstring: the longest job time, by the rule, and half of one for
+#: the handoff and this shared machine's noise).
+W10_HEAVY_UNITS = 4
+W10_HEAVY_MS = 300
+W10_HEAD_WAIT_JOBS = 1.5
+
 #: W8's runtime keys (``--quick``: a tenth), jobs per key, and job time (ms).
 W8_KEYS = 10_000
 W8_JOBS_PER_KEY = 3
 W8_JOB_MS = 10
 
 
-def workloads(quick: bool) -> list[Workload]:
-    """W1..W8 (and W7r, W7 on RabbitMQ) at full size, or small for ``--quick``."""
+def workloads(quick: bool, threads: int = 4) -> list[Workload]:
+    """W1..W10 (and W7r, W7 on RabbitMQ) at full size, or small for ``--quick``; ``threads``: the
+    worker threads per process of every workload but W3 (1) and W10 (8), its ideal computed with
+    them (``--threads``)."""
+    t = {"threads": threads}
     keys4 = ("k1", "k2", "k3", "k4")
     many_keys = [f"k{n:05d}" for n in range(W8_KEYS // 10 if quick else W8_KEYS)]
     w7 = hot_and_cold(
@@ -536,14 +761,16 @@ def workloads(quick: bool) -> list[Workload]:
         hot=12 if quick else 30,
         cold=20 if quick else 40,
         job_ms=200,
+        threads=threads,
     )
     return [
-        capped("W1", "queue cap 3, 200 ms jobs", cap=3, jobs=30 if quick else 150, job_ms=200),
+        capped("W1", "queue cap 3, 200 ms jobs", cap=3, jobs=30 if quick else 150, job_ms=200, **t),
         keyed(
             "W2",
             "runtime keys (1 per key), 200 ms jobs",
             jobs=interleaved(keys4, 4 if quick else 15),
             job_ms=200,
+            **t,
         ),
         keyed(
             "W3",
@@ -558,7 +785,7 @@ def workloads(quick: bool) -> list[Workload]:
             # Its makespan is mostly dramatiq's idle poll (up to --worker-timeout): noisy.
             repeats=3 if quick else 5,
         ),
-        capped("W4", "burst, queue cap 5, 20 ms jobs", cap=5, jobs=300 if quick else 2_000, job_ms=20),
+        capped("W4", "burst, queue cap 5, 20 ms jobs", cap=5, jobs=300 if quick else 2_000, job_ms=20, **t),
         capped(
             "W5",
             "no contention: queue cap 50 > threads, no-op jobs",
@@ -567,6 +794,7 @@ def workloads(quick: bool) -> list[Workload]:
             job_ms=0,
             # A few seconds of no-op jobs on a shared 2-core machine: the median of 3 repeats.
             repeats=1 if quick else 3,
+            **t,
         ),
         mixed(
             "W6",
@@ -576,6 +804,7 @@ def workloads(quick: bool) -> list[Workload]:
             job_ms=300 if quick else 500,
             other_jobs=100 if quick else 300,
             other_job_ms=20,
+            **t,
         ),
         w7,
         replace(
@@ -597,6 +826,31 @@ def workloads(quick: bool) -> list[Workload]:
             # Its ratio to nocap on this shared 2-core machine: the median of 3 (each run's ledger
             # is read after its keys expired while the next runs go on, see run_once).
             repeats=1 if quick else 3,
+            **t,
+        ),
+        noisy_neighbour(
+            "W9",
+            "noisy neighbour: tenant A's backlog, then tenants B..E 1 s later, queue cap 4, 200 ms jobs",
+            cap=4,
+            # --quick: small enough that slots-fixed (A at one slot) ends within its 15 s timeout.
+            big=40 if quick else 200,
+            small=("B", "C", "D", "E"),
+            per_small=10,
+            job_ms=200,
+            late_s=1.0,
+            **t,
+        ),
+        weighted_mix(
+            "W10",
+            f"weights: {W10_HEAVY_UNITS}-unit and 1-unit jobs interleaved on a 10-unit queue cap",
+            cap=10,
+            heavy=30 if quick else 60,
+            heavy_units=W10_HEAVY_UNITS,
+            heavy_ms=W10_HEAVY_MS,
+            light_per_heavy=4,
+            light_ms=100,
+            # 16 threads: the cap binds, not the threads (10 light jobs may run at once).
+            threads=8,
         ),
     ]
 
@@ -787,6 +1041,11 @@ class Result:
     ledger: LedgerCheck | None = None
     #: CPU seconds of the worker processes from the release to the end.
     workers_cpu_s: float = math.nan
+    #: W10's figures of units (jobs of several slots).
+    units: UnitFigures | None = None
+    #: W9: how many messages of the queue no worker had fetched yet when the late ones were sent
+    #: (the broker's list, read just before their send; None: no late messages).
+    late_behind: int | None = None
 
     def per_job(self, server: str) -> tuple[float, float]:
         """Commands and CPU microseconds per completed job on ``server`` (nan: not counted)."""
@@ -848,12 +1107,16 @@ def command_counts(client: redis.Redis) -> Counters:
     return Counters(int(info["total_commands_processed"]), per, cpu)
 
 
-def server_cost(before: Counters, after: Counters) -> tuple[ServerCost, Counter[str]]:
-    """The commands (less the reading ``before``) and CPU between two readings, and the calls
-    per command (``info`` left out)."""
-    per = after.per - before.per
+def server_cost(
+    before: Counters, after: Counters, own: Counter[str] | None = None
+) -> tuple[ServerCost, Counter[str]]:
+    """The commands (less the reading ``before`` and the bench's ``own`` reads in between) and CPU
+    between two readings, and the calls per command (``info`` left out)."""
+    own = own or Counter()
+    per = after.per - before.per - own
     per.pop("info", None)
-    return ServerCost(after.total - before.total - 1, after.cpu_s - before.cpu_s), per
+    commands = after.total - before.total - 1 - sum(own.values())
+    return ServerCost(commands, after.cpu_s - before.cpu_s), per
 
 
 def run_once(
@@ -925,10 +1188,25 @@ def run_once(
             own.booted()
         before = {name: command_counts(client) for name, client in counted.items()}
         workers_before = cluster.cpu_s()
-        sent = [cluster.send(queue, actor, *args) for queue, actor, args in workload.messages()]
+        messages = workload.messages()
+        early, late = messages[: workload.sent_at_release], messages[workload.sent_at_release :]
+        sent = [cluster.send(queue, actor, *args) for queue, actor, args in early]
         released = time.time_ns() // 1000
         cluster.signal_all(signal.SIGCONT)
-        available = dict.fromkeys(sent, released)  # every job was enqueued before the release
+        available = dict.fromkeys(sent, released)  # these were enqueued before the release
+        own_reads: Counter[str] = Counter()  # the bench's reads of the broker's server meanwhile
+        if late:
+            # W9's later tenants are really sent late_s after the release, while the workers run
+            # (a schedule, not a synchronisation): each is available from its own enqueue.
+            time.sleep(max(0.0, released / 1e6 + workload.late_s - time.time()))
+            # What they are sent behind: the messages of their queue no worker has fetched yet.
+            result.late_behind = int(broker_client.llen(f"{config.namespace}:{late[0][0]}"))
+            own_reads["llen"] += 1
+            for queue, actor, args in late:
+                at = time.time_ns() // 1000
+                message_id = cluster.send(queue, actor, *args)
+                sent.append(message_id)
+                available[message_id] = at
 
         finished = _wait_done(cluster, set(available), deadline=time.monotonic() + timeout)
         stopped = time.time_ns() // 1000
@@ -944,7 +1222,12 @@ def run_once(
         runs = [r for r in cluster.probe.runs() if r.scope in scopes]
         if dump_dir is not None:
             # What the figures are computed from, for a closer look (--dump-runs).
-            record = {"released_us": released, "sent": sent, "runs": [asdict(r) for r in runs]}
+            record = {
+                "released_us": released,
+                "sent": sent,
+                "available_us": [available[m] for m in sent],
+                "runs": [asdict(r) for r in runs],
+            }
             (dump_dir / f"{workload.name}-{way}-{repeat}.json").write_text(json.dumps(record))
         jobs = dict(zip(sent, workload.job_list(), strict=True))
         fig = figures(
@@ -963,10 +1246,23 @@ def run_once(
         result.parts = part_figures(
             workload, runs, jobs, available_us=available, released_us=released, deadline_us=stopped
         )
+        if workload.kind == "weighted":
+            result.units = unit_figures(
+                runs,
+                units_of=dict(zip(sent, workload.units_of(), strict=True)),
+                labels={m: job.label for m, job in jobs.items()},
+                order=sent,
+                available_us=available,
+                cap=workload.cap,
+                finished=finished,
+                deadline_us=stopped,
+            )
         done = max(fig.completed, 1)
         per_delta: Counter[str] = Counter()
         for name in counted:
-            result.servers[name], per = server_cost(before[name], after[name])
+            result.servers[name], per = server_cost(
+                before[name], after[name], own_reads if name == "broker" else None
+            )
             per_delta += per
         result.figures = fig
         result.commands = sum(cost.commands for cost in result.servers.values())
@@ -1028,16 +1324,18 @@ def part_figures(
     """The :class:`Figures` of each part of ``workload``, from its own messages and runs only.
 
     A part is finished when each of its messages completed, whether or not
-    the whole run was: its makespan is then to its own last completion.
+    the whole run was: its makespan is then to its own last completion, from
+    when its first message was available (the release, or W9's later send).
     """
     completed = {r.message_id for r in runs if r.completed}
     out = {}
     for part in workload.parts:
         ids = {m for m, job in jobs.items() if job.line in part.lines}
+        available = {m: at for m, at in available_us.items() if m in ids}
         out[part.name] = figures(
             [r for r in runs if r.message_id in ids],
-            available_us={m: at for m, at in available_us.items() if m in ids},
-            released_us=released_us,
+            available_us=available,
+            released_us=min(available.values(), default=released_us),
             deadline_us=deadline_us,
             finished=ids <= completed,
             ideal_s=part.ideal_s,
@@ -1045,13 +1343,16 @@ def part_figures(
             ledger_of={},
             jobs={m: job for m, job in jobs.items() if m in ids},
             per_round=part.per_round,
-            job_ms=part.job_ms,
+            job_ms=part.job_ms if part.fifo else 0,
         )
     return out
 
 
 def _scopes(workload: Workload) -> set[str]:
-    scopes = {key_scope(args[0]) for args in workload.jobs} if workload.keyed else {CAPPED_SCOPE}
+    if workload.keyed:
+        scopes = {key_scope(args[0]) for args in workload.jobs}
+    else:
+        scopes = {{"tenant": TENANT_SCOPE, "weighted": WEIGHTED_SCOPE}.get(workload.kind, CAPPED_SCOPE)}
     return scopes | ({OTHER_SCOPE} if workload.other_jobs else set())
 
 
@@ -1405,6 +1706,137 @@ def parts_table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
     return lines
 
 
+def _row(cells: Sequence[str], columns: Sequence[tuple[str, int]]) -> str:
+    return "  ".join(cell.ljust(width) for cell, (_, width) in zip(cells, columns, strict=True))
+
+
+def tenants_table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
+    """W9's rows: the cap's utilization, A's makespan, and each small tenant's makespan as a ratio
+    to its fair-share ideal (its first part is A, the others the small tenants)."""
+    big, *small = workload.parts
+    columns = [
+        ("way", 12),
+        ("done", 10),
+        ("peak", 5),
+        ("util", 6),
+        (f"{big.name} mksp", 8),
+        (f"{big.name}/ideal", 8),
+        *((f"{p.name}/ideal", 8) for p in small),
+        ("small worst", 11),
+        ("defer/job", 10),
+        ("cmds/job", 9),
+        ("wall", 6),
+    ]
+    lines = [f"{workload.name}  {workload.title}: {workload.job_count} jobs, {workload.topology}"]
+    lines.append(f"    {big.name}: {big.describe}; ideal {big.ideal_s:.2f} s = {big.ideal_rule}")
+    small_names = ", ".join(p.name for p in small)
+    lines.append(
+        f"    {small_names}: {small[0].jobs} x {small[0].job_ms} ms each, interleaved, sent "
+        f"{workload.late_s:g} s after the release; makespan from its send to its last completion; "
+        f"fair-share ideal {small[0].ideal_s:.2f} s = {small[0].ideal_rule}"
+    )
+    lines.append("  ".join(name.ljust(width) for name, width in columns))
+    per_way = {wr.way: wr for wr in runs}
+    for wr in runs:
+        r, f = _median_or_error(wr, lines)
+        if r is None or f is None:
+            continue
+        lo = "" if f.finished else ">="
+        ratios = [part_ratio(p, r, per_way) for p in small]
+        bigf = r.parts.get(big.name)
+        cells = [
+            wr.way,
+            f"{f.completed}/{f.jobs}" + ("" if f.finished else "!"),
+            str(f.peak),
+            _num(f.utilization),
+            _num(bigf.makespan_s if bigf else math.nan, "{:.1f}s", bound=lo),
+            _num(part_ratio(big, r, per_way), bound=lo),
+            *(_num(x, bound=lo) for x in ratios),
+            _num(max(ratios), bound=lo),
+            _num(f.deferrals_per_job),
+            _num(r.commands_per_job, "{:.1f}"),
+            f"{r.wall_s:.0f}s",
+        ]
+        lines.append(_row(cells, columns))
+        notes = _failure_notes(wr, r, f)
+        made = [
+            f"{p.name} {_num(pf.makespan_s, '{:.2f}s')}" + ("" if pf.finished else " (UNFINISHED)")
+            for p in small
+            if (pf := r.parts.get(p.name)) is not None
+        ]
+        notes.append(f"small tenants' makespans {', '.join(made)}")
+        waits = [pf.wait_p50_s for p in small if (pf := r.parts.get(p.name)) is not None]
+        if waits:
+            notes.append(f"median wait from their send to a start {min(waits):.2f}..{max(waits):.2f} s")
+        if r.late_behind is not None:
+            notes.append(f"sent behind {r.late_behind} messages no worker had fetched yet")
+        if not f.finished:
+            notes.append("UNFINISHED at the timeout: figures are bounds")
+        lines.append(f"{'':12}  ^ {'; '.join(notes)}")
+    return lines
+
+
+def units_table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
+    """W10's rows: the cap's units in use, their peak (measured by the probe) and the heavy jobs' waits."""
+    columns = [
+        ("way", 12),
+        ("done", 10),
+        ("makespan", 9),
+        ("eff", 6),
+        ("units util", 10),
+        ("peak units", 10),
+        ("peak jobs", 9),
+        ("heavy head wait max", 19),
+        ("heavy wait max", 14),
+        ("light wait max", 14),
+        ("defer/job", 10),
+        ("cmds/job", 9),
+        ("wall", 6),
+    ]
+    heavy = sum(1 for u in workload.units_of() if u > 1)
+    lines = [
+        f"{workload.name}  {workload.title}: {workload.job_count} jobs ({heavy} heavy), {workload.topology}, "
+        f"cap {workload.cap} units; ideal {workload.ideal_s:.2f} s = {workload.ideal_rule}",
+        "  ".join(name.ljust(width) for name, width in columns),
+    ]
+    for wr in runs:
+        r, f = _median_or_error(wr, lines)
+        if r is None or f is None:
+            continue
+        u = r.units
+        lo = "" if f.finished else ">="
+
+        def pick(get: Callable[[UnitFigures], float], u: UnitFigures | None = u) -> float:
+            return get(u) if u is not None else math.nan
+
+        cells = [
+            wr.way,
+            f"{f.completed}/{f.jobs}" + ("" if f.finished else "!"),
+            _num(f.makespan_s, "{:.1f}s", bound=lo),
+            _num(f.efficiency, bound="" if f.finished else "<="),
+            _num(pick(lambda x: x.units_utilization)),
+            str(u.peak_units) if u is not None else "-",
+            str(f.peak),
+            _num(pick(lambda x: x.heavy_head_wait_max_s), "{:.3f}s", bound=lo),
+            _num(pick(lambda x: x.heavy_wait_max_s), "{:.2f}s", bound=lo),
+            _num(pick(lambda x: x.light_wait_max_s), "{:.2f}s", bound=lo),
+            _num(f.deferrals_per_job),
+            _num(r.commands_per_job, "{:.1f}"),
+            f"{r.wall_s:.0f}s",
+        ]
+        lines.append(_row(cells, columns))
+        notes = _failure_notes(wr, r, f)
+        if u is not None:
+            notes.append(
+                f"heavy head wait p50 {_num(u.heavy_head_wait_p50_s, '{:.3f}s')}, longest at "
+                f"{u.heavy_head_wait_max_at or '-'}"
+            )
+        if not f.finished:
+            notes.append("UNFINISHED at the timeout: figures are bounds")
+        lines.append(f"{'':12}  ^ {'; '.join(notes)}")
+    return lines
+
+
 LEGEND = (
     "dedicated = nocap's app on 1 host x 1 proc x cap threads (the cap by construction, no limiter); "
     "separate = nocap's app on worker groups per queue (cap threads on the capped queue, the other "
@@ -1427,7 +1859,17 @@ LEGEND = (
     "W8: cmds/job = broker and ledger servers together; the ledger's own server: keys and used_memory "
     "fresh / before the workers start (warmed up) / at the release / after (SIGTERM, then hold_ttl + a "
     "beat), each after a Lua garbage collection and CONFIG RESETSTAT (bench/leak.py), the keys left with "
-    "their TTLs, and per job each server's commands and CPU (used_cpu_sys + used_cpu_user)."
+    "their TTLs, and per job each server's commands and CPU (used_cpu_sys + used_cpu_user). "
+    "W9: slots = first come, first served; slots-fair = fair_by the tenant; slots-fixed = each tenant a "
+    "runtime key of capacity 1 on top of the cap; util = the cap's (as above); A mksp = release to A's "
+    "last completion, A/ideal its ratio to the whole backlog at the full cap; <tenant>/ideal = from the "
+    "tenant's send to its last completion / its fair-share ideal; small worst = the largest of those. "
+    "W10: slots = every job 1 slot (the cap counts jobs); slots-units = slot_units (a heavy job takes 4); "
+    "units util = time-weighted units of the runs open / the cap's units, first start to last start (a "
+    "heavy run counts its units in both ways); peak units / peak jobs = most units / jobs running at once "
+    "(probe); heavy head wait = from when every job sent before it had started (it was first in line) "
+    "to its start; heavy / light wait max = release to first start; eff = ideal (units x time / cap) / "
+    "makespan (above 1: more load ran at once than the cap's units)."
 )
 
 
@@ -1496,7 +1938,11 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
     its ledger's server as many keys as before (keys still expiring, with a
     TTL, aside) and at most LEDGER_MEMORY_MARGIN_KIB more used_memory; deferrals per job <= 0.05 in
     every workload whose backlog fits in max_wait (all of them; W6: over its
-    capped jobs); fifo_worst <= 2 in W1, W2, W4.
+    capped jobs); fifo_worst <= 2 in W1, W2, W4. W9 (``slots-fair``): every
+    small tenant's makespan <= 1.5 x its fair-share ideal, utilization >=
+    0.95. W10 (``slots-units``): units in use >= 0.9 of the cap, every heavy
+    job's head wait <= W10_HEAD_WAIT_JOBS x its job time, peak units (probe)
+    <= the cap.
 
     Every figure is of this one run (the median repeat of each way); a target
     comparing slots with another way gives both sides in its detail.
@@ -1749,6 +2195,80 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
     for name in ("W1", "W2", "W4"):
         add(f"{name} fifo_worst", [(name, SLOTS)], figure(name, SLOTS, lambda f: f.fifo_worst), "<=", 2)
 
+    # W9: with fair_by, a noisy tenant's backlog does not hold up the small tenants, at the full cap.
+    def w9_small(way: str) -> dict[str, float]:
+        """Each small tenant's makespan / its fair-share ideal in ``way`` (W9's parts past A)."""
+        wr = runs.get("W9", {}).get(way)
+        if wr is None:
+            return {}
+        return {p.name: part_ratio(p, wr.median, runs["W9"]) for p in wr.workload.parts[1:]}
+
+    def w9_detail() -> str:
+        fair = ", ".join(f"{t} {_num(x)}" for t, x in w9_small(SLOTS_FAIR).items())
+        fifo = max(w9_small(SLOTS).values(), default=math.nan)
+        return f"{SLOTS_FAIR}: {fair}; {SLOTS} (first come, first served) worst {_num(fifo)}"
+
+    add(
+        f"W9 small tenants' makespan / fair-share ideal, worst ({SLOTS_FAIR})",
+        [("W9", SLOTS_FAIR)],
+        lambda: max(w9_small(SLOTS_FAIR).values(), default=math.nan),
+        "<=",
+        1.5,
+        detail=w9_detail,
+    )
+    add(
+        f"W9 utilization ({SLOTS_FAIR})",
+        [("W9", SLOTS_FAIR)],
+        figure("W9", SLOTS_FAIR, lambda f: f.utilization),
+        ">=",
+        0.95,
+    )
+
+    # W10: slot_units keeps the cap's units in use, never past the cap, and a heavy job's wait bounded.
+    def units(way: str, pick: Callable[[UnitFigures], float]) -> Callable[[], float | None]:
+        def value() -> float | None:
+            r = median("W10", way)
+            return pick(r.units) if r is not None and r.units is not None else None
+
+        return value
+
+    w10 = [("W10", SLOTS_UNITS)]
+    add(
+        f"W10 units in use / cap ({SLOTS_UNITS})",
+        w10,
+        units(SLOTS_UNITS, lambda u: u.units_utilization),
+        ">=",
+        0.9,
+    )
+    add(
+        f"W10 heavy jobs' head wait max, s ({SLOTS_UNITS})",
+        w10,
+        units(SLOTS_UNITS, lambda u: u.heavy_head_wait_max_s),
+        "<=",
+        W10_HEAD_WAIT_JOBS * W10_HEAVY_MS / 1000,
+        f" ({W10_HEAD_WAIT_JOBS:g} x the {W10_HEAVY_MS} ms heavy job)",
+        detail=lambda: "longest at {}; {} (every job 1 slot) {}".format(
+            (lambda r: r.units.heavy_head_wait_max_at if r is not None and r.units else "-")(
+                median("W10", SLOTS_UNITS)
+            ),
+            SLOTS,
+            _num(
+                units(SLOTS, lambda u: u.heavy_head_wait_max_s)() if SLOTS in runs["W10"] else None,
+                "{:.3f} s",
+            ),
+        ),
+    )
+    add(
+        f"W10 peak units, probe ({SLOTS_UNITS})",
+        w10,
+        units(SLOTS_UNITS, lambda u: u.peak_units),
+        "<=",
+        lambda: float(runs["W10"][SLOTS_UNITS].workload.cap),
+        detail=lambda: "slots (every job 1 slot): {}".format(
+            _num(units(SLOTS, lambda u: u.peak_units)() if SLOTS in runs["W10"] else None, "{:.0f}")
+        ),
+    )
+
     for name, per_way in runs.items():
         slots = per_way.get(SLOTS)
         if slots is None:
@@ -1844,7 +2364,7 @@ def as_json(r: Result) -> dict[str, Any]:
     out: dict[str, Any] = {
         k: _rounded(v)
         for k, v in asdict(r).items()
-        if k not in ("figures", "workload", "way", "parts", "servers", "ledger")
+        if k not in ("figures", "workload", "way", "parts", "servers", "ledger", "units")
     }
     if r.figures is not None:
         out.update(figures_json(r.figures))
@@ -1862,6 +2382,8 @@ def as_json(r: Result) -> dict[str, Any]:
         out["ledger"] = r.ledger.as_json()
     if r.parts:
         out["parts"] = {name: figures_json(f) for name, f in r.parts.items()}
+    if r.units is not None:
+        out["units"] = {k: _rounded(v) for k, v in asdict(r.units).items()}
     return out
 
 
@@ -1945,6 +2467,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "twice the threads)",
     )
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=4,
+        help="worker threads per process of every workload but W3 (1) and W10 (8), their ideals "
+        "computed with them (default 4; e.g. 64 for W9 with every message in a line)",
+    )
+    parser.add_argument(
         "--dump-runs",
         type=Path,
         default=None,
@@ -1994,7 +2523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     all_workloads = [
         replace(w, prefetch=w.prefetch or args.prefetch) if args.prefetch else w
-        for w in workloads(args.quick)
+        for w in workloads(args.quick, args.threads)
     ]
     names = _pick(args.only, [w.name for w in all_workloads], "workloads")
     ways = _pick(args.ways, WAYS, "ways")
@@ -2082,7 +2611,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime = time.monotonic() - started
     print()
     for workload in chosen:
-        rows = parts_table_rows if workload.parts else table_rows
+        rows = {"tenant": tenants_table_rows, "weighted": units_table_rows}.get(
+            workload.kind, parts_table_rows if workload.parts else table_rows
+        )
         print("\n".join(rows(workload, list(results[workload.name].values()))))
         print()
     print(LEGEND)
