@@ -66,6 +66,43 @@ def test_a_tenants_backlog_does_not_keep_another_tenant_waiting_behind_it(
     assert ran[:4] in (["A0", "B0", "A1", "B1"], ["B0", "A0", "B1", "A1"]), ran
 
 
+@pytest.mark.parametrize("fair", [True, False], ids=["fair_by", "first-come"])
+def test_a_tenants_backlog_beyond_the_prefetch_does_not_hide_a_later_tenant(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, fair: bool
+) -> None:
+    """A cap of 1 held elsewhere, 2 threads (dramatiq's prefetch: 4). Tenant A sends 16 messages,
+    then tenant B 2: with fair_by, the worker fetches past A's backlog (a message waiting for its
+    group's turn stops counting in the prefetch), so B's are in line and both run among the first
+    four. First come, first served keeps the prefetch: B's stay in the broker behind A's, and run
+    after all of them."""
+    slots = add_slots()
+    options: dict[str, Any] = {"fair_by": lambda tenant, i: tenant} if fair else {}
+
+    @dramatiq.actor(queue_name="deep", queue_capacity=1, max_retries=0, **options)
+    def export(tenant: str, i: int) -> None:
+        probe.record("ran", f"{tenant}{i}")
+
+    limit = Limit(slots.keys.queue("deep"), 1)
+    assert slots.ledger.enter("elsewhere:1:1:1", [limit], ttl_ms=60_000, line=Line.NONE).admitted
+    with running_worker(broker, threads=2):
+        for i in range(16):
+            export.send("A", i)
+        for i in range(2):
+            export.send("B", i)
+        if fair:
+            wait_until(lambda: waiting(slots) == 18, timeout=20, what="every message fetched")
+        else:
+            wait_until(lambda: waiting(slots) == 4, timeout=20, what="the prefetch fetched")
+        slots.ledger.leave("elsewhere:1:1:1", [limit], ttl_ms=60_000)
+        assert probe.wait_for(lambda: len(probe.by_label["ran"]) == 18)
+    ran = probe.by_label["ran"]
+    assert sorted(ran) == sorted([f"A{i}" for i in range(16)] + ["B0", "B1"]), "each ran once"
+    if fair:
+        assert max(ran.index("B0"), ran.index("B1")) < 4, ran
+    else:
+        assert ran[16:] == ["B0", "B1"], ran
+
+
 def test_without_fair_by_the_same_line_is_first_come_first_served(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
 ) -> None:

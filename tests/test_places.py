@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import cast
 
 import dramatiq
@@ -10,7 +11,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_slots.ledger import Ledger, Limit, Line
-from dramatiq_slots.waiting.places import PLACE, PlaceClock, place_of
+from dramatiq_slots.waiting.places import PLACE, PlaceClock, place_of, score, turn_ranks
 from tests.support.in_process import SlotsFactory
 
 
@@ -19,6 +20,35 @@ def test_places_follow_the_clock_in_microseconds_and_never_repeat_or_go_back() -
     clock = PlaceClock(lambda: next(readings))
     # Two readings in the same microsecond, then a clock stepping back, then forward again.
     assert [clock.stamp() for _ in range(4)] == [5_000_000, 5_000_001, 5_000_002, 9_000_000]
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str
+    place: int
+    group: str = ""
+    priority: int = 0
+
+    @property
+    def score(self) -> int:
+        return score(self.place, self.priority)
+
+
+def in_rank_order(claims: list[Claim]) -> list[str]:
+    ranks = turn_ranks(claims)
+    return [c.name for _, c in sorted(zip(ranks, claims, strict=True), key=lambda pair: pair[0])]
+
+
+def test_a_process_ranks_its_claims_by_priority_then_group_turns_then_place() -> None:
+    """Without groups the rank is the score's order; with groups, each group's first claim comes
+    before any group's second (a backlog of one group sent first does not push the others' first
+    claims out of the process's share of the line); priority before both."""
+    plain = [Claim("c", 3), Claim("a", 1), Claim("b", 2), Claim("urgent", 9, priority=-10)]
+    assert in_rank_order(plain) == ["urgent", "a", "b", "c"]
+    grouped = [Claim(f"A{i}", i, "A") for i in range(4)] + [Claim("B0", 10, "B"), Claim("C0", 11, "C")]
+    grouped.append(Claim("B1", 12, "B"))
+    assert in_rank_order(grouped) == ["A0", "B0", "C0", "A1", "B1", "A2", "A3"]
+    assert in_rank_order([*grouped, Claim("late", 99, "A", priority=-1)])[0] == "late"
 
 
 def test_a_message_without_a_place_falls_back_to_its_timestamp_in_microseconds() -> None:

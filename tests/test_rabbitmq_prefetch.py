@@ -279,3 +279,42 @@ def test_the_renewal_rule(
     assert rule.renew_due(generations) is due, why
     rule.stopping.set()
     assert not rule.renew_due(generations), "never while the worker stops"
+
+
+@pytest.mark.slow
+def test_a_tenants_backlog_beyond_the_prefetch_does_not_hide_later_tenants(rabbit: Rabbit) -> None:
+    """A queue cap of 1 held elsewhere, fair_by the tenant: tenant "hot" sends 12 messages, then
+    three tenants one each. Their messages wait for their group's turn out of the prefetch, so the
+    consumer's deliveries are renewed past the backlog: every message is fetched, and when the cap
+    frees, each later tenant runs before the backlog's fifth (first come, first served would run it
+    after all twelve)."""
+    probe = rabbit.probe
+    cap = Limit(rabbit.slots.keys.queue(rabbit.queue), 1)
+
+    @dramatiq.actor(
+        queue_name=rabbit.queue, queue_capacity=1, fair_by=lambda tenant, i: tenant, max_retries=0
+    )
+    def export(tenant: str, i: int) -> None:
+        probe.record("ran", f"{tenant}{i}")
+
+    assert rabbit.slots.ledger.enter(ELSEWHERE, [cap], ttl_ms=60_000, line=Line.NONE).admitted
+    with running_worker(rabbit.broker, threads=THREADS) as worker:
+        for i in range(HOT):
+            export.send("hot", i)
+        for k in range(COLD):
+            export.send(f"cold{k}", 0)
+        gate = rabbit.gate()
+        wait_until(
+            lambda: len(gate.parking) + len(gate.holding) == HOT + COLD,
+            timeout=30,
+            what="every message fetched",
+        )
+        deliveries = borrowed.tracked_deliveries(worker, rabbit.queue)
+        assert deliveries is not None and deliveries.renewals >= (HOT + COLD) // PREFETCH
+        assert rabbit.ready() == 0
+        rabbit.slots.ledger.leave(ELSEWHERE, [cap], ttl_ms=60_000)
+        assert probe.wait_for(lambda: len(probe.by_label.get("ran", ())) == HOT + COLD, timeout=60)
+    ran = list(probe.by_label["ran"])
+    assert sorted(ran) == sorted([f"hot{i}" for i in range(HOT)] + [f"cold{k}0" for k in range(COLD)])
+    fifth_hot = [i for i, label in enumerate(ran) if label.startswith("hot")][4]
+    assert all(ran.index(f"cold{k}0") < fifth_hot for k in range(COLD)), ran

@@ -69,7 +69,9 @@ class Gate:
         #: Claims of this process on one ledger (held, or parked in its line) never outnumber
         #: :meth:`HoldingBack.bound`: a slot handed to a parked message then finds a thread not
         #: busy with that ledger's jobs. The messages refused beyond that are held back, in no line.
-        self.holding = HoldingBack(max(1, borrowed.worker_threads(worker)), self._claims_here)
+        self.holding = HoldingBack(
+            max(1, borrowed.worker_threads(worker)), self._claims_here, in_line=self.parking.requests_on
+        )
 
     def install(self) -> None:
         """Put the gated queue in place of the worker's (before any thread reads it)."""
@@ -136,7 +138,7 @@ class Gate:
                     request.message_id, request.actor, request.queue, answer.refused_by or "", answer.reason
                 )
                 return True
-            taken_from = self.prefetch.unfetch(message, answer.refused_by)
+            taken_from = self.prefetch.unfetch(message, answer.refused_by, grouped=bool(request.group))
             if isinstance(answer, Refused):
                 held = HeldBack(
                     item, request, self.admission.clock.monotonic(), answer.refused_by, taken_from
@@ -268,12 +270,18 @@ class Gate:
         return self.process.registry.held_on(ledger) + self.parking.on_ledger(ledger)
 
     def _take_place(self, request: Request) -> bool:
-        """A message that comes before this process's last claim in each line it may add no claim
-        to takes those claims' places, and is reserved a place (as :meth:`HoldingBack.reserve`):
-        they leave their lines, and their messages are held back (each comes back at its place
-        when a claim of the process on its ledger ends). Whether it was reserved a place."""
-        last = {id(t): t for t in map(self.parking.worst_on, self.holding.full(request)) if t is not None}
-        if not last or any(t.request.score <= request.score for t in last.values()):
+        """A message that comes before this process's last claim (by :func:`~.places.turn_ranks`)
+        in each line it may add no claim to takes those claims' places, and is reserved a place (as
+        :meth:`HoldingBack.reserve`): they leave their lines, and their messages are held back
+        (each comes back at its place when a claim of the process on its ledger ends). Whether it
+        was reserved a place."""
+        last: dict[int, Ticket] = {}
+        for ledger in self.holding.full(request):
+            ticket = self.parking.displaced_by(ledger, request)
+            if ticket is None:
+                return False
+            last[id(ticket)] = ticket
+        if not last:
             return False
         unparked: list[Ticket] = []
 

@@ -7,7 +7,8 @@ can never outnumber them, and twice as many claims may be in line (dramatiq's de
 so that the messages this worker fetched keep their places among the other hosts'. A message
 refused beyond that is *held back* by the gate: unacked, in this worker's memory and in no line,
 until a claim of the process on its ledger ends (then the best of them, by score in line, is
-admitted again, one at a time per ledger, so that they reach the line in order) or ``max_wait``
+admitted again, one at a time per ledger, so that they reach the line in order; with fair
+shares, the group with the fewest claims of the process in that line first) or ``max_wait``
 passes. :class:`HoldingBack` keeps them, and counts the claims
 being admitted in the gate now, so that two threads admitting at once do not both take the last
 place.
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from . import places
 from .admits import Request
 
 
@@ -44,12 +46,20 @@ class HoldingBack:
     """The held-back messages of one worker, and the claims its gate is admitting now.
 
     ``threads``: the most claims the process may have on one ledger; ``claims_here``: how many it
-    has on a ledger (held and parked), read under this object's lock.
+    has on a ledger (held and parked), and ``in_line``: the requests of its claims in line on a
+    ledger, both read under this object's lock.
     """
 
-    def __init__(self, threads: int, claims_here: Callable[[str], int]) -> None:
+    def __init__(
+        self,
+        threads: int,
+        claims_here: Callable[[str], int],
+        *,
+        in_line: Callable[[str], list[Request]] = lambda ledger: [],
+    ) -> None:
         self.threads = threads
         self._claims_here = claims_here
+        self._in_line = in_line
         self._lock = threading.Lock()
         self._held_back: list[HeldBack] = []
         #: Claims being admitted in the gate now, per ledger (counted by :meth:`reserve`).
@@ -143,11 +153,7 @@ class HoldingBack:
         for ledger in [ledger for ledger, owed in self._owed.items() if owed > 0]:
             if ledger in busy:
                 continue
-            entry = min(
-                (e for e in self._held_back if ledger in e.ledgers()),
-                key=lambda e: e.request.score,
-                default=None,
-            )
+            entry = self._first_on(ledger)
             if entry is None:
                 del self._owed[ledger]
                 continue
@@ -157,6 +163,16 @@ class HoldingBack:
             busy.update(entry.ledgers())
             out.append(entry)
         return out
+
+    def _first_on(self, ledger: str) -> HeldBack | None:
+        """The held-back message on ``ledger`` that comes first (:func:`~.places.turn_ranks`, with the
+        process's claims in its line: the group with the fewest of them here goes first)."""
+        waiting = [e for e in self._held_back if ledger in e.ledgers()]
+        if not waiting:
+            return None
+        parked = self._in_line(ledger)
+        ranks = places.turn_ranks([*parked, *(e.request for e in waiting)])[len(parked) :]
+        return waiting[min(range(len(waiting)), key=ranks.__getitem__)]
 
     def expired(self, now: float, bound: float, waits_on: Callable[[str | None], bool]) -> list[HeldBack]:
         """The messages held back for ``bound`` seconds by ``now``, no longer held back; one whose

@@ -31,6 +31,7 @@ from ..errors import LedgerError, LedgerUnavailable
 from ..worker.claims import Hold
 from ..worker.metrics import Metrics
 from ..worker.wakeups import PARKED, Waiter
+from . import places
 from .admits import REASK_MAX_S, REASK_S, Admits, Answer, Request
 
 logger = logging.getLogger("dramatiq_slots.parking")
@@ -289,19 +290,31 @@ class Parking:
         release handed them a moment before), else to ``unheld``."""
         self._leave_line(ticket, unheld)
 
-    def worst_on(self, ledger: str) -> Ticket | None:
-        """The parked claim on ``ledger`` that comes last in line (the highest score), not being
-        asked for now (None: none)."""
+    def displaced_by(self, ledger: str, request: Request) -> Ticket | None:
+        """The parked claim on ``ledger`` (not being asked for now) whose place ``request`` takes:
+        the one that comes last by :func:`~.places.turn_ranks`, if ``request`` comes before it
+        (None: no such claim)."""
         with self._lock:
-            return max(
-                (
-                    t
-                    for t in self._tickets.values()
-                    if not t.asking and any(limit.ledger == ledger for limit in t.request.limits)
-                ),
-                key=lambda t: t.request.score,
-                default=None,
-            )
+            tickets = [
+                t
+                for t in self._tickets.values()
+                if not t.asking and any(limit.ledger == ledger for limit in t.request.limits)
+            ]
+        if not tickets:
+            return None
+        ranks = places.turn_ranks([*(t.request for t in tickets), request])
+        # On a tie, the newcomer comes last: it takes no place.
+        last = max(range(len(ranks)), key=lambda i: (ranks[i], i == len(tickets)))
+        return None if last == len(tickets) else tickets[last]
+
+    def requests_on(self, ledger: str) -> list[Request]:
+        """The requests of the parked claims on ``ledger``."""
+        with self._lock:
+            return [
+                t.request
+                for t in self._tickets.values()
+                if any(limit.ledger == ledger for limit in t.request.limits)
+            ]
 
     def _leave_line(self, ticket: Ticket, unheld: OnUnheld | None = None) -> bool:
         """Out of its line (``max_wait``, or shutdown); whether it holds its slots after all."""

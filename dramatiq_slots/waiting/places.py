@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 #: Message option: the message's place in line, microseconds since the epoch.
 PLACE = "slots_place"
@@ -69,3 +69,31 @@ def place_of(options: Mapping[str, Any], message_timestamp: int) -> int:
 def score(place: int, priority: int) -> int:
     """A claim's score in line: ``priority`` (clamped to +-:data:`PRIORITY_BOUND`) first, then ``place``."""
     return place + max(-PRIORITY_BOUND, min(PRIORITY_BOUND, priority)) * PRIORITY_STEP
+
+
+class Placed(Protocol):
+    """What :func:`turn_ranks` reads of a claim (a :class:`~dramatiq_slots.waiting.admits.Request`)."""
+
+    @property
+    def priority(self) -> int: ...
+    @property
+    def group(self) -> str: ...
+    @property
+    def score(self) -> int: ...
+
+
+def turn_ranks(claims: Sequence[Placed]) -> list[tuple[int, int, int]]:
+    """Each claim's rank among a process's claims on one ledger, lowest first: its priority, then
+    its turn within its fair-share group (1 for the group's best score here, 2 for the next...),
+    then its score. The process's share of a line then takes the groups in turn, as the ledger
+    serves them (docs/design.md, "Who gets the next slot"); without groups it is score order."""
+    by_group: dict[tuple[int, str], list[int]] = {}
+    for index, claim in enumerate(claims):
+        priority = max(-PRIORITY_BOUND, min(PRIORITY_BOUND, claim.priority))
+        by_group.setdefault((priority, claim.group), []).append(index)
+    ranks: list[tuple[int, int, int]] = [(0, 0, 0)] * len(claims)
+    for (priority, _), indexes in by_group.items():
+        indexes.sort(key=lambda i: claims[i].score)
+        for turn, index in enumerate(indexes, 1):
+            ranks[index] = (priority, turn, claims[index].score)
+    return ranks

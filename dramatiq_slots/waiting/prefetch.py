@@ -1,10 +1,11 @@
-"""The prefetch adapter: a message waiting for a busy runtime key stops counting in its consumer's prefetch.
+"""The prefetch adapter: a message waiting for a busy key or its group's turn stops counting in prefetch.
 
 Parked messages count against their own queue's prefetch: a capped queue whose prefetch is all
 parked is simply not fetched from, while other queues are. A message parked or held back by a
-runtime key's ledger is taken out of its consumer's prefetch (up to :data:`UNFETCHED_PER_QUEUE`
-per queue), so one busy key does not keep the other keys of its queue from being fetched; it
-stays unacked in the broker all the same.
+runtime key's ledger, or by any ledger when it has a fair-share group (``fair_by``), is taken out
+of its consumer's prefetch (up to :data:`UNFETCHED_PER_QUEUE` per queue), so one busy key does not
+keep the other keys of its queue from being fetched, nor one group's backlog the other groups'
+messages sent after it; it stays unacked in the broker all the same.
 
 - Redis broker: it leaves the consumer's count of outstanding messages, and the consumer fetches
   one more (:data:`dramatiq_slots.borrowed.PREFETCH`).
@@ -53,11 +54,11 @@ class Prefetch:
         message = borrowed.message_of(item)
         borrowed.track_deliveries(self.worker, message.queue_name, self.renew_due)
 
-    def unfetch(self, message: Any, refused_by: str | None) -> object:
-        """Take a message waiting for a runtime key out of its consumer's prefetch; what it was
-        taken out of (None: it was not)."""
+    def unfetch(self, message: Any, refused_by: str | None, *, grouped: bool = False) -> object:
+        """Take a message waiting for a runtime key, or for its fair-share group's turn
+        (``grouped``), out of its consumer's prefetch; what it was taken out of (None: it was not)."""
         parsed = self.keys.parse(refused_by or "")
-        if parsed is None or parsed[0] != "key":
+        if parsed is None or (parsed[0] != "key" and not grouped):
             return None
         queue = message.queue_name
         consumer = borrowed.redis_consumer(self.worker, queue)
