@@ -279,21 +279,6 @@ def figures(
     )
 
 
-def units_overlap(runs: Iterable[Run], units: Callable[[Run], int]) -> int:
-    """Most units of runs open at one instant (a run still open counts until the end of time; at
-    equal times an end is counted before a start, as :func:`bench.support.max_overlap`)."""
-    events: list[tuple[int, int]] = []
-    for run in runs:
-        weight = units(run)
-        events += [(run.start, weight), (run.end if run.end is not None else 2**62, -weight)]
-    events.sort()
-    best = current = 0
-    for _, delta in events:
-        current += delta
-        best = max(best, current)
-    return best
-
-
 def head_waits(
     first_start: Mapping[str, int], order: Sequence[str], available_us: Mapping[str, int], *, deadline_us: int
 ) -> dict[str, int]:
@@ -362,7 +347,7 @@ def unit_figures(
     return UnitFigures(
         cap=cap,
         units_utilization=util,
-        peak_units=units_overlap(mine, units),
+        peak_units=max_overlap(mine, units),
         heavy_head_wait_max_s=head[worst] / 1e6 if worst else math.nan,
         heavy_head_wait_max_at=labels.get(worst, ""),
         heavy_wait_max_s=max((waits[m] for m in heavy if m in waits), default=math.nan) / 1e6,

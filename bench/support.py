@@ -478,12 +478,14 @@ class Run:
         return self.end is not None and not self.killed
 
 
-def max_overlap(runs: Iterable[Run]) -> int:
+def max_overlap(runs: Iterable[Run], units: Callable[[Run], int] | None = None) -> int:
     """Most runs open at one instant (a run still open counts until the end of time); at equal
-    times an end is counted before a start, so back-to-back runs do not overlap."""
+    times an end is counted before a start, so back-to-back runs do not overlap. ``units``: what
+    one run counts (default 1; W10: its job's units)."""
     events: list[tuple[int, int]] = []
     for run in runs:
-        events += [(run.start, 1), (run.end if run.end is not None else 2**62, -1)]
+        weight = units(run) if units is not None else 1
+        events += [(run.start, weight), (run.end if run.end is not None else 2**62, -weight)]
     events.sort()
     best = current = 0
     for _, delta in events:
