@@ -14,7 +14,7 @@ queues, W6 only), ``crl-default`` and ``crl-tuned`` (dramatiq's
 ``ConcurrentRateLimiter``) and ``slots``. A workload may also name its own
 ways (W6: nocap, separate, crl-tuned, slots; W7: nocap, crl-tuned, slots;
 W7r: nocap, slots, slots-counted; W8: nocap, slots; W9: slots, slots-fair,
-slots-fixed; W10: slots, slots-units; see :mod:`bench.config`).
+slots-fixed; W9d: slots, slots-fair; W10: slots, slots-units; see :mod:`bench.config`).
 
 The workloads (:func:`workloads`): W1 a capped queue, W2 runtime keys, W3
 the starvation case (keys A, A, B on two threads), W4 a burst of short jobs
@@ -85,6 +85,13 @@ W9, a noisy neighbour on one capped queue (cap 4, 2 hosts x 4 threads, 200 ms jo
     most twice its threads of a ledger whose cap is at most its threads, the
     rest held back in send order): ``--threads 64`` lets every message into
     a line, and shows the fair turns alone.
+W9d, W9 with a deep backlog (``--quick``: 80 jobs)
+    tenant A's 1,000 jobs, 50 s of work at the cap: past ``max_wait`` (30 s). With ``fair_by``
+    the workers fetch past A's backlog to reach the later tenants (a message waiting for its
+    group's turn leaves the prefetch count), so A's messages wait in the workers, and those that
+    wait past ``max_wait`` are deferred back to the broker: its ``defer/job`` is that price (no
+    target: a figure to read beside ``slots``, which keeps A's backlog in the broker). Ways:
+    ``slots``, ``slots-fair``.
 W10, weights: 4-unit and 1-unit jobs on a 10-unit queue cap (2 hosts x 8 threads)
     60 heavy jobs (4 units, 300 ms), each followed by 4 light ones (1 unit,
     100 ms), 300 jobs enqueued before the release (``--quick``: 30 heavy).
@@ -839,6 +846,20 @@ def workloads(quick: bool, threads: int = 4) -> list[Workload]:
             job_ms=200,
             late_s=1.0,
             **t,
+        ),
+        replace(
+            noisy_neighbour(
+                "W9d",
+                "W9 with a deep backlog: tenant A's work at the cap lasts past max_wait",
+                cap=4,
+                big=80 if quick else 1_000,
+                small=("B", "C", "D", "E"),
+                per_small=10,
+                job_ms=200,
+                late_s=1.0,
+                **t,
+            ),
+            ways=(SLOTS, SLOTS_FAIR),
         ),
         weighted_mix(
             "W10",
@@ -1860,7 +1881,8 @@ LEGEND = (
     "fresh / before the workers start (warmed up) / at the release / after (SIGTERM, then hold_ttl + a "
     "beat), each after a Lua garbage collection and CONFIG RESETSTAT (bench/leak.py), the keys left with "
     "their TTLs, and per job each server's commands and CPU (used_cpu_sys + used_cpu_user). "
-    "W9: slots = first come, first served; slots-fair = fair_by the tenant; slots-fixed = each tenant a "
+    "W9 (W9d: A's backlog past max_wait): slots = first come, first served; slots-fair = fair_by the "
+    "tenant; slots-fixed = each tenant a "
     "runtime key of capacity 1 on top of the cap; util = the cap's (as above); A mksp = release to A's "
     "last completion, A/ideal its ratio to the whole backlog at the full cap; <tenant>/ideal = from the "
     "tenant's send to its last completion / its fair-share ideal; small worst = the largest of those. "
