@@ -103,7 +103,7 @@ def test_a_tenants_backlog_beyond_the_prefetch_does_not_hide_a_later_tenant(
     if fair:
         assert max(ran.index("B0"), ran.index("B1")) < 4, ran
     else:
-        assert ran[16:] == ["B0", "B1"], ran
+        assert sorted(ran[16:]) == ["B0", "B1"], ran
 
 
 def test_without_fair_by_the_same_line_is_first_come_first_served(
