@@ -760,6 +760,16 @@ def workloads(quick: bool, threads: int = 4) -> list[Workload]:
     worker threads per process of every workload but W3 (1) and W10 (8), its ideal computed with
     them (``--threads``)."""
     t = {"threads": threads}
+    # W9 and W9d: the same tenants, A's backlog of two sizes.
+    tenants = functools.partial(
+        noisy_neighbour,
+        cap=4,
+        small=("B", "C", "D", "E"),
+        per_small=10,
+        job_ms=200,
+        late_s=1.0,
+        threads=threads,
+    )
     keys4 = ("k1", "k2", "k3", "k4")
     many_keys = [f"k{n:05d}" for n in range(W8_KEYS // 10 if quick else W8_KEYS)]
     w7 = hot_and_cold(
@@ -835,29 +845,17 @@ def workloads(quick: bool, threads: int = 4) -> list[Workload]:
             repeats=1 if quick else 3,
             **t,
         ),
-        noisy_neighbour(
+        # --quick: small enough that slots-fixed (A at one slot) ends within its 15 s timeout.
+        tenants(
             "W9",
             "noisy neighbour: tenant A's backlog, then tenants B..E 1 s later, queue cap 4, 200 ms jobs",
-            cap=4,
-            # --quick: small enough that slots-fixed (A at one slot) ends within its 15 s timeout.
             big=40 if quick else 200,
-            small=("B", "C", "D", "E"),
-            per_small=10,
-            job_ms=200,
-            late_s=1.0,
-            **t,
         ),
         replace(
-            noisy_neighbour(
+            tenants(
                 "W9d",
                 "W9 with a deep backlog: tenant A's work at the cap lasts past max_wait",
-                cap=4,
                 big=80 if quick else 1_000,
-                small=("B", "C", "D", "E"),
-                per_small=10,
-                job_ms=200,
-                late_s=1.0,
-                **t,
             ),
             ways=(SLOTS, SLOTS_FAIR),
         ),
