@@ -41,6 +41,15 @@ in order
     read for keys (W3), where a line runs one at a time; on a capped queue
     the jitter among jobs started together breaks it.
 
+handoff gap
+    per ledger, each start that took a slot an earlier run's end freed,
+    matched first freed, first taken (ends before starts at equal times):
+    the start minus the later of that end and when its message became
+    available; starts with no freed slot before them (the first round)
+    have none. Its p50 and p99 (ms) over every ledger: what a slot stays
+    idle between two jobs while work waits (issue 24's admission latency;
+    where the ledger is not what limits, e.g. W5, it measures the threads).
+
 Units (W10, :class:`UnitFigures`: jobs that take several slots of a cap, a
 run counting its job's units whether or not the way tells the ledger):
 
@@ -61,6 +70,7 @@ head wait
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import math
@@ -177,6 +187,23 @@ def in_order(first_start: Mapping[str, int], jobs: Mapping[str, Job]) -> bool:
     return True
 
 
+def handoff_gaps(runs: Sequence[Run], available_us: Mapping[str, int]) -> list[int]:
+    """The handoff gaps (µs) of one ledger's ``runs`` (see the module docstring)."""
+    events = sorted(
+        [(r.end, 0, r.run_id, r.message_id) for r in runs if r.end is not None]
+        + [(r.start, 1, r.run_id, r.message_id) for r in runs]
+    )
+    freed: collections.deque[int] = collections.deque()
+    gaps: list[int] = []
+    for at, kind, _, message_id in events:
+        if kind == 0:
+            freed.append(at)
+        elif freed:
+            end = freed.popleft()
+            gaps.append(at - max(end, available_us.get(message_id, end)))
+    return gaps
+
+
 @dataclass(frozen=True)
 class Figures:
     """The figures of one run (see the module docstring); times in seconds."""
@@ -208,6 +235,9 @@ class Figures:
     incomplete: list[str]
     #: Every run as ``label@start`` (seconds after the release), in start order.
     order: list[str]
+    #: The handoff gaps' p50 and p99 over every ledger, ms (nan: none).
+    handoff_p50_ms: float = math.nan
+    handoff_p99_ms: float = math.nan
 
 
 def figures(
@@ -251,6 +281,7 @@ def figures(
     for run in runs:
         per_ledger.setdefault(ledger_of.get(run.scope, run.scope), []).append(run)
     deferrals = [run_deferrals(r) for r in done]
+    gaps = [gap / 1000 for rs in per_ledger.values() for gap in handoff_gaps(rs, available_us)]
     return Figures(
         jobs=len(available_us),
         completed=completed,
@@ -276,6 +307,8 @@ def figures(
             f"{run_label(r)}@{(r.start - released_us) / 1e6:.2f}s"
             for r in sorted(runs, key=lambda r: (r.start, r.run_id))
         ],
+        handoff_p50_ms=percentile(gaps, 0.50),
+        handoff_p99_ms=percentile(gaps, 0.99),
     )
 
 

@@ -1565,6 +1565,8 @@ def table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
                 f"(repeat {r.repeat}, the median, shown)"
             )
         notes += _failure_notes(wr, r, f)
+        if not math.isnan(f.handoff_p50_ms):
+            notes.append(f"handoff gap p50 {f.handoff_p50_ms:.1f} ms, p99 {f.handoff_p99_ms:.1f} ms")
         if workload.keyed:
             notes.append(f"peak across keys {f.peak}")
         if f.fifo_over_2x:
@@ -1867,6 +1869,8 @@ LEGEND = (
     "cmds = broker-server commands incl. those inside Lua scripts, probe excluded; "
     "+cmds = minus nocap's; defer = slots_deferrals (slots) or retries (crl) per completed job; "
     "wait = release to first start; vs nocap = jobs/s ratio; repeats: the median-eff repeat is the row; "
+    "handoff gap (in the notes) = per ledger, from a slot freed by a run's end (or its message's "
+    "availability, if later) to the start that took it, first freed first taken, p50/p99; "
     "'!', >=, <=: unfinished run, bounds. "
     "W6/W7 (parts): <part> mksp = release to the part's last completion; <part> eff = the part's "
     "ideal / its mksp; <part>/separate = its mksp / separate's; <part>/ideal = its mksp / its ideal; "
