@@ -129,7 +129,7 @@ class PrometheusMetrics(Metrics):
         labels = ["kind", "name"]
         self.holds_in_use = prom.Gauge(
             "dramatiq_slots_holds_in_use",
-            "Holds the jobs of this process have now, per ledger.",
+            "Slots the jobs of this process hold now, per ledger (a message counts its slot_units).",
             labels,
             registry=registry,
             multiprocess_mode="livesum",

@@ -10,7 +10,7 @@ messages sent after it; it stays unacked in the broker all the same.
 - Redis broker: it leaves the consumer's count of outstanding messages, and the consumer fetches
   one more (:data:`dramatiq_slots.borrowed.PREFETCH`).
 - RabbitMQ: the prefetch is the server's, per consumer. When every delivery of the consumer's
-  current generation is still unacked and some of them wait for a key, its deliveries are
+  current generation is still unacked and some of them wait (for a key or a turn), its deliveries are
   renewed (:class:`dramatiq_slots.borrowed.Deliveries`): a new generation, with the whole
   prefetch, while the waiting ones stay unacked (:data:`dramatiq_slots.borrowed.RABBIT_DELIVERIES`).
 
@@ -45,7 +45,7 @@ class Prefetch:
         self.stopping = stopping
         self._lock = threading.Lock()
         self._unfetched: dict[str, int] = {}
-        #: The delivery tags waiting for a key, per RabbitMQ consumer.
+        #: The delivery tags waiting for a key or a turn, per RabbitMQ consumer.
         self._waiting: dict[borrowed.Deliveries, set[int]] = {}
 
     def delivered(self, item: Any) -> None:
@@ -107,7 +107,7 @@ class Prefetch:
 
     def renew_due(self, deliveries: borrowed.Deliveries) -> bool:
         """Whether a RabbitMQ consumer's deliveries are to be renewed now: its current generation
-        has no room left, some of it waits for a key, fewer messages than the prefetch count
+        has no room left, some of it waits for a key or a turn, fewer messages than the prefetch count
         (unacked and not waiting), and the consumer has at most :data:`UNFETCHED_PER_QUEUE` unacked."""
         prefetch = deliveries.prefetch
         if prefetch <= 0 or self.stopping.is_set():
