@@ -246,10 +246,11 @@ class PrometheusMetrics(Metrics):
 
     def admitted(self, hold: Hold) -> None:
         # Per label, the slots the hold takes (a message with several keys of one actor: the most).
+        labelled = self._labelled(hold.limits, hold.actor)
+        index_of = {id(limit): index for index, limit in enumerate(hold.limits)}
         units: dict[tuple[str, str], int] = {}
-        for index, limit in enumerate(hold.limits):
-            for labels, _ in self._labelled([limit], hold.actor):
-                units[labels] = max(units.get(labels, 0), hold.units_on(index))
+        for labels, limit in labelled:
+            units[labels] = max(units.get(labels, 0), hold.units_on(index_of[id(limit)]))
         counts: list[tuple[tuple[str, str], str | None, int]] = [
             (labels, None, n) for labels, n in units.items()
         ]
@@ -268,7 +269,7 @@ class PrometheusMetrics(Metrics):
                 else:
                     self.group_holds_in_use.labels(*labels, group).inc(n)
         # Each limit with its own labels: a limit left out must not shift the capacities of the others.
-        for labels, limit in self._labelled(hold.limits, hold.actor):
+        for labels, limit in labelled:
             tier, value = self._tier(labels, limit.capacity)
             self.capacity.labels(*labels, tier).set(value)
 
