@@ -184,8 +184,8 @@ PREFETCH = Touchpoint(
         "Worker.consumers[queue].consumer.queued_message_ids, the Redis consumer's set of fetched, "
         "unacked message ids, which counts against its prefetch (ack and nack discard from it)"
     ),
-    outside="a message waiting for a runtime key keeps counting in its queue's prefetch, as one "
-    "waiting for a queue's capacity does",
+    outside="a message waiting for a runtime key (or its group's turn) keeps counting in its queue's "
+    "prefetch, as one waiting for a queue's capacity does",
     names=("consumers", "consumer", "queued_message_ids"),
 )
 
@@ -228,8 +228,8 @@ RABBIT_DELIVERIES = Touchpoint(
         "and its connection's add_callback_threadsafe, where the acks run; and pika's "
         "BlockingChannel.cancel(), which ends that generator, giving back what it had not yielded"
     ),
-    outside="a message waiting for a runtime key keeps its place in its queue's prefetch on "
-    "RabbitMQ: a busy key can keep the other keys of its queue waiting",
+    outside="a message waiting for a runtime key (or its group's turn) keeps its place in its queue's "
+    "prefetch on RabbitMQ: a busy key (or a tenant's backlog) can keep the rest of its queue waiting",
     names=("known_tags", "iterator", "worker_timeout", "add_callback_threadsafe"),
 )
 
