@@ -19,6 +19,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from dramatiq_slots.ledger import Beaten, Ledger, Limit
+from dramatiq_slots.ledger.reports import ReportWrite
 from dramatiq_slots.ops.inspection import ProcessReport
 from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token, this_process
 from dramatiq_slots.worker.heartbeat import REPORT_GAP_S, Heartbeat
@@ -544,3 +545,46 @@ def test_changes_between_beats_are_reported_soon_and_together(
         assert redis_client.zscore(ledger.keys.reports(), "h:1") is not None
     finally:
         heartbeat.stop()
+
+
+def _calls(client: redis.Redis, *commands: str) -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {c: int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in commands}
+
+
+def test_a_report_between_beats_naming_no_new_ledger_is_its_text_alone(
+    ledger: Ledger, redis_client: redis.Redis
+) -> None:
+    """Between beats, a report that names only ledgers its last whole write listed is one
+    ``SET ... XX KEEPTTL`` (no script, its expiry and indexes untouched); one naming another
+    ledger is written whole, so the index of ledgers lists it at once."""
+    key = ledger.keys.process("h:2")
+    names = ["queue:a"]
+    made = [0]
+
+    def report() -> ReportWrite:
+        made[0] += 1
+        return ReportWrite(key, f'{{"n": {made[0]}}}', tuple(names))
+
+    heartbeat = Heartbeat(ledger, HoldRegistry(), hold_ttl=60_000, beat_interval=20_000, report=report)
+    heartbeat.tick()  # the beat writes it whole
+    ttl_after_beat = redis_client.pttl(key)
+    assert 0 < ttl_after_beat <= heartbeat.report_ttl
+    before = _calls(redis_client, "set", "evalsha")
+    heartbeat._write_report()  # what the thread does between beats (report_soon)
+    after = _calls(redis_client, "set", "evalsha")
+    assert (after["set"] - before["set"], after["evalsha"] - before["evalsha"]) == (1, 0)
+    assert redis_client.get(key) == b'{"n": 2}'
+    assert redis_client.pttl(key) <= ttl_after_beat, "its expiry is the beat's, not pushed"
+
+    names.append("key:b")  # a ledger the last whole write did not list
+    heartbeat._write_report()
+    assert _calls(redis_client, "evalsha")["evalsha"] == after["evalsha"] + 1
+    assert redis_client.get(key) == b'{"n": 3}'
+    assert redis_client.zscore(ledger.keys.listed(), "key:b") is not None
+    assert redis_client.pttl(key) > ttl_after_beat - 1_000, "a whole write sets its expiry afresh"
+
+    redis_client.delete(key)  # expired, say: the text alone cannot bring it back
+    heartbeat._write_report()
+    assert redis_client.get(key) == b'{"n": 4}' and redis_client.pttl(key) > 0
+    assert heartbeat.report_writes == 3

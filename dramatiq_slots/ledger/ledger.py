@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import redis
 from redis.cluster import RedisCluster
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, LedgerError
 from .client import RedisClient, redacted_address
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .replies import (
@@ -534,6 +534,17 @@ class Ledger:
         call = self._report_call(report, ttl_ms, ttl_ms if listed_ttl_ms is None else listed_ttl_ms)
         with self._translated("report"):
             return self._reported(call, self._answer_of(call))
+
+    def rewrite_report(self, key: str, text: str) -> bool:
+        """Replace a live report's text, keeping its expiry and its indexes (one ``SET ... XX
+        KEEPTTL``, no script): what a report written between beats needs when it names no ledger
+        its last :meth:`write_report` did not. False when the report is gone (it expired) or Redis
+        refused the write: then :meth:`write_report` is owed."""
+        try:
+            with self._translated("report"):
+                return bool(self.client.set(key, text, xx=True, keepttl=True))
+        except LedgerError:
+            return False
 
     def remove_report(self, key: str) -> None:
         """Delete a process report now (a clean shutdown), and its entry in the index of reports.

@@ -154,6 +154,9 @@ class Heartbeat:
         #: When (time.monotonic) a report was last written, and when the next one is due between
         #: beats (None: none is; see :meth:`report_soon`).
         self._reported_at = float("-inf")
+        #: The ledgers the last report written whole listed (report.lua): a report between beats
+        #: that names no other replaces the text alone (``Ledger.rewrite_report``).
+        self._listed: frozenset[str] = frozenset()
         self._report_due: float | None = None
         self._due_lock = threading.Lock()
         self._poked = False
@@ -217,6 +220,8 @@ class Heartbeat:
             self._redis_clock = (redis_ms, sent)
         if written is not None:
             self._reported_at = time.monotonic()
+            if lost.reported_ms is not None:
+                self._listed = frozenset(_parts(written)[2])
         if lost.handoffs and self.on_handed is not None:
             self.on_handed(lost.handoffs, sent)
         if lost.declared is not None and self.on_declared is not None and declare is not None:
@@ -572,6 +577,12 @@ class Heartbeat:
         except Exception:  # a report is for people; the beat is for the holds
             logger.exception("Could not build this process's report; the next beat writes it.")
             return
+        key, text, ledgers = _parts(written)
+        if set(ledgers) <= self._listed and self.ledger.rewrite_report(key, text):
+            # Its ledgers are listed and its expiry stands from the last beat: the text alone.
+            self._reported_at = time.monotonic()
+            self.report_writes += 1
+            return
         sent = self.registry.monotonic()
         try:
             redis_ms = self.ledger.write_report(
@@ -584,6 +595,7 @@ class Heartbeat:
         self.report_writes += 1
         if redis_ms is not None:
             self._redis_clock = (redis_ms, sent)
+            self._listed = frozenset(ledgers)
 
     def boot(self) -> None:
         """One beat now, in the caller's thread, then the thread (worker boot).
@@ -659,3 +671,10 @@ class Heartbeat:
             logger.info(
                 "Could not remove this process's report (%s); it expires within %d ms.", e, self.report_ttl
             )
+
+
+def _parts(written: ReportWrite | tuple[str, str]) -> tuple[str, str, tuple[str, ...]]:
+    """A report's key, text and the ledgers it names (none for a bare ``(key, text)``)."""
+    if isinstance(written, ReportWrite):
+        return written.key, written.text, written.ledgers
+    return written[0], written[1], ()

@@ -7,7 +7,8 @@
 -- The key is a sorted set whose one member, "last", is scored by the last fence
 -- (a score holds any integer below 2^53 exactly, and the workers' ACL has the
 -- sorted-set commands already); a new key expires ttl ms later, and its expiry
--- is never pushed. ZSCORE and ZADD (and TIME and PEXPIRE for a new key).
+-- is never pushed. One ZINCRBY (a new key: then ZADD, PEXPIRE, and TIME unless
+-- `now` is given; ZINCRBY answers exactly: fences stay below 2^53).
 --
 -- Why it never goes backwards: while the key lives, each fence is the last + 1.
 -- A key starts at the clock, and its fences grow by one per admission, far
@@ -19,18 +20,16 @@
 -- (the one assumption; docs/design.md, "Fencing tokens").
 
 local function fence(key, ttl, now)
-  local last = redis.call('ZSCORE', key, 'last')
-  local next_fence
-  if last then
-    next_fence = tonumber(last) + 1
-  else
+  local next_fence = tonumber(redis.call('ZINCRBY', key, 1, 'last'))
+  if next_fence == 1 then
+    -- A new key (no fence given since it was made): it starts at the clock.
     if not now then
       local clock = redis.call('TIME')
       now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
     end
     next_fence = now
+    redis.call('ZADD', key, string.format('%.0f', next_fence), 'last')
+    redis.call('PEXPIRE', key, ttl)
   end
-  redis.call('ZADD', key, string.format('%.0f', next_fence), 'last')
-  if not last then redis.call('PEXPIRE', key, ttl) end
   return next_fence
 end

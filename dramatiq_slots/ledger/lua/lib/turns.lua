@@ -40,7 +40,8 @@
 --
 -- Cost per handoff: O(log n) in the claims waiting, O(log g) in the groups waiting. A ledger
 -- context L = T.ledger(ledger, line, shares, turns, capacity, ttl) is made per ledger a script
--- serves; L.grouped (turns exists) is read once, when first needed; L.leaving is how many
+-- serves; L.grouped (turns exists) is read once, when first needed (L.head: the line's head
+-- read on the way, until the line is written); L.leaving is how many
 -- units of a leaving claim are still members though its group's shares no longer count them.
 -- A script that does not know the capacity in force (0) ranks groups by the one they were last
 -- ranked with ('cap').
@@ -97,8 +98,17 @@ function T.keep(key, ttl)
   if redis.call('PTTL', key) * 2 < ttl then redis.call('PEXPIRE', key, ttl) end
 end
 
+-- Whether a group waits (turns exists). After T.waits found one of the line and turns, the
+-- line's head tells which (kept for T.first: no second EXISTS on a leave's path).
 function T.is_grouped(L)
-  if L.grouped == nil then L.grouped = redis.call('EXISTS', L.turns) == 1 end
+  if L.grouped == nil then
+    if L.either then
+      L.head = redis.call('ZRANGE', L.line, 0, 0, 'WITHSCORES')
+      L.grouped = L.head[1] == nil
+    else
+      L.grouped = redis.call('EXISTS', L.turns) == 1
+    end
+  end
   return L.grouped
 end
 
@@ -249,10 +259,11 @@ function T.sync(L)
   end
 end
 
--- Whether any claim waits in the ledger's turn (one EXISTS).
+-- Whether any claim waits in the ledger's turn (one EXISTS of the line and turns: both, or
+-- neither, also says whether a group waits; one of them is told apart by T.is_grouped).
 function T.waits(L)
   local found = redis.call('EXISTS', L.line, L.turns)
-  if found == 0 then L.grouped = false end
+  if found == 0 then L.grouped = false elseif found == 2 then L.grouped = true else L.either = true end
   return found > 0
 end
 
@@ -271,7 +282,8 @@ function T.first(L)
     redis.call('ZREM', L.turns, top[1])
     redis.call('ZREM', L.shares, '=' .. group)
   end
-  local head = redis.call('ZRANGE', L.line, 0, 0, 'WITHSCORES')
+  local head = L.head or redis.call('ZRANGE', L.line, 0, 0, 'WITHSCORES')
+  L.head = nil
   if head[1] then return head[1], '', L.line, head[2] end
   return nil
 end
@@ -282,6 +294,7 @@ function T.join(L, member, score)
   local group = T.group(member)
   local line = T.line_of(L, group)
   local fresh = group ~= '' and not T.is_grouped(L)
+  L.head = nil
   local added = redis.call('ZADD', line, 'NX', score, member)
   if added == 1 then
     T.keep(line, L.ttl)
@@ -302,6 +315,7 @@ end
 -- Claim `member` leaves its line; 1 when it was there.
 function T.unjoin(L, member)
   local group = T.group(member)
+  L.head = nil
   local removed = redis.call('ZREM', T.line_of(L, group), member)
   if removed == 1 then T.rerank(L, group) end
   return removed
@@ -338,6 +352,7 @@ function T.hand_on(L, room, expiry, fence_of, tell_of)
     local need = T.need(L, member)
     if need > room then break end
     local issued = fence_of()
+    L.head = nil
     redis.call('ZREM', line, member)
     local at = expiry()
     T.write(L, member, need, at)
