@@ -32,7 +32,9 @@ capped at ``capacity``, runs ``job_ms``; in ``slots-units`` it takes
 The probe (:class:`bench.support.Probe`, on its own Redis server) records
 each run *inside* the limited section, with the message's deferral count
 (Slots' ``slots_deferrals``, or Retries' ``retries``) in the run's ``arg``;
-each actor has its own probe scope (the queue's, or the key's).
+each actor has its own probe scope (the queue's, or the key's). Each worker
+process also writes there what its broker and ledger clients sent
+(:mod:`bench.calls`), in every way alike.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from dramatiq.rate_limits.backends import RedisBackend
 from dramatiq_slots import borrowed
 from dramatiq_slots.waiting import prefetch
 
+from .calls import CallsReporter
 from .config import (
     CAPPED_ACTOR,
     CAPPED_QUEUE,
@@ -118,6 +121,8 @@ class _PerProcess:
 
 
 broker.add_middleware(BootProbe(lambda: _PerProcess.get().probe, config.group))
+# Every way: what the process's clients send, written to the probe (bench.calls).
+broker.add_middleware(CallsReporter(lambda: _PerProcess.get().probe))
 
 
 def _limited(limiter_key: str, limit: int) -> Any:

@@ -5,6 +5,9 @@ variables by :meth:`BenchConfig.env` and back by :meth:`BenchConfig.from_env`: t
 from the runner to its workers. It builds what the app runs (the broker, the Slots middleware)
 from the package alone; its settings are those of the ways (how the cap is enforced, the retry
 settings of the ``ConcurrentRateLimiter`` ways, the job time of the uncapped queue: W6's other work).
+
+The clients it builds count what they send (:mod:`bench.calls`): the broker's as ``broker``, the
+ledger's as ``slots``, each built as the broker and the package would build it from its URL.
 """
 
 from __future__ import annotations
@@ -15,10 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import dramatiq
+import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import CurrentMessage
 
 from dramatiq_slots import Slots
+from dramatiq_slots.middleware.settings import SOCKET_TIMEOUT_S
+
+from .calls import BROKER_ROLE, SLOTS_ROLE, counting_client
 
 
 def queue_scope(queue_name: str) -> str:
@@ -222,13 +229,15 @@ class BenchConfig:
 
     def broker(self) -> dramatiq.Broker:
         """The app's broker (a RedisBroker, or a RabbitmqBroker on ``broker_url``), with
-        CurrentMessage (the probe records message ids)."""
+        CurrentMessage (the probe records message ids). A RedisBroker's client counts what it
+        sends as ``broker`` (:mod:`bench.calls`); otherwise it is the one ``RedisBroker(url=...)``
+        makes (a pool from the URL, no timeouts)."""
         if self.broker_url is not None:
             rabbit = self.rabbitmq_broker()
             rabbit.add_middleware(CurrentMessage())
             return rabbit
         broker = RedisBroker(
-            url=self.redis_url,
+            client=counting_client(self.redis_url, BROKER_ROLE),
             namespace=self.namespace,
             heartbeat_timeout=self.broker_heartbeat_timeout,
             maintenance_chance=self.maintenance_chance,
@@ -242,10 +251,20 @@ class BenchConfig:
 
         return RabbitmqBroker(url=self.broker_url, **kwargs)
 
+    def ledger_client(self) -> redis.Redis:
+        """The ledger's client, counting what it sends as ``slots`` (:mod:`bench.calls`); otherwise
+        the one ``Slots(url=...)`` makes (the package's socket timeouts)."""
+        return counting_client(
+            self.ledger_redis_url,
+            SLOTS_ROLE,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            socket_connect_timeout=SOCKET_TIMEOUT_S,
+        )
+
     def slots_middleware(self) -> Slots:
-        """The Slots middleware with this config's ledger and timings."""
+        """The Slots middleware with this config's ledger (:meth:`ledger_client`) and timings."""
         return Slots(
-            url=self.ledger_redis_url,
+            client=self.ledger_client(),
             key_prefix=self.key_prefix,
             hold_ttl=self.hold_ttl,
             beat_interval=self.beat_interval,

@@ -119,16 +119,19 @@ every repeat's start order):
 1. a fresh broker namespace, ledger prefix and probe prefix;
 2. the way's worker groups, real ``dramatiq bench.app`` command lines,
    each in its own session (:class:`bench.support.WorkerGroup`),
-   waited for until every worker process has booted;
+   waited for until every worker process has booted and written its calls
+   (below);
 3. the groups are frozen (SIGSTOP), the jobs enqueued (in the workload's
    order: W6's capped jobs before its other ones), the broker server's
-   command counters read, and the groups resumed (SIGCONT) all at once: the
+   command counters and the worker processes' calls read, and the groups
+   resumed (SIGCONT) all at once: the
    *release*, where the clock of every makespan starts (W9's later tenants
    are sent ``late_s`` after it, while the workers run: their clock starts
    at their send);
 4. wait until every job completed, or until ``--timeout`` (then the run is
    reported unfinished, with lower bounds);
-5. the command counters read again, the groups SIGKILLed (W8: SIGTERMed,
+5. the command counters read again, the calls once every worker process
+   wrote them after the end (within 3 s), the groups SIGKILLed (W8: SIGTERMed,
    and its ledger's server read once what the run wrote has expired), the
    probe read.
 
@@ -151,6 +154,18 @@ Slots ledger and the CRL limiter (its commands are counted), one for the
 probe only (never counted); a W8 run starts a third for its ledger alone
 (counted too: the cmds/job columns are both servers'). All are stopped at
 exit, and every worker group is killed (``try/finally`` and ``atexit``).
+
+The servers' counters include the commands run inside Lua scripts, so they
+cannot tell round trips: those are counted on the client side, in the worker
+processes (:mod:`bench.calls`, every way alike). The app's Redis clients
+count what they send, by role: ``slots`` (the ledger's client the package
+uses, its wake-up subscriber's pub/sub included) and ``broker`` (dramatiq's
+RedisBroker client); a send is one round trip (a pipeline or a script call
+is one), and connection handshakes are counted apart. Each worker process
+writes its counts to the probe every 50 ms; ``rt/job`` is the package's
+round trips from the release to the end per completed job, summed over
+the processes, ``brt/job`` the broker's (the CRL limiter's client is not
+counted).
 """
 
 from __future__ import annotations
@@ -182,6 +197,7 @@ import redis  # noqa: E402
 from dramatiq import Message  # noqa: E402
 from dramatiq.brokers.redis import RedisBroker  # noqa: E402
 
+from bench.calls import BROKER_ROLE, SLOTS_ROLE, Tally, read_calls, sent_between, wait_calls  # noqa: E402
 from bench.config import (  # noqa: E402
     APP_MODULE,
     CAPPED_ACTOR,
@@ -251,6 +267,8 @@ DEFAULT_WORKER_TIMEOUT = 1_000
 
 BOOT_TIMEOUT = 90.0
 POLL_S = 0.1
+#: Seconds the runner waits for every worker process's write of its calls (bench.calls).
+CALLS_TIMEOUT = 3.0
 
 #: The brokers a workload runs on (``Workload.broker``).
 REDIS_BROKER = "redis"
@@ -1065,6 +1083,27 @@ class Result:
     #: W9: how many messages of the queue no worker had fetched yet when the late ones were sent
     #: (the broker's list, read just before their send; None: no late messages).
     late_behind: int | None = None
+    #: What the worker processes' clients sent from the release to the end, by role
+    #: (:mod:`bench.calls`: ``slots``, the package's ledger client; ``broker``, dramatiq's
+    #: RedisBroker's); a role the way has no client of is absent.
+    sent: dict[str, Tally] = field(default_factory=dict)
+    #: Worker processes whose counts were not written after the end within the deadline (their
+    #: last write counted: a lower bound).
+    calls_behind: int = 0
+
+    def round_trips_per_job(self, role: str) -> float:
+        """Round trips per completed job of ``role``'s client (nan: no such client, or none completed)."""
+        tally = self.sent.get(role)
+        done = self.figures.completed if self.figures is not None else 0
+        return tally.round_trips / done if tally is not None and done else math.nan
+
+    def commands_sent_per_job(self, role: str, top: int = 5) -> dict[str, float]:
+        """The ``top`` commands ``role``'s client sent most, per completed job, by verb."""
+        tally = self.sent.get(role)
+        done = self.figures.completed if self.figures is not None else 0
+        if tally is None or not done:
+            return {}
+        return {verb: round(n / done, 2) for verb, n in tally.commands.most_common(top)}
 
     def per_job(self, server: str) -> tuple[float, float]:
         """Commands and CPU microseconds per completed job on ``server`` (nan: not counted)."""
@@ -1201,11 +1240,19 @@ def run_once(
                 plan.name, processes=plan.processes, threads=plan.threads, queues=plan.queues
             )
         cluster.wait_ready(*cluster.groups, timeout=BOOT_TIMEOUT)
+        # Each worker process writes what its clients sent (bench.calls): at boot, then every 50 ms.
+        pids = set(cluster.probe.boots())
+        _, unwritten = wait_calls(cluster.probe, pids, since_us=0, timeout=CALLS_TIMEOUT)
+        if unwritten:
+            raise RuntimeError(f"worker processes {sorted(unwritten)} never wrote their calls")
 
         cluster.signal_all(signal.SIGSTOP)
         if own is not None:
             own.booted()
         before = {name: command_counts(client) for name, client in counted.items()}
+        # Frozen: each process's last write is its state now, but for what it sent since (at most
+        # one write interval of idle polling, counted in the run).
+        calls_before = read_calls(cluster.probe)
         workers_before = cluster.cpu_s()
         messages = workload.messages()
         early, late = messages[: workload.sent_at_release], messages[workload.sent_at_release :]
@@ -1231,6 +1278,9 @@ def run_once(
         stopped = time.time_ns() // 1000
         after = {name: command_counts(client) for name, client in counted.items()}
         result.workers_cpu_s = cluster.cpu_s() - workers_before
+        calls_after, behind = wait_calls(cluster.probe, pids, since_us=stopped, timeout=CALLS_TIMEOUT)
+        result.sent = sent_between(calls_before, calls_after)
+        result.calls_behind = len(behind)
         if own is not None:
             cluster.stop_gracefully()
             own.stopped(wait_s=(config.hold_ttl + config.beat_interval) / 1000 if config.slots else 0.0)
@@ -1480,6 +1530,8 @@ COLUMNS = (
     ("fifo", 8),
     ("cmds/job", 9),
     ("+cmds/job", 10),
+    ("rt/job", 7),
+    ("brt/job", 8),
     ("defer/job", 10),
     ("wait p50", 9),
     ("p99", 8),
@@ -1545,6 +1597,8 @@ def table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
             _num(f.fifo_worst, bound=lo),
             _num(r.commands_per_job, "{:.1f}"),
             _num(r.extra_commands_per_job, "{:+.1f}"),
+            _num(r.round_trips_per_job(SLOTS_ROLE)),
+            _num(r.round_trips_per_job(BROKER_ROLE)),
             _num(f.deferrals_per_job),
             _num(f.wait_p50_s, "{:.2f}s", bound=lo if f.completed < f.jobs / 2 else ""),
             _num(f.wait_p99_s, "{:.2f}s", bound=lo),
@@ -1565,6 +1619,8 @@ def table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
                 f"(repeat {r.repeat}, the median, shown)"
             )
         notes += _failure_notes(wr, r, f)
+        if r.calls_behind:
+            notes.append(f"rt/job: {r.calls_behind} worker processes' last counts were late (lower bounds)")
         if not math.isnan(f.handoff_p50_ms):
             notes.append(f"handoff gap p50 {f.handoff_p50_ms:.1f} ms, p99 {f.handoff_p99_ms:.1f} ms")
         if workload.keyed:
@@ -1867,7 +1923,15 @@ LEGEND = (
     "for W2/W3); fifo = worst measured / ideal wait, ideal = floor(enqueue index / limit) x job "
     "(per key: jobs of the key enqueued before it x job), first round (ideal 0) left out; "
     "cmds = broker-server commands incl. those inside Lua scripts, probe excluded; "
-    "+cmds = minus nocap's; defer = slots_deferrals (slots) or retries (crl) per completed job; "
+    "+cmds = minus nocap's; "
+    "rt/job = the package's round trips per completed job: sends of its ledger client in the worker "
+    "processes, counted client-side (a pipeline or a script is one; its wake-up subscriber's included; "
+    "connection handshakes left out); its floor is 2 for a contended capped job (one to be admitted or "
+    "join the line, one to end and hand the slot on) and 0 for a job that reuses a lingering hold "
+    "(no contention, W5), beats and process reports (at most one per 0.5 s per process) on top; "
+    "brt/job = the same for dramatiq's RedisBroker client (fetch, ack, enqueue, heartbeat); "
+    "'-': no such client (nocap has no package; W7r's broker is RabbitMQ); "
+    "defer = slots_deferrals (slots) or retries (crl) per completed job; "
     "wait = release to first start; vs nocap = jobs/s ratio; repeats: the median-eff repeat is the row; "
     "handoff gap (in the notes) = per ledger, from a slot freed by a run's end (or its message's "
     "availability, if later) to the start that took it, first freed first taken, p50/p99; "
@@ -1944,6 +2008,11 @@ class TargetReport:
 NO_DEFERRAL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W7r", "W8")
 #: Most deferrals per job for those.
 MAX_DEFERRALS_PER_JOB = 0.05
+#: The clients whose round trips are reported (bench.calls): the package's and the broker's.
+CALL_ROLES = (SLOTS_ROLE, BROKER_ROLE)
+#: W1 (contended): most round trips per job the package may add over nocap (which has none of its
+#: own); its floor is 2, one to be admitted or join the line and one to end and hand the slot on.
+W1_MAX_ROUND_TRIPS = 2
 #: How much more memory the ledger's server may have allocated after W8 than before (KiB): above
 #: the run-to-run noise (docs/design.md, "Performance, measured"), below what the smallest leak
 #: per runtime key would add at 10,000 keys (one 8-byte allocation each: 78 KiB).
@@ -1953,7 +2022,8 @@ LEDGER_MEMORY_MARGIN_KIB = 32
 def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
     """Check slots' figures of this run against the bench's targets.
 
-    W1 efficiency >= 0.95 and +cmds/job over nocap <= 12; W2 efficiency >=
+    W1 efficiency >= 0.95, +cmds/job over nocap <= 12 and the package's round trips per job
+    (nocap has none) <= W1_MAX_ROUND_TRIPS; W2 efficiency >=
     0.9; W3 efficiency >= 0.9 x nocap's, and every repeat in order with B0
     completed; W4 efficiency >= 0.95 x dedicated's; W5 throughput >= 0.9 x
     nocap's; W6 other work's makespan <= 1.3 x separate's, capped efficiency
@@ -2047,6 +2117,28 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
             f"slots {_num(commands('W1', SLOTS), '{:.1f}')} - nocap "
             f"{_num(commands('W1', NOCAP), '{:.1f}')} commands/job"
         ),
+    )
+
+    def round_trips(name: str, way: str, role: str) -> float:
+        r = median(name, way)
+        return r.round_trips_per_job(role) if r is not None else math.nan
+
+    def w1_round_trips_detail() -> str:
+        broker = f"broker slots {_num(round_trips('W1', SLOTS, BROKER_ROLE))}"
+        if NOCAP in runs["W1"]:
+            broker += f" / nocap {_num(round_trips('W1', NOCAP, BROKER_ROLE))}"
+        return (
+            f"the package's {_num(round_trips('W1', SLOTS, SLOTS_ROLE))} rt/job, floor 2, nocap none; "
+            f"{broker} rt/job"
+        )
+
+    add(
+        "W1 +round trips/job (the package's)",
+        w1,
+        lambda: round_trips("W1", SLOTS, SLOTS_ROLE),
+        "<=",
+        W1_MAX_ROUND_TRIPS,
+        detail=w1_round_trips_detail,
     )
     add("W2 efficiency", [("W2", SLOTS)], figure("W2", SLOTS, lambda f: f.efficiency), ">=", 0.9)
 
@@ -2388,7 +2480,7 @@ def as_json(r: Result) -> dict[str, Any]:
     out: dict[str, Any] = {
         k: _rounded(v)
         for k, v in asdict(r).items()
-        if k not in ("figures", "workload", "way", "parts", "servers", "ledger", "units")
+        if k not in ("figures", "workload", "way", "parts", "servers", "ledger", "units", "sent")
     }
     if r.figures is not None:
         out.update(figures_json(r.figures))
@@ -2402,6 +2494,11 @@ def as_json(r: Result) -> dict[str, Any]:
             "cpu_us_per_job": _rounded(cpu_us),
         }
     out["workers_cpu_us_per_job"] = _rounded(r.workers_cpu_us_per_job)
+    out["round_trips_per_job"] = {role: _rounded(r.round_trips_per_job(role)) for role in CALL_ROLES}
+    out["slots_commands_sent_per_job"] = r.commands_sent_per_job(SLOTS_ROLE)
+    out["connections_opened"] = {
+        role: r.sent[role].connects if role in r.sent else None for role in CALL_ROLES
+    }
     if r.ledger is not None:
         out["ledger"] = r.ledger.as_json()
     if r.parts:
