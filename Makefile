@@ -14,6 +14,8 @@
 #   make screenshots  the browser tests (headless Chromium), writing the web page's screenshots
 #                into docs/images/ (commit them; docs/operations.md shows them)
 #   make reliability  run the chaos suite and regenerate docs/reliability.md from its verdicts
+#   make costs   rewrite docs/design.md's "What each operation costs" from Redis's own counts
+#                (tests/test_costs_doc.py; make test fails while the table is not what the scripts do)
 #   make soak    faults at random on real worker groups, judged from the whole history (not part of
 #                test): SOAK_SECONDS (default 1200), SOAK_SEED (default: a random one, printed),
 #                SOAK_REPORT=1 writes docs/soak.json and docs/reliability.md's soak section
@@ -29,7 +31,7 @@ STAMP := $(VENV)/.installed-from-pyproject
 CHECK_PYTHON = @$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dramatiq-slots needs Python >= 3.10; $(PYTHON) is " + sys.version.split()[0])'
 
 .DEFAULT_GOAL := test
-.PHONY: test lint typecheck pytest quick venv clean demo bench reliability soak test-oldest-dramatiq screenshots
+.PHONY: test lint typecheck pytest quick venv clean demo bench reliability costs soak test-oldest-dramatiq screenshots
 
 $(STAMP): pyproject.toml
 	$(CHECK_PYTHON)
@@ -103,6 +105,9 @@ ifeq ($(findstring --only,$(BENCH_ARGS)),)
 	$(BIN)/python bench/controls.py $(if $(findstring --quick,$(BENCH_ARGS)),--cycles 2)
 	$(BIN)/python bench/inspection.py $(if $(findstring --quick,$(BENCH_ARGS)),$(INSPECTION_QUICK))
 endif
+
+costs: $(STAMP)
+	DRAMATIQ_SLOTS_WRITE_COSTS=1 $(BIN)/python -m pytest -q tests/test_costs_doc.py
 
 reliability: $(STAMP)
 	rm -f .chaos-results.jsonl
