@@ -11,6 +11,10 @@
 #                and what reading many ledgers and prompt reports cost (bench/inspection.py)
 #                (BENCH_ARGS=--quick for a smoke run; not part of test; BENCH_ARGS='--only W8' for
 #                the 10,000-runtime-key load and leak check alone, without the other two)
+#   make bench-scale  grow one dimension at a time (processes per host, live runtime keys, waiting
+#                messages) on real worker groups: commands, Redis CPU, admission latency and worker
+#                memory per job, with verdicts, redrawing docs/scale.svg (bench/scale.py; about 4
+#                minutes; SCALE_ARGS=--quick for a smoke run that draws nothing; not part of test)
 #   make screenshots  the browser tests (headless Chromium), writing the web page's screenshots
 #                into docs/images/ (commit them; docs/operations.md shows them)
 #   make reliability  run the chaos suite and regenerate docs/reliability.md from its verdicts
@@ -31,7 +35,7 @@ STAMP := $(VENV)/.installed-from-pyproject
 CHECK_PYTHON = @$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dramatiq-slots needs Python >= 3.10; $(PYTHON) is " + sys.version.split()[0])'
 
 .DEFAULT_GOAL := test
-.PHONY: test lint typecheck pytest quick venv clean demo bench reliability costs soak test-oldest-dramatiq screenshots
+.PHONY: test lint typecheck pytest quick venv clean demo bench bench-scale reliability costs soak test-oldest-dramatiq screenshots
 
 $(STAMP): pyproject.toml
 	$(CHECK_PYTHON)
@@ -105,6 +109,9 @@ ifeq ($(findstring --only,$(BENCH_ARGS)),)
 	$(BIN)/python bench/controls.py $(if $(findstring --quick,$(BENCH_ARGS)),--cycles 2)
 	$(BIN)/python bench/inspection.py $(if $(findstring --quick,$(BENCH_ARGS)),$(INSPECTION_QUICK))
 endif
+
+bench-scale: $(STAMP)
+	$(BIN)/python bench/scale.py $(SCALE_ARGS)
 
 costs: $(STAMP)
 	DRAMATIQ_SLOTS_WRITE_COSTS=1 $(BIN)/python -m pytest -q tests/test_costs_doc.py
