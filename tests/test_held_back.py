@@ -4,11 +4,15 @@ in which held-back messages come back. Plain Python: no Redis, no threads, no sl
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dramatiq_slots.ledger import Limit
 from dramatiq_slots.waiting.admits import Request
 from dramatiq_slots.waiting.held_back import HeldBack, HoldingBack
-from dramatiq_slots.waiting.places import score
+from dramatiq_slots.waiting.places import score, turn_ranks
 
 A, B = "{p}:queue:a", "{p}:queue:b"
 
@@ -69,3 +73,31 @@ def test_a_claim_ending_with_nothing_held_back_owes_nothing_later() -> None:
     assert holding.retried("an item never given back") == []
     assert len(holding) == 1, "a claim that ended before it was held back gives it no turn"
     assert holding.next_for([A]) == [entry]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 50), st.integers(-2_000, 2_000), st.sampled_from(["", "", "g1", "g2"])),
+        min_size=1,
+        max_size=12,
+    ),
+    st.lists(st.tuples(st.integers(1, 50), st.sampled_from(["", "g1"])), max_size=4),
+)
+def test_the_message_given_back_first_is_the_best_ranked_with_or_without_groups(
+    entries: list[tuple[int, int, str]], parked: list[tuple[int, str]]
+) -> None:
+    """Without a group the first held-back message is found in one pass; it is the one the ranking
+    of every claim (parked ones included) puts first, as it is with groups."""
+    in_line = [replace(request(place, A), group=group) for place, group in parked]
+    holding = HoldingBack(1, lambda ledger: 0, in_line=lambda ledger: in_line)
+    back = [
+        HeldBack(
+            item=f"item-{n}", request=replace(request(place, A, priority=priority), group=group), since=0.0
+        )
+        for n, (place, priority, group) in enumerate(entries)
+    ]
+    for entry in back:
+        holding.hold_back(entry)
+    ranks = turn_ranks([*in_line, *(e.request for e in back)])[len(in_line) :]
+    assert holding.next_for([A]) == [back[min(range(len(back)), key=ranks.__getitem__)]]

@@ -170,6 +170,10 @@ class HoldingBack:
         waiting = [e for e in self._held_back if ledger in e.ledgers()]
         if not waiting:
             return None
+        if not any(e.request.group for e in waiting):
+            # No group: the turns are score order (priority first), whatever is parked here; one
+            # pass, not a ranking of every claim (a process may hold back thousands).
+            return min(waiting, key=lambda e: (places.clamped(e.request.priority), e.request.score))
         parked = self._in_line(ledger)
         ranks = places.turn_ranks([*parked, *(e.request for e in waiting)])[len(parked) :]
         return waiting[min(range(len(waiting)), key=ranks.__getitem__)]

@@ -66,9 +66,14 @@ def place_of(options: Mapping[str, Any], message_timestamp: int) -> int:
     return int(message_timestamp) * 1000
 
 
+def clamped(priority: int) -> int:
+    """``priority`` within +-:data:`PRIORITY_BOUND` (a line's priority classes)."""
+    return max(-PRIORITY_BOUND, min(PRIORITY_BOUND, priority))
+
+
 def score(place: int, priority: int) -> int:
     """A claim's score in line: ``priority`` (clamped to +-:data:`PRIORITY_BOUND`) first, then ``place``."""
-    return place + max(-PRIORITY_BOUND, min(PRIORITY_BOUND, priority)) * PRIORITY_STEP
+    return place + clamped(priority) * PRIORITY_STEP
 
 
 class Placed(Protocol):
@@ -89,7 +94,7 @@ def turn_ranks(claims: Sequence[Placed]) -> list[tuple[int, int, int]]:
     serves them (docs/design.md, "Who gets the next slot"); without groups it is score order."""
     by_group: dict[tuple[int, str], list[int]] = {}
     for index, claim in enumerate(claims):
-        priority = max(-PRIORITY_BOUND, min(PRIORITY_BOUND, claim.priority))
+        priority = clamped(claim.priority)
         by_group.setdefault((priority, claim.group), []).append(index)
     ranks: list[tuple[int, int, int]] = [(0, 0, 0)] * len(claims)
     for (priority, _), indexes in by_group.items():
