@@ -19,8 +19,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from dramatiq_slots.ledger import Beaten, Ledger, Limit
-from dramatiq_slots.ledger.reports import ReportWrite
+from dramatiq_slots.ledger.reports import CarriedReport, ReportWrite
 from dramatiq_slots.ops.inspection import ProcessReport
+from dramatiq_slots.worker import heartbeat as heartbeat_module
 from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token, this_process
 from dramatiq_slots.worker.heartbeat import REPORT_GAP_S, Heartbeat
 from tests.support.in_process import RunRecorder as Probe
@@ -588,3 +589,74 @@ def test_a_report_between_beats_naming_no_new_ledger_is_its_text_alone(
     heartbeat._write_report()
     assert redis_client.get(key) == b'{"n": 4}' and redis_client.pttl(key) > 0
     assert heartbeat.report_writes == 3
+
+
+def _due(heartbeat: Heartbeat) -> CarriedReport:
+    """The report :meth:`Heartbeat.due_report` gives once it is due."""
+    got: list[CarriedReport] = []
+
+    def due() -> bool:
+        carried = heartbeat.due_report()
+        got.extend([carried] if carried is not None else [])
+        return bool(got)
+
+    wait_until(due, timeout=5, what="a due report")
+    return got[0]
+
+
+def test_a_release_carries_a_report_due_between_beats(
+    ledger: Ledger, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A report due between beats rides along with a worker thread's release (one round trip for
+    both: the release's script and the report's ``SET``); one naming a ledger not listed yet is
+    left to the thread, which writes it whole at once; one whose key is gone is owed again."""
+    monkeypatch.setattr(heartbeat_module, "CARRY_S", 60.0)  # the thread never takes it first here
+    key = ledger.keys.process("h:3")
+    names = ["queue:a"]
+    made = [0]
+
+    def report() -> ReportWrite:
+        made[0] += 1
+        return ReportWrite(key, f'{{"n": {made[0]}}}', tuple(names))
+
+    queue = Limit(ledger.keys.queue("a"), 2)
+    heartbeat = Heartbeat(ledger, HoldRegistry(), hold_ttl=60_000, beat_interval=20_000, report=report)
+    heartbeat.tick()  # written whole, listing queue:a
+    assert heartbeat.due_report() is None, "nothing changed"
+    heartbeat.start()
+    try:
+        token = "h:3:1:1"
+        assert ledger.enter(token, [queue], ttl_ms=60_000).admitted
+        heartbeat.report_soon()  # due REPORT_GAP_S after the beat's report
+        carried = _due(heartbeat)
+        assert carried.text == '{"n": 2}'
+        assert heartbeat.due_report() is None, "taken: no other release carries it too"
+        before = _calls(redis_client, "set", "evalsha")
+        ledger.leave(token, [queue], ttl_ms=60_000, report=carried)
+        after = _calls(redis_client, "set", "evalsha")
+        assert carried.written is True
+        assert (after["set"] - before["set"], after["evalsha"] - before["evalsha"]) == (1, 1)
+        heartbeat.carried(carried)
+        assert (heartbeat.report_writes, heartbeat.carried_reports) == (1, 1)
+        assert redis_client.get(key) == b'{"n": 2}'
+
+        names.append("key:b")  # not listed yet: the thread writes it whole, now
+        heartbeat.report_soon()
+        wait_until(
+            lambda: heartbeat.due_report() is None and heartbeat.report_writes == 2,
+            timeout=5,
+            what="the whole report, which no release carries",
+        )
+        assert redis_client.zscore(ledger.keys.listed(), "key:b") is not None
+        assert heartbeat.carried_reports == 1
+
+        redis_client.delete(key)  # gone (expired, say): the text alone cannot bring it back
+        heartbeat.report_soon()
+        carried = _due(heartbeat)
+        assert ledger.enter(token, [queue], ttl_ms=60_000).admitted
+        ledger.leave(token, [queue], ttl_ms=60_000, report=carried)
+        assert carried.written is False and not redis_client.exists(key)
+        heartbeat.carried(carried)
+        assert heartbeat._report_due is not None, "owed: the thread writes it whole"
+    finally:
+        heartbeat.stop()

@@ -52,7 +52,7 @@ from .replies import (
     _text,
     group_of,
 )
-from .reports import ReportWrite
+from .reports import CarriedReport, ReportWrite
 from .scripts import register
 from .specs import (
     BACKLOG,
@@ -252,6 +252,7 @@ class Ledger:
         ttl_ms: int,
         age_ms: int | None = None,
         own_process: str = "",
+        report: CarriedReport | None = None,
     ) -> Left:
         """Remove ``token``'s holds, handing each freed slot to the first claim in that ledger's line.
 
@@ -266,6 +267,10 @@ class Ledger:
         ``own_process``: the caller's ``<host>:<pid>``; a claim of that process
         handed a slot is not told over Pub/Sub: the caller wakes it (and gives
         the slot back if it no longer waits).
+
+        ``report``: a process report's new text, written in the same round trip as
+        :meth:`rewrite_report` writes it (its ``written`` says whether it was; on a Redis Cluster
+        it is not carried and stays None).
 
         Returns ``(removed, handoffs)``: how many of the token's members were
         removed, and a :class:`Handoff` for each claim handed a slot.
@@ -284,8 +289,18 @@ class Ledger:
                 "capacity": [limit.capacity for limit in limits],
             },
         )
+        if report is None or isinstance(self.client, RedisCluster):
+            with self._translated("leave"):
+                return self._run(call)
+
+        def leave_and_report(pipe: Any) -> None:
+            self._queue(pipe, call)
+            pipe.set(report.key, report.text, xx=True, keepttl=True)
+
         with self._translated("leave"):
-            return self._run(call)
+            reply, written = self._pipelined(leave_and_report)
+            report.written = written is True
+            return call.answer(reply)
 
     def list_waiting(
         self, message_id: str, limits: Sequence[Limit], bounds: Sequence[int], *, group: str = "", ttl_ms: int

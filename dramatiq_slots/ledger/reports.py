@@ -187,6 +187,17 @@ def _made(cls: Any, data: Any) -> Any:
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
+@dataclass
+class CarriedReport:
+    """A report's new text that another call carries in its round trip (``Ledger.leave(report=
+    ...)``), keeping the report's expiry and indexes; ``written`` is what that call found: True
+    when written, False when the report was gone or the write refused, None when not sent."""
+
+    key: str
+    text: str
+    written: bool | None = None
+
+
 class ReportWrite(NamedTuple):
     """A report to write: its key, its text, and the ledgers it names (short names,
     ``queue:<name>``/``key:<digest>``, for the index that lists them)."""

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from ..errors import ArgumentError, LedgerError, LedgerUnavailable
 from ..ledger.ledger import Ledger
 from ..ledger.replies import Beaten, Declared, Handoff, Limit, Member, group_of
-from ..ledger.reports import ReportWrite
+from ..ledger.reports import CarriedReport, ReportWrite
 from .claims import Hold, HoldRegistry, this_process
 from .metrics import Metrics
 
@@ -74,6 +74,9 @@ HEARTBEAT_THREAD = "dramatiq-slots-heartbeat"
 #: change after a quiet spell at once, the next ones together), so ``status`` shows a hold's
 #: message and age within this of its admission (docs/design.md, "Heartbeat").
 REPORT_GAP_S = 0.5
+#: A report due between beats is left this many seconds for a worker thread's release to carry
+#: in its own round trip (:meth:`Heartbeat.due_report`) before the thread writes it alone.
+CARRY_S = 0.1
 
 
 @dataclass
@@ -173,8 +176,10 @@ class Heartbeat:
         #: Counters, for tests and metrics.
         self.beats = 0
         self.failed_beats = 0
-        #: Reports written alone, between beats (:meth:`report_soon`).
+        #: Reports written alone, between beats (:meth:`report_soon`), and of them those a
+        #: release carried (:meth:`due_report`).
         self.report_writes = 0
+        self.carried_reports = 0
 
     # -- one beat ---------------------------------------------------------
 
@@ -516,7 +521,7 @@ class Heartbeat:
         due = time.monotonic() + (0.0 if beat_first else interval)
         while True:
             report_due = self._report_due
-            until = due if report_due is None else min(due, report_due)
+            until = due if report_due is None else min(due, report_due + CARRY_S)
             self._wake.wait(max(0.0, until - time.monotonic()))
             self._wake.clear()
             if self._stop.is_set():
@@ -525,7 +530,7 @@ class Heartbeat:
             if not poked and time.monotonic() < due:
                 # Woken before the beat: a report may be due (report_soon).
                 report_due = self._report_due
-                if report_due is not None and time.monotonic() >= report_due:
+                if report_due is not None and time.monotonic() >= report_due + CARRY_S:
                     self._write_report()
                 continue
             try:
@@ -561,6 +566,40 @@ class Heartbeat:
                 return  # already due: the thread writes what the report says by then
             self._report_due = max(time.monotonic(), self._reported_at + REPORT_GAP_S)
         self._wake.set()
+
+    def due_report(self) -> CarriedReport | None:
+        """A report due now (:meth:`report_soon`) for a worker thread's release to carry in its own
+        round trip (``Ledger.leave(report=...)``, the text alone); None when none is due, or when it
+        names a ledger its last whole write did not list (the thread writes it whole, at once).
+        The caller gives it to :meth:`carried` once the release answered."""
+        due = self._report_due
+        if due is None or self.report is None or time.monotonic() < due:
+            return None
+        with self._due_lock:
+            if self._report_due is None:
+                return None  # the thread, or another release, is making it
+            self._report_due = None
+        try:
+            key, text, ledgers = _parts(self.report())
+        except BaseException:
+            self.report_soon()  # the thread makes it (an error there is logged there)
+            raise
+        if not set(ledgers) <= self._listed:
+            with self._due_lock:
+                self._report_due = time.monotonic() - CARRY_S
+            self._wake.set()
+            return None
+        return CarriedReport(key, text)
+
+    def carried(self, report: CarriedReport) -> None:
+        """A release carried ``report`` (:meth:`due_report`): written, or still owed (the report
+        was gone, or the release failed: the thread writes it whole)."""
+        if report.written:
+            self._reported_at = time.monotonic()
+            self.report_writes += 1
+            self.carried_reports += 1
+        else:
+            self.report_soon()
 
     def _report_made(self) -> None:
         """A report is being made now: whatever changed so far is in it."""

@@ -382,12 +382,23 @@ class SlotsProcess:
         age = self.registry.age_ms(hold.token)
         self.registry.owe(hold)
         sent = self.registry.monotonic()
+        report = None
         try:
             own = this_process() if self._wakeups is not None else ""
+            report = self.heartbeat.due_report()  # a report due now rides along (no round trip more)
             _, handoffs = self.ledger.leave(
-                hold.token, hold.limits, ttl_ms=self.settings.hold_ttl, age_ms=age, own_process=own
+                hold.token,
+                hold.limits,
+                ttl_ms=self.settings.hold_ttl,
+                age_ms=age,
+                own_process=own,
+                report=report,
             )
-        except Exception as e:
+        except BaseException as e:
+            if report is not None:
+                self.heartbeat.carried(report)  # not written: the thread writes it
+            if not isinstance(e, Exception):
+                raise
             self.metrics.release_failed(hold)
             logger.warning(
                 "Release of %s for %s failed (%s); retried on the next beat, and the hold ages out "
@@ -399,6 +410,8 @@ class SlotsProcess:
             )
             self.heartbeat.ensure_started()
             return
+        if report is not None:
+            self.heartbeat.carried(report)
         reach("release")
         self.registry.paid([hold.token])
         if handoffs and self._wakeups is not None:
