@@ -74,8 +74,9 @@ HEARTBEAT_THREAD = "dramatiq-slots-heartbeat"
 #: change after a quiet spell at once, the next ones together), so ``status`` shows a hold's
 #: message and age within this of its admission (docs/design.md, "Heartbeat").
 REPORT_GAP_S = 0.5
-#: A report due between beats is left this many seconds for a worker thread's release to carry
-#: in its own round trip (:meth:`Heartbeat.due_report`) before the thread writes it alone.
+#: A report due between beats may ride along with a worker thread's release from this many
+#: seconds before it is due, and the heartbeat thread writes it alone only this many seconds after
+#: (:meth:`Heartbeat.due_report`): a busy process's releases carry nearly all of them.
 CARRY_S = 0.1
 
 
@@ -568,12 +569,12 @@ class Heartbeat:
         self._wake.set()
 
     def due_report(self) -> CarriedReport | None:
-        """A report due now (:meth:`report_soon`) for a worker thread's release to carry in its own
-        round trip (``Ledger.leave(report=...)``, the text alone); None when none is due, or when it
+        """A report due now, or within :data:`CARRY_S` (:meth:`report_soon`), for a worker thread's
+        release to carry in its own round trip (``Ledger.leave(report=...)``, the text alone); None when none is due, or when it
         names a ledger its last whole write did not list (the thread writes it whole, at once).
         The caller gives it to :meth:`carried` once the release answered."""
         due = self._report_due
-        if due is None or self.report is None or time.monotonic() < due:
+        if due is None or self.report is None or time.monotonic() < due - CARRY_S:
             return None
         with self._due_lock:
             if self._report_due is None:
