@@ -570,9 +570,10 @@ class Heartbeat:
 
     def due_report(self) -> CarriedReport | None:
         """A report due now, or within :data:`CARRY_S` (:meth:`report_soon`), for a worker thread's
-        release to carry in its own round trip (``Ledger.leave(report=...)``, the text alone); None when none is due, or when it
-        names a ledger its last whole write did not list (the thread writes it whole, at once).
-        The caller gives it to :meth:`carried` once the release answered."""
+        release to carry in its own round trip (``Ledger.leave(report=...)``, the text alone);
+        None when none is due, or when it names a ledger its last whole write did not list (the
+        thread writes it whole, at once). The caller gives it to :meth:`carried` once the release
+        answered."""
         due = self._report_due
         if due is None or self.report is None or time.monotonic() < due - CARRY_S:
             return None
