@@ -2485,12 +2485,12 @@ def figures_json(f: Figures) -> dict[str, Any]:
     for long in ("order", "incomplete"):
         if len(fig[long]) > 10:
             fig.pop(long)
-    return {k: _rounded(v) for k, v in fig.items()}
+    return {k: rounded(v) for k, v in fig.items()}
 
 
 def as_json(r: Result) -> dict[str, Any]:
     out: dict[str, Any] = {
-        k: _rounded(v)
+        k: rounded(v)
         for k, v in asdict(r).items()
         if k not in ("figures", "workload", "way", "parts", "servers", "ledger", "units", "sent")
     }
@@ -2501,12 +2501,12 @@ def as_json(r: Result) -> dict[str, Any]:
         commands, cpu_us = r.per_job(name)
         out["servers"][name] = {
             "commands": cost.commands,
-            "cpu_s": _rounded(cost.cpu_s),
-            "commands_per_job": _rounded(commands),
-            "cpu_us_per_job": _rounded(cpu_us),
+            "cpu_s": rounded(cost.cpu_s),
+            "commands_per_job": rounded(commands),
+            "cpu_us_per_job": rounded(cpu_us),
         }
-    out["workers_cpu_us_per_job"] = _rounded(r.workers_cpu_us_per_job)
-    out["round_trips_per_job"] = {role: _rounded(r.round_trips_per_job(role)) for role in CALL_ROLES}
+    out["workers_cpu_us_per_job"] = rounded(r.workers_cpu_us_per_job)
+    out["round_trips_per_job"] = {role: rounded(r.round_trips_per_job(role)) for role in CALL_ROLES}
     out["slots_commands_sent_per_job"] = r.commands_sent_per_job(SLOTS_ROLE)
     out["connections_opened"] = {
         role: r.sent[role].connects if role in r.sent else None for role in CALL_ROLES
@@ -2516,7 +2516,7 @@ def as_json(r: Result) -> dict[str, Any]:
     if r.parts:
         out["parts"] = {name: figures_json(f) for name, f in r.parts.items()}
     if r.units is not None:
-        out["units"] = {k: _rounded(v) for k, v in asdict(r.units).items()}
+        out["units"] = {k: rounded(v) for k, v in asdict(r.units).items()}
     return out
 
 
@@ -2542,14 +2542,14 @@ def way_json(wr: WayRuns, per_way: Mapping[str, WayRuns]) -> dict[str, Any]:
         out["topology"] = wr.workload.way_topology(wr.way)
     for part in wr.workload.parts:
         if part.name in out.get("parts", {}) and part.reference:
-            out["parts"][part.name]["makespan_ratio"] = _rounded(part_ratio(part, shown, per_way))
+            out["parts"][part.name]["makespan_ratio"] = rounded(part_ratio(part, shown, per_way))
             out["parts"][part.name]["makespan_ratio_to"] = part.reference
     if wr.workload.repeats > 1:
         out["repeats"] = {
             "count": len(wr.results),
             "failed": sum(1 for r in wr.results if r.error),
             "ranked_by": "efficiency" if wr.workload.ideal_s else "throughput",
-            "scores": [_rounded(wr.score(r)) for r in wr.results],
+            "scores": [rounded(wr.score(r)) for r in wr.results],
             "in_order": [wr.in_order(r) for r in wr.results],
         }
         if wr.workload.show_order:
@@ -2559,7 +2559,8 @@ def way_json(wr: WayRuns, per_way: Mapping[str, WayRuns]) -> dict[str, Any]:
     return out
 
 
-def _rounded(value: Any) -> Any:
+def rounded(value: Any) -> Any:
+    """A figure for JSON: floats to 4 places, nan as None."""
     if isinstance(value, float):
         return None if math.isnan(value) else round(value, 4)
     return value
@@ -2636,7 +2637,7 @@ def _pick(spec: str, known: Sequence[str], what: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def _terminating_cleanly() -> Iterator[None]:
+def terminating_cleanly() -> Iterator[None]:
     """SIGTERM and SIGHUP end the bench through ``finally`` blocks, like Ctrl-C."""
 
     def stop(signum: int, frame: Any) -> None:
@@ -2675,7 +2676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     try:
-        with _terminating_cleanly():
+        with terminating_cleanly():
             broker_server.start()
             probe_server.start()
             if any(w.broker == RABBITMQ_BROKER for w in chosen):
@@ -2780,9 +2781,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
             for w in chosen
         },
-        "targets": [{k: _rounded(v) for k, v in asdict(t).items()} for t in report.targets],
+        "targets": [{k: rounded(v) for k, v in asdict(t).items()} for t in report.targets],
         "targets_skipped": [asdict(skipped) for skipped in report.skipped],
-        "context": [{k: _rounded(v) for k, v in c.items()} for c in report.context],
+        "context": [{k: rounded(v) for k, v in c.items()} for c in report.context],
     }
     print("BENCH_JSON " + json.dumps(payload, separators=(",", ":"), allow_nan=False))
     errored = any(r.error for per_way in results.values() for wr in per_way.values() for r in wr.results)

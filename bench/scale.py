@@ -89,7 +89,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,7 +116,9 @@ from bench.run import (  # noqa: E402
     command_counts,
     interleaved,
     keyed,
+    rounded,
     server_cost,
+    terminating_cleanly,
     way_config,
 )
 from bench.support import Server, ServerError  # noqa: E402
@@ -1020,40 +1022,34 @@ def svg(dims: Sequence[tuple[Dimension, Sequence[PointRuns]]], subtitle: str) ->
 # -- JSON ------------------------------------------------------------------------------------------
 
 
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return None if math.isnan(value) else round(value, 4)
-    return value
-
-
 def way_json(r: WayResult) -> dict[str, Any]:
     return {
         "completed": r.completed,
         "jobs": r.jobs,
         "finished": r.finished,
-        "makespan_s": _rounded(r.makespan_s),
+        "makespan_s": rounded(r.makespan_s),
         "error": r.error or None,
         "servers": {
             name: {
                 "commands": cost.commands,
-                "cpu_s": _rounded(cost.cpu_s),
-                "commands_per_job": _rounded(r.commands_per_job(name)),
-                "cpu_us_per_job": _rounded(r.cpu_us_per_job(name)),
+                "cpu_s": rounded(cost.cpu_s),
+                "commands_per_job": rounded(r.commands_per_job(name)),
+                "cpu_us_per_job": rounded(r.cpu_us_per_job(name)),
             }
             for name, cost in r.servers.items()
         },
-        "commands_per_job": _rounded(r.commands_per_job()),
-        "cpu_us_per_job": _rounded(r.cpu_us_per_job()),
-        "gap_p50_ms": _rounded(r.gap_p50_ms),
-        "gap_p99_ms": _rounded(r.gap_p99_ms),
-        "deferrals_per_job": _rounded(r.deferrals_per_job),
-        "workers_cpu_us_per_job": _rounded(r.workers_cpu_s * 1e6 / r.completed) if r.completed else None,
+        "commands_per_job": rounded(r.commands_per_job()),
+        "cpu_us_per_job": rounded(r.cpu_us_per_job()),
+        "gap_p50_ms": rounded(r.gap_p50_ms),
+        "gap_p99_ms": rounded(r.gap_p99_ms),
+        "deferrals_per_job": rounded(r.deferrals_per_job),
+        "workers_cpu_us_per_job": rounded(r.workers_cpu_s * 1e6 / r.completed) if r.completed else None,
         "worker_processes": len(r.rss_base_kib),
         "rss_base_kib_max": max(r.rss_base_kib.values(), default=None),
         "rss_max_kib": max(r.rss_max_kib.values(), default=None),
         "parked_peak": r.parked_peak if r.waiting_peak else None,
-        "kib_per_parked": _rounded(r.kib_per_parked),
-        "wall_s": _rounded(r.wall_s),
+        "kib_per_parked": rounded(r.kib_per_parked),
+        "wall_s": rounded(r.wall_s),
     }
 
 
@@ -1067,11 +1063,11 @@ def dimension_json(dim: Dimension, points: Sequence[PointRuns]) -> dict[str, Any
                 "x": pr.point.x,
                 "topology": pr.point.workload.topology,
                 "jobs": pr.point.workload.job_count,
-                "figures": {name: _rounded(pr.figure(name)) for name, *_ in FIGURES}
+                "figures": {name: rounded(pr.figure(name)) for name, *_ in FIGURES}
                 | {
-                    "nocap_cmds": _rounded(pr.figure("nocap_cmds")),
-                    "nocap_us": _rounded(pr.figure("nocap_us")),
-                    "nocap_rss_mib": _rounded(pr.figure("nocap_rss_mib")),
+                    "nocap_cmds": rounded(pr.figure("nocap_cmds")),
+                    "nocap_us": rounded(pr.figure("nocap_us")),
+                    "nocap_rss_mib": rounded(pr.figure("nocap_rss_mib")),
                 },
                 "ways": {way: way_json(r) for way, r in pr.runs.items()},
             }
@@ -1085,7 +1081,7 @@ def dimension_json(dim: Dimension, points: Sequence[PointRuns]) -> dict[str, Any
     }
     if dim.key == "waiting":
         slope, _ = rss_slope(points)
-        out["kib_per_parked_slope"] = _rounded(slope)
+        out["kib_per_parked_slope"] = rounded(slope)
     return out
 
 
@@ -1131,21 +1127,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-@contextlib.contextmanager
-def _terminating_cleanly() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the bench through ``finally`` blocks, like Ctrl-C."""
-
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     every = dimensions(args.quick)
@@ -1168,7 +1149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     try:
-        with _terminating_cleanly():
+        with terminating_cleanly():
             for server in (servers.broker, servers.ledger, servers.probe):
                 server.start()
             for dim in chosen:
