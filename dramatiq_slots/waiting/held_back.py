@@ -212,10 +212,11 @@ class HoldingBack:
         if not self._grouped[ledger]:
             # No group: the turns are score order (priority first), whatever is parked here: the
             # top of the ledger's heap (a process may hold back thousands), O(log n).
-            heap = self._on[ledger]
-            while id(heap[0][3]) not in self._held_back:
+            heap = self._on.get(ledger, [])
+            while heap and id(heap[0][3]) not in self._held_back:
                 heapq.heappop(heap)
-            return heap[0][3]
+            # Empty only if an asynchronous exception cut an update short: nothing to give back.
+            return heap[0][3] if heap else None
         waiting = [e for e in self._held_back.values() if ledger in e.ledgers()]
         parked = self._in_line(ledger)
         ranks = places.turn_ranks([*parked, *(e.request for e in waiting)])[len(parked) :]
