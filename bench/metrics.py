@@ -70,6 +70,7 @@ head wait
 
 from __future__ import annotations
 
+import bisect
 import collections
 import itertools
 import json
@@ -174,6 +175,25 @@ def fifo(waits_us: Mapping[str, int], jobs: Mapping[str, Job], *, per_round: int
     )
 
 
+def overtaken(first_start: Mapping[str, int], jobs: Mapping[str, Job]) -> dict[str, int]:
+    """Per message, how many messages of its line sent after it started before it (its displacement
+    in places; a message that never started is left out). Within a round that starts at once on
+    several hosts the order of the starts is the threads' scheduling, not the line's: a
+    displacement below the line's limit may be that alone."""
+    lines: dict[str, list[tuple[int, int, str]]] = {}
+    for message_id, job in jobs.items():
+        if message_id in first_start:
+            lines.setdefault(job.line, []).append((first_start[message_id], job.position, message_id))
+    out: dict[str, int] = {}
+    for entries in lines.values():
+        entries.sort()
+        started: list[int] = []  # positions started so far, sorted
+        for _, position, message_id in entries:
+            out[message_id] = len(started) - bisect.bisect_right(started, position)
+            bisect.insort(started, position)
+    return out
+
+
 def in_order(first_start: Mapping[str, int], jobs: Mapping[str, Job]) -> bool:
     """Every line's messages first started in position order (never started: after every start)."""
     never = 2**62
@@ -238,6 +258,10 @@ class Figures:
     #: The handoff gaps' p50 and p99 over every ledger, ms (nan: none).
     handoff_p50_ms: float = math.nan
     handoff_p99_ms: float = math.nan
+    #: The most places a message was overtaken by (later messages of its line that started first;
+    #: :func:`overtaken`), and how many messages were overtaken at all (nan/0: no line).
+    displaced_worst: float = math.nan
+    displaced: int = 0
 
 
 def figures(
@@ -276,6 +300,7 @@ def figures(
     waits_us = {m: first_start.get(m, deadline_us) - at for m, at in available_us.items()}
     waits = [w / 1e6 for w in waits_us.values()]
     line = fifo(waits_us, jobs, per_round=per_round, job_us=job_ms * 1000)
+    displaced = overtaken(first_start, jobs) if job_ms > 0 else {}
     done_ids = {r.message_id for r in done}
     per_ledger: dict[str, list[Run]] = {}
     for run in runs:
@@ -309,6 +334,8 @@ def figures(
         ],
         handoff_p50_ms=percentile(gaps, 0.50),
         handoff_p99_ms=percentile(gaps, 0.99),
+        displaced_worst=max(displaced.values(), default=math.nan),
+        displaced=sum(1 for d in displaced.values() if d > 0),
     )
 
 

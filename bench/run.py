@@ -1625,6 +1625,8 @@ def table_rows(workload: Workload, runs: Sequence[WayRuns]) -> list[str]:
             notes.append(f"handoff gap p50 {f.handoff_p50_ms:.1f} ms, p99 {f.handoff_p99_ms:.1f} ms")
         if workload.keyed:
             notes.append(f"peak across keys {f.peak}")
+        if not math.isnan(f.displaced_worst):
+            notes.append(f"displaced: {f.displaced} overtaken, by {f.displaced_worst:.0f} places at most")
         if f.fifo_over_2x:
             at = ", ".join(map(str, f.fifo_over_2x_at))
             notes.append(
@@ -1934,7 +1936,9 @@ LEGEND = (
     "defer = slots_deferrals (slots) or retries (crl) per completed job; "
     "wait = release to first start; vs nocap = jobs/s ratio; repeats: the median-eff repeat is the row; "
     "handoff gap (in the notes) = per ledger, from a slot freed by a run's end (or its message's "
-    "availability, if later) to the start that took it, first freed first taken, p50/p99; "
+    "availability, if later) to the start that took it, first freed first taken, p50/p99; displaced "
+    "(in the notes) = how many messages later messages of their line started before, and by how "
+    "many places at most (start order on two hosts within one round is thread scheduling); "
     "'!', >=, <=: unfinished run, bounds. "
     "W6/W7 (parts): <part> mksp = release to the part's last completion; <part> eff = the part's "
     "ideal / its mksp; <part>/separate = its mksp / separate's; <part>/ideal = its mksp / its ideal; "
@@ -2032,7 +2036,7 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
     its ledger's server as many keys as before (keys still expiring, with a
     TTL, aside) and at most LEDGER_MEMORY_MARGIN_KIB more used_memory; deferrals per job <= 0.05 in
     every workload whose backlog fits in max_wait (all of them; W6: over its
-    capped jobs); fifo_worst <= 2 in W1, W2, W4. W9 (``slots-fair``): every
+    capped jobs); fifo_worst <= 2 and displacement <= 2 places in W1, W2, W4. W9 (``slots-fair``): every
     small tenant's makespan <= 1.5 x its fair-share ideal, utilization >=
     0.95. W10 (``slots-units``): units in use >= 0.9 of the cap, every heavy
     job's head wait <= W10_HEAD_WAIT_JOBS x its job time, peak units (probe)
@@ -2310,6 +2314,14 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
         )
     for name in ("W1", "W2", "W4"):
         add(f"{name} fifo_worst", [(name, SLOTS)], figure(name, SLOTS, lambda f: f.fifo_worst), "<=", 2)
+    for name in ("W1", "W2", "W4"):
+        add(
+            f"{name} displacement, places (later messages started first)",
+            [(name, SLOTS)],
+            figure(name, SLOTS, lambda f: f.displaced_worst),
+            "<=",
+            2,
+        )
 
     # W9: with fair_by, a noisy tenant's backlog does not hold up the small tenants, at the full cap.
     def w9_small(way: str) -> dict[str, float]:
@@ -2473,12 +2485,12 @@ def figures_json(f: Figures) -> dict[str, Any]:
     for long in ("order", "incomplete"):
         if len(fig[long]) > 10:
             fig.pop(long)
-    return {k: _rounded(v) for k, v in fig.items()}
+    return {k: rounded(v) for k, v in fig.items()}
 
 
 def as_json(r: Result) -> dict[str, Any]:
     out: dict[str, Any] = {
-        k: _rounded(v)
+        k: rounded(v)
         for k, v in asdict(r).items()
         if k not in ("figures", "workload", "way", "parts", "servers", "ledger", "units", "sent")
     }
@@ -2489,12 +2501,12 @@ def as_json(r: Result) -> dict[str, Any]:
         commands, cpu_us = r.per_job(name)
         out["servers"][name] = {
             "commands": cost.commands,
-            "cpu_s": _rounded(cost.cpu_s),
-            "commands_per_job": _rounded(commands),
-            "cpu_us_per_job": _rounded(cpu_us),
+            "cpu_s": rounded(cost.cpu_s),
+            "commands_per_job": rounded(commands),
+            "cpu_us_per_job": rounded(cpu_us),
         }
-    out["workers_cpu_us_per_job"] = _rounded(r.workers_cpu_us_per_job)
-    out["round_trips_per_job"] = {role: _rounded(r.round_trips_per_job(role)) for role in CALL_ROLES}
+    out["workers_cpu_us_per_job"] = rounded(r.workers_cpu_us_per_job)
+    out["round_trips_per_job"] = {role: rounded(r.round_trips_per_job(role)) for role in CALL_ROLES}
     out["slots_commands_sent_per_job"] = r.commands_sent_per_job(SLOTS_ROLE)
     out["connections_opened"] = {
         role: r.sent[role].connects if role in r.sent else None for role in CALL_ROLES
@@ -2504,7 +2516,7 @@ def as_json(r: Result) -> dict[str, Any]:
     if r.parts:
         out["parts"] = {name: figures_json(f) for name, f in r.parts.items()}
     if r.units is not None:
-        out["units"] = {k: _rounded(v) for k, v in asdict(r.units).items()}
+        out["units"] = {k: rounded(v) for k, v in asdict(r.units).items()}
     return out
 
 
@@ -2530,14 +2542,14 @@ def way_json(wr: WayRuns, per_way: Mapping[str, WayRuns]) -> dict[str, Any]:
         out["topology"] = wr.workload.way_topology(wr.way)
     for part in wr.workload.parts:
         if part.name in out.get("parts", {}) and part.reference:
-            out["parts"][part.name]["makespan_ratio"] = _rounded(part_ratio(part, shown, per_way))
+            out["parts"][part.name]["makespan_ratio"] = rounded(part_ratio(part, shown, per_way))
             out["parts"][part.name]["makespan_ratio_to"] = part.reference
     if wr.workload.repeats > 1:
         out["repeats"] = {
             "count": len(wr.results),
             "failed": sum(1 for r in wr.results if r.error),
             "ranked_by": "efficiency" if wr.workload.ideal_s else "throughput",
-            "scores": [_rounded(wr.score(r)) for r in wr.results],
+            "scores": [rounded(wr.score(r)) for r in wr.results],
             "in_order": [wr.in_order(r) for r in wr.results],
         }
         if wr.workload.show_order:
@@ -2547,7 +2559,8 @@ def way_json(wr: WayRuns, per_way: Mapping[str, WayRuns]) -> dict[str, Any]:
     return out
 
 
-def _rounded(value: Any) -> Any:
+def rounded(value: Any) -> Any:
+    """A figure for JSON: floats to 4 places, nan as None."""
     if isinstance(value, float):
         return None if math.isnan(value) else round(value, 4)
     return value
@@ -2624,7 +2637,7 @@ def _pick(spec: str, known: Sequence[str], what: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def _terminating_cleanly() -> Iterator[None]:
+def terminating_cleanly() -> Iterator[None]:
     """SIGTERM and SIGHUP end the bench through ``finally`` blocks, like Ctrl-C."""
 
     def stop(signum: int, frame: Any) -> None:
@@ -2663,7 +2676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     try:
-        with _terminating_cleanly():
+        with terminating_cleanly():
             broker_server.start()
             probe_server.start()
             if any(w.broker == RABBITMQ_BROKER for w in chosen):
@@ -2768,9 +2781,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
             for w in chosen
         },
-        "targets": [{k: _rounded(v) for k, v in asdict(t).items()} for t in report.targets],
+        "targets": [{k: rounded(v) for k, v in asdict(t).items()} for t in report.targets],
         "targets_skipped": [asdict(skipped) for skipped in report.skipped],
-        "context": [{k: _rounded(v) for k, v in c.items()} for c in report.context],
+        "context": [{k: rounded(v) for k, v in c.items()} for c in report.context],
     }
     print("BENCH_JSON " + json.dumps(payload, separators=(",", ":"), allow_nan=False))
     errored = any(r.error for per_way in results.values() for wr in per_way.values() for r in wr.results)

@@ -63,9 +63,11 @@ within :data:`FLAT_FACTOR`; otherwise the exponent of a least-squares power law 
 slower below 0.25) and the growth per 10x; ``STEP`` flags a point whose figure is over
 :data:`STEP_FACTOR` x the previous point's. Then the ceiling of one Redis core in capped jobs per
 second: 1e6 / the base point's Redis us per job (ledger + broker). A full run writes
-``docs/scale.svg`` (commands per job and Redis us per job against each dimension on a log x
-axis, drawn by hand: no plotting library); ``--quick`` writes it only with ``--svg PATH``. The
-last line is ``SCALE_JSON {...}``. The exit code is 0 unless a run errored.
+``docs/scale.svg``: a row of panels each for commands per job, Redis us per job, the admission
+gap's p50 and p99 (log y) and the workers' RSS (KiB per parked message written beside the
+points), against each dimension on a log x axis, drawn by hand (no plotting library);
+``--quick`` writes it only with ``--svg PATH``. The last line is ``SCALE_JSON {...}``. The exit
+code is 0 unless a run errored.
 
 A small point's per-job figures carry its run's fixed costs (each process's boot-time report
 refresh, a beat, the idle polls of its consumers): with 10 jobs they weigh, with 5,000 not.
@@ -87,7 +89,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,7 +116,9 @@ from bench.run import (  # noqa: E402
     command_counts,
     interleaved,
     keyed,
+    rounded,
     server_cost,
+    terminating_cleanly,
     way_config,
 )
 from bench.support import Server, ServerError  # noqa: E402
@@ -287,6 +291,11 @@ class WayResult:
     @property
     def rss_max_mib(self) -> float:
         return max(self.rss_max_kib.values()) / 1024 if self.rss_max_kib else math.nan
+
+    @property
+    def rss_base_mib(self) -> float:
+        """The largest worker RSS at the release (booted, nothing run yet), MiB."""
+        return max(self.rss_base_kib.values()) / 1024 if self.rss_base_kib else math.nan
 
     @property
     def parked_peak(self) -> int:
@@ -539,6 +548,8 @@ class PointRuns:
             "nocap_gap_p50": lambda: n.gap_p50_ms if n else math.nan,
             "worker_ms": lambda: s.workers_cpu_s * 1e3 / s.completed,
             "rss_mib": lambda: s.rss_max_mib,
+            "rss_base_mib": lambda: s.rss_base_mib,
+            "nocap_rss_mib": lambda: n.rss_max_mib if n else math.nan,
             "parked": lambda: float(s.parked_peak) if s.parked_peak >= MIN_PARKED else math.nan,
             "kib_parked": lambda: s.kib_per_parked,
             "defer": lambda: s.deferrals_per_job,
@@ -725,25 +736,102 @@ def ceiling(points: Sequence[PointRuns]) -> dict[str, Any]:
 
 # -- the SVG -------------------------------------------------------------------------------------
 
-#: ``(figure, label, colour, dashed)`` of each row of panels.
-SVG_ROWS: tuple[tuple[str, tuple[tuple[str, str, str, bool], ...]], ...] = (
-    (
+
+@dataclass(frozen=True)
+class Series:
+    """One curve of a row's panels: a figure of :meth:`PointRuns.figure`, its legend label, its look."""
+
+    figure: str
+    label: str
+    colour: str
+    #: An SVG ``stroke-dasharray`` ("": solid).
+    dash: str = ""
+    width: float = 2.0
+
+
+@dataclass(frozen=True)
+class PointLabels:
+    """Another figure written beside the first curve's points where it is measured."""
+
+    figure: str
+    format: str
+    colour: str
+    #: The legend: a label as drawn but without a value, and the words after it.
+    sample: str
+    legend: str
+
+
+@dataclass(frozen=True)
+class SvgRow:
+    """A row of panels, one per dimension."""
+
+    title: str
+    #: The legend's heading; a legend is drawn above a row whose curves differ from the row above's.
+    heading: str
+    series: tuple[Series, ...]
+    #: A log y axis over whole decades (figures spanning decades, as a p50 beside its p99);
+    #: otherwise linear from 0.
+    log_y: bool = False
+    labels: PointLabels | None = None
+
+    @property
+    def looks(self) -> tuple[tuple[str, str, str, float], ...]:
+        return tuple((s.label, s.colour, s.dash, s.width) for s in self.series)
+
+
+SLOTS_COLOUR, LEDGER_COLOUR, P99_COLOUR, NOCAP_COLOUR = "#1f77b4", "#ff7f0e", "#9467bd", "#7f7f7f"
+NOCAP_DASH = "5,3"
+
+#: The rows of panels: at each point of each dimension, the commands and the Redis CPU per job,
+#: the admission latency and the workers' memory.
+SVG_ROWS: tuple[SvgRow, ...] = (
+    SvgRow(
         "commands per job",
+        "Redis cost per job",
         (
-            ("cmds", "Slots: ledger + broker", "#1f77b4", False),
-            ("ledger_cmds", "ledger alone", "#ff7f0e", False),
-            ("nocap_cmds", "nocap: broker", "#7f7f7f", True),
+            Series("cmds", "Slots: ledger + broker", SLOTS_COLOUR),
+            Series("ledger_cmds", "ledger alone", LEDGER_COLOUR),
+            Series("nocap_cmds", "nocap: broker", NOCAP_COLOUR, NOCAP_DASH),
         ),
     ),
-    (
+    SvgRow(
         "Redis CPU us per job",
+        "Redis cost per job",
         (
-            ("us", "Slots: ledger + broker", "#1f77b4", False),
-            ("ledger_us", "ledger alone", "#ff7f0e", False),
-            ("nocap_us", "nocap: broker", "#7f7f7f", True),
+            Series("us", "Slots: ledger + broker", SLOTS_COLOUR),
+            Series("ledger_us", "ledger alone", LEDGER_COLOUR),
+            Series("nocap_us", "nocap: broker", NOCAP_COLOUR, NOCAP_DASH),
+        ),
+    ),
+    SvgRow(
+        "admission gap, ms (log y)",
+        "admission latency, the handoff gap",
+        (
+            Series("gap_p50", "Slots p50", SLOTS_COLOUR),
+            Series("gap_p99", "Slots p99", P99_COLOUR),
+            Series("nocap_gap_p50", "nocap p50", NOCAP_COLOUR, NOCAP_DASH),
+        ),
+        log_y=True,
+    ),
+    SvgRow(
+        "worker RSS per process, MiB",
+        "worker memory",
+        (
+            Series("rss_mib", "Slots: peak", SLOTS_COLOUR),
+            Series("rss_base_mib", "Slots: at the release", SLOTS_COLOUR, "2,3", 1.2),
+            Series("nocap_rss_mib", "nocap: peak", NOCAP_COLOUR, NOCAP_DASH),
+        ),
+        labels=PointLabels(
+            "kib_parked", "{:.2f} KiB", "#d62728", "n.nn KiB", "worker RSS per parked message"
         ),
     ),
 )
+#: A panel's plot area, and the canvas' margins (px).
+PANEL_W, PANEL_H = 300, 190
+SVG_LEFT, SVG_GAP_X, SVG_GAP_Y = 60, 80, 80
+#: The legend's line height, and the width of one character of its 11 px text, plain and bold
+#: (estimates, on the wide side).
+LEGEND_LINE, CHAR_W, BOLD_W = 16, 7, 7.5
 
 
 def _esc(text: str) -> str:
@@ -762,91 +850,176 @@ def _nice_scale(value: float) -> tuple[float, int]:
     return top, steps
 
 
+def _log_scale(values: Sequence[float]) -> tuple[int, int, list[float]]:
+    """A log y axis for the positive ``values``: the decades around them (10^lo to 10^hi) and
+    its gridlines (1, 2, 5 x 10^k over up to 3 decades, the decades alone over more)."""
+    positive = [v for v in values if v > 0]  # nan > 0 is False
+    if not positive:
+        return 0, 1, [1.0, 10.0]
+    lo = math.floor(math.log10(min(positive)))
+    hi = max(lo + 1, math.ceil(math.log10(max(positive) * 1.05)))
+    multiples = (1, 2, 5) if hi - lo <= 3 else (1,)
+    return lo, hi, [m * 10.0**e for e in range(lo, hi) for m in multiples] + [10.0**hi]
+
+
 def _tick(x: float) -> str:
     return f"{x / 1000:g}k" if x >= 1000 else f"{x:g}"
 
 
-def svg(dims: Sequence[tuple[Dimension, Sequence[PointRuns]]], subtitle: str) -> str:
-    """One panel per dimension and row of :data:`SVG_ROWS`: the figure against the dimension, log x."""
-    pw, ph = 300, 190  # a panel's plot area
-    left, top, gap_x, gap_y = 60, 70, 80, 80
-    width = left + len(dims) * (pw + gap_x)
-    height = top + len(SVG_ROWS) * (ph + gap_y) + 10
+def _halo(colour: str) -> str:
+    """A text's attributes: ``colour`` on a white outline, readable over gridlines and curves."""
+    return f'fill="{colour}" stroke="white" stroke-width="3" paint-order="stroke"'
+
+
+def _legend(row: SvgRow, x: int, y: int, width: int) -> tuple[list[str], int]:
+    """``row``'s legend from ``(x, y)``, wrapped within ``width``: its elements and its last line's y."""
+    out = [f'<text x="{x}" y="{y + 4}" font-weight="bold">{_esc(row.heading)}:</text>']
+    start = lx = x + round(BOLD_W * (len(row.heading) + 1)) + 14
+    items: list[tuple[int, Callable[[int, int], list[str]]]] = []
+    for label, colour, dash, stroke in row.looks:
+
+        def curve(
+            at: int, ly: int, label: str = label, colour: str = colour, dash: str = dash, w: float = stroke
+        ) -> list[str]:
+            dashed = f' stroke-dasharray="{dash}"' if dash else ""
+            return [
+                f'<line x1="{at}" y1="{ly}" x2="{at + 24}" y2="{ly}" stroke="{colour}" '
+                f'stroke-width="{w:g}"{dashed}/>',
+                f'<text x="{at + 30}" y="{ly + 4}">{_esc(label)}</text>',
+            ]
+
+        items.append((40 + CHAR_W * len(label), curve))
+    if row.labels is not None:
+        labels = row.labels
+        sample = labels.sample
+
+        def note(at: int, ly: int) -> list[str]:
+            return [
+                f'<text x="{at}" y="{ly + 4}" font-size="10" {_halo(labels.colour)}>{_esc(sample)}</text>',
+                f'<text x="{at + 6 * len(sample) + 4}" y="{ly + 4}">= {_esc(labels.legend)}</text>',
+            ]
+
+        items.append((16 + CHAR_W * (len(sample) + len(labels.legend)), note))
+    for item_w, draw in items:
+        if lx + item_w > width and lx > start:
+            lx, y = start, y + LEGEND_LINE
+        out += draw(lx, y)
+        lx += item_w
+    return out, y
+
+
+def _panel(
+    row: SvgRow, dim: Dimension, points: Sequence[PointRuns], x0: int, y0: int, pw: int, ph: int
+) -> list[str]:
+    """One panel: ``row``'s curves against ``dim``, on a log x axis; plot area at ``(x0, y0)``."""
+    xs = [pr.point.x for pr in points]
+    lo, hi = math.log10(min(xs)), math.log10(max(xs))
+    span = (hi - lo) or 1.0
+    pad = span * 0.06
+
+    def px(x: float) -> float:
+        return x0 + (math.log10(x) - lo + pad) / (span + 2 * pad) * pw
+
+    values = [pr.figure(s.figure) for s in row.series for pr in points]
+    if row.log_y:
+        y_lo, y_hi, grid = _log_scale(values)
+
+        def py(y: float) -> float:
+            return y0 + ph - (math.log10(y) - y_lo) / (y_hi - y_lo) * ph
+
+    else:
+        # Room above the top point for its label, where the points are labelled.
+        headroom = 1.25 if row.labels is not None else 1.05
+        ymax, steps = _nice_scale(max((v for v in values if not math.isnan(v)), default=1.0) * headroom)
+        grid = [ymax * i / steps for i in range(steps + 1)]
+
+        def py(y: float) -> float:
+            return y0 + ph - y / ymax * ph
+
     out = [
+        f'<text x="{x0}" y="{y0 - 8}" font-weight="bold">{_esc(f"{dim.title}: {row.title}")}</text>',
+        f'<rect x="{x0}" y="{y0}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>',
+    ]
+    for y in grid:  # y grid and labels
+        out.append(f'<line x1="{x0}" y1="{py(y):.1f}" x2="{x0 + pw}" y2="{py(y):.1f}" stroke="#e5e5e5"/>')
+        out.append(f'<text x="{x0 - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{y:g}</text>')
+    for x in xs:  # log-x ticks at the points
+        tx = f"{px(x):.1f}"
+        out.append(f'<line x1="{tx}" y1="{y0 + ph}" x2="{tx}" y2="{y0 + ph + 5}" stroke="#555"/>')
+        out.append(f'<text x="{tx}" y="{y0 + ph + 17}" text-anchor="middle">{_tick(x)}</text>')
+    out.append(
+        f'<text x="{x0 + pw / 2}" y="{y0 + ph + 32}" text-anchor="middle" fill="#555">'
+        f"{_esc(dim.axis)} (log scale)</text>"
+    )
+    for s in row.series:
+        pts = [(pr.point.x, pr.figure(s.figure)) for pr in points]
+        # A log axis leaves out what it cannot draw (a figure of 0).
+        pts = [(x, y) for x, y in pts if not math.isnan(y) and (y > 0 or not row.log_y)]
+        if not pts:
+            continue
+        dashed = f' stroke-dasharray="{s.dash}"' if s.dash else ""
+        line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        out.append(
+            f'<polyline points="{line}" fill="none" stroke="{s.colour}" stroke-width="{s.width:g}"{dashed}/>'
+        )
+        radius = 3 if s.width >= 2 else 2
+        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="{radius}" fill="{s.colour}"/>' for x, y in pts]
+    if row.labels is not None:
+        labels, first = row.labels, row.series[0].figure
+        for i, pr in enumerate(points):
+            value, at = pr.figure(labels.figure), pr.figure(first)
+            if math.isnan(value) or math.isnan(at):
+                continue
+            anchor = "start" if i == 0 else "end" if i == len(points) - 1 else "middle"
+            shift = {"start": -4, "end": 4, "middle": 0}[anchor]
+            out.append(
+                f'<text x="{px(pr.point.x) + shift:.1f}" y="{py(at) - 9:.1f}" text-anchor="{anchor}" '
+                f'font-size="10" {_halo(labels.colour)}>{_esc(labels.format.format(value))}</text>'
+            )
+        slope, _ = rss_slope(points) if labels.figure == "kib_parked" else (math.nan, "")
+        if not math.isnan(slope):
+            out.append(
+                f'<text x="{x0 + 6}" y="{y0 + ph - 8}" font-size="10" {_halo(labels.colour)}>'
+                f"{_esc(f'slope over the points: {slope:.2f} KiB per parked message')}</text>"
+            )
+    return out
+
+
+def svg(dims: Sequence[tuple[Dimension, Sequence[PointRuns]]], subtitle: str) -> str:
+    """A panel per dimension (columns) and row of :data:`SVG_ROWS`: the row's figures against the
+    dimension, on a log x axis; a legend above the first row and above each row with other curves."""
+    pw, ph, left = PANEL_W, PANEL_H, SVG_LEFT
+    width = left + len(dims) * (pw + SVG_GAP_X)
+    body: list[str] = []
+    y = 55  # the first legend's line
+    bottom = 0  # the row above's x-axis caption
+    previous: SvgRow | None = None
+    for row in SVG_ROWS:
+        if previous is None or row.looks != previous.looks:
+            if previous is not None:
+                y = bottom + 30
+            legend, y = _legend(row, left, y, width - 10)
+            body += legend
+            y0 = y + 35
+        else:
+            y0 = bottom - 32 + SVG_GAP_Y
+        for col, (dim, points) in enumerate(dims):
+            body += _panel(row, dim, points, left + col * (pw + SVG_GAP_X), y0, pw, ph)
+        bottom = y0 + ph + 32
+        previous = row
+    height = bottom + 14
+    head = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
         f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{left}" y="22" font-size="15" font-weight="bold">dramatiq-slots: cost per job as one '
-        "dimension grows (bench/scale.py)</text>",
+        f'<text x="{left}" y="22" font-size="15" font-weight="bold">dramatiq-slots: cost per job, admission '
+        "latency and worker memory as one dimension grows (bench/scale.py)</text>",
         f'<text x="{left}" y="40" fill="#555">{_esc(subtitle)}</text>',
     ]
-    # The legend, once (every panel of a row has the same series).
-    lx = left
-    for _, label, colour, dashed in SVG_ROWS[0][1]:
-        dash = ' stroke-dasharray="5,3"' if dashed else ""
-        out.append(
-            f'<line x1="{lx}" y1="55" x2="{lx + 24}" y2="55" stroke="{colour}" stroke-width="2"{dash}/>'
-        )
-        out.append(f'<text x="{lx + 30}" y="59">{_esc(label)}</text>')
-        lx += 40 + 7 * len(label)
-    for col, (dim, points) in enumerate(dims):
-        xs = [pr.point.x for pr in points]
-        lo, hi = math.log10(min(xs)), math.log10(max(xs))
-        span = (hi - lo) or 1.0
-        pad = span * 0.06
-        x0 = left + col * (pw + gap_x)
-        for row, (row_title, series) in enumerate(SVG_ROWS):
-            y0 = top + row * (ph + gap_y) + 20
-
-            def px(x: float, x0: int = x0, lo: float = lo, span: float = span, pad: float = pad) -> float:
-                return x0 + (math.log10(x) - lo + pad) / (span + 2 * pad) * pw
-
-            values = [pr.figure(name) for name, _, _, _ in series for pr in points]
-            ymax, steps = _nice_scale(max((v for v in values if not math.isnan(v)), default=1.0) * 1.05)
-
-            def py(y: float, y0: int = y0, ymax: float = ymax) -> float:
-                return y0 + ph - y / ymax * ph
-
-            out.append(
-                f'<text x="{x0}" y="{y0 - 8}" font-weight="bold">{_esc(f"{dim.title}: {row_title}")}</text>'
-            )
-            out.append(f'<rect x="{x0}" y="{y0}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>')
-            for i in range(steps + 1):  # y grid and labels
-                y = ymax * i / steps
-                out.append(
-                    f'<line x1="{x0}" y1="{py(y):.1f}" x2="{x0 + pw}" y2="{py(y):.1f}" stroke="#e5e5e5"/>'
-                )
-                out.append(f'<text x="{x0 - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{y:g}</text>')
-            for x in xs:  # log-x ticks at the points
-                tx = f"{px(x):.1f}"
-                out.append(f'<line x1="{tx}" y1="{y0 + ph}" x2="{tx}" y2="{y0 + ph + 5}" stroke="#555"/>')
-                out.append(f'<text x="{px(x):.1f}" y="{y0 + ph + 17}" text-anchor="middle">{_tick(x)}</text>')
-            out.append(
-                f'<text x="{x0 + pw / 2}" y="{y0 + ph + 32}" text-anchor="middle" fill="#555">'
-                f"{_esc(dim.axis)} (log scale)</text>"
-            )
-            for name, _, colour, dashed in series:
-                pts = [(pr.point.x, pr.figure(name)) for pr in points]
-                pts = [(x, y) for x, y in pts if not math.isnan(y)]
-                if not pts:
-                    continue
-                dash = ' stroke-dasharray="5,3"' if dashed else ""
-                line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-                out.append(
-                    f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>'
-                )
-                out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}"/>' for x, y in pts]
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return "\n".join([*head, *body, "</svg>"]) + "\n"
 
 
 # -- JSON ------------------------------------------------------------------------------------------
-
-
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return None if math.isnan(value) else round(value, 4)
-    return value
 
 
 def way_json(r: WayResult) -> dict[str, Any]:
@@ -854,29 +1027,29 @@ def way_json(r: WayResult) -> dict[str, Any]:
         "completed": r.completed,
         "jobs": r.jobs,
         "finished": r.finished,
-        "makespan_s": _rounded(r.makespan_s),
+        "makespan_s": rounded(r.makespan_s),
         "error": r.error or None,
         "servers": {
             name: {
                 "commands": cost.commands,
-                "cpu_s": _rounded(cost.cpu_s),
-                "commands_per_job": _rounded(r.commands_per_job(name)),
-                "cpu_us_per_job": _rounded(r.cpu_us_per_job(name)),
+                "cpu_s": rounded(cost.cpu_s),
+                "commands_per_job": rounded(r.commands_per_job(name)),
+                "cpu_us_per_job": rounded(r.cpu_us_per_job(name)),
             }
             for name, cost in r.servers.items()
         },
-        "commands_per_job": _rounded(r.commands_per_job()),
-        "cpu_us_per_job": _rounded(r.cpu_us_per_job()),
-        "gap_p50_ms": _rounded(r.gap_p50_ms),
-        "gap_p99_ms": _rounded(r.gap_p99_ms),
-        "deferrals_per_job": _rounded(r.deferrals_per_job),
-        "workers_cpu_us_per_job": _rounded(r.workers_cpu_s * 1e6 / r.completed) if r.completed else None,
+        "commands_per_job": rounded(r.commands_per_job()),
+        "cpu_us_per_job": rounded(r.cpu_us_per_job()),
+        "gap_p50_ms": rounded(r.gap_p50_ms),
+        "gap_p99_ms": rounded(r.gap_p99_ms),
+        "deferrals_per_job": rounded(r.deferrals_per_job),
+        "workers_cpu_us_per_job": rounded(r.workers_cpu_s * 1e6 / r.completed) if r.completed else None,
         "worker_processes": len(r.rss_base_kib),
         "rss_base_kib_max": max(r.rss_base_kib.values(), default=None),
         "rss_max_kib": max(r.rss_max_kib.values(), default=None),
         "parked_peak": r.parked_peak if r.waiting_peak else None,
-        "kib_per_parked": _rounded(r.kib_per_parked),
-        "wall_s": _rounded(r.wall_s),
+        "kib_per_parked": rounded(r.kib_per_parked),
+        "wall_s": rounded(r.wall_s),
     }
 
 
@@ -890,10 +1063,11 @@ def dimension_json(dim: Dimension, points: Sequence[PointRuns]) -> dict[str, Any
                 "x": pr.point.x,
                 "topology": pr.point.workload.topology,
                 "jobs": pr.point.workload.job_count,
-                "figures": {name: _rounded(pr.figure(name)) for name, *_ in FIGURES}
+                "figures": {name: rounded(pr.figure(name)) for name, *_ in FIGURES}
                 | {
-                    "nocap_cmds": _rounded(pr.figure("nocap_cmds")),
-                    "nocap_us": _rounded(pr.figure("nocap_us")),
+                    "nocap_cmds": rounded(pr.figure("nocap_cmds")),
+                    "nocap_us": rounded(pr.figure("nocap_us")),
+                    "nocap_rss_mib": rounded(pr.figure("nocap_rss_mib")),
                 },
                 "ways": {way: way_json(r) for way, r in pr.runs.items()},
             }
@@ -907,7 +1081,7 @@ def dimension_json(dim: Dimension, points: Sequence[PointRuns]) -> dict[str, Any
     }
     if dim.key == "waiting":
         slope, _ = rss_slope(points)
-        out["kib_per_parked_slope"] = _rounded(slope)
+        out["kib_per_parked_slope"] = rounded(slope)
     return out
 
 
@@ -953,21 +1127,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-@contextlib.contextmanager
-def _terminating_cleanly() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the bench through ``finally`` blocks, like Ctrl-C."""
-
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     every = dimensions(args.quick)
@@ -990,7 +1149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     try:
-        with _terminating_cleanly():
+        with terminating_cleanly():
             for server in (servers.broker, servers.ledger, servers.probe):
                 server.start()
             for dim in chosen:

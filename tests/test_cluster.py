@@ -9,6 +9,7 @@ the ledger's slot is SIGKILLed and its replica promoted.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -18,6 +19,8 @@ from redis.crc import key_slot
 from dramatiq_slots import Slots
 from dramatiq_slots.errors import LedgerArgumentError, LedgerUnavailable
 from dramatiq_slots.ledger import Ledger, Limit, Line
+from dramatiq_slots.worker.claims import this_process
+from dramatiq_slots.worker.wakeups import Wakeups
 from tests.support.failover import caps_through_failover
 from tests.support.in_process import RunRecorder
 from tests.support.redis_cluster import LocalCluster
@@ -168,4 +171,45 @@ def test_a_malformed_argument_is_an_argument_error_on_a_cluster_too(
         assert (caught.value.script, caught.value.index, caught.value.argument) == ("declare", 3, "capacity")
         assert client.exists(queue, ledger.keys.line(queue), ledger.keys.declared(queue)) == 0
     finally:
+        client.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_wake_up_proves_no_hold_on_a_cluster_after_the_slot_moved(
+    local_cluster: LocalCluster, key_prefix: str
+) -> None:
+    """After the ledger's slot moved, a release's ``PUBLISH`` counts no subscriber on its node (this
+    process subscribed on the old one), so it takes the handed hold back, and the cluster bus
+    delivers the wake-up all the same. The woken claim must ask, not run on the word of it."""
+    client = local_cluster.client()
+    ledger = Ledger(client, key_prefix=key_prefix)
+    queue = ledger.keys.queue("moved")
+    limits = [Limit(queue, 1)]
+    wakeups = Wakeups(
+        client,
+        ledger.keys.wake_channel_prefix(),
+        on_stray=lambda token, ledger_name: None,
+        expiry_to_written=lambda expiry_ms: time.monotonic(),  # a process that could tell the age
+    )
+    waiter_token = f"{this_process()}:1:1"
+    try:
+        assert ledger.enter("other:1:1:1", limits, ttl_ms=60_000).admitted
+        wakeups.start()
+        waiter = wakeups.expect(waiter_token)
+        assert wakeups.listening.wait(10), "the subscription"
+        source = local_cluster.primary_of(queue)
+        target = next(node for node in local_cluster.primaries() if node is not source)
+        local_cluster.migrate_slot(key_slot(queue.encode()), target)
+        assert local_cluster.wait_served(queue) is target
+        entry = ledger.enter(waiter_token, limits, ttl_ms=60_000, line=Line.JOIN, place=1)
+        assert not entry.admitted and entry.in_line
+        ledger.leave("other:1:1:1", limits, ttl_ms=60_000, age_ms=0, own_process="other")
+        wait_until(lambda: waiter.handed is not None, timeout=10, what="the wake-up, through the cluster bus")
+        assert waiter.handed == queue
+        assert ledger.holders(queue) == [], "the release counted no subscriber and took the hold back"
+        assert waiter.written_at is None, "a cluster's wake-up proves nothing: the claim must ask"
+        asked = ledger.enter(waiter_token, limits, ttl_ms=60_000, line=Line.KEEP, place=1)
+        assert asked.admitted and not asked.replayed, "asking found the slot free and took it itself"
+    finally:
+        wakeups.stop()
         client.close()

@@ -509,7 +509,7 @@ def test_a_ledger_the_acl_refuses_costs_only_its_own_holds_and_is_beaten_apart_u
 def test_changes_between_beats_are_reported_soon_and_together(
     ledger: Ledger, redis_client: redis.Redis
 ) -> None:
-    """The first change after a quiet spell is written at once, alone; changes that follow within
+    """The first change after a quiet spell is written alone within CARRY_S; changes that follow within
     REPORT_GAP_S go together, so a busy process writes at most one report per gap between beats."""
     key = ledger.keys.process("h:1")
     made = [0]
@@ -529,8 +529,11 @@ def test_changes_between_beats_are_reported_soon_and_together(
             lambda: heartbeat.report_writes == 1, timeout=REPORT_GAP_S, what="the first change's report"
         )
         assert time.monotonic() - asked < REPORT_GAP_S
-        # A busy spell: a change every 10 ms for 1.2 s.
-        end = time.monotonic() + 1.2
+        # A busy spell: a change every 10 ms for 2 s. With no release to carry them, the thread
+        # writes each report CARRY_S after it is due: one per REPORT_GAP_S + CARRY_S at the least,
+        # never more than one per REPORT_GAP_S.
+        spell = 2.0
+        end = time.monotonic() + spell
         changes = 0
         while time.monotonic() < end:
             heartbeat.report_soon()
@@ -538,7 +541,9 @@ def test_changes_between_beats_are_reported_soon_and_together(
             time.sleep(0.01)  # the spell's pace, not a wait for anything
         wait_until(lambda: heartbeat._report_due is None, timeout=2, what="the last change's report")
         written = heartbeat.report_writes - 1
-        assert changes > 50 and 2 <= written <= 4, (changes, written)
+        fewest = int(spell / (REPORT_GAP_S + heartbeat_module.CARRY_S)) - 1
+        most = int(spell / REPORT_GAP_S) + 1
+        assert changes > 50 and fewest <= written <= most, (changes, written, fewest, most)
         assert heartbeat.beats == 0
         assert redis_client.get(key) == f'{{"n": {made[0]}}}'.encode(), (
             "the last report made is the one written"
@@ -567,6 +572,7 @@ def test_a_report_between_beats_naming_no_new_ledger_is_its_text_alone(
         made[0] += 1
         return ReportWrite(key, f'{{"n": {made[0]}}}', tuple(names))
 
+    ledger.preload()  # a script not loaded yet would be sent twice: not counted here
     heartbeat = Heartbeat(ledger, HoldRegistry(), hold_ttl=60_000, beat_interval=20_000, report=report)
     heartbeat.tick()  # the beat writes it whole
     ttl_after_beat = redis_client.pttl(key)
@@ -620,6 +626,7 @@ def test_a_release_carries_a_report_due_between_beats(
         return ReportWrite(key, f'{{"n": {made[0]}}}', tuple(names))
 
     queue = Limit(ledger.keys.queue("a"), 2)
+    ledger.preload()  # a pipeline meeting a script not loaded yet is sent twice: not counted here
     heartbeat = Heartbeat(ledger, HoldRegistry(), hold_ttl=60_000, beat_interval=20_000, report=report)
     heartbeat.tick()  # written whole, listing queue:a
     assert heartbeat.due_report() is None, "nothing changed"

@@ -87,8 +87,9 @@ def test_a_claim_ending_with_nothing_held_back_owes_nothing_later() -> None:
 def test_the_message_given_back_first_is_the_best_ranked_with_or_without_groups(
     entries: list[tuple[int, int, str]], parked: list[tuple[int, str]]
 ) -> None:
-    """Without a group the first held-back message is found in one pass; it is the one the ranking
-    of every claim (parked ones included) puts first, as it is with groups."""
+    """Without a group the first held-back message is the top of its ledger's heap; it is the one
+    the ranking of every claim (parked ones included) puts first, as it is with groups, one after
+    the other until none is left (each given back, then in line: the next)."""
     in_line = [replace(request(place, A), group=group) for place, group in parked]
     holding = HoldingBack(1, lambda ledger: 0, in_line=lambda ledger: in_line)
     back = [
@@ -99,5 +100,15 @@ def test_the_message_given_back_first_is_the_best_ranked_with_or_without_groups(
     ]
     for entry in back:
         holding.hold_back(entry)
-    ranks = turn_ranks([*in_line, *(e.request for e in back)])[len(in_line) :]
-    assert holding.next_for([A]) == [back[min(range(len(back)), key=ranks.__getitem__)]]
+    left = list(back)
+    given = holding.next_for([A])
+    for _ in back[1:]:  # as many claims on A ended: the next ones come back once it is in line
+        assert holding.next_for([A]) == []
+    while left:
+        ranks = turn_ranks([*in_line, *(e.request for e in left)])[len(in_line) :]
+        best = left[min(range(len(left)), key=ranks.__getitem__)]
+        assert given == [best]
+        assert not holding.holds(best.item) and holding.holds(left[-1].item) == (best is not left[-1])
+        left.remove(best)
+        given = holding.retried(best.item)
+    assert given == [] and len(holding) == 0

@@ -16,6 +16,7 @@ place.
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -61,7 +62,16 @@ class HoldingBack:
         self._claims_here = claims_here
         self._in_line = in_line
         self._lock = threading.Lock()
-        self._held_back: list[HeldBack] = []
+        #: The held-back messages, in the order they were held back (by ``id(entry)``), and by
+        #: ``id(item)``; per ledger, how many are held back on it, how many of them have a
+        #: fair-share group, and a heap of them by (priority class, score, order held back), its
+        #: entries left in place when they stop being held back (skipped at the top).
+        self._held_back: dict[int, HeldBack] = {}
+        self._by_item: dict[int, HeldBack] = {}
+        self._on: dict[str, list[tuple[int, int, int, HeldBack]]] = {}
+        self._count: Counter[str] = Counter()
+        self._grouped: Counter[str] = Counter()
+        self._seq = 0
         #: Claims being admitted in the gate now, per ledger (counted by :meth:`reserve`).
         self._admitting: Counter[str] = Counter()
         #: Held-back messages given back to be admitted again, not yet in line: their ledgers, by
@@ -119,19 +129,49 @@ class HoldingBack:
 
     def hold_back(self, entry: HeldBack) -> None:
         with self._lock:
-            self._held_back.append(entry)
+            self._add(entry)
+
+    def _add(self, entry: HeldBack) -> None:
+        self._held_back[id(entry)] = entry
+        self._by_item[id(entry.item)] = entry
+        self._seq += 1
+        key = (places.clamped(entry.request.priority), entry.request.score, self._seq)
+        for ledger in entry.ledgers():
+            heap = self._on.setdefault(ledger, [])
+            heapq.heappush(heap, (*key, entry))
+            self._count[ledger] += 1
+            if entry.request.group:
+                self._grouped[ledger] += 1
+
+    def _remove(self, entry: HeldBack) -> None:
+        if self._held_back.pop(id(entry), None) is None:
+            return
+        self._by_item.pop(id(entry.item), None)
+        for ledger in entry.ledgers():
+            self._count[ledger] -= 1
+            if entry.request.group:
+                self._grouped[ledger] -= 1
+            if self._count[ledger] <= 0:
+                del self._count[ledger]
+                self._grouped.pop(ledger, None)
+                self._on.pop(ledger, None)
+            elif len(self._on[ledger]) > 2 * self._count[ledger] + 64:
+                # Mostly entries no longer held back: keep the heap in proportion.
+                heap = [item for item in self._on[ledger] if id(item[3]) in self._held_back]
+                heapq.heapify(heap)
+                self._on[ledger] = heap
 
     def holds(self, item: Any) -> bool:
         """Whether the message of ``item`` is held back."""
         with self._lock:
-            return any(entry.item is item for entry in self._held_back)
+            return id(item) in self._by_item
 
     def next_for(self, ledgers: Iterable[str]) -> list[HeldBack]:
         """A claim of the process on ``ledgers`` ended: the held-back messages to admit again now,
         no longer held back (see :meth:`retried`)."""
         with self._lock:
             for ledger in set(ledgers):
-                if any(ledger in entry.ledgers() for entry in self._held_back):
+                if self._count[ledger] > 0:
                     self._owed[ledger] += 1
             return self._dispatch()
 
@@ -158,7 +198,7 @@ class HoldingBack:
                 del self._owed[ledger]
                 continue
             self._owed[ledger] -= 1
-            self._held_back.remove(entry)
+            self._remove(entry)
             self._in_flight[id(entry.item)] = entry.ledgers()
             busy.update(entry.ledgers())
             out.append(entry)
@@ -167,13 +207,17 @@ class HoldingBack:
     def _first_on(self, ledger: str) -> HeldBack | None:
         """The held-back message on ``ledger`` that comes first (:func:`~.places.turn_ranks`, with the
         process's claims in its line: the group with the fewest of them here goes first)."""
-        waiting = [e for e in self._held_back if ledger in e.ledgers()]
-        if not waiting:
+        if self._count[ledger] <= 0:
             return None
-        if not any(e.request.group for e in waiting):
-            # No group: the turns are score order (priority first), whatever is parked here; one
-            # pass, not a ranking of every claim (a process may hold back thousands).
-            return min(waiting, key=lambda e: (places.clamped(e.request.priority), e.request.score))
+        if not self._grouped[ledger]:
+            # No group: the turns are score order (priority first), whatever is parked here: the
+            # top of the ledger's heap (a process may hold back thousands), O(log n).
+            heap = self._on.get(ledger, [])
+            while heap and id(heap[0][3]) not in self._held_back:
+                heapq.heappop(heap)
+            # Empty only if an asynchronous exception cut an update short: nothing to give back.
+            return heap[0][3] if heap else None
+        waiting = [e for e in self._held_back.values() if ledger in e.ledgers()]
         parked = self._in_line(ledger)
         ranks = places.turn_ranks([*parked, *(e.request for e in waiting)])[len(parked) :]
         return waiting[min(range(len(waiting)), key=ranks.__getitem__)]
@@ -182,23 +226,26 @@ class HoldingBack:
         """The messages held back for ``bound`` seconds by ``now``, no longer held back; one whose
         ledger ``waits_on`` (paused) starts its wait again instead."""
         with self._lock:
-            for entry in self._held_back:
+            for entry in self._held_back.values():
                 if now - entry.since >= bound and waits_on(entry.refused_by):
                     entry.since = now
-            expired = [e for e in self._held_back if now - e.since >= bound]
+            expired = [e for e in self._held_back.values() if now - e.since >= bound]
             for entry in expired:
-                self._held_back.remove(entry)
+                self._remove(entry)
         return expired
 
     def entries(self) -> list[HeldBack]:
         """The held-back messages now (for the report)."""
         with self._lock:
-            return list(self._held_back)
+            return list(self._held_back.values())
 
     def take_all(self) -> list[HeldBack]:
         """Every held-back message, none held back any more (worker shutdown)."""
         with self._lock:
-            held, self._held_back = self._held_back, []
+            held = list(self._held_back.values())
+            self._held_back, self._by_item, self._on = {}, {}, {}
+            self._count.clear()
+            self._grouped.clear()
         return held
 
     def __len__(self) -> int:

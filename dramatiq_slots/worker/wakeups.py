@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from ..ledger.client import RedisClient
 from .claims import this_process
@@ -129,6 +130,13 @@ class Wakeups:
     ) -> None:
         self.client = client
         self.expiry_to_written = expiry_to_written
+        #: Whether a published wake-up proves its handed hold. Not on a Redis Cluster: ``PUBLISH``
+        #: counts only the subscribers of the node that runs it while the cluster bus delivers the
+        #: message to every node, so after the ledger's slot moved away from the node this process
+        #: subscribed on, a release counts none, takes the handed hold back (``lib/tell.lua``), and
+        #: the message still arrives. There a woken claim asks (``Line.KEEP``: a replay while it
+        #: holds the slot, its place in line again when not), one round trip per handoff.
+        self.proven = not isinstance(client, RedisCluster)
         self.channel_prefix = channel_prefix
         self.on_stray = on_stray
         self.controls_channel = controls_channel
@@ -203,7 +211,7 @@ class Wakeups:
         with self._lock:
             waiter = self._waiting.get(token)
         if waiter is not None:
-            written_at = self.expiry_to_written(int(expiry)) if expiry.isdigit() else None
+            written_at = self.expiry_to_written(int(expiry)) if expiry.isdigit() and self.proven else None
             waiter.wake(ledger, written_at, int(fence) if fence.isdigit() else 0)
         elif token and ledger:
             self.on_stray(token, ledger)
