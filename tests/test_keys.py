@@ -8,7 +8,8 @@ import hashlib
 import pytest
 import redis
 
-from dramatiq_slots.ledger.keys import DEFAULT_KEY_PREFIX, KeySpace, key_digest
+from dramatiq_slots.errors import ArgumentError
+from dramatiq_slots.ledger.keys import DEFAULT_KEY_PREFIX, KeySpace, hash_tag, key_digest
 
 
 def test_default_prefix_and_the_hash_tag_heading_every_name() -> None:
@@ -149,3 +150,153 @@ def test_pattern_matches_only_its_own_keys_on_a_server(
         redis_client.set(key, "1", ex=60)
     found = {k.decode() for k in redis_client.scan_iter(match=keys.pattern(), count=1000)}
     assert found == own
+
+
+#: Every name kept for a ledger, by the KeySpace method that builds it from the ledger's name.
+SIBLINGS = ("line", "fence", "shares", "turns", "backlog", "declared")
+
+
+def _siblings(keys: KeySpace, ledger: str) -> dict[str, str]:
+    names = {method: getattr(keys, method)(ledger) for method in SIBLINGS}
+    names["backlog|g"] = keys.backlog(ledger, "g0f")
+    names["group_line|g"] = keys.group_line(ledger, "g0f")
+    names["group_line"] = keys.group_line(ledger, "")
+    names["controls"] = keys.controls(of=ledger)
+    names["epoch"] = keys.epoch(of=ledger)
+    return names
+
+
+def _golden(tag: str, kind: str, name: str) -> dict[str, str]:
+    return {
+        "line": f"{tag}:{kind}-line:{name}",
+        "fence": f"{tag}:fence:{kind}:{name}",
+        "shares": f"{tag}:shares:{kind}:{name}",
+        "turns": f"{tag}:turns:{kind}:{name}",
+        "backlog": f"{tag}:backlog:{kind}:{name}",
+        "declared": f"{tag}:declared:{kind}:{name}",
+        "backlog|g": f"{tag}:backlog:{kind}:{name}|g0f",
+        "group_line|g": f"{tag}:turns:{kind}:{name}|g0f",
+        "group_line": f"{tag}:{kind}-line:{name}",
+        "controls": f"{tag}:controls",
+        "epoch": f"{tag}:epoch",
+    }
+
+
+def test_the_default_placement_names_every_ledger_and_sibling_as_before() -> None:
+    # Golden names, written out: the names of the release before placement (stage 1 of
+    # docs/proposals/cluster-placement.md changes none of them).
+    default, team = KeySpace(), KeySpace("team:app")
+    assert default.queue("default") == "{dramatiq-slots}:queue:default"
+    assert default.runtime_key("user:42") == "{dramatiq-slots}:key:ea3fd43be1e57d62e163dae19fc740bd"
+    assert team.queue("emails.DQ") == "{team:app}:queue:emails.DQ"
+    assert team.runtime_key("account:7") == "{team:app}:key:f1c932ba8c43e41edeeb14f4bed26f1e"
+    assert default.controls() == "{dramatiq-slots}:controls"
+    assert default.epoch() == "{dramatiq-slots}:epoch"
+    assert default.wake_channel_prefix() == "{dramatiq-slots}:wake:"
+    assert team.wake_channel_prefix() == "{team:app}:wake:"
+    assert default.process("h:1") == "{dramatiq-slots}:process:h:1"
+    assert (default.reports(), default.listed(), default.listed_names()) == (
+        "{dramatiq-slots}:reports",
+        "{dramatiq-slots}:listed",
+        "{dramatiq-slots}:listed-names",
+    )
+    assert _siblings(default, "{dramatiq-slots}:queue:default") == {
+        "line": "{dramatiq-slots}:queue-line:default",
+        "fence": "{dramatiq-slots}:fence:queue:default",
+        "shares": "{dramatiq-slots}:shares:queue:default",
+        "turns": "{dramatiq-slots}:turns:queue:default",
+        "backlog": "{dramatiq-slots}:backlog:queue:default",
+        "declared": "{dramatiq-slots}:declared:queue:default",
+        "backlog|g": "{dramatiq-slots}:backlog:queue:default|g0f",
+        "group_line|g": "{dramatiq-slots}:turns:queue:default|g0f",
+        "group_line": "{dramatiq-slots}:queue-line:default",
+        "controls": "{dramatiq-slots}:controls",
+        "epoch": "{dramatiq-slots}:epoch",
+    }
+    assert _siblings(team, "{team:app}:key:f1c932ba8c43e41edeeb14f4bed26f1e") == {
+        "line": "{team:app}:key-line:f1c932ba8c43e41edeeb14f4bed26f1e",
+        "fence": "{team:app}:fence:key:f1c932ba8c43e41edeeb14f4bed26f1e",
+        "shares": "{team:app}:shares:key:f1c932ba8c43e41edeeb14f4bed26f1e",
+        "turns": "{team:app}:turns:key:f1c932ba8c43e41edeeb14f4bed26f1e",
+        "backlog": "{team:app}:backlog:key:f1c932ba8c43e41edeeb14f4bed26f1e",
+        "declared": "{team:app}:declared:key:f1c932ba8c43e41edeeb14f4bed26f1e",
+        "backlog|g": "{team:app}:backlog:key:f1c932ba8c43e41edeeb14f4bed26f1e|g0f",
+        "group_line|g": "{team:app}:turns:key:f1c932ba8c43e41edeeb14f4bed26f1e|g0f",
+        "group_line": "{team:app}:key-line:f1c932ba8c43e41edeeb14f4bed26f1e",
+        "controls": "{team:app}:controls",
+        "epoch": "{team:app}:epoch",
+    }
+    # A queue named like a key, a home-like queue name, odd characters: nothing moves.
+    for queue in ("key:x", "q:orders", "a|b", "ünïcødé", "x}{y"):
+        assert _siblings(team, team.queue(queue)) == _golden("{team:app}", "queue", queue)
+
+
+@pytest.mark.parametrize("home", ["q:orders", "g:partner", "k:07~311", "a:b:c"])
+@pytest.mark.parametrize("prefix", ["app", "team:app", "*?[]\\"])
+def test_what_is_kept_for_a_ledger_follows_the_ledgers_own_tag(prefix: str, home: str) -> None:
+    keys = KeySpace(prefix)
+    tag = "{" + prefix + "|" + home + "}"
+    assert keys.home_tag(home) == tag
+    queue, key = keys.queue("orders", home=home), keys.runtime_key("user:42", home=home)
+    assert queue == f"{tag}:queue:orders"
+    assert key == f"{tag}:key:{key_digest('user:42')}"
+    assert _siblings(keys, queue) == _golden(tag, "queue", "orders")
+    assert _siblings(keys, key) == _golden(tag, "key", key_digest("user:42"))
+    assert keys.wake_channel_prefix(home) == f"{tag}:wake:"
+    # Redis Cluster hashes all of them, the ledgers too, by the home: one slot.
+    names = [queue, key, *_siblings(keys, queue).values(), *_siblings(keys, key).values()]
+    assert {hash_tag(n) for n in names} == {tag}
+    assert {_hash_tag(n) for n in names} == {f"{prefix}|{home}"}
+    assert keys.tag_of(queue) == keys.tag_of(keys.line(key)) == tag
+
+
+def test_a_ledger_of_the_prefixs_own_tag_keeps_its_names_next_to_one_of_a_home() -> None:
+    keys = KeySpace("app")
+    assert keys.line(keys.queue("q")) == "{app}:queue-line:q"
+    assert keys.line(keys.queue("q", home="q:q")) == "{app|q:q}:queue-line:q"
+    assert keys.home_tag("") == keys.tag == "{app}"
+    assert keys.tag_of("{app}:controls") == "{app}"
+    # Placement does not reach what reads the indexes yet: parse and short see the prefix's tag.
+    assert keys.parse(keys.queue("q", home="q:q")) is None
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "{app|}:queue:x",  # an empty home
+        "{app|q:x:queue:x",  # no end to the tag
+        "{app|q{x}:queue:x",  # a brace in the home
+        "{appx|q:x}:queue:x",  # another prefix
+        "{other|q:x}:queue:x",
+        "{app|q:x}:queue-line:x",  # a line, not a ledger
+        "{app|q:x}:other:x",
+        "x{app|q:x}:queue:x",
+        "app|q:x:queue:x",
+    ],
+)
+def test_what_is_not_a_ledger_of_this_prefix_has_no_siblings(other: str) -> None:
+    keys = KeySpace("app")
+    for method in SIBLINGS:
+        with pytest.raises(ArgumentError, match="not a ledger under prefix 'app'"):
+            getattr(keys, method)(other)
+
+
+@pytest.mark.parametrize("home", ["{x}", "a}b", "a{b", 7])
+def test_a_home_with_braces_is_refused(home: object) -> None:
+    with pytest.raises(ArgumentError, match="a home must be a str without braces"):
+        KeySpace("app").queue("q", home=home)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "tag", "hashed"),
+    [
+        ("{a}:b", "{a}", "a"),
+        ("x{a|q:b}:c{d}", "{a|q:b}", "a|q:b"),
+        ("{}a{b}", "{}a{b}", "{}a{b}"),  # an empty tag: Redis hashes the whole name
+        ("{a", "{a", "{a"),
+        ("plain", "plain", "plain"),
+    ],
+)
+def test_hash_tag_is_what_redis_cluster_hashes(name: str, tag: str, hashed: str) -> None:
+    assert hash_tag(name) == tag
+    assert _hash_tag(name) == hashed

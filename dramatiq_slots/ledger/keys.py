@@ -84,6 +84,16 @@ digest can never move a key elsewhere (the tag comes first; a prefix may not
 contain braces). The price: one prefix is served by one primary. Applications
 that need more spread use several prefixes (one per group of queues); what
 one ledger serves per core is in docs/design.md, "What each operation costs".
+
+**Homes** (docs/proposals/cluster-placement.md, stage 1 of placement). Everything kept per
+ledger (its line, fence, shares, turns, turn lines, backlogs and declarations) takes the hash
+tag of **the ledger's own name**, not the prefix's: a ledger named under a *home* of the
+prefix, ``{<prefix>|<home>}:queue:<name>`` (:meth:`KeySpace.queue` with ``home=``), keeps all
+of them in its slot, ``{<prefix>|<home>}:queue-line:<name>`` and so on.
+:mod:`dramatiq_slots.ledger.placement` says which home a ledger lives in. Today every ledger is
+named under ``{<prefix>}`` itself (placement ``"prefix"``), so every name above is unchanged,
+byte for byte; :meth:`KeySpace.parse`, :meth:`KeySpace.short` and the indexes still read
+``{<prefix>}`` only.
 """
 
 from __future__ import annotations
@@ -109,6 +119,14 @@ def key_digest(key: str) -> str:
 
 #: Hex digits of a fair-share group's digest (64 bits of SHA-256: the groups of one ledger).
 GROUP_HEX = 16
+
+
+def hash_tag(name: str) -> str:
+    """What Redis Cluster hashes ``name`` by, braces included: ``{...}`` from its first ``{`` to the
+    next ``}`` when that holds something, else the whole name."""
+    start = name.find("{")
+    end = name.find("}", start + 1) if start >= 0 else -1
+    return name[start : end + 1] if end > start + 1 else name
 
 
 def group_digest(group: str) -> str:
@@ -137,59 +155,96 @@ class KeySpace:
         """``{<prefix>}``: the head of every name, and their Redis Cluster hash tag."""
         return "{" + self.prefix + "}"
 
-    def queue(self, queue_name: str) -> str:
-        """The ledger of a queue's capacity."""
-        return f"{self.tag}:queue:{queue_name}"
+    def home_tag(self, home: str = "") -> str:
+        """The hash tag of a home of this prefix: :attr:`tag` for none (where every ledger lives
+        today), ``{<prefix>|<home>}`` otherwise (:mod:`~dramatiq_slots.ledger.placement`)."""
+        if home == "":
+            return self.tag
+        if not isinstance(home, str) or "{" in home or "}" in home:
+            raise ArgumentError(f"a home must be a str without braces, got {home!r}")
+        return "{" + self.prefix + "|" + home + "}"
 
-    def runtime_key(self, key: str) -> str:
-        """The ledger of a runtime-unique key (named by its digest, see :func:`key_digest`)."""
-        return f"{self.tag}:key:{key_digest(key)}"
+    def queue(self, queue_name: str, *, home: str = "") -> str:
+        """The ledger of a queue's capacity (in ``home``, by default the prefix's own tag)."""
+        return f"{self.home_tag(home)}:queue:{queue_name}"
+
+    def runtime_key(self, key: str, *, home: str = "") -> str:
+        """The ledger of a runtime-unique key (named by its digest, see :func:`key_digest`; in
+        ``home``, by default the prefix's own tag)."""
+        return f"{self.home_tag(home)}:key:{key_digest(key)}"
+
+    def tag_of(self, key: str) -> str:
+        """The hash tag heading ``key``, one of this prefix's: :attr:`tag` or ``{<prefix>|<home>}``
+        (what every name kept for a ledger takes from it); ArgumentError for any other key."""
+        tag = self._head(key)
+        if tag is None:
+            raise ArgumentError(f"not a key under prefix {self.prefix!r}: {key!r}")
+        return tag
+
+    def _head(self, key: str) -> str | None:
+        """The tag heading ``key`` if it is this prefix's (the prefix's own or one of its homes)."""
+        tag = self.tag
+        if key.startswith(tag):
+            return tag
+        opening = "{" + self.prefix + "|"
+        if not key.startswith(opening):
+            return None
+        end = key.find("}", len(opening))
+        if end <= len(opening) or "{" in key[len(opening) : end]:
+            return None
+        return key[: end + 1]
+
+    def _placed(self, ledger: str) -> tuple[str, LedgerKind, str]:
+        """``(tag, kind, name)`` of a ledger under this prefix's tag or one of its homes."""
+        tag = self._head(ledger)
+        if tag is not None:
+            if ledger.startswith(":queue:", len(tag)):
+                return tag, "queue", ledger[len(tag) + len(":queue:") :]
+            if ledger.startswith(":key:", len(tag)):
+                return tag, "key", ledger[len(tag) + len(":key:") :]
+        raise ArgumentError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
 
     def line(self, ledger: str) -> str:
         """The line of a ledger (its claims waiting for a slot)."""
-        kind, name = self._parsed(ledger)
-        return f"{self.tag}:{kind}-line:{name}"
+        tag, kind, name = self._placed(ledger)
+        return f"{tag}:{kind}-line:{name}"
 
-    def _parsed(self, ledger: str) -> tuple[LedgerKind, str]:
-        parsed = self.parse(ledger)
-        if parsed is None:
-            raise ArgumentError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
-        return parsed
+    def controls(self, of: str | None = None) -> str:
+        """The hash of the operators' controls, and the channel on which their changes are told;
+        ``of`` a ledger (or any key of this prefix): the copy in that key's home."""
+        return f"{self.tag if of is None else self.tag_of(of)}:controls"
 
-    def controls(self) -> str:
-        """The hash of the operators' controls, and the channel on which their changes are told."""
-        return f"{self.tag}:controls"
-
-    def epoch(self) -> str:
-        """The epoch of the prefix: whether its ledgers are settling (``lib/epoch.lua``)."""
-        return f"{self.tag}:epoch"
+    def epoch(self, of: str | None = None) -> str:
+        """The epoch of the prefix: whether its ledgers are settling (``lib/epoch.lua``); ``of`` a
+        ledger (or any key of this prefix): the epoch of that key's home."""
+        return f"{self.tag if of is None else self.tag_of(of)}:epoch"
 
     def declared(self, ledger: str) -> str:
         """The set of capacities live worker processes declare for ``ledger``."""
-        kind, name = self._parsed(ledger)
-        return f"{self.tag}:declared:{kind}:{name}"
+        tag, kind, name = self._placed(ledger)
+        return f"{tag}:declared:{kind}:{name}"
 
     def fence(self, ledger: str) -> str:
         """The key of a ledger's last fencing token."""
-        kind, name = self._parsed(ledger)
-        return f"{self.tag}:fence:{kind}:{name}"
+        tag, kind, name = self._placed(ledger)
+        return f"{tag}:fence:{kind}:{name}"
 
     def shares(self, ledger: str) -> str:
         """The hash of the units each fair-share group holds on a ledger (``lib/turns.lua``)."""
-        kind, name = self._parsed(ledger)
-        return f"{self.tag}:shares:{kind}:{name}"
+        tag, kind, name = self._placed(ledger)
+        return f"{tag}:shares:{kind}:{name}"
 
     def turns(self, ledger: str) -> str:
         """The turns of a ledger's waiting groups (``lib/turns.lua``); a group's line is this name,
         ``|`` and the group's id."""
-        kind, name = self._parsed(ledger)
-        return f"{self.tag}:turns:{kind}:{name}"
+        tag, kind, name = self._placed(ledger)
+        return f"{tag}:turns:{kind}:{name}"
 
     def backlog(self, ledger: str, group: str = "") -> str:
         """The messages sent and not yet admitted on a ledger (of one fair-share group), for
         ``when_line_full="refuse"`` (``backlog.lua``)."""
-        kind, name = self._parsed(ledger)
-        return f"{self.tag}:backlog:{kind}:{name}" + (f"|{group}" if group else "")
+        tag, kind, name = self._placed(ledger)
+        return f"{tag}:backlog:{kind}:{name}" + (f"|{group}" if group else "")
 
     def group_line(self, ledger: str, group: str) -> str:
         """The line of one fair-share group on a ledger (the ledger's line for no group)."""
@@ -200,9 +255,10 @@ class KeySpace:
         parsed = self.parse(ledger)
         return ledger if parsed is None else f"{parsed[0]}:{parsed[1]}"
 
-    def wake_channel_prefix(self) -> str:
-        """Wake channels are this prefix + a process part (``<host>:<pid>``)."""
-        return f"{self.tag}:wake:"
+    def wake_channel_prefix(self, home: str = "") -> str:
+        """Wake channels are this prefix + a process part (``<host>:<pid>``); ``home``: those of
+        one home (:meth:`home_tag`)."""
+        return f"{self.home_tag(home)}:wake:"
 
     def process(self, process: str) -> str:
         """The report key of one worker process (``<host>:<pid>``, see :func:`~.claims.this_process`)."""

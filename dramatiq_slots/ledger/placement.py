@@ -1,0 +1,121 @@
+"""Where a queue's limits live on a Redis Cluster: the placement rule, as pure functions.
+
+docs/proposals/cluster-placement.md, section 1. A *placement* says which *home* each queue's
+limits live in; a home is one Redis Cluster hash tag, so one slot:
+
+=====================  ==============================================================
+placement              home of queue ``q``
+=====================  ==============================================================
+``"prefix"`` (default) none: the prefix's own tag ``{<prefix>}``, today's names byte for byte
+``"queue"``            ``q:<q>``: the tag ``{<prefix>|q:<q>}``
+``{queue: group}``     ``g:<group>`` for a queue in the mapping (``{<prefix>|g:<group>}``),
+                       ``q:<q>`` for any other
+=====================  ==============================================================
+
+The rule: a queue's cap ledger lives in its queue's home, and so does the ledger of each runtime
+key of a message on that queue. Everything kept per ledger follows the ledger's own tag
+(:class:`~dramatiq_slots.ledger.keys.KeySpace`), so the limits of one message, and all their
+lines, fences, shares, turns and backlogs, share one slot: every script stays legal and atomic.
+:func:`one_home` checks that of the ledgers a message takes.
+
+Stage 1 of the proposal: nothing calls this yet (no setting, no middleware, no ``Ledger``), and
+the key homes of ``EACH_KEY`` queues (stage 7) are not here. No Redis, no dramatiq.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Literal, TypeAlias
+
+from ..errors import ArgumentError
+from .keys import KeySpace, hash_tag
+
+PREFIX: Literal["prefix"] = "prefix"
+QUEUE: Literal["queue"] = "queue"
+
+#: ``"prefix"``, ``"queue"``, or a mapping of queue names to group names.
+Placement: TypeAlias = Literal["prefix", "queue"] | Mapping[str, str]
+
+#: What a queue or group name cannot hold: the braces end or open a hash tag, ``|`` parts a home.
+_FORBIDDEN = "{}|"
+
+_WHAT = 'placement must be "prefix", "queue" or a mapping of queue names to group names'
+
+
+def _check_name(what: str, name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise ArgumentError(f"{what} must be a non-empty str, got {name!r}")
+    wrong = sorted({c for c in name if c in _FORBIDDEN})
+    if wrong:
+        raise ArgumentError(
+            f"{what} must not hold {' or '.join(map(repr, wrong))}, got {name!r}: it becomes part of a "
+            "Redis Cluster hash tag {<prefix>|<home>}"
+        )
+    return name
+
+
+def checked(placement: object, *, prefix: str | None = None) -> Placement:
+    """``placement`` checked: ``"prefix"``, ``"queue"``, or a copy of the mapping (queue -> group),
+    every name a non-empty str without ``{``, ``}`` or ``|``; with ``prefix``, a prefix that can
+    head a home's tag (no ``|`` unless the placement is ``"prefix"``). ArgumentError otherwise."""
+    result: Placement
+    if isinstance(placement, str):
+        if placement not in (PREFIX, QUEUE):
+            raise ArgumentError(f"{_WHAT}, got {placement!r}")
+        result = PREFIX if placement == PREFIX else QUEUE
+    elif isinstance(placement, Mapping):
+        result = {
+            _check_name("a queue name in placement", queue): _check_name(
+                f"the group of queue {queue!r}", group
+            )
+            for queue, group in placement.items()
+        }
+    else:
+        raise ArgumentError(f"{_WHAT}, got {placement!r}")
+    if prefix is not None:
+        KeySpace(prefix)  # a non-empty str without braces
+        if result != PREFIX and "|" in prefix:
+            raise ArgumentError(
+                f"key_prefix must not hold '|' under placement {placement!r}, got {prefix!r}: the tag "
+                "{<prefix>|<home>} of one home would read as another prefix's"
+            )
+    return result
+
+
+def home_of(placement: Placement, queue: str) -> str:
+    """The home of ``queue``'s limits: ``""`` (the prefix's own tag) under ``"prefix"``, else
+    ``g:<group>`` for a queue mapped to a group, ``q:<queue>`` for any other."""
+    if placement == PREFIX:
+        return ""
+    if isinstance(placement, Mapping) and queue in placement:
+        return "g:" + _check_name(f"the group of queue {queue!r}", placement[queue])
+    return "q:" + _check_name("a queue name under placement", queue)
+
+
+def cap_tag(prefix: str, placement: Placement, queue: str) -> str:
+    """The hash tag of ``queue``'s cap ledger (``queue_capacity``): its queue's home."""
+    return KeySpace(prefix).home_tag(home_of(placement, queue))
+
+
+def key_tag(prefix: str, placement: Placement, queue: str) -> str:
+    """The hash tag of the ledger of a runtime key (``unique_at_runtime_key``) taken by a message on
+    ``queue``: the home of the message's queue, whatever the key (so one key taken on two queues
+    of different homes is two limits)."""
+    return KeySpace(prefix).home_tag(home_of(placement, queue))
+
+
+def one_home(ledgers: Iterable[str], *, of: str = "one message") -> str:
+    """The hash tag that every one of ``ledgers`` (the limits of ``of``) carries; ArgumentError
+    when they carry several, since one script must take them all in one slot."""
+    tags: dict[str, list[str]] = {}
+    for ledger in ledgers:
+        tags.setdefault(hash_tag(ledger), []).append(ledger)
+    if len(tags) > 1:
+        where = "; ".join(f"{tag}: {', '.join(map(repr, named))}" for tag, named in tags.items())
+        raise ArgumentError(
+            f"the limits of {of} must share one home (one Redis Cluster hash slot, taken by one script), "
+            f"but they are in {len(tags)}: {where}"
+        )
+    if not tags:
+        raise ArgumentError(f"{of} takes no limit: it has no home")
+    return next(iter(tags))
