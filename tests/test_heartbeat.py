@@ -553,6 +553,17 @@ def test_changes_between_beats_are_reported_soon_and_together(
         heartbeat.stop()
 
 
+class _NumberedReport:
+    """A process report whose text is the number of reports made so far, naming ``names``."""
+
+    def __init__(self, key: str, names: list[str]) -> None:
+        self.key, self.names, self.made = key, names, 0
+
+    def __call__(self) -> ReportWrite:
+        self.made += 1
+        return ReportWrite(self.key, f'{{"n": {self.made}}}', tuple(self.names))
+
+
 def _calls(client: redis.Redis, *commands: str) -> dict[str, int]:
     stats = client.info("commandstats")
     return {c: int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in commands}
@@ -565,12 +576,8 @@ def test_a_report_between_beats_naming_no_new_ledger_is_its_text_alone(
     ``SET ... XX KEEPTTL`` (no script, its expiry and indexes untouched); one naming another
     ledger is written whole, so the index of ledgers lists it at once."""
     key = ledger.keys.process("h:2")
-    names = ["queue:a"]
-    made = [0]
-
-    def report() -> ReportWrite:
-        made[0] += 1
-        return ReportWrite(key, f'{{"n": {made[0]}}}', tuple(names))
+    report = _NumberedReport(key, ["queue:a"])
+    names = report.names
 
     ledger.preload()  # a script not loaded yet would be sent twice: not counted here
     heartbeat = Heartbeat(ledger, HoldRegistry(), hold_ttl=60_000, beat_interval=20_000, report=report)
@@ -618,12 +625,8 @@ def test_a_release_carries_a_report_due_between_beats(
     left to the thread, which writes it whole at once; one whose key is gone is owed again."""
     monkeypatch.setattr(heartbeat_module, "CARRY_S", 60.0)  # the thread never takes it first here
     key = ledger.keys.process("h:3")
-    names = ["queue:a"]
-    made = [0]
-
-    def report() -> ReportWrite:
-        made[0] += 1
-        return ReportWrite(key, f'{{"n": {made[0]}}}', tuple(names))
+    report = _NumberedReport(key, ["queue:a"])
+    names = report.names
 
     queue = Limit(ledger.keys.queue("a"), 2)
     ledger.preload()  # a pipeline meeting a script not loaded yet is sent twice: not counted here

@@ -27,7 +27,8 @@ operators' controls and what other live processes declare (``declare.lua``,
 :mod:`dramatiq_slots.ledger.controls`): alone they are two scripts, in one round trip.
 :meth:`Heartbeat.poke` makes the thread beat at once (an operator changed a control);
 :meth:`Heartbeat.report_soon` makes it write the report alone soon (what the process holds or
-keeps waiting changed), at most once per :data:`REPORT_GAP_S` between beats.
+keeps waiting changed), at most once per :data:`REPORT_GAP_S` between beats; a worker thread's
+release carries it when one comes (:meth:`Heartbeat.due_report`).
 It lives :data:`REPORT_BEATS` beat intervals, so a live process's report is
 always there and a dead one's is gone within about two beats (the reasoning is
 in docs/design.md, "Heartbeat").
@@ -586,7 +587,7 @@ class Heartbeat:
         except BaseException:
             self.report_soon()  # the thread makes it (an error there is logged there)
             raise
-        if not set(ledgers) <= self._listed:
+        if not self._text_alone(ledgers):
             with self._due_lock:
                 self._report_due = time.monotonic() - CARRY_S
             self._wake.set()
@@ -608,8 +609,14 @@ class Heartbeat:
         with self._due_lock:
             self._report_due = None
 
+    def _text_alone(self, ledgers: tuple[str, ...]) -> bool:
+        """Whether a report naming ``ledgers`` may be written as its text alone: the last whole
+        report listed every one of them."""
+        return set(ledgers) <= self._listed
+
     def _write_report(self) -> None:
-        """The report alone, between beats (one ``report.lua``, one round trip)."""
+        """The report alone, between beats, in a round trip of its own: its text alone when it can
+        be (:meth:`_text_alone`), else whole (``report.lua``)."""
         self._report_made()
         if self.report is None:
             return
@@ -619,7 +626,7 @@ class Heartbeat:
             logger.exception("Could not build this process's report; the next beat writes it.")
             return
         key, text, ledgers = _parts(written)
-        if set(ledgers) <= self._listed and self.ledger.rewrite_report(key, text):
+        if self._text_alone(ledgers) and self.ledger.rewrite_report(key, text):
             # Its ledgers are listed and its expiry stands from the last beat: the text alone.
             self._reported_at = time.monotonic()
             self.report_writes += 1

@@ -17,6 +17,7 @@ Keys, under ``<prefix>:`` (:class:`ProbeStore`)::
     deferred:<ledger>  how many times a message of that ledger was deferred (skipped)
     seq, open          run ids; hash run id -> {pid, ledgers}: runs not ended yet
     boots              hash pid -> worker group: processes that finished booting
+    pauses             sorted set pid -> the longest pause that process saw, ms
 
 Entry and exit are Lua scripts, so a counter and its peak move together. A
 SIGKILLed process never ends its runs: :meth:`ProbeStore.reap` ends the open
@@ -26,15 +27,23 @@ runs of dead pids (once each: a run is ended only by whoever removes it from
 A ledger is named ``queue:<queue name>`` or ``key:<runtime key>``, in clear
 (the ledger itself stores keys by digest).
 
+A pause: a worker process that got no CPU for a while (an overloaded or
+frozen host). :class:`PauseWatch` measures it from inside, as the lateness of
+a thread that ticks every :data:`PAUSE_TICK_S`. A process paused for longer
+than ``hold_ttl`` less one beat can lose its holds while its jobs run (the
+lease's documented limit, "pause past ttl"): the verdict needs to know.
+
 A standalone cousin of ``tests.support.probe``: the example must not import tests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import dramatiq
@@ -48,6 +57,10 @@ from dramatiq_slots import Slots
 PROBE_URL_ENV = "SLOTS_DEMO_PROBE_URL"
 PROBE_PREFIX_ENV = "SLOTS_DEMO_PROBE_PREFIX"
 GROUP_ENV = "SLOTS_DEMO_GROUP"
+
+#: How often :class:`PauseWatch` ticks, and the least lateness it records (seconds).
+PAUSE_TICK_S = 0.05
+PAUSE_RECORDED_S = 0.5
 
 _BEGIN = """
 -- KEYS: seq, open, then running:<ledger>, peak:<ledger> for each ledger
@@ -129,6 +142,11 @@ class ProbeStore:
     def booted(self, group: str, *, pid: int | None = None) -> None:
         self.client.hset(self.key("boots"), str(os.getpid() if pid is None else pid), group)
 
+    def paused(self, seconds: float, *, pid: int | None = None) -> None:
+        """This process was paused for ``seconds``; only its longest pause is kept."""
+        pid = os.getpid() if pid is None else pid
+        self.client.zadd(self.key("pauses"), {str(pid): round(seconds * 1000)}, gt=True)
+
     # -- demo side ----------------------------------------------------------------
 
     def boots(self) -> dict[int, str]:
@@ -162,6 +180,11 @@ class ProbeStore:
             entry = json.loads(raw)
             out[int(run_id)] = (int(entry["pid"]), list(entry["ledgers"]))
         return out
+
+    def longest_pause(self) -> float:
+        """The longest pause any worker process saw, in seconds (0.0: none recorded)."""
+        top = self.client.zrevrange(self.key("pauses"), 0, 0, withscores=True)
+        return float(top[0][1]) / 1000 if top else 0.0
 
     def reap(self, dead: Iterable[int]) -> int:
         """End the open runs of processes that were killed (every pid in ``dead`` must be gone)."""
@@ -200,6 +223,38 @@ def ledgers_of(broker: dramatiq.Broker, message: MessageProxy) -> list[str]:
     return out
 
 
+class PauseWatch:
+    """A thread that records, through ``store``, each time this process was paused for at least
+    :data:`PAUSE_RECORDED_S` (its tick came that late); :meth:`stop` joins it."""
+
+    def __init__(self, store: ProbeStore, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-pause-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def tick(self, last: float) -> float:
+        """One tick after one at ``last``: records the lateness when it is a pause; the new ``last``."""
+        now = self.clock()
+        late = now - last - PAUSE_TICK_S
+        if late >= PAUSE_RECORDED_S:
+            with contextlib.suppress(redis.RedisError):  # the probe's Redis paused too: nothing to say
+                self.store.paused(late)
+        return now
+
+    def _run(self) -> None:
+        last = self.clock()
+        while not self._stop.wait(PAUSE_TICK_S):
+            last = self.tick(last)
+
+
 class DemoProbe(Middleware):
     """Counts, per ledger, the jobs that really run (see the module's docstring).
 
@@ -217,6 +272,7 @@ class DemoProbe(Middleware):
         self._store_pid = -1
         self._runs: dict[int, tuple[int, list[str]]] = {}
         self._lock = threading.Lock()
+        self._pause_watch: PauseWatch | None = None
 
     @classmethod
     def from_env(cls) -> DemoProbe:
@@ -240,6 +296,13 @@ class DemoProbe(Middleware):
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         self.store.booted(self.group)
+        self._pause_watch = PauseWatch(self.store)
+        self._pause_watch.start()
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if self._pause_watch is not None:
+            self._pause_watch.stop()
+            self._pause_watch = None
 
     def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         ledgers = ledgers_of(broker, message)

@@ -684,6 +684,7 @@ class Demo:
             hold_ttl_s=c.hold_ttl / 1000,
             beat_s=c.beat_interval / 1000,
             elapsed_s=self.elapsed(),
+            longest_pause_s=probe.longest_pause(),
         )
         self.say()
         for line in lines:
