@@ -277,6 +277,11 @@ class KeySpace:
         """The index of ledgers: each one's short name scored by until when it is listed (ms)."""
         return f"{self.tag}:listed"
 
+    def placement_record(self) -> str:
+        """The placement record (:func:`~dramatiq_slots.ledger.placement.record`): where the queues
+        of this prefix keep their ledgers, written by workers at boot."""
+        return f"{self.tag}:placement"
+
     def listed_names(self) -> str:
         """The index of ledgers by name: each one's short name, every score 0 (lexicographic order)."""
         return f"{self.tag}:listed-names"

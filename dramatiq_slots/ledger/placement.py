@@ -24,6 +24,7 @@ the key homes of ``EACH_KEY`` queues (stage 7) are not here. No Redis, no dramat
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Literal, TypeAlias
 
@@ -119,3 +120,25 @@ def one_home(ledgers: Iterable[str], *, of: str = "one message") -> str:
     if not tags:
         raise ArgumentError(f"{of} takes no limit: it has no home")
     return next(iter(tags))
+
+
+def record(placement: Placement) -> str:
+    """The text of the placement record (``KeySpace.placement_record()``): how readers that are
+    given no placement (``dramatiq-slots``, ``Inspector``) learn where a queue's ledgers live.
+    JSON: ``{"placement": "prefix" | "queue" | {queue: group}}``."""
+    value = placement if isinstance(placement, str) else dict(sorted(placement.items()))
+    return json.dumps({"placement": value}, sort_keys=True, separators=(",", ":"))
+
+
+def from_record(text: str | bytes | None) -> Placement:
+    """The placement a record says (``"prefix"`` when there is none); ArgumentError when it is not
+    one :func:`record` writes."""
+    if text is None:
+        return PREFIX
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    try:
+        value = json.loads(text)["placement"]
+    except (ValueError, KeyError, TypeError):
+        raise ArgumentError(f"not a placement record: {text!r}") from None
+    return checked(value)
