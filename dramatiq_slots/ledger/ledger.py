@@ -38,6 +38,7 @@ from redis.cluster import RedisCluster
 from ..errors import ArgumentError, LedgerError
 from .client import RedisClient, redacted_address
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
+from .placement import one_home
 from .replies import (
     Beaten,
     Changed,
@@ -155,6 +156,17 @@ class Ledger:
                 self.client.script_load(script.script)
         return replies
 
+    def _run_all(self, calls: Sequence[Call[R]]) -> list[R]:
+        """Send ``calls`` in one round trip (a pipeline when there are several); their answers."""
+        if len(calls) == 1:
+            return [self._run(calls[0])]
+
+        def fill(pipe: Any) -> None:
+            for call in calls:
+                self._queue(pipe, call)
+
+        return [call.answer(reply) for call, reply in zip(calls, self._pipelined(fill), strict=True)]
+
     def _queue(self, pipe: Any, call: Call[Any]) -> None:
         """Queue ``call`` on ``pipe`` (see :meth:`_pipelined`); :meth:`Call.answer` reads its reply."""
         pipe.evalsha(self._scripts[call.spec.name].sha, len(call.keys), *call.keys, *call.args)
@@ -172,6 +184,24 @@ class Ledger:
         if fence:
             runs["fence"] = [self.keys.fence(ledger) for ledger in ledgers]
         return runs
+
+    def _tag(self, limits: Sequence[Limit]) -> str:
+        """The hash tag (home) that every one of ``limits`` carries: one script takes them all, so
+        they must share one slot (:func:`~.placement.one_home`)."""
+        tag = self.keys.tag_of(limits[0].ledger)
+        if any(not limit.ledger.startswith(tag) for limit in limits[1:]):
+            one_home(limit.ledger for limit in limits)
+        return tag
+
+    def _channel(self, tag: str) -> str:
+        """The wake channel prefix a script of home ``tag`` publishes on. On one server, every
+        process listens on its channel under the prefix's own tag, whatever the home; on a Redis
+        Cluster, on one channel per home, subscribed on the node that serves the home's slot, so
+        that ``PUBLISH``'s count, which covers that node's subscribers only, is the waiter's
+        (:mod:`dramatiq_slots.worker.wakeups`)."""
+        if tag == self.keys.tag or not isinstance(self.client, RedisCluster):
+            return self.keys.wake_channel_prefix()
+        return f"{tag}:wake:"
 
     def enter(
         self,
@@ -210,11 +240,12 @@ class Ledger:
         if len(bounds) != len(limits):
             raise ArgumentError("enter needs one max_waiting bound per limit")
         group = group_of(token)
+        tag = self._tag(limits)
         call = ENTER.call(
             keys={
                 **self._runs(limits),
-                "controls": self.keys.controls(),
-                "epoch": self.keys.epoch(),
+                "controls": f"{tag}:controls",
+                "epoch": f"{tag}:epoch",
                 "backlog": [self.keys.backlog(limit.ledger, group) for limit in limits],
             },
             args={
@@ -278,11 +309,12 @@ class Ledger:
         if not limits:
             return Left(0)
         age = -1 if age_ms is None or age_ms * 2 > ttl_ms else max(0, int(age_ms))
+        tag = self._tag(limits)
         call = LEAVE.call(
-            keys={**self._runs(limits), "controls": self.keys.controls()},
+            keys={**self._runs(limits), "controls": f"{tag}:controls"},
             args={
                 "token": token,
-                "channel": self.keys.wake_channel_prefix(),
+                "channel": self._channel(tag),
                 "ttl": ttl_ms,
                 "age": age,
                 "own": own_process,
@@ -381,12 +413,84 @@ class Ledger:
         report_px = ttl_ms if report_ttl_ms is None else report_ttl_ms
         listed_px = max(ttl_ms, report_px) if listed_ttl_ms is None else listed_ttl_ms
         writing = None if report is None else self._report_call(report, report_px, listed_px)
-        beating = bool(refresh or owed or waited)
         waited_groups: dict[str, set[str]] = {limit.ledger: set() for limit in waited}
         for ledger, group in groups:
             if ledger in waited_groups and group:
                 waited_groups[ledger].add(group)
-        call = BEAT.call(
+        # One beat.lua per home: a script takes the keys of one slot.
+        refreshed: dict[str, list[Member]] = {}
+        owing: dict[str, list[Member]] = {}
+        waiting: dict[str, list[Limit]] = {}
+        for m in refresh:
+            refreshed.setdefault(self.keys.tag_of(m.ledger), []).append(m)
+        for m in owed:
+            owing.setdefault(self.keys.tag_of(m.ledger), []).append(m)
+        for limit in waited:
+            waiting.setdefault(self.keys.tag_of(limit.ledger), []).append(limit)
+        tags = [*dict.fromkeys([*refreshed, *owing, *waiting])]
+        calls = [
+            self._beat_call(
+                tag,
+                refreshed.get(tag, []),
+                owing.get(tag, []),
+                waiting.get(tag, []),
+                waited_groups,
+                ttl_ms=ttl_ms,
+                own=own_process,
+                settle_ms=settle_ms,
+            )
+            for tag in tags
+        ]
+        declarations = [] if declare is None else self._declarations(declare, tags, report_px, settle_ms)
+        beaten = Beaten()
+        declared: Declared | None = None
+        reported: int | None = None
+        with self._translated("beat"):
+            if isinstance(self.client, RedisCluster) and writing is not None:
+                # The report first, in a round trip of its own: a cluster pipeline orders nothing
+                # across nodes, and a refreshed hold never shows without its process's report.
+                reported = self._reported(writing, self._answer_of(writing))
+                writing = None
+            if writing is None and len(declarations) + len(calls) == 1:
+                replies = [self._answer_of(declarations[0] if declarations else calls[0])]
+            elif writing is not None or declarations or calls:
+                # The report first: a refreshed hold never shows without its process's report.
+
+                scripts: list[Call[Any]] = [*declarations, *calls]
+
+                def report_and_beat(pipe: Any) -> None:
+                    if writing is not None:
+                        self._queue(pipe, writing)
+                    for call in scripts:
+                        self._queue(pipe, call)
+
+                replies = self._pipelined(report_and_beat)
+                if writing is not None:
+                    reported = self._reported(writing, replies.pop(0))
+            else:
+                replies = []
+            if declarations:
+                declared = _merged_declared([d.answer(replies.pop(0)) for d in declarations])
+            if calls:
+                beaten = _merged_beaten([call.answer(replies.pop(0)) for call in calls])
+        beaten.declared = declared
+        beaten.reported_ms = reported
+        return beaten
+
+    def _beat_call(
+        self,
+        tag: str,
+        refresh: Sequence[Member],
+        owed: Sequence[Member],
+        waited: Sequence[Limit],
+        waited_groups: dict[str, set[str]],
+        *,
+        ttl_ms: int,
+        own: str,
+        settle_ms: int,
+    ) -> Call[Beaten]:
+        """beat.lua's call for the ledgers of one home (hash ``tag``)."""
+        return BEAT.call(
             keys={
                 "refreshed": [m.ledger for m in refresh],
                 "refreshed_line": [self.keys.line(m.ledger) for m in refresh],
@@ -401,64 +505,42 @@ class Ledger:
                 "waited_fence": [self.keys.fence(limit.ledger) for limit in waited],
                 "waited_shares": [self.keys.shares(limit.ledger) for limit in waited],
                 "waited_turns": [self.keys.turns(limit.ledger) for limit in waited],
-                "epoch": self.keys.epoch(),
-                "controls": self.keys.controls(),
+                "epoch": f"{tag}:epoch",
+                "controls": f"{tag}:controls",
             },
             args={
                 "ttl": ttl_ms,
                 "refresh_token": [m.token for m in refresh],
                 "owed_token": [m.token for m in owed],
-                "channel": self.keys.wake_channel_prefix(),
-                "own": own_process,
+                "channel": self._channel(tag),
+                "own": own,
                 "settle": settle_ms,
                 "capacity": [limit.capacity for limit in waited],
                 "groups": [" ".join(sorted(waited_groups[limit.ledger])) for limit in waited],
             },
         )
-        declaration = self._declaration(declare or (), report_px, settle_ms)
-        beaten = Beaten()
-        declared: Declared | None = None
-        reported: int | None = None
-        with self._translated("beat"):
-            if isinstance(self.client, RedisCluster):
-                # A cluster client pipelines no scripts: a round trip each.
-                if writing is not None:
-                    reported = self._reported(writing, self._answer_of(writing))
-                if declare is not None:
-                    declared = self._run(declaration)
-                if beating:
-                    beaten = self._run(call)
-            elif writing is None and declare is None:
-                if beating:
-                    beaten = self._run(call)
-            else:
-                # The report first: a refreshed hold never shows without its process's report.
 
-                def report_and_beat(pipe: Any) -> None:
-                    if writing is not None:
-                        self._queue(pipe, writing)
-                    if declare is not None:
-                        self._queue(pipe, declaration)
-                    if beating:
-                        self._queue(pipe, call)
+    def _declarations(
+        self, limits: Sequence[Limit], tags: Sequence[str], ttl_ms: int, settle_ms: int
+    ) -> list[Call[Declared]]:
+        """declare.lua's calls: one per home among those of ``limits`` and ``tags`` (the prefix's own
+        tag when there is none), each reading and keeping alive that home's controls and epoch."""
+        by_tag: dict[str, list[Limit]] = {tag: [] for tag in tags}
+        for limit in limits:
+            by_tag.setdefault(self.keys.tag_of(limit.ledger), []).append(limit)
+        if not by_tag:
+            by_tag[self.keys.tag] = []
+        return [self._declaration(held, ttl_ms, settle_ms, tag=tag) for tag, held in by_tag.items()]
 
-                replies = self._pipelined(report_and_beat)
-                if writing is not None:
-                    reported = self._reported(writing, replies.pop(0))
-                if declare is not None:
-                    declared = declaration.answer(replies.pop(0))
-                if beating:
-                    beaten = call.answer(replies.pop(0))
-        beaten.declared = declared
-        beaten.reported_ms = reported
-        return beaten
-
-    def _declaration(self, limits: Sequence[Limit], ttl_ms: int, settle_ms: int) -> Call[Declared]:
-        """declare.lua's call."""
+    def _declaration(
+        self, limits: Sequence[Limit], ttl_ms: int, settle_ms: int, *, tag: str | None = None
+    ) -> Call[Declared]:
+        """declare.lua's call (in home ``tag``; by default the prefix's own)."""
+        tag = self.keys.tag if tag is None else tag
         return DECLARE.call(
             keys={
-                "controls": self.keys.controls(),
-                "epoch": self.keys.epoch(),
+                "controls": f"{tag}:controls",
+                "epoch": f"{tag}:epoch",
                 "declared": [self.keys.declared(limit.ledger) for limit in limits],
             },
             args={"ttl": ttl_ms, "settle": settle_ms, "capacity": [limit.capacity for limit in limits]},
@@ -469,9 +551,9 @@ class Ledger:
         """Say which capacities this process declares (each counts ``ttl_ms``); read the controls
         and the other capacities live processes declare (``declare.lua``; read-only on the controls);
         with ``settle_ms``, keep the epoch alive (made when missing: ``lib/epoch.lua``)."""
-        call = self._declaration(limits, ttl_ms, settle_ms)
+        calls = self._declarations(limits, [], ttl_ms, settle_ms)
         with self._translated("declare"):
-            return self._run(call)
+            return _merged_declared(self._run_all(calls))
 
     def control(
         self, ledger: str, which: str, value: str, *, by: str, reason: str = "", duration_ms: int = 0
@@ -479,14 +561,14 @@ class Ledger:
         """Set (``value``) or clear (``""``) control ``which`` (``capacity`` or ``paused``) of
         ``ledger`` as ``by`` (with ``reason``; a value for ``duration_ms`` from the Redis clock's
         now, 0: until changed), and tell the workers; ``(changed, value before)`` (``control.lua``)."""
-        controls = self.keys.controls()
         call = CONTROL.call(
-            keys={"controls": controls},
+            keys={"controls": self.keys.controls(of=ledger)},
             args={
                 "ledger": ledger,
                 "which": which,
                 "value": value,
-                "channel": controls,
+                # Every worker listens to the prefix's own channel, whatever the ledger's home.
+                "channel": self.keys.controls(),
                 "by": by,
                 "reason": reason,
                 "duration": duration_ms,
@@ -495,13 +577,16 @@ class Ledger:
         with self._translated("control"):
             return self._run(call)
 
-    def settle(self) -> int:
+    def settle(self, homes: Sequence[str] = ()) -> int:
         """Declare the ledgers settled now (``settle.lua``): no newcomer waits for a missing epoch
-        (docs/design.md, "Restarted empty: the epoch"). Only for when no job of the prefix runs.
-        Returns the ms that were left of a settling (0: none was in course)."""
-        call = SETTLE.call(keys={"epoch": self.keys.epoch()}, args={})
+        (docs/design.md, "Restarted empty: the epoch"), in the prefix's own tag and in each of
+        ``homes`` (hash tags of :meth:`KeySpace.home_tag`, or any key of theirs). Only for when no
+        job of the prefix runs. Returns the most ms that were left of a settling (0: none was in
+        course)."""
+        tags = dict.fromkeys([self.keys.tag, *(self.keys.tag_of(home) for home in homes)])
+        calls = [SETTLE.call(keys={"epoch": f"{tag}:epoch"}, args={}) for tag in tags]
         with self._translated("settle"):
-            return self._run(call)
+            return max(self._run_all(calls))
 
     def _report_call(
         self, report: ReportWrite | tuple[str, str], ttl_ms: int, listed_ttl_ms: int
@@ -605,7 +690,7 @@ class Ledger:
         if not limits:
             raise ArgumentError("reclaim needs at least one limit")
         call = RECLAIM.call(
-            keys={**self._runs(limits, fence=False), "controls": self.keys.controls()},
+            keys={**self._runs(limits, fence=False), "controls": f"{self._tag(limits)}:controls"},
             args={"token": token, "ttl": ttl_ms, "capacity": [limit.capacity for limit in limits]},
         )
         with self._translated("reclaim"):
@@ -699,6 +784,33 @@ class Ledger:
         with self._translated("scan"):
             found = {_text(k) for k in self.client.scan_iter(match=self.keys.pattern(), count=500)}
         return sorted(k for k in found if self.keys.parse(k) is not None)
+
+
+def _merged_declared(answers: Sequence[Declared]) -> Declared:
+    """One answer of the declarations of several homes (the controls' fields name whole ledger
+    keys, so those of two homes never collide)."""
+    if len(answers) == 1:
+        return answers[0]
+    clocks = [a.redis_ms for a in answers if a.redis_ms is not None]
+    return Declared(
+        controls={k: v for a in answers for k, v in a.controls.items()},
+        others={k: v for a in answers for k, v in a.others.items()},
+        settling_ms=max(a.settling_ms for a in answers),
+        redis_ms=max(clocks) if clocks else None,
+    )
+
+
+def _merged_beaten(answers: Sequence[Beaten]) -> Beaten:
+    """One answer of the beats of several homes."""
+    if len(answers) == 1:
+        return answers[0]
+    clocks = [a.redis_ms for a in answers if a.redis_ms is not None]
+    return Beaten(
+        (m for a in answers for m in a),
+        handoffs=tuple(h for a in answers for h in a.handoffs),
+        refused={k: v for a in answers for k, v in a.refused.items()},
+        redis_ms=max(clocks) if clocks else None,
+    )
 
 
 def _groups_of(entries: Sequence[Any]) -> list[str]:
