@@ -577,6 +577,13 @@ class Ledger:
         with self._translated("control"):
             return self._run(call)
 
+    def record_placement(self, text: str) -> str | None:
+        """Write the placement record (:func:`~.placement.record`'s ``text``), which tells readers
+        given no placement where the ledgers live; the record it replaced (None: there was none)."""
+        with self._translated("placement"):
+            before = self.client.set(self.keys.placement_record(), text, get=True)
+        return None if before is None else _text(before)
+
     def settle(self, homes: Sequence[str] = ()) -> int:
         """Declare the ledgers settled now (``settle.lua``): no newcomer waits for a missing epoch
         (docs/design.md, "Restarted empty: the epoch"), in the prefix's own tag and in each of

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..ledger import placement
 from ..ledger.controls import MAX_CAPACITY
-from ..ledger.keys import KeySpace, group_digest
+from ..ledger.keys import KeySpace, group_digest, key_digest
 from ..ledger.replies import Limit
 from ..waiting.admits import Request
 from ..waiting.places import place_of
@@ -35,6 +36,44 @@ class Declarations:
             for queue, capacity in settings.queue_capacities.items()
         }
         self._actors: dict[str, opt.ActorSlots] = {}
+        #: The literal runtime keys actors declare: digest -> (home, actor, queue) of the first.
+        self._named: dict[str, tuple[str, str, str]] = {}
+
+    def home(self, queue_name: str) -> str:
+        """The home of a queue's limits under the placement (``""``: the prefix's own tag)."""
+        return placement.home_of(self.settings.placement, queue_name)
+
+    def homes(self) -> list[str]:
+        """The homes of the queues whose messages may be under a limit here."""
+        return sorted({self.home(queue) for queue in self.limited_queues()})
+
+    def _place(self, config: opt.ActorSlots) -> None:
+        """Refuse a named limit (a literal runtime key) that actors on queues of different homes take:
+        one limit cannot count in two places (docs/design.md, "Cluster placement")."""
+        option = config.runtime_key
+        literals: list[Any] = (
+            [option]
+            if isinstance(option, str)
+            else list(option or ())
+            if isinstance(option, (list, tuple))
+            else []
+        )
+        home = self.home(config.queue_name)
+        for item in literals:
+            # A literal key, or (key, capacity).
+            key = item[0] if isinstance(item, (list, tuple)) and item else item
+            if not isinstance(key, str):
+                continue
+            digest = key_digest(key)
+            known = self._named.setdefault(digest, (home, config.actor_name, config.queue_name))
+            if known[0] != home and known[1] != config.actor_name:
+                raise opt.ConfigurationError(
+                    f"actor {config.actor_name!r}: option 'unique_at_runtime_key'={key!r} is a named limit "
+                    f"that actor {known[1]!r} (queue {known[2]!r}) also takes, but "
+                    f"Slots(placement={self.settings.placement!r}) places queue {config.queue_name!r} apart "
+                    f"from queue {known[2]!r}: one limit cannot live in two places. Give both queues one "
+                    f"home: Slots(placement={{{known[2]!r}: 'shared', {config.queue_name!r}: 'shared'}})."
+                )
 
     def check(
         self, actor_name: str, queue_name: str, options: Mapping[str, Any], *, priority: Any = 0
@@ -48,6 +87,8 @@ class Declarations:
         """Record an actor's checked options (its queue capacity must agree with the others)."""
         if config.queue_capacity is not None:
             self._declare_queue_capacity(config, config.queue_capacity)
+        if self.settings.placement != placement.PREFIX:
+            self._place(config)
         self._actors[config.actor_name] = config
 
     def declare(
@@ -85,7 +126,10 @@ class Declarations:
 
     def capacities(self) -> dict[str, int]:
         """Every capped queue's ledger and its capacity (for this process's report)."""
-        return {self.keys.queue(queue): capacity for queue, (capacity, _) in self._capacities.items()}
+        return {
+            self.keys.queue(queue, home=self.home(queue)): capacity
+            for queue, (capacity, _) in self._capacities.items()
+        }
 
     def limited_queues(self) -> list[str]:
         """The queues whose messages may be under a limit here: capped ones, and those of keyed actors."""
@@ -136,8 +180,9 @@ class Declarations:
         if has_options:
             opt.check_message_options(actor.actor_name, options)
         limits: list[Limit] = []
+        home = self.home(queue_name)
         if queue_capacity is not None:
-            limits.append(Limit(self.keys.queue(queue_name), queue_capacity))
+            limits.append(Limit(self.keys.queue(queue_name, home=home), queue_capacity))
         keys = opt.runtime_keys(
             actor, key_option, args, kwargs, from_message=options.get(opt.UNIQUE_AT_RUNTIME_KEY) is not None
         )
@@ -149,7 +194,7 @@ class Declarations:
                     option = opt.pick(options.get(opt.RUNTIME_KEY_CAPACITY), actor.runtime_key_capacity, 1)
                     default = opt.key_capacity(actor, option, args, kwargs)
                 capacity = default
-            limits.append(Limit(self.keys.runtime_key(key), capacity))
+            limits.append(Limit(self.keys.runtime_key(key, home=home), capacity))
         min_backoff, max_backoff = self.backoff(actor, options)
         if not limits:
             return None

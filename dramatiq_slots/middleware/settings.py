@@ -17,8 +17,10 @@ from redis.connection import parse_url
 
 from .. import borrowed
 from ..errors import ArgumentError
+from ..ledger import placement
 from ..ledger.client import URL_ENV, RedisClient
 from ..ledger.keys import KeySpace
+from ..ledger.placement import Placement
 from ..worker.heartbeat import REPORT_BEATS
 from . import options as opt
 
@@ -55,6 +57,8 @@ class Settings:
     #: None: :data:`~.heartbeat.REPORT_BEATS` beat intervals.
     restart_settle: int | None
     backlog_ttl: int
+    #: Where the ledgers of each queue live (:mod:`~dramatiq_slots.ledger.placement`).
+    placement: Placement = "prefix"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
@@ -72,6 +76,10 @@ class Settings:
             raise opt.ConfigurationError(
                 f"{_setting('key_prefix')}: {str(e).removeprefix('key_prefix ')}"
             ) from None
+        try:
+            set_(self, "placement", placement.checked(self.placement, prefix=self.key_prefix))
+        except ArgumentError as e:
+            raise opt.ConfigurationError(f"{_setting('placement')}: {e}") from None
         hold_ttl = opt.positive_int(self.hold_ttl, _setting("hold_ttl"))
         # A slot handed over keeps the leaving hold's expiry (renewed past half the ttl);
         # its new holder's first beat must come well before it runs out (see leave.lua).

@@ -37,10 +37,12 @@ from dramatiq.worker import WorkerThread
 
 from .. import borrowed
 from ..errors import ArgumentError, LedgerError
+from ..ledger import placement
 from ..ledger.client import RedisClient, eviction_risk, redacted_address
 from ..ledger.controls import Controls
 from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace
 from ..ledger.ledger import Ledger
+from ..ledger.placement import Placement
 from ..ledger.replies import Holder, Limit
 from ..ledger.reports import ReportWrite
 from ..waiting.admits import Request
@@ -98,6 +100,7 @@ class Slots(Middleware):
         on_lost_hold: opt.LostHoldMode = opt.REASSERT,
         restart_settle: int | None = None,
         backlog_ttl: int = 3_600_000,
+        placement: Placement = "prefix",
     ) -> None:
         self.settings = Settings(
             client=client,
@@ -116,6 +119,7 @@ class Slots(Middleware):
             on_lost_hold=on_lost_hold,
             restart_settle=restart_settle,
             backlog_ttl=backlog_ttl,
+            placement=placement,
         )
         self.keys: KeySpace = self.settings.keys
         self.declarations = Declarations(self.settings)
@@ -133,6 +137,7 @@ class Slots(Middleware):
             waiting_share=WaitingShare(0),
             declared=self._declared,
             on_ended=self._hold_ended,
+            homes=self.declarations.homes,
         )
         self.admission = Admission(self.process, self.settings)
         self.reporter = Reporter(
@@ -340,8 +345,10 @@ class Slots(Middleware):
     def _check_ledger_server(self) -> None:
         """Load the scripts, and warn when the server may evict ledgers or does not answer."""
         ledger = self.ledger
+        text = placement.record(self.settings.placement)
         try:
             ledger.preload()
+            before = ledger.record_placement(text)
             policy = eviction_risk(ledger.client)
         except (LedgerError, redis.RedisError, OSError) as e:
             logger.error(
@@ -352,6 +359,15 @@ class Slots(Middleware):
                 e,
             )
             return
+        if before is not None and before != text:
+            logger.warning(
+                "Slots(placement=...) changed from %s to %s: a ledger held by workers that still run "
+                "the former placement counts in another place than this worker's, so the two can "
+                "together exceed a limit. Change the placement by stopping every worker first "
+                '(docs/operations.md, "Cluster placement").',
+                before,
+                text,
+            )
         if policy is not None:
             logger.warning(
                 "The ledger's Redis at %s may evict keys (maxmemory-policy %s): an evicted ledger "
@@ -511,7 +527,8 @@ class Slots(Middleware):
         return self.declarations.queue_capacity(queue_name)
 
     def in_use(self, queue: str | None = None, *, key: str | None = None) -> int:
-        """Live holds, cluster-wide, of a queue's ledger or (``key=``) a runtime key's."""
+        """Live holds, cluster-wide, of a queue's ledger or (``key=``) a runtime key's (under a
+        placement, the key's of messages on ``queue``)."""
         return self.ledger.in_use(self._ledger_of(queue, key, "in_use"))
 
     def holders(self, queue: str | None = None, *, key: str | None = None) -> list[Holder]:
@@ -519,6 +536,16 @@ class Slots(Middleware):
         return self.ledger.holders(self._ledger_of(queue, key, "holders"))
 
     def _ledger_of(self, queue: str | None, key: str | None, method: str) -> str:
+        placed = self.settings.placement != "prefix"
+        if key is not None and placed:
+            if queue is None:
+                raise ArgumentError(
+                    f"{method}(key=...) under Slots(placement=...) needs queue= too: a runtime key is a "
+                    "limit of the home of its messages' queue"
+                )
+            return self.keys.runtime_key(key, home=self.declarations.home(queue))
         if (queue is None) == (key is None):
             raise ArgumentError(f"{method}() takes exactly one of queue= or key=")
-        return self.keys.queue(queue) if queue is not None else self.keys.runtime_key(key or "")
+        if queue is not None:
+            return self.keys.queue(queue, home=self.declarations.home(queue))
+        return self.keys.runtime_key(key or "")

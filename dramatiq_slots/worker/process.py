@@ -83,8 +83,11 @@ class SlotsProcess:
         waiting_share: WaitingShare | None = None,
         declared: Callable[[], Sequence[Limit]] = list,
         on_ended: Callable[[Hold], None] | None = None,
+        homes: Callable[[], Sequence[str]] = list,
     ) -> None:
         self.settings = settings
+        #: The homes (placement) of the queues whose messages may wait here.
+        self.homes = homes
         self.clock = clock
         self._make_ledger = make_ledger
         self._report = report
@@ -168,6 +171,7 @@ class SlotsProcess:
                         controls_channel=ledger.keys.controls(),
                         on_control=self.control_changed,
                         expiry_to_written=lambda expiry_ms: self.heartbeat.written_at(expiry_ms),
+                        home_channels=lambda: [ledger.keys.wake_channel_prefix(h) for h in self.homes() if h],
                     )
         return self._wakeups
 

@@ -30,6 +30,15 @@ A wake-up for a token nobody here waits for (the waiter withdrew a moment
 before, or its outcome was unknown) is handed to ``on_stray`` so the slot can
 be given back.
 
+**Homes on a Redis Cluster** (``Slots(placement=...)``). A release publishes from the node that
+serves its ledger's home, and ``PUBLISH`` counts only the subscribers of that node. So on a
+cluster, for each home whose ledgers it may wait in, this process also listens on
+``{<prefix>|<home>}:wake:<host>:<pid>``, through a connection to the node serving that home's
+slot: one thread per node (:meth:`Wakeups.sync_homes`, called every poll). When a slot moves, the
+listener follows it at the next poll; meanwhile a release counts nobody and takes the handed hold
+back, and the waiter, woken by the message the cluster bus still delivers, asks (on a cluster
+a wake-up never proves a hold: :attr:`Wakeups.proven`).
+
 The same connection also listens on the operators' controls channel
 (:mod:`dramatiq_slots.ledger.controls`): each message names a ledger whose controls
 changed, and goes to ``on_control``.
@@ -43,7 +52,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -127,8 +136,15 @@ class Wakeups:
         controls_channel: str | None = None,
         on_control: Callable[[str], None] | None = None,
         expiry_to_written: Callable[[int], float | None] = lambda expiry_ms: None,
+        home_channels: Callable[[], Sequence[str]] = tuple,
     ) -> None:
         self.client = client
+        #: The wake channel prefixes of the homes this process may wait in (placement): on a Redis
+        #: Cluster it listens on each, on the node serving it (see the module's docstring).
+        self.home_channels = home_channels
+        #: Node name -> (its channels, the stop event and thread of its listener).
+        self._homes: dict[str, tuple[frozenset[str], threading.Event, threading.Thread]] = {}
+        self._homes_lock = threading.Lock()
         self.expiry_to_written = expiry_to_written
         #: Whether a published wake-up proves its handed hold. Not on a Redis Cluster: ``PUBLISH``
         #: counts only the subscribers of the node that runs it while the cluster bus delivers the
@@ -252,6 +268,8 @@ class Wakeups:
                 with contextlib.suppress(redis.RedisError, OSError):
                     self.client.publish(self.channel, _STOP)
             thread.join(timeout)
+        with self._homes_lock:
+            self._stop_homes(set(self._homes), timeout)
         self.wake_all()
 
     @property
@@ -272,6 +290,7 @@ class Wakeups:
                 pubsub.subscribe(*channels)
                 subscribed = 0
                 while not self._stop.is_set():
+                    self.sync_homes()
                     message = pubsub.get_message(timeout=_POLL_S)
                     if message is None or self._stop.is_set():
                         continue
@@ -311,3 +330,84 @@ class Wakeups:
                 with contextlib.suppress(redis.RedisError, OSError):
                     pubsub.close()
             self._stop.wait(_RECONNECT_S)
+
+    # -- homes on a Redis Cluster -------------------------------------------------------
+
+    def sync_homes(self) -> None:
+        """Listen on this process's channel of each home, on the node that serves it now (a
+        listener per node, restarted when its channels change); nothing off a Redis Cluster."""
+        client = self.client
+        if not isinstance(client, RedisCluster) or self._stop.is_set():
+            return
+        with self._homes_lock:
+            self._sync_homes(client)
+
+    def _sync_homes(self, client: RedisCluster) -> None:
+        wanted: dict[str, set[str]] = {}
+        nodes: dict[str, Any] = {}
+        for prefix in self.home_channels():
+            channel = prefix + this_process()
+            try:
+                node = client.get_node_from_key(channel)  # type: ignore[no-untyped-call, unused-ignore]
+            except (redis.RedisError, OSError, IndexError, KeyError):
+                continue  # no node known for it now: the next poll tries again
+            wanted.setdefault(node.name, set()).add(channel)
+            nodes[node.name] = node
+        stale = {
+            name
+            for name, (channels, _, thread) in self._homes.items()
+            if frozenset(wanted.get(name, ())) != channels or not thread.is_alive()
+        }
+        self._stop_homes(stale | (set(self._homes) - set(wanted)), _POLL_S * 2)
+        for name, channels in wanted.items():
+            if name not in self._homes:
+                stop = threading.Event()
+                thread = threading.Thread(
+                    target=self._listen_home,
+                    args=(nodes[name], sorted(channels), stop),
+                    name="dramatiq-slots-wakeups-home",
+                    daemon=True,
+                )
+                self._homes[name] = (frozenset(channels), stop, thread)
+                thread.start()
+
+    def _stop_homes(self, names: set[str], timeout: float | None) -> None:
+        for name in names:
+            entry = self._homes.pop(name, None)
+            if entry is None:
+                continue
+            _, stop, thread = entry
+            stop.set()
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+
+    def _listen_home(self, node: Any, channels: list[str], stop: threading.Event) -> None:
+        """One node's listener: its home channels, subscribed on that node."""
+        while not stop.is_set() and not self._stop.is_set():
+            pubsub = self.client.pubsub(node=node)
+            try:
+                pubsub.subscribe(*channels)
+                subscribed = 0
+                while not stop.is_set() and not self._stop.is_set():
+                    message = pubsub.get_message(timeout=_POLL_S)
+                    if message is None:
+                        continue
+                    if message.get("type") == "subscribe":
+                        subscribed += 1
+                        if subscribed == len(channels):
+                            self.wake_all()  # anything published before this moment was lost
+                    elif message.get("type") == "message":
+                        self.handle(message.get("data"))
+            except (redis.RedisError, OSError) as e:
+                logger.warning(
+                    "Wake channel of a home lost (%s: %s); waiting claims ask on their own.",
+                    type(e).__name__,
+                    e,
+                )
+            except Exception:  # never die: waiters would fall back to polling for good
+                logger.exception("Unexpected error in a home's wake-up thread; continuing.")
+            finally:
+                self.wake_all()
+                with contextlib.suppress(redis.RedisError, OSError):
+                    pubsub.close()
+            stop.wait(_RECONNECT_S)
