@@ -14,7 +14,7 @@ on its own. Its modules, by job:
 - :mod:`.translation`: Redis's failures, turned into the ledger's errors;
 - :mod:`.controls`: the operators' controls (capacity overrides, pauses);
 - :mod:`.reports`: the report each worker process writes for ``dramatiq-slots status``.
-- :mod:`.placement`: which home (Redis Cluster hash tag) a queue's limits live in (not used yet).
+- :mod:`.placement`: which home (Redis Cluster hash tag) a queue's limits live in (``Slots(placement=...)``).
 """
 
 from __future__ import annotations

@@ -577,11 +577,17 @@ class Ledger:
         with self._translated("control"):
             return self._run(call)
 
-    def record_placement(self, text: str) -> str | None:
+    def record_placement(self, text: str | None) -> str | None:
         """Write the placement record (:func:`~.placement.record`'s ``text``), which tells readers
-        given no placement where the ledgers live; the record it replaced (None: there was none)."""
+        given no placement where the ledgers live, or (None: the default placement) remove it;
+        the record it replaced (None: there was none). One ``SET ... GET``: an expiry in the past
+        removes the key, with a command the workers' ACL has."""
+        key = self.keys.placement_record()
         with self._translated("placement"):
-            before = self.client.set(self.keys.placement_record(), text, get=True)
+            if text is None:
+                before = self.client.set(key, "", get=True, pxat=1)
+            else:
+                before = self.client.set(key, text, get=True)
         return None if before is None else _text(before)
 
     def settle(self, homes: Sequence[str] = ()) -> int:

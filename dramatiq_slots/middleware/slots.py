@@ -348,7 +348,9 @@ class Slots(Middleware):
         text = placement.record(self.settings.placement)
         try:
             ledger.preload()
-            before = ledger.record_placement(text)
+            before = ledger.record_placement(None if self.settings.placement == placement.PREFIX else text)
+            if before is None:
+                before = placement.record(placement.PREFIX)
             policy = eviction_risk(ledger.client)
         except (LedgerError, redis.RedisError, OSError) as e:
             logger.error(
