@@ -19,7 +19,7 @@ from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import TimeLimit
 from redis.crc import key_slot
 
-from dramatiq_slots import ConfigurationError, Slots
+from dramatiq_slots import ConfigurationError, RuntimeKeyError, Slots
 from dramatiq_slots.ledger import Ledger, Limit, Line, Member, placement
 from dramatiq_slots.ledger.keys import KeySpace
 from dramatiq_slots.worker.claims import this_process
@@ -73,8 +73,13 @@ def test_queues_spread_over_every_primary_with_caps_held_and_nothing_lost(
     key_prefix: str,
 ) -> None:
     queues = _queues_on_every_primary(local_cluster, key_prefix, 2)
+    # Every queue its own home (a mapping leaves them out), and one EACH_KEY queue.
     slots = Slots(
-        client=cluster_client, key_prefix=key_prefix, hold_ttl=3_000, beat_interval=500, placement="queue"
+        client=cluster_client,
+        key_prefix=key_prefix,
+        hold_ttl=3_000,
+        beat_interval=500,
+        placement={"renders": Slots.EACH_KEY},
     )
     broker.add_middleware(slots, before=TimeLimit)
     before = _evalsha_calls(local_cluster)
@@ -96,6 +101,13 @@ def test_queues_spread_over_every_primary_with_caps_held_and_nothing_lost(
             with probe.running(f"key:{key}", item=(key, i)):
                 time.sleep(0.02)
 
+        @dramatiq.actor(queue_name="renders", unique_at_runtime_key=lambda key, i: key, max_retries=0)
+        def render(key: str, i: int) -> None:
+            with probe.running(f"render:{key}", item=(key, i)):
+                time.sleep(0.02)
+
+        renders = [f"doc{n}" for n in range(12)]
+
         per_queue = 12
         with running_worker(broker, threads=8):
             for actor in actors:
@@ -104,7 +116,10 @@ def test_queues_spread_over_every_primary_with_caps_held_and_nothing_lost(
             for i in range(6):
                 for key in ("a", "b"):
                     keyed.send(key, i)
-            probe.wait_runs(per_queue * len(queues) + 12, timeout=120)
+            for i in range(2):
+                for key in renders:
+                    render.send(key, i)
+            probe.wait_runs(per_queue * len(queues) + 12 + 2 * len(renders), timeout=120)
             wait_until(
                 lambda: all(slots.in_use(q) == 0 for q in queues) and not len(slots.registry),
                 timeout=30,
@@ -114,6 +129,14 @@ def test_queues_spread_over_every_primary_with_caps_held_and_nothing_lost(
             assert probe.peak[queue] <= CAP, (queue, dict(probe.peak))
             assert sorted(item for label, item in probe.runs if label == queue) == list(range(per_queue))
         assert probe.peak["key:a"] == 1 and probe.peak["key:b"] == 1, dict(probe.peak)
+        assert all(probe.peak[f"render:{key}"] == 1 for key in renders), dict(probe.peak)
+        # The keys of the EACH_KEY queue live in key homes, spread over the primaries.
+        render_ledgers = [
+            slots.keys.runtime_key(k, home=slots.declarations.home("renders", k)) for k in renders
+        ]
+        assert all(ledger.startswith(f"{{{key_prefix}|k:") for ledger in render_ledgers)
+        assert len({local_cluster.primary_of(ledger).port for ledger in render_ledgers}) >= 2
+        assert all(slots.in_use("renders", key=k) == 0 for k in renders)
         # Each queue's ledger lives in its own home, and the homes are on every primary.
         homes = {local_cluster.primary_of(slots.keys.queue(q, home=f"q:{q}")).port for q in queues}
         assert homes == {node.port for node in local_cluster.primaries()}
@@ -190,6 +213,49 @@ def test_a_handoff_to_another_process_reaches_it_on_its_homes_node_and_follows_a
         assert heard == [], "no wake-up went astray"
     finally:
         wakeups.stop()
+
+
+def test_an_each_key_queue_takes_one_key_per_message_and_no_cap() -> None:
+    slots = Slots(url="redis://127.0.0.1:1/0", placement={"renders": Slots.EACH_KEY})
+    with pytest.raises(ConfigurationError) as capped:
+        slots.declarations.declare("render", "renders", {"queue_capacity": 3})
+    assert str(capped.value) == (
+        "actor 'render': option 'queue_capacity' caps queue 'renders', which Slots(placement=...) places "
+        "EACH_KEY: a capped queue's keys must live with its cap. Map the queue to a group, or leave it "
+        "out of the mapping."
+    )
+    assert slots.queue_capacity("renders") is None, "the refused cap was not recorded"
+    with pytest.raises(ConfigurationError, match="gives 2 keys per message, but Slots"):
+        slots.declarations.declare("both", "renders", {"unique_at_runtime_key": ["a", "b"]})
+    with pytest.raises(ConfigurationError, match=r"Slots\(queue_capacities=\.\.\.\): caps queue 'renders'"):
+        Slots(url="redis://127.0.0.1:1/0", placement={"renders": "*"}, queue_capacities={"renders": 2})
+    config = slots.declarations.declare("pair", "renders", {"unique_at_runtime_key": lambda a, b: [a, b]})
+    with pytest.raises(RuntimeKeyError, match="gives 2 keys per message"):
+        slots.declarations.request(
+            config,
+            message_id="m",
+            queue_name="renders",
+            options={},
+            args=("x", "y"),
+            kwargs={},
+            message_timestamp=1,
+        )
+    one = slots.declarations.declare("one", "renders", {"unique_at_runtime_key": lambda a: a})
+    homes = set()
+    for n in range(1000):
+        request = slots.declarations.request(
+            one,
+            message_id="m",
+            queue_name="renders",
+            options={},
+            args=(f"doc{n}",),
+            kwargs={},
+            message_timestamp=1,
+        )
+        assert request is not None and len(request.limits) == 1
+        homes.add(KeySpace(slots.keys.prefix).tag_of(request.limits[0].ledger))
+    assert len(homes) == 64, "1,000 keys reach every key home"
+    assert set(slots.declarations.homes()) == {f"k:{n:02d}" for n in range(64)}
 
 
 def test_a_named_limit_split_across_homes_is_refused_at_declaration() -> None:

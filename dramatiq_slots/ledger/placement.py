@@ -10,6 +10,8 @@ placement              home of queue ``q``
 ``"queue"``            ``q:<q>``: the tag ``{<prefix>|q:<q>}``
 ``{queue: group}``     ``g:<group>`` for a queue in the mapping (``{<prefix>|g:<group>}``),
                        ``q:<q>`` for any other
+``{queue: EACH_KEY}``  no cap on ``q``; each runtime key of its messages lives in one of
+                       :data:`KEY_HOMES` key homes ``k:<nn>``, by its digest
 =====================  ==============================================================
 
 The rule: a queue's cap ledger lives in its queue's home, and so does the ledger of each runtime
@@ -18,8 +20,10 @@ key of a message on that queue. Everything kept per ledger follows the ledger's 
 lines, fences, shares, turns and backlogs, share one slot: every script stays legal and atomic.
 :func:`one_home` checks that of the ledgers a message takes.
 
-Stage 1 of the proposal: nothing calls this yet (no setting, no middleware, no ``Ledger``), and
-the key homes of ``EACH_KEY`` queues (stage 7) are not here. No Redis, no dramatiq.
+An ``EACH_KEY`` queue spreads its keys: a message there may take one runtime key and no cap, so
+its one limit can live anywhere; the key homes are few (:data:`KEY_HOMES`), so that a worker
+beats and listens in a bounded number of homes. ``Slots(placement=...)`` reads this module;
+``Ledger`` needs none of it (the names carry their homes). No Redis, no dramatiq.
 """
 
 from __future__ import annotations
@@ -29,10 +33,16 @@ from collections.abc import Iterable, Mapping
 from typing import Literal, TypeAlias
 
 from ..errors import ArgumentError
-from .keys import KeySpace, hash_tag
+from .keys import KeySpace, hash_tag, key_digest
 
 PREFIX: Literal["prefix"] = "prefix"
 QUEUE: Literal["queue"] = "queue"
+
+#: In a placement mapping, the value of a queue whose runtime keys each live in a key home.
+EACH_KEY = "*"
+
+#: How many key homes the keys of ``EACH_KEY`` queues are spread over.
+KEY_HOMES = 64
 
 #: ``"prefix"``, ``"queue"``, or a mapping of queue names to group names.
 Placement: TypeAlias = Literal["prefix", "queue"] | Mapping[str, str]
@@ -66,9 +76,9 @@ def checked(placement: object, *, prefix: str | None = None) -> Placement:
         result = PREFIX if placement == PREFIX else QUEUE
     elif isinstance(placement, Mapping):
         result = {
-            _check_name("a queue name in placement", queue): _check_name(
-                f"the group of queue {queue!r}", group
-            )
+            _check_name("a queue name in placement", queue): group
+            if group == EACH_KEY
+            else _check_name(f"the group of queue {queue!r}", group)
             for queue, group in placement.items()
         }
     else:
@@ -83,14 +93,29 @@ def checked(placement: object, *, prefix: str | None = None) -> Placement:
     return result
 
 
-def home_of(placement: Placement, queue: str) -> str:
+def each_key(placement: Placement, queue: str) -> bool:
+    """Whether ``queue``'s runtime keys each live in a key home (``{queue: EACH_KEY}``)."""
+    return isinstance(placement, Mapping) and placement.get(queue) == EACH_KEY
+
+
+def home_of(placement: Placement, queue: str, digest: str | None = None) -> str:
     """The home of ``queue``'s limits: ``""`` (the prefix's own tag) under ``"prefix"``, else
-    ``g:<group>`` for a queue mapped to a group, ``q:<queue>`` for any other."""
+    ``g:<group>`` for a queue mapped to a group, ``q:<queue>`` for any other. On an ``EACH_KEY``
+    queue, the home of the runtime key of ``digest`` (:func:`~.keys.key_digest`): ``k:<nn>``."""
     if placement == PREFIX:
         return ""
+    if each_key(placement, queue):
+        if digest is None:
+            raise ArgumentError(f"queue {queue!r} is placed EACH_KEY: only its runtime keys have homes")
+        return f"k:{int(digest[:8], 16) % KEY_HOMES:02d}"
     if isinstance(placement, Mapping) and queue in placement:
         return "g:" + _check_name(f"the group of queue {queue!r}", placement[queue])
     return "q:" + _check_name("a queue name under placement", queue)
+
+
+def key_homes() -> list[str]:
+    """Every key home of ``EACH_KEY`` queues."""
+    return [f"k:{n:02d}" for n in range(KEY_HOMES)]
 
 
 def cap_tag(prefix: str, placement: Placement, queue: str) -> str:
@@ -98,11 +123,11 @@ def cap_tag(prefix: str, placement: Placement, queue: str) -> str:
     return KeySpace(prefix).home_tag(home_of(placement, queue))
 
 
-def key_tag(prefix: str, placement: Placement, queue: str) -> str:
-    """The hash tag of the ledger of a runtime key (``unique_at_runtime_key``) taken by a message on
-    ``queue``: the home of the message's queue, whatever the key (so one key taken on two queues
-    of different homes is two limits)."""
-    return KeySpace(prefix).home_tag(home_of(placement, queue))
+def key_tag(prefix: str, placement: Placement, queue: str, key: str = "") -> str:
+    """The hash tag of the ledger of runtime key ``key`` (``unique_at_runtime_key``) taken by a
+    message on ``queue``: the home of the message's queue (so one key taken on two queues of
+    different homes is two limits), or on an ``EACH_KEY`` queue the key's own key home."""
+    return KeySpace(prefix).home_tag(home_of(placement, queue, key_digest(key)))
 
 
 def one_home(ledgers: Iterable[str], *, of: str = "one message") -> str:

@@ -39,33 +39,53 @@ class Declarations:
         #: The literal runtime keys actors declare: digest -> (home, actor, queue) of the first.
         self._named: dict[str, tuple[str, str, str]] = {}
 
-    def home(self, queue_name: str) -> str:
-        """The home of a queue's limits under the placement (``""``: the prefix's own tag)."""
-        return placement.home_of(self.settings.placement, queue_name)
+    def home(self, queue_name: str, key: str | None = None) -> str:
+        """The home of a queue's limits under the placement (``""``: the prefix's own tag); on an
+        ``EACH_KEY`` queue, that of its runtime key ``key``."""
+        return placement.home_of(
+            self.settings.placement, queue_name, None if key is None else key_digest(key)
+        )
 
     def homes(self) -> list[str]:
-        """The homes of the queues whose messages may be under a limit here."""
-        return sorted({self.home(queue) for queue in self.limited_queues()})
+        """The homes of the queues whose messages may be under a limit here (every key home for an
+        ``EACH_KEY`` queue)."""
+        found: set[str] = set()
+        for queue in self.limited_queues():
+            if placement.each_key(self.settings.placement, queue):
+                found.update(placement.key_homes())
+            else:
+                found.add(self.home(queue))
+        return sorted(found)
 
     def _place(self, config: opt.ActorSlots) -> None:
-        """Refuse a named limit (a literal runtime key) that actors on queues of different homes take:
-        one limit cannot count in two places (docs/design.md, "Cluster placement")."""
+        """Refuse what the placement cannot hold: a named limit (a literal runtime key) that actors on
+        queues of different homes take, since one limit cannot count in two places; a cap, or
+        several literal keys per message, on an ``EACH_KEY`` queue (docs/design.md, "Cluster
+        placement")."""
         option = config.runtime_key
-        literals: list[Any] = (
-            [option]
-            if isinstance(option, str)
-            else list(option or ())
-            if isinstance(option, (list, tuple))
-            else []
-        )
-        home = self.home(config.queue_name)
+        literals: list[Any] = []
+        if isinstance(option, str):
+            literals = [option]
+        elif isinstance(option, (list, tuple)):
+            literals = list(option)
+        if placement.each_key(self.settings.placement, config.queue_name):
+            if config.queue_capacity is not None:
+                raise opt.ConfigurationError(
+                    f"actor {config.actor_name!r}: option 'queue_capacity' caps queue {config.queue_name!r}, "
+                    "which Slots(placement=...) places EACH_KEY: a capped queue's keys must live with its "
+                    "cap. Map the queue to a group, or leave it out of the mapping."
+                )
+            if len(literals) > 1:
+                raise opt.ConfigurationError(
+                    _several_keys(config.actor_name, config.queue_name, len(literals))
+                )
         for item in literals:
             # A literal key, or (key, capacity).
             key = item[0] if isinstance(item, (list, tuple)) and item else item
             if not isinstance(key, str):
                 continue
-            digest = key_digest(key)
-            known = self._named.setdefault(digest, (home, config.actor_name, config.queue_name))
+            home = self.home(config.queue_name, key)
+            known = self._named.setdefault(key_digest(key), (home, config.actor_name, config.queue_name))
             if known[0] != home and known[1] != config.actor_name:
                 raise opt.ConfigurationError(
                     f"actor {config.actor_name!r}: option 'unique_at_runtime_key'={key!r} is a named limit "
@@ -84,11 +104,12 @@ class Declarations:
         return config
 
     def record(self, config: opt.ActorSlots) -> None:
-        """Record an actor's checked options (its queue capacity must agree with the others)."""
-        if config.queue_capacity is not None:
-            self._declare_queue_capacity(config, config.queue_capacity)
+        """Record an actor's checked options (its queue capacity must agree with the others, and its
+        limits fit the placement)."""
         if self.settings.placement != placement.PREFIX:
             self._place(config)
+        if config.queue_capacity is not None:
+            self._declare_queue_capacity(config, config.queue_capacity)
         self._actors[config.actor_name] = config
 
     def declare(
@@ -180,12 +201,14 @@ class Declarations:
         if has_options:
             opt.check_message_options(actor.actor_name, options)
         limits: list[Limit] = []
-        home = self.home(queue_name)
+        each = placement.each_key(self.settings.placement, queue_name)
         if queue_capacity is not None:
-            limits.append(Limit(self.keys.queue(queue_name, home=home), queue_capacity))
+            limits.append(Limit(self.keys.queue(queue_name, home=self.home(queue_name)), queue_capacity))
         keys = opt.runtime_keys(
             actor, key_option, args, kwargs, from_message=options.get(opt.UNIQUE_AT_RUNTIME_KEY) is not None
         )
+        if each and len(keys) > 1:
+            raise opt.RuntimeKeyError(_several_keys(actor.actor_name, queue_name, len(keys)))
         default: int | None = None
         for key, capacity in keys:
             # Every key of the message, admitted together with its queue's cap: all or nothing.
@@ -194,6 +217,7 @@ class Declarations:
                     option = opt.pick(options.get(opt.RUNTIME_KEY_CAPACITY), actor.runtime_key_capacity, 1)
                     default = opt.key_capacity(actor, option, args, kwargs)
                 capacity = default
+            home = self.home(queue_name, key) if each else self.home(queue_name)
             limits.append(Limit(self.keys.runtime_key(key, home=home), capacity))
         min_backoff, max_backoff = self.backoff(actor, options)
         if not limits:
@@ -259,3 +283,11 @@ class Declarations:
             line_full=line_full,
             listed=message_id if line_full == "refuse" else "",
         )
+
+
+def _several_keys(actor_name: str, queue_name: str, count: int) -> str:
+    return (
+        f"actor {actor_name!r}: option 'unique_at_runtime_key' gives {count} keys per message, but "
+        f"Slots(placement=...) places each key of queue {queue_name!r} in its own home (EACH_KEY): "
+        "a message's limits must share one. Map the queue to a group instead."
+    )

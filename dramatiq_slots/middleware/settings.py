@@ -112,6 +112,11 @@ class Settings:
             if not isinstance(queue_name, str) or not queue_name:
                 raise opt.ConfigurationError(f"{_setting('queue_capacities')}: bad queue name {queue_name!r}")
             capacities[queue_name] = opt.positive_int(capacity, queue_capacity_where(queue_name))
+            if placement.each_key(self.placement, queue_name):
+                raise opt.ConfigurationError(
+                    f"{_setting('queue_capacities')}: caps queue {queue_name!r}, which "
+                    "Slots(placement=...) places EACH_KEY: a capped queue's keys must live with its cap"
+                )
         set_(self, "queue_capacities", capacities)
 
     #: The key names under ``key_prefix`` (set in ``__post_init__``).

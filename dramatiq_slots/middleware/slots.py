@@ -81,6 +81,9 @@ class Slots(Middleware):
     every actor option, is documented in docs/options.md.
     """
 
+    #: In ``placement={queue: Slots.EACH_KEY}``: each runtime key of that queue in a home of its own.
+    EACH_KEY = placement.EACH_KEY
+
     def __init__(
         self,
         *,
@@ -545,7 +548,7 @@ class Slots(Middleware):
                     f"{method}(key=...) under Slots(placement=...) needs queue= too: a runtime key is a "
                     "limit of the home of its messages' queue"
                 )
-            return self.keys.runtime_key(key, home=self.declarations.home(queue))
+            return self.keys.runtime_key(key, home=self.declarations.home(queue, key))
         if (queue is None) == (key is None):
             raise ArgumentError(f"{method}() takes exactly one of queue= or key=")
         if queue is not None:
