@@ -62,15 +62,23 @@ def _redirects(server: Server) -> Counter[str]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("placement", ["prefix", "queue"])
 def test_caps_hold_through_a_slot_migration(
-    broker: RedisBroker, local_cluster: LocalCluster, probe: RunRecorder, key_prefix: str
+    broker: RedisBroker, local_cluster: LocalCluster, probe: RunRecorder, key_prefix: str, placement: str
 ) -> None:
     """The ledger's slot moves to another primary while jobs run (IMPORTING/MIGRATING, keys
     MIGRATEd one at a time, SETSLOT NODE): the client is sent ASK or TRYAGAIN while the slot
-    is split, MOVED after, and follows; caps hold and every message runs."""
+    is split, MOVED after, and follows; caps hold and every message runs. Under
+    ``placement="queue"`` the slot is the capped queue's home alone."""
     client = local_cluster.client()
-    slots = Slots(client=client, key_prefix=key_prefix, hold_ttl=2_000, beat_interval=300)
-    ledger = slots.keys.queue("clustered")
+    slots = Slots(
+        client=client,
+        key_prefix=key_prefix,
+        hold_ttl=2_000,
+        beat_interval=300,
+        placement=placement,  # type: ignore[arg-type]
+    )
+    ledger = slots.keys.queue("clustered", home=slots.declarations.home("clustered"))
     slot = key_slot(ledger.encode())
     source = local_cluster.primary_of(ledger)
     target = next(node for node in local_cluster.primaries() if node is not source)
