@@ -374,6 +374,47 @@ def test_the_readme_acl_runs_the_whole_middleware(
                 own.zcard("acl-q:acl")
 
 
+def test_the_readme_acl_with_the_homes_rules_runs_a_placed_middleware(
+    server_factory: Callable[..., Server], probe: RunRecorder
+) -> None:
+    """Under ``placement="queue"`` the README's line plus the homes' key and channel rules (README,
+    "ACL") is all the workers need: boot writes the placement record, jobs run in their homes."""
+    server = server_factory("redis7")
+    with server.client() as admin, broker_on(server, "acl-q") as broker:
+        user, password = create_readme_user(admin)
+        admin.execute_command("ACL", "SETUSER", user, "~{dramatiq-slots|*", "&{dramatiq-slots|*")
+        slots = quick_slots(user_url(server, user, password), placement="queue")
+        broker.add_middleware(slots, before=TimeLimit)
+
+        @dramatiq.actor(queue_name="placed", queue_capacity=1, max_retries=0)
+        def job(i: int) -> None:
+            with probe.running("placed", item=i):
+                time.sleep(0.01)
+
+        @dramatiq.actor(queue_name="placed-keyed", unique_at_runtime_key=lambda i: "shared", max_retries=0)
+        def keyed(i: int) -> None:
+            with probe.running("keyed", item=i):
+                pass
+
+        with closed_after(slots):
+            with running_worker(broker, threads=4):
+                for i in range(4):
+                    job.send(i)
+                    keyed.send(i)
+                probe.wait_runs(8, timeout=30)
+                wait_until(
+                    lambda: slots.in_use("placed") == 0 and slots.in_use("placed-keyed", key="shared") == 0,
+                    timeout=10.0,
+                    what="both homes' ledgers to drain",
+                )
+            assert probe.peak["placed"] == 1 and probe.peak["keyed"] == 1
+            assert (
+                admin.exists("{dramatiq-slots|q:placed}:epoch", "{dramatiq-slots|q:placed-keyed}:epoch") == 2
+            )
+            assert admin.get("{dramatiq-slots}:placement") == b'{"placement":"queue"}'
+            assert refusals(admin) == []
+
+
 def test_a_user_without_time_fails_the_message_naming_the_actor(
     server_factory: Callable[..., Server], probe: RunRecorder
 ) -> None:
