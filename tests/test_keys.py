@@ -256,8 +256,34 @@ def test_a_ledger_of_the_prefixs_own_tag_keeps_its_names_next_to_one_of_a_home()
     assert keys.line(keys.queue("q", home="q:q")) == "{app|q:q}:queue-line:q"
     assert keys.home_tag("") == keys.tag == "{app}"
     assert keys.tag_of("{app}:controls") == "{app}"
-    # Placement does not reach what reads the indexes yet: parse and short see the prefix's tag.
-    assert keys.parse(keys.queue("q", home="q:q")) is None
+
+
+def test_names_for_people_say_a_keys_home_and_read_back_under_the_placement() -> None:
+    keys = KeySpace("app")
+    digest = key_digest("account:42")
+    cases = [
+        (keys.queue("orders"), ("", "queue", "orders"), "queue:orders"),
+        (keys.queue("orders", home="q:orders"), ("q:orders", "queue", "orders"), "queue:orders"),
+        (keys.runtime_key("account:42"), ("", "key", digest), f"key:{digest}"),
+        (keys.runtime_key("account:42", home="k:07"), ("k:07", "key", digest), f"key:{digest}@k:07"),
+    ]
+    for ledger, placed, short in cases:
+        assert keys.parse_placed(ledger) == placed
+        assert keys.parse(ledger) == placed[1:]
+        assert keys.short(ledger) == short
+        assert keys.home_of(ledger) == placed[0]
+        # A queue's home comes from the placement; a key's is in its short name.
+        assert keys.from_short(short, home=lambda queue, home=placed[0]: home) == ledger
+    # What is kept beside a ledger, and other prefixes' keys, are no ledgers.
+    for other in (
+        keys.line(keys.queue("orders", home="q:orders")),
+        "{appx}:queue:orders",
+        "{app|}:queue:orders",
+        "{other|q:o}:queue:o",
+    ):
+        assert keys.parse_placed(other) is None, other
+    assert keys.from_short(f"key:{digest}@") is None
+    assert keys.patterns() == ("{app}:*", "{app|*")
 
 
 @pytest.mark.parametrize(

@@ -43,11 +43,14 @@ import socket
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ArgumentError
+from . import placement
 from .client import RedisClient
-from .keys import DEFAULT_KEY_PREFIX, KeySpace
+from .keys import DEFAULT_KEY_PREFIX, KeySpace, key_digest
 from .ledger import Ledger
+from .replies import _text
 
 #: The largest capacity an override may set (a Redis integer Lua reads exactly).
 MAX_CAPACITY = 2**31 - 1
@@ -282,20 +285,47 @@ class Controls:
         self.keys: KeySpace = self.ledger.keys
 
     def queue(self, queue_name: str) -> str:
-        """The ledger of a queue's capacity."""
-        return self.keys.queue(queue_name)
+        """The ledger of a queue's capacity (in its home, under the placement the workers recorded)."""
+        recorded = self.ledger.placement()
+        home = "" if placement.each_key(recorded, queue_name) else placement.home_of(recorded, queue_name)
+        return self.keys.queue(queue_name, home=home)
 
-    def runtime_key(self, key: str) -> str:
-        """The ledger of a runtime key (its text, as ``unique_at_runtime_key`` returns it)."""
-        return self.keys.runtime_key(key)
+    def runtime_key(self, key: str, *, queue: str | None = None) -> str:
+        """The ledger of a runtime key (its text, as ``unique_at_runtime_key`` returns it); under a
+        placement, of the messages of ``queue`` (ArgumentError without it)."""
+        recorded = self.ledger.placement()
+        if recorded == placement.PREFIX:
+            return self.keys.runtime_key(key)
+        if queue is None:
+            raise ArgumentError(
+                f"the runtime key {key!r} needs its queue (queue=): the workers record placement "
+                f"{placement.record(recorded)}, under which a key is a limit of its queue's home"
+            )
+        return self.keys.runtime_key(key, home=placement.home_of(recorded, queue, key_digest(key)))
 
     def read(self) -> dict[str, Control]:
-        """Every ledger with a control in force, by ledger key (expired ones left out)."""
-        # declare.lua declaring nothing writes nothing: the hash and the Redis clock, at once.
-        call = self.ledger._declaration([], 1, 0)
-        with self.ledger._translated("controls"):
-            declared = self.ledger._run(call)
-        return parse_controls(declared.controls, declared.redis_ms)
+        """Every ledger with a control in force, by ledger key (expired ones left out): the
+        prefix's own controls and those of every home a control was ever set in."""
+        ledger = self.ledger
+        # declare.lua declaring nothing writes nothing: a hash and the Redis clock, at once.
+        (own,) = ledger._declarations([], [self.keys.tag], 1, 0)
+
+        def fill(pipe: Any) -> None:
+            pipe.zrange(self.keys.controlled(), 0, -1)
+            ledger._queue(pipe, own)
+
+        with ledger._translated("controls"):
+            listed, reply = ledger._pipelined(fill)
+            if isinstance(listed, Exception):
+                raise listed
+            declared = [own.answer(reply)]
+            homes = sorted({_text(tag) for tag in listed} - {self.keys.tag})
+            if homes:
+                declared += ledger._run_all(ledger._declarations([], homes, 1, 0))
+        clocks = [d.redis_ms for d in declared if d.redis_ms is not None]
+        return parse_controls(
+            {k: v for d in declared for k, v in d.controls.items()}, max(clocks) if clocks else None
+        )
 
     def of(self, ledger: str) -> Control:
         """The controls in force on one ledger."""
@@ -336,6 +366,11 @@ class Controls:
         ledger = self._checked(ledger)
         who, why, duration = checked_by(by), checked_reason(reason), checked_for_ms(for_ms)
         before = self.of(ledger)
+        tag = self.keys.tag_of(ledger)
+        if tag != self.keys.tag:
+            # So that read() finds the controls of this home (kept with the prefix's other indexes).
+            with self.ledger._translated("controls"):
+                self.ledger.client.zadd(self.keys.controlled(), {tag: 0})
         self.ledger.control(ledger, which, value, by=who, reason=why, duration_ms=duration)
         return Change(ledger, before, self.of(ledger))
 

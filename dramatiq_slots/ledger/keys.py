@@ -99,6 +99,7 @@ byte for byte; :meth:`KeySpace.parse`, :meth:`KeySpace.short` and the indexes st
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -127,6 +128,11 @@ def hash_tag(name: str) -> str:
     start = name.find("{")
     end = name.find("}", start + 1) if start >= 0 else -1
     return name[start : end + 1] if end > start + 1 else name
+
+
+def _escaped(text: str) -> str:
+    """``text`` with SCAN's glob characters escaped."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def group_digest(group: str) -> str:
@@ -251,9 +257,19 @@ class KeySpace:
         return f"{self.turns(ledger)}|{group}" if group else self.line(ledger)
 
     def short(self, ledger: str) -> str:
-        """``queue:<name>`` or ``key:<digest>``: how logs and the command line name a ledger."""
-        parsed = self.parse(ledger)
-        return ledger if parsed is None else f"{parsed[0]}:{parsed[1]}"
+        """``queue:<name>`` or ``key:<digest>``: how logs and the command line name a ledger; a
+        runtime key's ledger in a home is ``key:<digest>@<home>`` (a key is a limit of its home),
+        a queue's is ``queue:<name>`` wherever it lives (a queue has one home)."""
+        placed = self.parse_placed(ledger)
+        if placed is None:
+            return ledger
+        home, kind, name = placed
+        return f"{kind}:{name}@{home}" if home and kind == "key" else f"{kind}:{name}"
+
+    def home_of(self, ledger: str) -> str:
+        """The home of a ledger key of this prefix (``""``: the prefix's own tag)."""
+        tag = self.tag_of(ledger)
+        return tag[len(self.tag) : -1] if tag != self.tag else ""
 
     def wake_channel_prefix(self, home: str = "") -> str:
         """Wake channels are this prefix + a process part (``<host>:<pid>``); ``home``: those of
@@ -277,6 +293,11 @@ class KeySpace:
         """The index of ledgers: each one's short name scored by until when it is listed (ms)."""
         return f"{self.tag}:listed"
 
+    def controlled(self) -> str:
+        """The index of the homes whose controls an operator ever set (a sorted set, scores 0):
+        where readers of the controls look besides the prefix's own hash."""
+        return f"{self.tag}:controlled"
+
     def placement_record(self) -> str:
         """The placement record (:func:`~dramatiq_slots.ledger.placement.record`): where the queues
         of this prefix keep their ledgers, written by workers at boot."""
@@ -286,32 +307,50 @@ class KeySpace:
         """The index of ledgers by name: each one's short name, every score 0 (lexicographic order)."""
         return f"{self.tag}:listed-names"
 
-    def from_short(self, short: str) -> str | None:
-        """The ledger key of ``queue:<name>`` or ``key:<digest>`` (what :meth:`short` gives); None for
-        anything else."""
+    def from_short(self, short: str, *, home: Callable[[str], str] | None = None) -> str | None:
+        """The ledger key of ``queue:<name>``, ``key:<digest>`` or ``key:<digest>@<home>`` (what
+        :meth:`short` gives); None for anything else. ``home``: the home of a queue's ledgers
+        (its placement), by default the prefix's own tag."""
         kind, sep, name = short.partition(":")
         if not sep or not name or kind not in ("queue", "key"):
             return None
-        return f"{self.tag}:{kind}:{name}"
+        if kind == "key":
+            digest, at, where = name.partition("@")
+            if at and (not where or "{" in where or "}" in where):
+                return None
+            return f"{self.home_tag(where)}:key:{digest}"
+        return f"{self.home_tag('' if home is None else home(name))}:queue:{name}"
 
     def process_pattern(self) -> str:
         """A SCAN pattern matching every process report under this prefix."""
         return self.pattern()[:-1] + "process:*"
 
     def pattern(self) -> str:
-        """A SCAN pattern matching every key under this prefix."""
-        escaped = "".join("\\" + c if c in "*?[]\\" else c for c in self.tag)
-        return f"{escaped}:*"
+        """A SCAN pattern matching every key under this prefix's own tag."""
+        return f"{_escaped(self.tag)}:*"
+
+    def patterns(self) -> tuple[str, str]:
+        """SCAN patterns matching every key under this prefix: its own tag's, and its homes'."""
+        return self.pattern(), _escaped("{" + self.prefix + "|") + "*"
 
     def parse(self, ledger: str) -> tuple[LedgerKind, str] | None:
-        """``(kind, name)`` of a ledger key under this prefix, or None for any other key.
+        """``(kind, name)`` of a ledger key under this prefix (in its own tag or in a home), or None
+        for any other key.
 
         The name of a runtime key's ledger is its digest.
         """
-        queue_head = f"{self.tag}:queue:"
-        if ledger.startswith(queue_head):
-            return "queue", ledger[len(queue_head) :]
-        key_head = f"{self.tag}:key:"
-        if ledger.startswith(key_head):
-            return "key", ledger[len(key_head) :]
+        placed = self.parse_placed(ledger)
+        return None if placed is None else (placed[1], placed[2])
+
+    def parse_placed(self, ledger: str) -> tuple[str, LedgerKind, str] | None:
+        """``(home, kind, name)`` of a ledger key under this prefix (home ``""``: its own tag), or
+        None for any other key."""
+        tag = self._head(ledger)
+        if tag is None:
+            return None
+        home = tag[len(self.tag) : -1] if tag != self.tag else ""
+        for kind in ("queue", "key"):
+            head = f"{tag}:{kind}:"
+            if ledger.startswith(head):
+                return home, kind, ledger[len(head) :]
         return None

@@ -38,7 +38,7 @@ from redis.cluster import RedisCluster
 from ..errors import ArgumentError, LedgerError
 from .client import RedisClient, redacted_address
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
-from .placement import one_home
+from .placement import PREFIX, Placement, from_record, one_home
 from .replies import (
     Beaten,
     Changed,
@@ -795,8 +795,22 @@ class Ledger:
     def ledgers(self) -> list[str]:
         """Every ledger key under this prefix (SCAN; for inspection, not for admission)."""
         with self._translated("scan"):
-            found = {_text(k) for k in self.client.scan_iter(match=self.keys.pattern(), count=500)}
+            found = {
+                _text(k)
+                for pattern in self.keys.patterns()
+                for k in self.client.scan_iter(match=pattern, count=500)
+            }
         return sorted(k for k in found if self.keys.parse(k) is not None)
+
+    def placement(self) -> Placement:
+        """The placement the workers recorded at boot (:meth:`record_placement`; ``"prefix"`` when
+        none did): where a queue's ledgers live, for readers given no placement."""
+        with self._translated("placement"):
+            text = self.client.get(self.keys.placement_record())
+        try:
+            return from_record(text)
+        except ArgumentError:
+            return PREFIX  # not a record a worker wrote: read as the default
 
 
 def _merged_declared(answers: Sequence[Declared]) -> Declared:

@@ -35,6 +35,7 @@ from typing import Any
 from redis.cluster import RedisCluster
 
 from ..errors import ArgumentError
+from ..ledger import placement
 from ..ledger.client import RedisClient
 from ..ledger.controls import Control, Controls, Provenance
 from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
@@ -145,11 +146,18 @@ class LedgerView:
     capacities: tuple[int, ...] = ()
     #: A queue ledger: its queue's depth in the broker, as the newest live report read it.
     queue_depth: QueueDepth | None = None
+    #: Its home under a placement (``""``: the prefix's own tag).
+    home: str = ""
 
     @property
     def short(self) -> str:
-        """``queue:<name>`` or ``key:<digest>``: how the command line names it."""
-        return f"{self.kind}:{self.name}"
+        """``queue:<name>``, ``key:<digest>`` or ``key:<digest>@<home>``: how the command line names
+        it (:meth:`~dramatiq_slots.ledger.keys.KeySpace.short`)."""
+        return (
+            f"{self.kind}:{self.name}@{self.home}"
+            if self.home and self.kind == "key"
+            else f"{self.kind}:{self.name}"
+        )
 
 
 @dataclass(frozen=True)
@@ -293,6 +301,11 @@ def _process_parts(process: str) -> tuple[str, int | None]:
     return (host, int(pid)) if pid.isdigit() else (process, None)
 
 
+def _queue_home(recorded: placement.Placement, queue: str) -> str:
+    """The home of ``queue``'s cap ledger under ``recorded`` (an ``EACH_KEY`` queue has none)."""
+    return "" if placement.each_key(recorded, queue) else placement.home_of(recorded, queue)
+
+
 def _seconds(now: float, at_ms: int) -> float:
     """Seconds from ``at_ms`` (Redis clock) to ``now`` (s), never below 0."""
     return round(max(0.0, now - at_ms / 1000), 3)
@@ -323,17 +336,33 @@ class Inspector:
             return name
         kind, sep, rest = name.partition(":")
         if sep and rest and kind == "queue":
-            return self.keys.queue(rest)
-        if sep and kind == "key" and len(rest) == len(key_digest("")) and _is_hex(rest):
-            return f"{self.keys.tag}:key:{rest}"
+            return self.keys.queue(rest, home=self.queue_home(rest))
+        digest = rest.partition("@")[0]
+        if sep and kind == "key" and len(digest) == len(key_digest("")) and _is_hex(digest):
+            found = self.keys.from_short(name)
+            if found is not None:
+                return found
         raise ArgumentError(
-            f"not a ledger name: {name!r} (expected queue:<queue name>, key:<32 hex digits> "
+            f"not a ledger name: {name!r} (expected queue:<queue name>, key:<32 hex digits>[@<home>] "
             f"or a key under {self.keys.tag})"
         )
 
-    def key_ledger(self, key: str) -> str:
-        """The ledger of a runtime key, from its text."""
-        return self.keys.runtime_key(key)
+    def queue_home(self, queue: str) -> str:
+        """The home of ``queue``'s cap ledger under the placement the workers recorded."""
+        return _queue_home(self.ledger.placement(), queue)
+
+    def key_ledger(self, key: str, *, queue: str | None = None) -> str:
+        """The ledger of a runtime key, from its text (and, under a placement, the queue of its
+        messages: a runtime key is a limit of its queue's home)."""
+        recorded = self.ledger.placement()
+        if recorded == placement.PREFIX:
+            return self.keys.runtime_key(key)
+        if queue is None:
+            raise ArgumentError(
+                f"the runtime key {key!r} needs its queue (--queue NAME, queue=): the workers record "
+                f"placement {placement.record(recorded)}, under which a key is a limit of its queue's home"
+            )
+        return self.keys.runtime_key(key, home=placement.home_of(recorded, queue, key_digest(key)))
 
     # -- reading ----------------------------------------------------------------------
 
@@ -402,9 +431,9 @@ class Inspector:
         now: float,
         control: Control,
     ) -> LedgerView:
-        parsed = self.keys.parse(ledger)
-        assert parsed is not None  # checked by _views
-        kind, name = parsed
+        placed = self.keys.parse_placed(ledger)
+        assert placed is not None  # checked by _views
+        home, kind, name = placed
         holders = [facts.holder(holder, ledger, now) for holder in found]
         waits = facts.waits_on(ledger, now)
         capacities = facts.capacities(ledger)
@@ -415,6 +444,7 @@ class Inspector:
             ledger=ledger,
             kind=kind,
             name=name,
+            home=home,
             capacity=control.capacity if control.capacity is not None else declared,
             in_use=sum(holder.units for holder in holders),
             waiting=line,
@@ -507,7 +537,12 @@ class Inspector:
                     total = len(pinned) + max(0, int(self.client.zcard(names)) - len(listed_queues))
                 more = more or len(found) > want
                 rows += found[:want]
-        ledgers = [k for k in (self.keys.from_short(short) for short in rows) if k is not None]
+        recorded = self.ledger.placement()
+        ledgers = [
+            k
+            for k in (self.keys.from_short(short, home=lambda q: _queue_home(recorded, q)) for short in rows)
+            if k is not None
+        ]
         return LedgerPage(
             ledgers=self._views(ledgers, reports, controls),
             offset=offset,

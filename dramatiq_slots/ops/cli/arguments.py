@@ -29,6 +29,12 @@ DEFAULT_BIND = "127.0.0.1"
 DEFAULT_PORT = 8000
 
 
+#: ``--queue``: what a runtime key's text needs under a placement.
+QUEUE_HELP = (
+    "the queue of the --key messages (needed under a placement: a key is a limit of its queue's home)"
+)
+
+
 def positive_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -148,6 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TEXT",
         help="show the ledger of this runtime key (what unique_at_runtime_key returns); repeatable",
     )
+    status.add_argument(
+        "--queue",
+        metavar="NAME",
+        help=QUEUE_HELP,
+    )
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.add_argument(
         "--watch",
@@ -197,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument(
         "--key", metavar="TEXT", help="the ledger of this runtime key (then every word is a TOKEN)"
     )
+    release.add_argument(
+        "--queue",
+        metavar="NAME",
+        help=QUEUE_HELP,
+    )
     release.add_argument("--all", action="store_true", help="remove every hold of the ledger")
     release.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     release.add_argument(
@@ -228,6 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
             )
         control.add_argument(
             "--key", metavar="TEXT", help="the ledger of this runtime key (instead of LEDGER)"
+        )
+        control.add_argument(
+            "--queue",
+            metavar="NAME",
+            help=QUEUE_HELP,
         )
         control.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
         control.add_argument(

@@ -37,21 +37,36 @@ from .render import (
 
 
 def resolved(inspector: Inspector, name: str) -> str:
-    """The ledger key of a name as status prints it (or a full key); a :class:`Failure` for any other."""
+    """The ledger key of a name as status prints it (or a full key); a :class:`Failure` for any other
+    (or when the server, which records where a queue's ledgers live, does not answer)."""
     try:
-        return inspector.resolve(name)
+        key: str = talking_to(inspector.client, lambda: inspector.resolve(name))
     except ArgumentError as e:
         raise Failure(str(e)) from e
+    return key
 
 
 def one_ledger(
-    inspector: Inspector, parser: argparse.ArgumentParser, name: str | None, key: str | None
+    inspector: Inspector,
+    parser: argparse.ArgumentParser,
+    name: str | None,
+    key: str | None,
+    queue: str | None = None,
 ) -> str:
-    """The one ledger a command acts on: ``LEDGER``, or the ledger of ``--key TEXT`` (a usage error
-    for neither or both)."""
+    """The one ledger a command acts on: ``LEDGER``, or the ledger of ``--key TEXT`` (of the
+    messages of ``--queue NAME``); a usage error for neither or both."""
     if (name is None) == (key is None):
         parser.error("give the LEDGER (as status prints it) or --key TEXT")
-    return inspector.key_ledger(key) if key is not None else resolved(inspector, name or "")
+    return key_ledger(inspector, key, queue) if key is not None else resolved(inspector, name or "")
+
+
+def key_ledger(inspector: Inspector, key: str, queue: str | None) -> str:
+    """The ledger of a runtime key's text; a :class:`Failure` when it needs ``--queue``."""
+    try:
+        ledger: str = talking_to(inspector.client, lambda: inspector.key_ledger(key, queue=queue))
+    except ArgumentError as e:
+        raise Failure(str(e)) from e
+    return ledger
 
 
 def view_of(client: RedisClient, inspector: Inspector, ledger: str) -> LedgerView:
@@ -89,7 +104,7 @@ def confirm(question: str) -> bool:
 def status_command(args: argparse.Namespace, client: RedisClient) -> int:
     inspector = Inspector(client, key_prefix=args.prefix)
     address = redacted_address(client)
-    keys_by_ledger = {inspector.key_ledger(text): text for text in args.key}
+    keys_by_ledger = {key_ledger(inspector, text, args.queue): text for text in args.key}
     names: list[str] | None = None
     if args.ledgers or args.key:
         names = [resolved(inspector, name) for name in args.ledgers]
@@ -169,7 +184,9 @@ def release_command(args: argparse.Namespace, client: RedisClient, parser: argpa
     inspector = Inspector(client, key_prefix=args.prefix)
     words: list[str] = list(args.names)
     # With --key every word is a TOKEN; without it, the first is the LEDGER.
-    ledger = one_ledger(inspector, parser, words[0] if words and args.key is None else None, args.key)
+    ledger = one_ledger(
+        inspector, parser, words[0] if words and args.key is None else None, args.key, args.queue
+    )
     tokens = words if args.key is not None else words[1:]
     if args.all and tokens:
         parser.error("give TOKENs or --all, not both")
@@ -239,7 +256,7 @@ def release_command(args: argparse.Namespace, client: RedisClient, parser: argpa
 def control_command(args: argparse.Namespace, client: RedisClient, parser: argparse.ArgumentParser) -> int:
     inspector = Inspector(client, key_prefix=args.prefix)
     controls = inspector.controls
-    ledger = one_ledger(inspector, parser, args.ledger, args.key)
+    ledger = one_ledger(inspector, parser, args.ledger, args.key, args.queue)
     by: str = args.by if args.by is not None else default_by()
     reason: str | None = getattr(args, "reason", None)
     for_ms: int | None = getattr(args, "for_ms", None)
