@@ -273,7 +273,8 @@ def test_names_for_people_say_a_keys_home_and_read_back_under_the_placement() ->
         assert keys.short(ledger) == short
         assert keys.home_of(ledger) == placed[0]
         # A queue's home comes from the placement; a key's is in its short name.
-        assert keys.from_short(short, home=lambda queue, home=placed[0]: home) == ledger
+        home = placed[0]
+        assert keys.from_short(short, home=lambda queue: home) == ledger  # noqa: B023 -- used at once
     # What is kept beside a ledger, and other prefixes' keys, are no ledgers.
     for other in (
         keys.line(keys.queue("orders", home="q:orders")),
