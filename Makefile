@@ -11,6 +11,8 @@
 #                and what reading many ledgers and prompt reports cost (bench/inspection.py)
 #                (BENCH_ARGS=--quick for a smoke run; not part of test; BENCH_ARGS='--only W8' for
 #                the 10,000-runtime-key load and leak check alone, without the other two)
+#   make bench-cluster  the ledger on a 1- and a 3-primary Redis Cluster, with and without
+#                placement="queue": capped jobs/s, each primary's CPU per job (about 2 minutes)
 #   make bench-scale  grow one dimension at a time (processes per host, live runtime keys, waiting
 #                messages) on real worker groups: commands, Redis CPU, admission latency and worker
 #                memory per job, with verdicts, redrawing docs/scale.svg (bench/scale.py; about 4
@@ -35,7 +37,7 @@ STAMP := $(VENV)/.installed-from-pyproject
 CHECK_PYTHON = @$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dramatiq-slots needs Python >= 3.10; $(PYTHON) is " + sys.version.split()[0])'
 
 .DEFAULT_GOAL := test
-.PHONY: test lint typecheck pytest quick venv clean demo bench bench-scale reliability costs soak test-oldest-dramatiq screenshots
+.PHONY: test lint typecheck pytest quick venv clean demo bench bench-scale bench-cluster reliability costs soak test-oldest-dramatiq screenshots
 
 $(STAMP): pyproject.toml
 	$(CHECK_PYTHON)
@@ -112,6 +114,9 @@ endif
 
 bench-scale: $(STAMP)
 	$(BIN)/python bench/scale.py $(SCALE_ARGS)
+
+bench-cluster: $(STAMP)
+	$(BIN)/python bench/cluster_placement.py $(CLUSTER_ARGS)
 
 costs: $(STAMP)
 	DRAMATIQ_SLOTS_WRITE_COSTS=1 $(BIN)/python -m pytest -q tests/test_costs_doc.py

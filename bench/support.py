@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,7 +136,9 @@ class Server:
     stop_timeout = 10.0
     _bind_attempts = 5
 
-    def __init__(self) -> None:
+    def __init__(self, *, extra_args: Sequence[str] = ()) -> None:
+        #: More ``redis-server`` arguments (a cluster node's, for one).
+        self.extra_args = tuple(extra_args)
         self._port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: Path | None = None
@@ -194,6 +196,7 @@ class Server:
                         "--dir",
                         str(self._dir),
                         *_NO_PERSISTENCE,
+                        *self.extra_args,
                     ],
                     stdin=subprocess.DEVNULL,
                     stdout=out,

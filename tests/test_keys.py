@@ -183,8 +183,8 @@ def _golden(tag: str, kind: str, name: str) -> dict[str, str]:
 
 
 def test_the_default_placement_names_every_ledger_and_sibling_as_before() -> None:
-    # Golden names, written out: the names of the release before placement (stage 1 of
-    # docs/proposals/cluster-placement.md changes none of them).
+    # Golden names, written out: the names of the release before placement (the default
+    # placement changes none of them).
     default, team = KeySpace(), KeySpace("team:app")
     assert default.queue("default") == "{dramatiq-slots}:queue:default"
     assert default.runtime_key("user:42") == "{dramatiq-slots}:key:ea3fd43be1e57d62e163dae19fc740bd"

@@ -1,7 +1,6 @@
 """The placement rule (``dramatiq_slots.ledger.placement``): which home a queue's limits live in.
 
-docs/proposals/cluster-placement.md, section 1; stage 1: pure functions, not used by the
-middleware yet. No Redis.
+docs/design.md, "Cluster placement": pure functions. No Redis.
 """
 
 from __future__ import annotations

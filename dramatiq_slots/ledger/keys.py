@@ -81,19 +81,20 @@ Redis hashes only the part of a name between the first ``{`` and the next
 ledgers, lines and wake channels of one prefix share one slot, on one shard.
 That keeps every script legal and atomic on a cluster, and a queue name or a
 digest can never move a key elsewhere (the tag comes first; a prefix may not
-contain braces). The price: one prefix is served by one primary. Applications
-that need more spread use several prefixes (one per group of queues); what
-one ledger serves per core is in docs/design.md, "What each operation costs".
+contain braces). The price: by default one prefix is served by one primary;
+homes (below) spread it. What one ledger serves per core is in docs/design.md,
+"What each operation costs".
 
-**Homes** (docs/proposals/cluster-placement.md, stage 1 of placement). Everything kept per
+**Homes** (``Slots(placement=...)``, docs/design.md, "Cluster placement"). Everything kept per
 ledger (its line, fence, shares, turns, turn lines, backlogs and declarations) takes the hash
 tag of **the ledger's own name**, not the prefix's: a ledger named under a *home* of the
 prefix, ``{<prefix>|<home>}:queue:<name>`` (:meth:`KeySpace.queue` with ``home=``), keeps all
 of them in its slot, ``{<prefix>|<home>}:queue-line:<name>`` and so on.
 :mod:`dramatiq_slots.ledger.placement` says which home a ledger lives in. Today every ledger is
-named under ``{<prefix>}`` itself (placement ``"prefix"``), so every name above is unchanged,
-byte for byte; :meth:`KeySpace.parse`, :meth:`KeySpace.short` and the indexes still read
-``{<prefix>}`` only.
+named under ``{<prefix>}`` itself by default (placement ``"prefix"``), and every name above is
+then as it always was. A runtime key's ledger in a home is named for people
+``key:<digest>@<home>`` (:meth:`KeySpace.short`); a queue's stays ``queue:<name>``, its home
+being the placement's to say.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where a queue's limits live on a Redis Cluster: the placement rule, as pure functions.
 
-docs/proposals/cluster-placement.md, section 1. A *placement* says which *home* each queue's
+docs/design.md, "Cluster placement". A *placement* says which *home* each queue's
 limits live in; a home is one Redis Cluster hash tag, so one slot:
 
 =====================  ==============================================================
