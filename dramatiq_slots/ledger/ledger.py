@@ -806,7 +806,8 @@ class Ledger:
         """The placement the workers recorded at boot (:meth:`record_placement`; ``"prefix"`` when
         none did): where a queue's ledgers live, for readers given no placement."""
         with self._translated("placement"):
-            text = self.client.get(self.keys.placement_record())
+            # MGET, not GET: what the readers' ACL grants to read reports (docs/operations.md).
+            (text,) = self.client.mget([self.keys.placement_record()])
         try:
             return from_record(text)
         except ArgumentError:
