@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +39,7 @@ import redis
 
 from dramatiq_slots.ledger import Ledger
 from dramatiq_slots.worker.heartbeat import HEARTBEAT_THREAD
+from tests.support.command import Run, run_command
 from tests.support.redis_cluster import LocalCluster
 from tests.support.sentinel import LocalSentinel
 from tests.support.servers import (
@@ -223,6 +225,16 @@ def chromium() -> Iterator[Any]:
 def key_prefix() -> str:
     """A key prefix no other test uses."""
     return f"t-{uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def cli(redis_server: RedisTarget, key_prefix: str) -> Run:
+    """``cli("status", ...)``: the ``dramatiq-slots`` command on the test server, under this test's prefix."""
+
+    def run(subcommand: str, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return run_command(subcommand, "--url", redis_server.url, "--prefix", key_prefix, *args, **kwargs)
+
+    return run
 
 
 def _client_for(server: RedisTarget, key_prefix: str) -> Iterator[redis.Redis]:

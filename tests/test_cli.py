@@ -39,16 +39,6 @@ from tests.support.servers import ENGINES
 
 
 @pytest.fixture
-def cli(redis_server: Any, key_prefix: str) -> Run:
-    """``cli("status", ...)``: the command on the test server, under this test's prefix."""
-
-    def run(subcommand: str, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        return run_command(subcommand, "--url", redis_server.url, "--prefix", key_prefix, *args, **kwargs)
-
-    return run
-
-
-@pytest.fixture
 def busy_queue(ledger: Ledger) -> str:
     return plant_busy_queue(ledger)
 

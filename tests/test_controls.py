@@ -12,7 +12,6 @@ import json
 import logging
 import re
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -38,7 +37,7 @@ from dramatiq_slots.ledger.controls import (
 )
 from dramatiq_slots.ledger.replies import _text
 from dramatiq_slots.worker.texts import control_text
-from tests.support.command import Run, answer_on_terminal, run_command
+from tests.support.command import Run, answer_on_terminal
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, dead_letter_error, running_worker
 from tests.support.planted import plant_busy_queue, tokens
@@ -47,14 +46,6 @@ from tests.support.waiting import wait_until
 
 T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC, in ms
 HOUR = 3_600_000
-
-
-@pytest.fixture
-def cli(redis_server: Any, key_prefix: str) -> Run:
-    def run(subcommand: str, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        return run_command(subcommand, "--url", redis_server.url, "--prefix", key_prefix, *args, **kwargs)
-
-    return run
 
 
 @pytest.fixture

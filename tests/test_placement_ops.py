@@ -7,9 +7,6 @@ a limit of its queue's home, is ``key:<digest>@<home>``, and its text needs its 
 
 from __future__ import annotations
 
-import subprocess
-from typing import Any
-
 import pytest
 import redis
 
@@ -18,16 +15,8 @@ from dramatiq_slots.ledger import Ledger, Limit, Line, placement
 from dramatiq_slots.ledger.controls import Controls
 from dramatiq_slots.ledger.keys import key_digest
 from dramatiq_slots.ops.inspection import Inspector
-from tests.support.command import Run, run_command
+from tests.support.command import Run
 from tests.support.planted import hold
-
-
-@pytest.fixture
-def cli(redis_server: Any, key_prefix: str) -> Run:
-    def run(subcommand: str, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        return run_command(subcommand, "--url", redis_server.url, "--prefix", key_prefix, *args, **kwargs)
-
-    return run
 
 
 @pytest.fixture
@@ -85,7 +74,7 @@ def test_a_control_on_a_placed_queue_is_written_in_its_home_and_read_back(
     controls.resume(orders, by="ops")
     assert not controls.of(orders).paused
     assert placed.enter("h:1:1:1", [Limit(orders, 1)], ttl_ms=10_000).admitted
-    with pytest.raises(ArgumentError, match=r"needs its queue \(queue=\)"):
+    with pytest.raises(ArgumentError, match=r"needs its queue \(--queue NAME, queue=\)"):
         controls.runtime_key("account:42")
     assert controls.runtime_key("account:42", queue="orders") == placed.keys.runtime_key(
         "account:42", home="q:orders"

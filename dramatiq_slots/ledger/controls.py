@@ -298,8 +298,8 @@ class Controls:
             return self.keys.runtime_key(key)
         if queue is None:
             raise ArgumentError(
-                f"the runtime key {key!r} needs its queue (queue=): the workers record placement "
-                f"{placement.record(recorded)}, under which a key is a limit of its queue's home"
+                f"the runtime key {key!r} needs its queue (--queue NAME, queue=): the workers record "
+                f"placement {placement.record(recorded)}, under which a key is a limit of its queue's home"
             )
         return self.keys.runtime_key(key, home=placement.home_of(recorded, queue, key_digest(key)))
 

@@ -353,16 +353,8 @@ class Inspector:
 
     def key_ledger(self, key: str, *, queue: str | None = None) -> str:
         """The ledger of a runtime key, from its text (and, under a placement, the queue of its
-        messages: a runtime key is a limit of its queue's home)."""
-        recorded = self.ledger.placement()
-        if recorded == placement.PREFIX:
-            return self.keys.runtime_key(key)
-        if queue is None:
-            raise ArgumentError(
-                f"the runtime key {key!r} needs its queue (--queue NAME, queue=): the workers record "
-                f"placement {placement.record(recorded)}, under which a key is a limit of its queue's home"
-            )
-        return self.keys.runtime_key(key, home=placement.home_of(recorded, queue, key_digest(key)))
+        messages: :meth:`Controls.runtime_key`)."""
+        return self.controls.runtime_key(key, queue=queue)
 
     # -- reading ----------------------------------------------------------------------
 
