@@ -345,7 +345,11 @@ class Wakeups:
     def _sync_homes(self, client: RedisCluster) -> None:
         wanted: dict[str, set[str]] = {}
         nodes: dict[str, Any] = {}
-        for prefix in self.home_channels():
+        try:
+            prefixes = list(self.home_channels())
+        except RuntimeError:  # an actor declared while the homes were read: the next poll reads them
+            return
+        for prefix in prefixes:
             channel = prefix + this_process()
             try:
                 node = client.get_node_from_key(channel)  # type: ignore[no-untyped-call, unused-ignore]
