@@ -93,3 +93,31 @@ def test_an_each_key_queue_has_no_cap_ledger_and_its_keys_resolve_to_their_key_h
     assert placed.record_placement(None) is not None
     assert redis_client.exists(placed.keys.placement_record()) == 0
     assert inspector.key_ledger("doc-1") == placed.keys.runtime_key("doc-1")
+
+
+def test_another_deployment_whose_prefix_holds_a_bar_is_not_read_as_a_home(
+    ledger: Ledger, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    """Under the default placement a prefix may hold ``|``: ``{<prefix>|b}`` is then another
+    deployment's tag, never one of this prefix's homes (those are ``q:``, ``g:`` or ``k:<nn>``)."""
+    other = Ledger(redis_client, key_prefix=f"{key_prefix}|b")
+    hold(other, other.keys.queue("orders"), "elsewhere:1:1:1")
+    mine = ledger.keys
+    for foreign in (
+        other.keys.queue("orders"),
+        f"{{{key_prefix}|k:7x}}:key:ab",
+        f"{{{key_prefix}|q:}}:queue:a",
+    ):
+        assert mine.parse(foreign) is None, foreign
+    assert mine.parse(f"{{{key_prefix}|q:orders}}:queue:orders") == ("queue", "orders")
+    hold(ledger, mine.queue("orders"), "here:1:1:1")
+    assert ledger.ledgers() == [mine.queue("orders")]
+    assert [view.short for view in Inspector(redis_client, key_prefix=key_prefix).ledgers()] == [
+        "queue:orders"
+    ]
+    # Once the workers record a placement, the homes are scanned too.
+    placed = mine.queue("orders", home="q:orders")
+    hold(ledger, placed, "here:1:2:1")
+    assert placed not in ledger.ledgers()
+    ledger.record_placement(placement.record("queue"))
+    assert set(ledger.ledgers()) == {mine.queue("orders"), placed}

@@ -100,6 +100,7 @@ being the placement's to say.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -129,6 +130,12 @@ def hash_tag(name: str) -> str:
     start = name.find("{")
     end = name.find("}", start + 1) if start >= 0 else -1
     return name[start : end + 1] if end > start + 1 else name
+
+
+#: What a home of a placement looks like (``ledger/placement.py``): ``q:<queue>``, ``g:<group>`` or
+#: ``k:<nn>``. Only those read as this prefix's homes: under the default placement a prefix may
+#: hold ``|``, and another deployment's ``{<prefix>|b}`` is not ours.
+_HOME = re.compile(r"(?:[qg]:[^{}|]+|k:\d\d)")
 
 
 def _escaped(text: str) -> str:
@@ -197,7 +204,7 @@ class KeySpace:
         if not key.startswith(opening):
             return None
         end = key.find("}", len(opening))
-        if end <= len(opening) or "{" in key[len(opening) : end]:
+        if end <= len(opening) or not _HOME.fullmatch(key[len(opening) : end]):
             return None
         return key[: end + 1]
 

@@ -794,11 +794,12 @@ class Ledger:
 
     def ledgers(self) -> list[str]:
         """Every ledger key under this prefix (SCAN; for inspection, not for admission)."""
+        # The homes only when the workers recorded a placement: under the default, what starts
+        # "{<prefix>|" is another deployment's, whose prefix holds "|".
+        patterns = self.keys.patterns() if self.placement() != PREFIX else (self.keys.pattern(),)
         with self._translated("scan"):
             found = {
-                _text(k)
-                for pattern in self.keys.patterns()
-                for k in self.client.scan_iter(match=pattern, count=500)
+                _text(k) for pattern in patterns for k in self.client.scan_iter(match=pattern, count=500)
             }
         return sorted(k for k in found if self.keys.parse(k) is not None)
 
