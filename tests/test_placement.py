@@ -9,7 +9,15 @@ import pytest
 
 from dramatiq_slots.errors import ArgumentError
 from dramatiq_slots.ledger.keys import KeySpace, hash_tag, key_digest
-from dramatiq_slots.ledger.placement import Placement, cap_tag, checked, home_of, key_tag, one_home
+from dramatiq_slots.ledger.placement import (
+    EACH_KEY,
+    Placement,
+    cap_home,
+    checked,
+    home_of,
+    key_home,
+    one_home,
+)
 
 GROUPS = {"orders": "partner", "invoices": "partner", "emails": "mail"}
 
@@ -32,8 +40,8 @@ def test_a_queues_cap_and_its_messages_keys_live_in_the_queues_home(
     placement: Placement, queue: str, home: str, tag: str
 ) -> None:
     assert home_of(placement, queue) == home
-    assert cap_tag("app", placement, queue) == tag
-    assert key_tag("app", placement, queue) == tag
+    assert KeySpace("app").home_tag(cap_home(placement, queue)) == tag
+    assert KeySpace("app").home_tag(key_home(placement, queue, "user:42")) == tag
     keys = KeySpace("app")
     cap, key = keys.queue(queue, home=home), keys.runtime_key("user:42", home=home)
     assert hash_tag(cap) == hash_tag(key) == tag
@@ -47,7 +55,7 @@ def test_the_default_placement_is_todays_single_tag() -> None:
         assert keys.queue(queue, home=home) == f"{{dramatiq-slots}}:queue:{queue}"
         digest = "ea3fd43be1e57d62e163dae19fc740bd"
         assert keys.runtime_key("user:42", home=home) == "{dramatiq-slots}:key:" + digest
-        assert cap_tag("dramatiq-slots", "prefix", queue) == keys.tag == "{dramatiq-slots}"
+        assert keys.home_tag(cap_home("prefix", queue)) == keys.tag == "{dramatiq-slots}"
 
 
 def test_one_key_taken_on_queues_of_two_homes_is_two_limits() -> None:
@@ -117,3 +125,11 @@ def test_a_queue_name_that_would_break_its_tag_is_refused_under_placement(queue:
     assert home_of("prefix", queue) == ""  # today: the queue's name never reaches the tag
     with pytest.raises(ArgumentError, match="a queue name under placement must not hold"):
         home_of("queue", queue)
+
+
+def test_an_each_key_queue_has_no_cap_home_and_each_key_picks_its_own() -> None:
+    each: Placement = {"renders": EACH_KEY}
+    assert cap_home(each, "renders") == ""
+    homes = {key_home(each, "renders", f"doc-{n}") for n in range(200)}
+    assert all(home.startswith("k:") for home in homes) and len(homes) > 32
+    assert key_home(each, "orders", "doc-1") == "q:orders", "a queue left out of the mapping: its own home"

@@ -48,8 +48,8 @@ from typing import Any
 from ..errors import ArgumentError
 from . import placement
 from .client import RedisClient
-from .keys import DEFAULT_KEY_PREFIX, KeySpace, key_digest
-from .ledger import Ledger
+from .keys import DEFAULT_KEY_PREFIX, KeySpace
+from .ledger import Ledger, merged_declared
 from .replies import _text
 
 #: The largest capacity an override may set (a Redis integer Lua reads exactly).
@@ -286,9 +286,7 @@ class Controls:
 
     def queue(self, queue_name: str) -> str:
         """The ledger of a queue's capacity (in its home, under the placement the workers recorded)."""
-        recorded = self.ledger.placement()
-        home = "" if placement.each_key(recorded, queue_name) else placement.home_of(recorded, queue_name)
-        return self.keys.queue(queue_name, home=home)
+        return self.keys.queue(queue_name, home=placement.cap_home(self.ledger.placement(), queue_name))
 
     def runtime_key(self, key: str, *, queue: str | None = None) -> str:
         """The ledger of a runtime key (its text, as ``unique_at_runtime_key`` returns it); under a
@@ -301,7 +299,7 @@ class Controls:
                 f"the runtime key {key!r} needs its queue (--queue NAME, queue=): the workers record "
                 f"placement {placement.record(recorded)}, under which a key is a limit of its queue's home"
             )
-        return self.keys.runtime_key(key, home=placement.home_of(recorded, queue, key_digest(key)))
+        return self.keys.runtime_key(key, home=placement.key_home(recorded, queue, key))
 
     def read(self) -> dict[str, Control]:
         """Every ledger with a control in force, by ledger key (expired ones left out): the
@@ -322,10 +320,8 @@ class Controls:
             homes = sorted({_text(tag) for tag in listed} - {self.keys.tag})
             if homes:
                 declared += ledger._run_all(ledger._declarations([], homes, 1, 0))
-        clocks = [d.redis_ms for d in declared if d.redis_ms is not None]
-        return parse_controls(
-            {k: v for d in declared for k, v in d.controls.items()}, max(clocks) if clocks else None
-        )
+        every = merged_declared(declared)
+        return parse_controls(every.controls, every.redis_ms)
 
     def of(self, ledger: str) -> Control:
         """The controls in force on one ledger."""

@@ -470,7 +470,7 @@ class Ledger:
             else:
                 replies = []
             if declarations:
-                declared = _merged_declared([d.answer(replies.pop(0)) for d in declarations])
+                declared = merged_declared([d.answer(replies.pop(0)) for d in declarations])
             if calls:
                 beaten = _merged_beaten([call.answer(replies.pop(0)) for call in calls])
         beaten.declared = declared
@@ -553,7 +553,7 @@ class Ledger:
         with ``settle_ms``, keep the epoch alive (made when missing: ``lib/epoch.lua``)."""
         calls = self._declarations(limits, [], ttl_ms, settle_ms)
         with self._translated("declare"):
-            return _merged_declared(self._run_all(calls))
+            return merged_declared(self._run_all(calls))
 
     def control(
         self, ledger: str, which: str, value: str, *, by: str, reason: str = "", duration_ms: int = 0
@@ -815,7 +815,7 @@ class Ledger:
             return PREFIX  # not a record a worker wrote: read as the default
 
 
-def _merged_declared(answers: Sequence[Declared]) -> Declared:
+def merged_declared(answers: Sequence[Declared]) -> Declared:
     """One answer of the declarations of several homes (the controls' fields name whole ledger
     keys, so those of two homes never collide)."""
     if len(answers) == 1:

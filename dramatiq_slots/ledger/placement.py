@@ -118,16 +118,17 @@ def key_homes() -> list[str]:
     return [f"k:{n:02d}" for n in range(KEY_HOMES)]
 
 
-def cap_tag(prefix: str, placement: Placement, queue: str) -> str:
-    """The hash tag of ``queue``'s cap ledger (``queue_capacity``): its queue's home."""
-    return KeySpace(prefix).home_tag(home_of(placement, queue))
+def cap_home(placement: Placement, queue: str) -> str:
+    """The home where readers look for ``queue``'s cap ledger: its queue's home, or ``""`` for an
+    ``EACH_KEY`` queue, which has no cap (:func:`home_of` refuses it)."""
+    return "" if each_key(placement, queue) else home_of(placement, queue)
 
 
-def key_tag(prefix: str, placement: Placement, queue: str, key: str = "") -> str:
-    """The hash tag of the ledger of runtime key ``key`` (``unique_at_runtime_key``) taken by a
-    message on ``queue``: the home of the message's queue (so one key taken on two queues of
-    different homes is two limits), or on an ``EACH_KEY`` queue the key's own key home."""
-    return KeySpace(prefix).home_tag(home_of(placement, queue, key_digest(key)))
+def key_home(placement: Placement, queue: str, key: str) -> str:
+    """The home of the ledger of runtime key ``key`` taken by a message on ``queue``: the queue's
+    home (so one key taken on queues of two homes is two limits), or on an ``EACH_KEY`` queue the
+    key's own key home."""
+    return home_of(placement, queue, key_digest(key) if each_key(placement, queue) else None)
 
 
 def one_home(ledgers: Iterable[str], *, of: str = "one message") -> str:

@@ -42,9 +42,9 @@ class Declarations:
     def home(self, queue_name: str, key: str | None = None) -> str:
         """The home of a queue's limits under the placement (``""``: the prefix's own tag); on an
         ``EACH_KEY`` queue, that of its runtime key ``key``."""
-        return placement.home_of(
-            self.settings.placement, queue_name, None if key is None else key_digest(key)
-        )
+        if key is None:
+            return placement.home_of(self.settings.placement, queue_name)
+        return placement.key_home(self.settings.placement, queue_name, key)
 
     def homes(self) -> list[str]:
         """The homes of the queues whose messages may be under a limit here (every key home for an
@@ -201,13 +201,12 @@ class Declarations:
         if has_options:
             opt.check_message_options(actor.actor_name, options)
         limits: list[Limit] = []
-        each = placement.each_key(self.settings.placement, queue_name)
         if queue_capacity is not None:
             limits.append(Limit(self.keys.queue(queue_name, home=self.home(queue_name)), queue_capacity))
         keys = opt.runtime_keys(
             actor, key_option, args, kwargs, from_message=options.get(opt.UNIQUE_AT_RUNTIME_KEY) is not None
         )
-        if each and len(keys) > 1:
+        if len(keys) > 1 and placement.each_key(self.settings.placement, queue_name):
             raise opt.RuntimeKeyError(_several_keys(actor.actor_name, queue_name, len(keys)))
         default: int | None = None
         for key, capacity in keys:
@@ -217,8 +216,7 @@ class Declarations:
                     option = opt.pick(options.get(opt.RUNTIME_KEY_CAPACITY), actor.runtime_key_capacity, 1)
                     default = opt.key_capacity(actor, option, args, kwargs)
                 capacity = default
-            home = self.home(queue_name, key) if each else self.home(queue_name)
-            limits.append(Limit(self.keys.runtime_key(key, home=home), capacity))
+            limits.append(Limit(self.keys.runtime_key(key, home=self.home(queue_name, key)), capacity))
         min_backoff, max_backoff = self.backoff(actor, options)
         if not limits:
             return None

@@ -541,7 +541,7 @@ class Slots(Middleware):
         return self.ledger.holders(self._ledger_of(queue, key, "holders"))
 
     def _ledger_of(self, queue: str | None, key: str | None, method: str) -> str:
-        placed = self.settings.placement != "prefix"
+        placed = self.settings.placement != placement.PREFIX
         if key is not None and placed:
             if queue is None:
                 raise ArgumentError(

@@ -301,11 +301,6 @@ def _process_parts(process: str) -> tuple[str, int | None]:
     return (host, int(pid)) if pid.isdigit() else (process, None)
 
 
-def _queue_home(recorded: placement.Placement, queue: str) -> str:
-    """The home of ``queue``'s cap ledger under ``recorded`` (an ``EACH_KEY`` queue has none)."""
-    return "" if placement.each_key(recorded, queue) else placement.home_of(recorded, queue)
-
-
 def _seconds(now: float, at_ms: int) -> float:
     """Seconds from ``at_ms`` (Redis clock) to ``now`` (s), never below 0."""
     return round(max(0.0, now - at_ms / 1000), 3)
@@ -349,7 +344,7 @@ class Inspector:
 
     def queue_home(self, queue: str) -> str:
         """The home of ``queue``'s cap ledger under the placement the workers recorded."""
-        return _queue_home(self.ledger.placement(), queue)
+        return placement.cap_home(self.ledger.placement(), queue)
 
     def key_ledger(self, key: str, *, queue: str | None = None) -> str:
         """The ledger of a runtime key, from its text (and, under a placement, the queue of its
@@ -530,11 +525,11 @@ class Inspector:
                 more = more or len(found) > want
                 rows += found[:want]
         recorded = self.ledger.placement()
-        ledgers = [
-            k
-            for k in (self.keys.from_short(short, home=lambda q: _queue_home(recorded, q)) for short in rows)
-            if k is not None
-        ]
+
+        def home(queue: str) -> str:
+            return placement.cap_home(recorded, queue)
+
+        ledgers = [k for k in (self.keys.from_short(short, home=home) for short in rows) if k is not None]
         return LedgerPage(
             ledgers=self._views(ledgers, reports, controls),
             offset=offset,

@@ -52,6 +52,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -145,6 +146,8 @@ class Wakeups:
         #: Node name -> (its channels, the stop event and thread of its listener).
         self._homes: dict[str, tuple[frozenset[str], threading.Event, threading.Thread]] = {}
         self._homes_lock = threading.Lock()
+        #: When the homes were last synced (monotonic): at most once a poll, not once a message.
+        self._homes_synced_at = float("-inf")
         self.expiry_to_written = expiry_to_written
         #: Whether a published wake-up proves its handed hold. Not on a Redis Cluster: ``PUBLISH``
         #: counts only the subscribers of the node that runs it while the cluster bus delivers the
@@ -339,7 +342,11 @@ class Wakeups:
         client = self.client
         if not isinstance(client, RedisCluster) or self._stop.is_set():
             return
+        now = time.monotonic()
+        if now - self._homes_synced_at < _POLL_S:
+            return  # a busy wake channel reads many messages a poll: the homes need one look
         with self._homes_lock:
+            self._homes_synced_at = now
             self._sync_homes(client)
 
     def _sync_homes(self, client: RedisCluster) -> None:
