@@ -115,11 +115,17 @@ def history() -> History:
 
 
 class _Booted(Middleware):
-    """Follows the host's clock file once the worker process is up, and says it is up."""
+    """Follows the host's clock file once the worker process is up, and says it is up; then records
+    every copy of a message the process enqueues (a deferral, a retry), with its host."""
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         threading.Thread(target=_follow_clock, name="soak-clock", daemon=True).start()
         history().booted(host)
+
+    def after_enqueue(
+        self, broker: dramatiq.Broker, message: dramatiq.Message[Any], delay: int | None
+    ) -> None:
+        history().copied(message.message_id, host)
 
 
 broker.add_middleware(_Booted())

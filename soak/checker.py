@@ -11,9 +11,11 @@ messages
     the message was in the broker or running: an enqueue in flight at the kill is sent again, a
     strict job stopped for its hold, a host's clock step while the message was unacked: dramatiq's
     Redis broker judges its workers' heartbeats by their own clocks), against any earlier run of
-    the message (one fault may redeliver a message twice: a retry and a requeue); none is left
-    unattributed. A message the drain found stranded in a live worker's unacked set (and freed by
-    restarting every host) is attributed to a broker restart while it was in the broker.
+    the message (one fault may redeliver a message twice: a retry and a requeue; a paused host whose
+    original the broker requeued may put its own copy back, which any host then runs: the copies
+    worker processes enqueue are in the history); none is left unattributed. A message the drain
+    found stranded in a live worker's unacked set (and freed by restarting every host) is
+    attributed to a broker restart while it was in the broker.
 caps
     per limited scope, real concurrency (the runs' own intervals) never exceeded the capacity in
     force when the run may have been admitted (an operator's override or pause, taken with a grace
@@ -35,7 +37,9 @@ fences
 leaks
     after the run, nothing under the prefix lives for ever (the runner's scan: keys without an
     expiry, live members, claims in line), and no hold was live while its process was live and did
-    not have it on record (an orphan: capacity nobody frees until ``hold_ttl``).
+    not have it on record (an orphan: capacity nobody frees until ``hold_ttl``): unrefreshed for
+    :data:`ORPHAN_BEATS` beats and left out of a report made after it was first seen (held, owed,
+    waiting or lingering are on record).
 recovery
     the capped queue's throughput was back at its capacity within ``hold_ttl + beat_interval``
     (+ :data:`RECOVERY_MARGIN_S`) after every fault, counted from the end of the last fault that
@@ -55,7 +59,7 @@ from typing import Any
 from dramatiq.worker import CONSUMER_RESTART_DELAY_SECS, POST_PROCESS_MESSAGE_RETRY_DELAY_SECS
 
 from .config import ACTORS, CAPPED, COALESCE, queue_scope
-from .history import COMPLETED, KILLED, RAISED, Event, Record, Run, read
+from .history import COMPLETED, KILLED, RAISED, Copy, Event, Record, Run, read
 
 #: A run may start this long (us) after a change of its capacity under the old one: it was
 #: admitted (or handed its slot while parked) before the change, and waited for a thread.
@@ -211,9 +215,15 @@ def capacity_of(record: Record, scope: str) -> int | None:
 
 
 def _attribute_rerun(
-    first: Run, later: Run, faults: Sequence[Window], slack_us: int, sent_at: int | None = None
+    first: Run,
+    later: Run,
+    faults: Sequence[Window],
+    slack_us: int,
+    sent_at: int | None = None,
+    copies: Sequence[Copy] = (),
 ) -> Window | None:
-    """The fault that made ``later`` (a run of the same message) happen, if one could."""
+    """The fault that made ``later`` (a run of the same message) happen, if one could; ``copies``:
+    the copies of the message that worker processes enqueued."""
     kinds = _REDELIVERS.get(first.outcome or KILLED, set())
     for fault in faults:
         # A broker restart doubles any enqueue in flight at the kill (the server wrote it, its
@@ -240,13 +250,18 @@ def _attribute_rerun(
         if fault.kind in ("kill", "graceful-restart") and first.start <= fault.start <= later.start:
             return fault
     # A host paused past the broker's heartbeat timeout has its unacked messages requeued to the
-    # others; it runs them again once resumed (the later run is on the paused host).
+    # others; once resumed it runs its own copy again (the later run is on the paused host), or
+    # puts it back in the broker (its hold lost meanwhile and its ledger full: a deferral), for
+    # any host to run.
     for fault in faults:
         if (
             fault.kind in ("pause-past-ttl", "pause-under-ttl")
-            and fault.target == later.group
             and fault.start <= later.start
             and fault.end >= first.start - slack_us
+            and (
+                fault.target == later.group
+                or any(c.host == fault.target and fault.start <= c.at <= later.start for c in copies)
+            )
         ):
             return fault
     # dramatiq's Redis broker stamps its workers' heartbeats with their own clocks: a host whose
@@ -264,14 +279,19 @@ def _attribute_rerun(
 
 
 def _explain_rerun(
-    earlier: Sequence[Run], later: Run, faults: Sequence[Window], slack_us: int, sent_at: int | None
+    earlier: Sequence[Run],
+    later: Run,
+    faults: Sequence[Window],
+    slack_us: int,
+    sent_at: int | None,
+    copies: Sequence[Copy] = (),
 ) -> Window | None:
     """The fault that made ``later`` happen, against any earlier run of its message, the latest
     first: one fault may redeliver a message twice (a strict job stopped after it recorded its end
     is retried, and its unacked original requeued by the broker), so the runs it caused need not
     follow each other."""
     for first in reversed(earlier):
-        fault = _attribute_rerun(first, later, faults, slack_us, sent_at)
+        fault = _attribute_rerun(first, later, faults, slack_us, sent_at, copies)
         if fault is not None:
             return fault
     return None
@@ -298,11 +318,14 @@ def check_messages(record: Record, faults: Sequence[Window], verdict: Verdict) -
     wrongly_dropped = sorted(m for m in dropped if m in sent and sent[m].actor != ACTORS[COALESCE])
     beat_us = int(record.facts.get("beat_interval", 500)) * 1000
     slack = 2 * beat_us + int(record.facts.get("broker_heartbeat_timeout", 5_000)) * 1000
+    copies_of: dict[str, list[Copy]] = defaultdict(list)
+    for copy in record.copies:
+        copies_of[copy.message_id].append(copy)
     extra, unattributed = Counter[str](), []
     for message_id, runs in runs_of.items():
         sent_at = sent[message_id].at if message_id in sent else None
         for i, later in enumerate(runs[1:], 1):
-            fault = _explain_rerun(runs[:i], later, faults, slack, sent_at)
+            fault = _explain_rerun(runs[:i], later, faults, slack, sent_at, copies_of[message_id])
             if fault is None:
                 first = runs[i - 1]
                 unattributed.append(
@@ -506,9 +529,16 @@ def check_fences(record: Record, verdict: Verdict) -> None:
 
 
 def orphans(record: Record) -> list[dict[str, Any]]:
-    """Holds live, never refreshed and in no report of their live process, for ORPHAN_BEATS beats."""
+    """Holds live, never refreshed and in no report of their live process for ORPHAN_BEATS beats,
+    one of those reports made after the hold was first seen.
+
+    A report made before (a stale one: its process paused, cut off, or its writes held up by a
+    paused ledger, which also stops keys expiring) cannot name the hold, so it accuses nobody.
+    """
     beat_ms = int(record.facts.get("beat_interval", 500))
-    first_seen: dict[tuple[str, str], tuple[int, int]] = {}
+    start = int(record.facts.get("start_us", 0))
+    #: (scope, token) -> (first seen, ms; its score; whether a report made since left it out)
+    first_seen: dict[tuple[str, str], tuple[int, int, bool]] = {}
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for sample in record.samples:
         for scope, members in sample.members.items():
@@ -519,11 +549,19 @@ def orphans(record: Record) -> list[dict[str, Any]]:
                 if reported is None or token in reported:
                     first_seen.pop(key, None)  # its process is gone (it ages out) or has it on record
                     continue
-                seen = first_seen.setdefault(key, (sample.ledger_now_ms, score))
-                if seen[1] != score:
-                    first_seen[key] = (sample.ledger_now_ms, score)  # refreshed: somebody beats it
-                elif sample.ledger_now_ms - seen[0] >= ORPHAN_BEATS * beat_ms:
-                    found[key] = {"scope": scope, "token": token, "for_ms": sample.ledger_now_ms - seen[0]}
+                seen = first_seen.get(key)
+                if seen is None or seen[1] != score:  # new, or refreshed: somebody beats it
+                    seen = first_seen[key] = (sample.ledger_now_ms, score, False)
+                made = sample.report_ms.get(process)
+                if not seen[2] and made is not None and made >= seen[0]:
+                    seen = first_seen[key] = (seen[0], score, True)
+                if seen[2] and sample.ledger_now_ms - seen[0] >= ORPHAN_BEATS * beat_ms:
+                    found[key] = {
+                        "scope": scope,
+                        "token": token,
+                        "for_ms": sample.ledger_now_ms - seen[0],
+                        "at_s": round((sample.at - start) / 1e6, 2),
+                    }
     return sorted(found.values(), key=lambda o: -int(o["for_ms"]))
 
 

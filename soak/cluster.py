@@ -360,7 +360,7 @@ class Cluster:
                     for i, m in enumerate(members)
                     if m
                 }
-                tokens = {}
+                tokens, made = {}, {}
                 for j in range(0, len(reports), 2):
                     report = ProcessReport.from_json(reports[j + 1]) if reports[j + 1] else None
                     if report is not None:
@@ -368,8 +368,11 @@ class Cluster:
                             *(hold.token for hold in report.holds),
                             *report.owed,
                             *report.waiting,
+                            *report.lingering,
                         )
-                self.history.sample(Sample(at, int(now_ms), by_ledger, tokens))
+                        if report.clock == "redis":
+                            made[report.process] = report.clock_ms
+                self.history.sample(Sample(at, int(now_ms), by_ledger, tokens, made))
 
         thread = threading.Thread(target=sample, name="soak-watch", daemon=True)
         thread.start()

@@ -20,9 +20,14 @@ every process is on one time line:
 ``events``
     what the nemesis did (a fault's start and end, with its kind and target) and every change
     of an operator's control (capacity, pause), with the times they took effect.
+``copies``
+    each copy of a message a worker process enqueued (a deferral, a retry, a re-enqueue after a
+    lost hold): its message, the host and when (``after_enqueue`` in the worker app). A paused
+    host that put a copy back after the broker had requeued its original explains a second run.
 ``samples``
     the ledger watch's snapshots: each ledger's live members with their scores, and each live
-    process report's holds (for orphan holds: members no live process has on record).
+    process report's tokens on record (held, owed, waiting, lingering) with when the report was
+    made (for orphan holds: members no live process has on record).
 
 Writers are the worker app (:mod:`soak.app`: runs), the runner (:mod:`soak.run`:
 sent, drops, samples) and the nemesis (:mod:`soak.nemesis`: events). The checker
@@ -129,6 +134,15 @@ class Write:
 
 
 @dataclass(frozen=True)
+class Copy:
+    """A copy of a message that a worker process of ``host`` enqueued."""
+
+    message_id: str
+    host: str
+    at: int
+
+
+@dataclass(frozen=True)
 class Event:
     """Something the nemesis did: a fault's ``start`` or ``end`` (``phase``), or a ``control``
     it set (``params``: the scope and the new capacity or pause)."""
@@ -150,6 +164,9 @@ class Sample:
     ledger_now_ms: int
     members: Mapping[str, Mapping[str, int]]
     reports: Mapping[str, tuple[str, ...]]
+    #: When each report was made (ms, by the ledger server's clock as its process read it, never
+    #: ahead of it); missing when its process had not read that clock yet.
+    report_ms: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -162,6 +179,7 @@ class Record:
     drops: dict[str, int] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
+    copies: list[Copy] = field(default_factory=list)
     #: Facts about the run the checker needs (capacities, timings, hosts...; see soak.config).
     facts: dict[str, Any] = field(default_factory=dict)
 
@@ -279,6 +297,12 @@ class History:
         when = "" if at_us is None else str(at_us)
         return int(self._append(keys=[self.key("events")], args=[json.dumps(item), when]))
 
+    def copied(self, message_id: str, host: str) -> None:
+        """Record that a worker process of ``host`` enqueued a copy of a message, now."""
+        self._append(
+            keys=[self.key("copies")], args=[json.dumps({"message_id": message_id, "host": host}), ""]
+        )
+
     def dropped(self, message_id: str) -> None:
         self.client.hset(self.key("drops"), message_id, self.now_us())
 
@@ -308,10 +332,10 @@ class History:
         pipe = self.client.pipeline(transaction=True)
         for name in ("runs", "ends", "drops"):
             pipe.hgetall(self.key(name))
-        for name in ("sent", "events", "samples"):
+        for name in ("sent", "events", "samples", "copies"):
             pipe.lrange(self.key(name), 0, -1)
         pipe.get(self.key("facts"))
-        runs, ends, drops, sent, events, samples, facts = pipe.execute()
+        runs, ends, drops, sent, events, samples, copies, facts = pipe.execute()
         record = Record(facts=json.loads(facts) if facts else {})
         for raw_id, raw in runs.items():
             start, run = _stamped(raw)
@@ -349,9 +373,11 @@ class History:
                 int(item["ledger_now_ms"]),
                 {k: dict(v) for k, v in item["members"].items()},
                 {k: tuple(v) for k, v in item["reports"].items()},
+                {k: int(v) for k, v in item.get("report_ms", {}).items()},
             )
             for item in map(json.loads, samples)
         ]
+        record.copies = [Copy(item["message_id"], item["host"], at) for at, item in map(_stamped, copies)]
         return record
 
 
@@ -375,6 +401,7 @@ def read(path: str | os.PathLike[str]) -> Record:
             Sample(**{**s, "reports": {k: tuple(v) for k, v in s["reports"].items()}})
             for s in data["samples"]
         ],
+        copies=[Copy(**c) for c in data.get("copies", [])],
         facts=data["facts"],
     )
 

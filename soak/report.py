@@ -109,8 +109,8 @@ against hold_ttl + beat = {recovery["bound_s"]} s (+ {RECOVERY_MARGIN_S} s of sc
 kind: {worst or "none above 0 s"}.
 
 **Leaks.** After the drain and a graceful stop of every host: {len(leaks["after_run"])} keys under
-the prefix without an expiry, holding or waiting; orphan holds (live, unrefreshed, on no record
-of their live process) seen during the run: {leaks["orphans"]}.
+the prefix without an expiry, holding or waiting; orphan holds (live, unrefreshed, and left out
+of a report their live process made after they were seen) seen during the run: {leaks["orphans"]}.
 {END}"""
 
 

@@ -153,6 +153,7 @@ def test_status_json_is_one_document_with_every_field(cli: Run, ledger: Ledger, 
         "capacity",
         "units",
         "group",
+        "lingering",
     }
     assert (live["host"], live["pid"], live["thread"], live["actor"], live["label"]) == (
         "web-1",

@@ -80,6 +80,34 @@ def test_a_lingering_hold_is_released_by_the_thread_when_its_window_ends() -> No
     assert len(holds) == 0
 
 
+def test_holds_stay_on_record_while_an_earlier_release_of_their_batch_waits_for_redis() -> None:
+    """The report lists ``tokens()``: a hold whose window ended stays there until its own release
+    has begun (then the registry owes it), even while the release before it hangs."""
+    first_began, let_go = threading.Event(), threading.Event()
+    got: list[str] = []
+
+    def release(hold: Hold) -> None:
+        got.append(hold.token)
+        if hold.token == "h:1:1:10":
+            first_began.set()
+            assert let_go.wait(10)
+
+    holds = LingeringHolds(release)
+    first, second = Hold("h:1:1:10", Q), Hold("h:1:1:11", (Limit("p:queue:other", 8),))
+    for hold in (first, second):
+        holds.reusable(hold, 10_000)
+        assert holds.linger(hold)
+    assert holds.tokens() == ["h:1:1:10", "h:1:1:11"], "lingering: on record"
+    done = threading.Thread(target=holds.release_all)
+    done.start()
+    assert first_began.wait(10)
+    assert holds.tokens() == ["h:1:1:10", "h:1:1:11"], "the second waits behind the first: still on record"
+    let_go.set()
+    done.join(10)
+    assert got == ["h:1:1:10", "h:1:1:11"] and holds.tokens() == []
+    holds.resume()
+
+
 def _take_over_at(ledger: Ledger, queue: Limit, at: int) -> tuple[int, bool]:
     """One job's end on this thread, with another thread taking its lingering hold over at the
     ``at``-th line of ``SlotsProcess.finished``; then the next job's end. How many lines there

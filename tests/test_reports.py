@@ -105,6 +105,35 @@ def test_a_holder_shows_its_message_and_age_right_after_admission_not_at_the_nex
         assert slots.heartbeat.beats == beats
 
 
+def test_a_lingering_hold_is_on_its_process_report_and_shown_as_lingering(
+    broker: RedisBroker, add_slots: SlotsFactory, key_prefix: str
+) -> None:
+    """A hold kept for the process's next message is in the ledger and refreshed by nobody: the
+    report lists it (not as a job's hold), so status tells it from a hold nobody has on record."""
+    slots = add_slots(reuse_window=30_000, **SLOW_BEAT)
+    done = threading.Event()
+
+    @dramatiq.actor(queue_name="roomy", queue_capacity=8, max_retries=0)
+    def job() -> None:
+        done.set()
+
+    inspector = Inspector(slots.ledger.client, key_prefix=key_prefix)
+    queue = slots.keys.queue("roomy")
+    with running_worker(broker, threads=1):
+        job.send()
+        assert done.wait(10)
+
+        def lingering() -> Any:
+            report = inspector.processes().get(this_process())
+            return report if report is not None and report.lingering and not report.holds else None
+
+        report = wait_until(lingering, timeout=3, what="the report to list the lingering hold")
+        (holder,) = view_of(inspector, queue).holders
+        assert report.lingering == [holder.token]
+        assert holder.lingering and holder.process_alive and holder.label is None
+    assert view_of(inspector, queue).holders == [], "given back at shutdown"
+
+
 def test_a_runtime_keys_capacity_in_force_is_its_tier_or_an_override(
     broker: RedisBroker, add_slots: SlotsFactory, key_prefix: str
 ) -> None:

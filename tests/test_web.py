@@ -294,7 +294,7 @@ LEDGER = {
 }  # fmt: skip
 HOLDER = {
     "token", "host", "pid", "thread", "actor", "label", "age", "seconds_left", "process", "process_alive",
-    "units", "group",
+    "units", "group", "lingering",
 }  # fmt: skip
 PROCESS = {
     "process", "host", "pid", "reported_ago", "hold_ttl", "beat_interval", "on_lost_hold", "capacities",

@@ -132,6 +132,9 @@ class ProcessReport:
     #: the claims being admitted or waiting in line: members of this process that are no hold.
     owed: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
+    #: Tokens of its lingering holds: kept in the ledger for its next message of the same limits
+    #: (a reuse window), or being given back; refreshed by nobody meanwhile.
+    lingering: list[str] = field(default_factory=list)
     #: The Redis clock (ms) when the report was made; ``clock`` is ``"wall"`` when this process had
     #: not read the Redis clock yet (every time in the report is then its wall clock's).
     clock_ms: int = 0

@@ -90,6 +90,7 @@ class Reporter:
             holds=holds,
             owed=[hold.token for hold in process.registry.snapshot()[1]],
             waiting=[hold.token for hold in process.registry.in_doubt()],
+            lingering=process.lingering.tokens(),
             clock_ms=ms(now),
             clock="redis" if known is not None else "wall",
             threads=self.threads,

@@ -83,6 +83,9 @@ class HolderView:
     #: (``fair_by``; None: none, or not reported).
     units: int = 1
     group: str | None = None
+    #: Whether its process reports it lingering: kept for that process's next message of the same
+    #: limits (a reuse window), or being given back (no message runs on it).
+    lingering: bool = False
 
 
 @dataclass(frozen=True)
@@ -679,6 +682,7 @@ class _Facts:
     def __init__(self, reports: Mapping[str, ProcessReport]) -> None:
         self.reports = reports
         self._holds = {h.token: (r, h) for r in reports.values() for h in r.holds}
+        self._lingering = {token for r in reports.values() for token in r.lingering}
         #: What each ledger's reported holds declare there.
         self._declared: dict[str, set[int]] = {}
         for _, hold in self._holds.values():
@@ -714,6 +718,7 @@ class _Facts:
             capacity=hold.ledgers.get(ledger) if hold is not None else None,
             units=holder.units,
             group=(hold.group or None) if hold is not None else None,
+            lingering=holder.token in self._lingering,
         )
 
     def waits_on(self, ledger: str, now: float) -> list[WaitView]:

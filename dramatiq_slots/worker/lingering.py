@@ -64,6 +64,9 @@ class LingeringHolds:
         self._stop = False
         #: When the thread wakes next (monotonic; inf: it waits for a notify).
         self._wakes_at = float("inf")
+        #: Holds whose window ended, popped by the thread and not released yet: they stay on this
+        #: module's record (:meth:`tokens`) while an earlier release of the batch waits for Redis.
+        self._due: list[Hold] = []
 
     def _check_fork(self) -> None:
         if self._pid != os.getpid():
@@ -72,6 +75,7 @@ class LingeringHolds:
             self._cond = threading.Condition()
             self._idle, self._windows, self._thread, self._stop = {}, {}, None, False
             self._wakes_at = float("inf")
+            self._due = []
 
     def reusable(self, hold: Hold, window_ms: int) -> None:
         """Mark a just-admitted hold as reusable for ``window_ms`` from now."""
@@ -151,6 +155,17 @@ class LingeringHolds:
                 return True
             return any(hold.token == token for idle in self._idle.values() for _, hold in idle)
 
+    def tokens(self) -> list[str]:
+        """The holds lingering now (kept for the next message, or due for release by this module's
+        thread): in the ledger and refreshed by nobody, so the process report lists them."""
+        with self._cond:
+            self._check_fork()
+            return sorted(self._lingering())
+
+    def _lingering(self) -> set[str]:
+        idle = {hold.token for held in self._idle.values() for _, hold in held}
+        return idle | {hold.token for hold in self._due}
+
     def end_on(self, ledger: str) -> None:
         """No more reuse on ``ledger`` (an operator changed its controls): lingering holds on it
         are released now, and holds in use on it are released when their jobs end."""
@@ -161,8 +176,8 @@ class LingeringHolds:
                     del self._windows[token]
             doomed = [key for key in self._idle if any(limit.ledger == ledger for limit in key)]
             holds = [hold for key in doomed for _, hold in self._idle.pop(key)]
-        for hold in holds:
-            self._release(hold)
+            self._due.extend(holds)
+        self._release_due(holds)
 
     def __len__(self) -> int:
         with self._cond:
@@ -176,9 +191,9 @@ class LingeringHolds:
             self._stop = True
             holds = [hold for idle in self._idle.values() for _, hold in idle]
             self._idle.clear()
+            self._due.extend(holds)
             self._cond.notify()
-        for hold in holds:
-            self._release(hold)
+        self._release_due(holds)
 
     def join(self, timeout: float | None = 5.0) -> None:
         """Wait for the thread to end after :meth:`release_all` (worker shutdown); it ends at once."""
@@ -238,5 +253,16 @@ class LingeringHolds:
                     self._cond.wait(timeout=timeout)
                     self._wakes_at = float("inf")
                     continue
-            for hold in due:
+                self._due.extend(due)
+            self._release_due(due)
+
+    def _release_due(self, holds: Sequence[Hold]) -> None:
+        """Release holds taken out of lingering (already in :attr:`_due`), one by one: each stays on
+        this module's record until its release has put it on the registry's (owed)."""
+        for hold in holds:
+            try:
                 self._release(hold)
+            finally:
+                with self._cond:
+                    if hold in self._due:  # gone when a fork reset this module meanwhile
+                        self._due.remove(hold)

@@ -75,7 +75,7 @@ changed.
 "at_ms"}}, "waits": [{{"message_id", "actor", "queue", "how", "host", "pid", "waited",
 "token", "capacity"}}], "holders": [{{"token", "host", "pid", "thread", "seconds_left",
 "age", "actor", "label", "process_alive", "message_id", "queue", "capacity", "units",
-"group"}}]}}]}}; a
+"group", "lingering"}}]}}]}}; a
 provenance is null or {{"by", "at", "reason", "until", "age", "seconds_left"}} (times by
 the Redis clock, s; until and seconds_left null for a control without an expiry); with
 --watch, one such document per line and refresh. Unknown values are null.

@@ -54,7 +54,7 @@ def holder_row(holder: HolderView) -> tuple[str, ...]:
         "-" if holder.thread is None else str(holder.thread),
         age_text(holder.age),
         seconds_text(holder.seconds_left),
-        "-" if holder.label is None else clean(holder.label),
+        _message_text(holder),
         "yes" if holder.process_alive else "no",
         str(holder.units),
         "-" if holder.group is None else clean(holder.group),
@@ -218,9 +218,15 @@ def provenance_clock(provenance: Provenance, now: float | None) -> dict[str, flo
     return {"age": age, "seconds_left": None if left is None else round(left, 3)}
 
 
+def _message_text(holder: HolderView, unknown: str = "-") -> str:
+    if holder.label is not None:
+        return clean(holder.label)
+    return "(lingering)" if holder.lingering else unknown
+
+
 def holder_line(holder: HolderView) -> str:
     pid = "?" if holder.pid is None else holder.pid
-    label = "message unknown" if holder.label is None else clean(holder.label)
+    label = _message_text(holder, "message unknown")
     alive = "process alive" if holder.process_alive else "process not reporting"
     return (
         f"  {clean(holder.token)}  ({clean(holder.host)} pid {pid}, {label}, {alive}, "

@@ -163,6 +163,7 @@ def holder_document(holder: HolderView) -> Document:
         "process_alive": holder.process_alive,
         "units": holder.units,
         "group": holder.group,
+        "lingering": holder.lingering,
     }
 
 

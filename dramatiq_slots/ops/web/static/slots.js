@@ -201,9 +201,11 @@
       " ",
       el("span", { class: "label" }, holder.label !== null
           ? holder.label
-          : holder.process_alive
-            ? "not in its report yet" // reports follow an admission within half a second
-            : "message unknown"),
+          : holder.lingering
+            ? "lingering (kept for this process's next message)"
+            : holder.process_alive
+              ? "not in its report yet" // reports follow an admission within half a second
+              : "message unknown"),
       " ",
       el("span", { class: "age" }, "age " + age(holder.age)),
       " ",
