@@ -237,6 +237,7 @@ def process_document(report: ProcessReport, keys: KeySpace, *, now: float) -> Do
         ],
         "owed": len(report.owed),
         "waiting": len(report.waiting),
+        "lingering": len(report.lingering),
         "parked": sum(1 for w in report.waits if w.how == PARKED),
         "held_back": sum(1 for w in report.waits if w.how == HELD_BACK),
         "in_line": sum(1 for w in report.waits if w.how == IN_LINE),
