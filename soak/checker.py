@@ -321,6 +321,7 @@ def check_messages(record: Record, faults: Sequence[Window], verdict: Verdict) -
     copies_of: dict[str, list[Copy]] = defaultdict(list)
     for copy in record.copies:
         copies_of[copy.message_id].append(copy)
+    start = int(record.facts.get("start_us", 0))
     extra, unattributed = Counter[str](), []
     for message_id, runs in runs_of.items():
         sent_at = sent[message_id].at if message_id in sent else None
@@ -329,7 +330,9 @@ def check_messages(record: Record, faults: Sequence[Window], verdict: Verdict) -
             if fault is None:
                 first = runs[i - 1]
                 unattributed.append(
-                    f"{message_id} ({first.actor}: {first.outcome} on {first.group}, again on {later.group})"
+                    f"{message_id} ({first.actor}: {first.outcome} on {first.group} at "
+                    f"{(first.start - start) / 1e6:.2f} s, again on {later.group} at "
+                    f"{(later.start - start) / 1e6:.2f} s)"
                 )
             else:
                 extra[fault.kind] += 1
