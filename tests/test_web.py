@@ -298,7 +298,8 @@ HOLDER = {
 }  # fmt: skip
 PROCESS = {
     "process", "host", "pid", "reported_ago", "hold_ttl", "beat_interval", "on_lost_hold", "capacities",
-    "holds", "owed", "waiting", "lingering", "parked", "held_back", "in_line", "waits", "waits_left_out", "recent",
+    "holds", "owed", "waiting", "lingering", "parked", "held_back", "in_line", "waits", "waits_left_out",
+    "recent",
 }  # fmt: skip
 
 
