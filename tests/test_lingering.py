@@ -61,7 +61,8 @@ def test_a_hold_not_marked_reusable_is_not_parked() -> None:
     assert not holds.linger(Hold("h:1:1:2", Q))
 
 
-def test_a_lingering_hold_is_released_by_the_thread_when_its_window_ends() -> None:
+def _recording() -> tuple[LingeringHolds, list[Hold], threading.Event]:
+    """Lingering holds whose releases are recorded, and an event set at the first."""
     released = threading.Event()
     got: list[Hold] = []
 
@@ -69,7 +70,11 @@ def test_a_lingering_hold_is_released_by_the_thread_when_its_window_ends() -> No
         got.append(hold)
         released.set()
 
-    holds = LingeringHolds(release)
+    return LingeringHolds(release), got, released
+
+
+def test_a_lingering_hold_is_released_by_the_thread_when_its_window_ends() -> None:
+    holds, got, released = _recording()
     hold = Hold("h:1:1:3", Q)
     holds.reusable(hold, 50)
     began = time.monotonic()
@@ -78,6 +83,31 @@ def test_a_lingering_hold_is_released_by_the_thread_when_its_window_ends() -> No
     assert got == [hold] and time.monotonic() - began >= 0.04
     assert holds.reuse(Q) is None
     assert len(holds) == 0
+
+
+def test_a_job_ending_within_the_threads_next_wake_does_not_wake_it() -> None:
+    """The thread also wakes when a window of a hold in use ends, so the end of that hold's job
+    (a linger per message) needs no notify: each would cost a thread switch."""
+    holds, got, released = _recording()
+    in_use, other = Hold("h:1:1:20", Q), Hold("h:1:1:21", (Limit("p:queue:other", 8),))
+    holds.reusable(other, 60_000)
+    holds.reusable(in_use, 3_000)
+    assert holds.linger(other)  # starts the thread, which now waits for in_use's window
+    wait_until(lambda: holds._wakes_at < float("inf"), timeout=2, what="the thread waits")
+    notified: list[int] = []
+    notify = holds._cond.notify
+
+    def counted(n: int = 1) -> None:
+        notified.append(n)
+        notify(n)
+
+    holds._cond.notify = counted  # type: ignore[method-assign]
+    assert holds.linger(in_use)
+    assert notified == [], "the thread wakes when its window ends already"
+    assert released.wait(10)
+    assert got == [in_use], "released at its window's end, by the thread"
+    holds.release_all()
+    holds.resume()
 
 
 def test_holds_stay_on_record_while_an_earlier_release_of_their_batch_waits_for_redis() -> None:

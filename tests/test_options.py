@@ -450,3 +450,35 @@ def test_a_key_callable_that_cannot_take_the_actors_arguments_is_refused_at_decl
 
     @dramatiq.actor(actor_name="anything", unique_at_runtime_key=lambda *a, **kw: "k")
     async def anything(account_id: int, *, full: bool = False) -> None: ...
+
+
+def _request_of(slots: Slots, actor: str, queue: str, message_id: str, **fields: Any) -> Any:
+    config = slots.declarations.actor(actor)
+    assert config is not None
+    values: dict[str, Any] = {"options": {}, "args": (), "kwargs": {}, "message_timestamp": 1} | fields
+    return slots.declarations.request(config, message_id=message_id, queue_name=queue, **values)
+
+
+def test_what_a_message_of_an_actor_asks_is_made_once_and_its_own_fields_every_time() -> None:
+    """Requests are made per message on the worker's hot path: the part that only the actor and
+    its queue decide is made once; the message's id, label and place are its own; an option of
+    the message, or a callable of its arguments, still decides per message."""
+    slots = Slots(url="redis://127.0.0.1:9/0")
+    declared = slots.declarations
+    declared.declare("plain", "q", {"queue_capacity": 3, "unique_at_runtime_key": "acct"})
+    declared.declare("by_arg", "q", {"queue_capacity": 3, "unique_at_runtime_key": lambda account: account})
+    first = _request_of(slots, "plain", "q", "m-1", message_timestamp=5)
+    second = _request_of(slots, "plain", "q", "m-2", message_timestamp=7)
+    assert first.limits is second.limits, "made once"
+    assert (first.message_id, first.label) == ("m-1", "plain(m-1)")
+    assert (second.message_id, second.label) == ("m-2", "plain(m-2)")
+    assert first.place != second.place, "each message keeps its own place in line"
+    own = _request_of(slots, "plain", "q", "m-3", options={"unique_at_runtime_key": "other"})
+    assert own.limits[1] != first.limits[1], "a message's own key"
+    assert _request_of(slots, "plain", "q", "m-4").limits == first.limits, "and the actor's again after it"
+    a = _request_of(slots, "by_arg", "q", "m-5", args=("a",))
+    b = _request_of(slots, "by_arg", "q", "m-6", args=("b",))
+    assert a.limits[1] != b.limits[1], "a key callable decides per message"
+    declared.declare("plain", "q", {"queue_capacity": 3, "unique_at_runtime_key": "acct2"})
+    redeclared = _request_of(slots, "plain", "q", "m-7")
+    assert redeclared.limits[1] != first.limits[1], "a declaration made since is in force"

@@ -108,9 +108,7 @@ class Admission:
         if lingering is None:
             return None
         # Its expiry's age is still on record (lingering does not forget it).
-        hold = replace(
-            request.hold(lingering.token), limits=lingering.limits, capacities=lingering.capacities
-        )
+        hold = request.hold(lingering.token, limits=lingering.limits, capacities=lingering.capacities)
         process.running(message_key, hold, None)
         return hold
 

@@ -23,6 +23,10 @@ from ..waiting.places import place_of
 from . import options as opt
 from .settings import Settings, queue_capacity_where
 
+#: In :attr:`Declarations._fixed`: each message of the actor makes its own (a callable of its
+#: arguments decides).
+_OWN: dict[str, Any] = {}
+
 
 class Declarations:
     """Queue capacities and actor options known to this process."""
@@ -38,6 +42,9 @@ class Declarations:
         self._actors: dict[str, opt.ActorSlots] = {}
         #: The literal runtime keys actors declare: digest -> (home, actor, queue) of the first.
         self._named: dict[str, tuple[str, str, str]] = {}
+        #: (actor, queue) -> (its options, the queue's capacity, :meth:`_fixed_part`) for the messages
+        #: that nothing of their own decides: the request's fields but the message's, made once.
+        self._fixed: dict[tuple[str, str], tuple[opt.ActorSlots, int | None, dict[str, Any] | None]] = {}
 
     def home(self, queue_name: str, key: str | None = None) -> str:
         """The home of a queue's limits under the placement (``""``: the prefix's own tag); on an
@@ -192,6 +199,42 @@ class Declarations:
     ) -> Request | None:
         """The limits one message is under, or None (uncapped: no Redis command at all)."""
         queue_capacity = self.queue_capacity(queue_name)
+        fixed: dict[str, Any] | None
+        if not opt.ACTOR_OPTIONS.isdisjoint(options):
+            fixed = self._fixed_part(actor, queue_name, queue_capacity, options, args, kwargs)
+        else:
+            known = self._fixed.get((actor.actor_name, queue_name))
+            current = known is not None and known[0] is actor and known[1] == queue_capacity
+            if known is not None and current and known[2] is not _OWN:
+                fixed = known[2]
+            else:
+                fixed = self._fixed_part(actor, queue_name, queue_capacity, options, args, kwargs)
+                if not current:
+                    # Nothing of it depends on the message (no option of its own, no callable of its
+                    # arguments): the next ones of this actor and queue reuse it.
+                    made = _OWN if opt.uses_arguments(actor) else fixed
+                    self._fixed[actor.actor_name, queue_name] = (actor, queue_capacity, made)
+        if fixed is None:
+            return None
+        return Request(
+            **fixed,
+            label=f"{actor.actor_name}({message_id})",
+            message_id=message_id,
+            place=place_of(options, message_timestamp),
+            listed=message_id if fixed["line_full"] == "refuse" else "",
+        )
+
+    def _fixed_part(
+        self,
+        actor: opt.ActorSlots,
+        queue_name: str,
+        queue_capacity: int | None,
+        options: Mapping[str, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> dict[str, Any] | None:
+        """A message's :class:`Request` fields but its id, label, place and listing (None: under no
+        limit)."""
         key_option = opt.pick(options.get(opt.UNIQUE_AT_RUNTIME_KEY), actor.runtime_key, None)
         has_options = not opt.ACTOR_OPTIONS.isdisjoint(options)
         if has_options:
@@ -259,28 +302,24 @@ class Declarations:
                 f"{opt.actor_where(actor.actor_name, opt.SLOT_UNITS)}: a message of {units} units can never "
                 f"run on queue {queue_name!r}, whose capacity is {queue_capacity}"
             )
-        return Request(
-            limits=tuple(limits),
-            label=f"{actor.actor_name}({message_id})",
-            actor=actor.actor_name,
-            min_backoff=min_backoff,
-            max_backoff=max_backoff,
-            place=place_of(options, message_timestamp),
-            priority=actor.priority,
-            strict=self.strict(actor),
+        return {
+            "limits": tuple(limits),
+            "actor": actor.actor_name,
+            "min_backoff": min_backoff,
+            "max_backoff": max_backoff,
+            "priority": actor.priority,
+            "strict": self.strict(actor),
             # The queue's limit comes first, then one per runtime key: the policy is the keys'.
-            busy=(0,) * (len(limits) - len(keys)) + (key_code,) * len(keys) if key_code else (),
-            message_id=message_id,
-            queue=queue_name,
-            units=units,
-            group="" if group is None else group_digest(group),
-            group_name=group or "",
-            weight=weight,
-            share=max(1, min(1000, round(share * 1000))),
-            max_waiting=max_waiting,
-            line_full=line_full,
-            listed=message_id if line_full == "refuse" else "",
-        )
+            "busy": (0,) * (len(limits) - len(keys)) + (key_code,) * len(keys) if key_code else (),
+            "queue": queue_name,
+            "units": units,
+            "group": "" if group is None else group_digest(group),
+            "group_name": group or "",
+            "weight": weight,
+            "share": max(1, min(1000, round(share * 1000))),
+            "max_waiting": max_waiting,
+            "line_full": line_full,
+        }
 
 
 def _several_keys(actor_name: str, queue_name: str, count: int) -> str:

@@ -477,6 +477,20 @@ def check_key_options(actor: ActorSlots, options: Mapping[str, Any]) -> None:
             )
 
 
+def uses_arguments(actor: ActorSlots) -> bool:
+    """Whether one of the actor's options is a callable of each message's arguments."""
+    return any(
+        callable(value) and not isinstance(value, (bool, int, str))
+        for value in (
+            actor.runtime_key,
+            actor.runtime_key_capacity,
+            actor.fair_by,
+            actor.fair_weight,
+            actor.slot_units,
+        )
+    )
+
+
 def pick(message_value: Any, actor_value: Any, default: Any) -> Any:
     """Message > actor > default, with ``None`` as the only "unset"."""
     if message_value is not None:

@@ -89,16 +89,20 @@ class Request:
         """``enter``'s bound per limit on the line it joins (empty: none)."""
         return (self.max_waiting,) * len(self.limits) if self.max_waiting else ()
 
-    def hold(self, token: str) -> Hold:
-        """The claim ``token`` of this message: its hold-to-be."""
+    def hold(
+        self, token: str, *, limits: tuple[Limit, ...] | None = None, capacities: tuple[int, ...] = ()
+    ) -> Hold:
+        """The claim ``token`` of this message: its hold-to-be (``limits`` and ``capacities``: a
+        lingering hold's, which it takes over)."""
         return Hold(
             token,
-            self.limits,
+            self.limits if limits is None else limits,
             self.label,
             self.strict,
             self.actor,
             message_id=self.message_id,
             queue=self.queue,
+            capacities=capacities,
             group=self.group_name,
         )
 

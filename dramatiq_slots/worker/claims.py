@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from ..ledger.replies import Limit, Member, process_part, units_of
+from . import forks
 
 
 class _ThreadPrefix(threading.local):
@@ -53,7 +54,7 @@ _claims = itertools.count(1)  # next() is atomic under the GIL
 
 def new_token() -> str:
     """A fresh claim token for this thread: ``<host>:<pid>:<thread>:<n>``."""
-    pid = os.getpid()
+    pid = forks.pid()
     if _thread_prefix.pid != pid:
         # First claim on this thread, or a thread that forked: pid and thread
         # id have both moved, and a child must not share its parent's tokens.
@@ -68,7 +69,7 @@ _this_process: tuple[int, str] = (-1, "")
 def this_process() -> str:
     """``<host>:<pid>`` of this process, as its tokens carry it (cached per pid: called per release)."""
     global _this_process
-    pid = os.getpid()
+    pid = forks.pid()
     if _this_process[0] != pid:
         _this_process = (pid, f"{socket.gethostname()}:{pid}")
     return _this_process[1]
@@ -141,7 +142,7 @@ class HoldRegistry:
         #: The time base of expiries' write times (``time.monotonic``, or a test's clock).
         self.monotonic = monotonic
         self._lock = threading.RLock()
-        self._pid = os.getpid()
+        self._pid = forks.pid()
         self._held: dict[str, Hold] = {}
         self._owed: dict[str, Hold] = {}
         #: Claims being admitted: token -> (the claim, the thread admitting it).
@@ -156,7 +157,7 @@ class HoldRegistry:
         os.register_at_fork(after_in_child=lambda: _after_fork(ref))
 
     def _check_fork(self) -> None:
-        pid = os.getpid()
+        pid = forks.pid()
         if pid != self._pid:
             self._pid = pid
             self._held = {}

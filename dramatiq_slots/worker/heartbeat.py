@@ -47,7 +47,6 @@ until nothing is held, owed or being admitted, and is joined on stop;
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -57,6 +56,7 @@ from ..errors import ArgumentError, LedgerError, LedgerUnavailable
 from ..ledger.ledger import Ledger
 from ..ledger.replies import Beaten, Declared, Handoff, Limit, Member, group_of
 from ..ledger.reports import CarriedReport, ReportWrite
+from . import forks
 from .claims import Hold, HoldRegistry, this_process
 from .metrics import Metrics
 
@@ -169,7 +169,7 @@ class Heartbeat:
         self._report_warned = False
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
+        self._pid = forks.pid()
         self._stop = threading.Event()
         #: Set to end the thread's wait at once: a poke, or a stop.
         self._wake = threading.Event()
@@ -664,12 +664,14 @@ class Heartbeat:
     def start(self, *, beat_first: bool = False) -> None:
         """Start the thread (no-op when it is running in this process); it first beats one interval
         from now, or at once with ``beat_first``."""
-        if self._pid != os.getpid():
+        if self.running:
+            return  # called per admitted message: no lock while the thread runs
+        if self._pid != forks.pid():
             self._lock = threading.Lock()  # may have been held by another thread at fork time
             self._due_lock = threading.Lock()
             self._report_due = None
         with self._lock:
-            pid = os.getpid()
+            pid = forks.pid()
             if self._pid != pid:
                 # A forked child: the parent's thread does not exist here.
                 self._pid, self._thread = pid, None
@@ -690,7 +692,7 @@ class Heartbeat:
     @property
     def running(self) -> bool:
         thread = self._thread
-        return self._pid == os.getpid() and thread is not None and thread.is_alive()
+        return self._pid == forks.pid() and thread is not None and thread.is_alive()
 
     def drain(self) -> None:
         """Keep beating until nothing is held, owed or being admitted, then stop by itself."""
@@ -701,7 +703,7 @@ class Heartbeat:
         self._stop.set()
         self._wake.set()
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread() and self._pid == os.getpid():
+        if thread is not None and thread is not threading.current_thread() and self._pid == forks.pid():
             thread.join(timeout)
 
     def withdraw_report(self) -> None:

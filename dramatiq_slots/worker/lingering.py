@@ -28,12 +28,12 @@ A window of 0 turns lingering off.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 
 from ..ledger.replies import Limit
+from . import forks
 from .claims import Hold
 
 
@@ -54,7 +54,7 @@ class LingeringHolds:
 
     def __init__(self, release: Callable[[Hold], None]) -> None:
         self._release = release
-        self._pid = os.getpid()
+        self._pid = forks.pid()
         self._cond = threading.Condition()
         #: Lingering holds by their ledgers; each with the monotonic time its window ends.
         self._idle: dict[tuple[Limit, ...], list[tuple[float, Hold]]] = {}
@@ -69,9 +69,9 @@ class LingeringHolds:
         self._due: list[Hold] = []
 
     def _check_fork(self) -> None:
-        if self._pid != os.getpid():
+        if self._pid != forks.pid():
             # A forked child: the parent's holds are the parent's to release.
-            self._pid = os.getpid()
+            self._pid = forks.pid()
             self._cond = threading.Condition()
             self._idle, self._windows, self._thread, self._stop = {}, {}, None, False
             self._wakes_at = float("inf")
@@ -207,7 +207,7 @@ class LingeringHolds:
     def running(self) -> bool:
         """Whether this process's lingering thread is alive."""
         thread = self._thread
-        return self._pid == os.getpid() and thread is not None and thread.is_alive()
+        return self._pid == forks.pid() and thread is not None and thread.is_alive()
 
     def resume(self) -> None:
         """Allow lingering again (worker boot)."""
@@ -223,7 +223,8 @@ class LingeringHolds:
             self._thread.start()
 
     def _expired(self) -> tuple[list[Hold], float | None]:
-        """Pop the holds whose window ended; seconds until the next one ends (None: none left)."""
+        """Pop the holds whose window ended; when the next window ends, of a lingering hold or one
+        in use (monotonic; None: none left)."""
         now = time.monotonic()
         due: list[Hold] = []
         nearest: float | None = None
@@ -234,11 +235,16 @@ class LingeringHolds:
                     due.append(hold)
                 else:
                     keep.append((ends, hold))
-                    nearest = ends - now if nearest is None else min(nearest, ends - now)
+                    nearest = ends if nearest is None else min(nearest, ends)
             if keep:
                 self._idle[limits] = keep
             else:
                 del self._idle[limits]
+        # The windows of holds in use end too: waking then, the thread is already due when their
+        # jobs end, so linger() seldom has to wake it (a notify per message costs a thread switch).
+        for ends, _ in () if self._stop else self._windows.values():
+            if ends > now:
+                nearest = ends if nearest is None else min(nearest, ends)
         return due, nearest
 
     def _run(self) -> None:
@@ -248,9 +254,8 @@ class LingeringHolds:
                 if not due:
                     if self._stop and nearest is None:
                         return
-                    timeout = nearest if nearest is not None else 1.0
-                    self._wakes_at = time.monotonic() + timeout
-                    self._cond.wait(timeout=timeout)
+                    self._wakes_at = nearest if nearest is not None else time.monotonic() + 1.0
+                    self._cond.wait(timeout=max(0.0, self._wakes_at - time.monotonic()))
                     self._wakes_at = float("inf")
                     continue
                 self._due.extend(due)

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -60,6 +59,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from ..ledger.client import RedisClient
+from . import forks
 from .claims import this_process
 
 logger = logging.getLogger("dramatiq_slots.wakeups")
@@ -164,7 +164,7 @@ class Wakeups:
         self._waiting: dict[str, Waiter] = {}
         #: The tokens of the waiters a thread blocks on (not parked ones), by thread.
         self._by_thread: dict[int, set[str]] = {}
-        self._pid = os.getpid()
+        self._pid = forks.pid()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         #: Set while the subscription is established.
@@ -239,7 +239,7 @@ class Wakeups:
 
     def start(self) -> None:
         """Start listening (no-op when this process already does)."""
-        pid = os.getpid()
+        pid = forks.pid()
         if self._pid == pid and self._thread is not None and self._thread.is_alive():
             return
         if self._pid != pid:
@@ -266,7 +266,7 @@ class Wakeups:
         """
         self._stop.set()
         thread = self._thread
-        if thread is not None and thread is not threading.current_thread() and self._pid == os.getpid():
+        if thread is not None and thread is not threading.current_thread() and self._pid == forks.pid():
             if thread.is_alive() and self.listening.is_set():
                 with contextlib.suppress(redis.RedisError, OSError):
                     self.client.publish(self.channel, _STOP)
@@ -278,7 +278,7 @@ class Wakeups:
     @property
     def running(self) -> bool:
         thread = self._thread
-        return self._pid == os.getpid() and thread is not None and thread.is_alive()
+        return self._pid == forks.pid() and thread is not None and thread.is_alive()
 
     def _run(self) -> None:
         failures = 0
