@@ -74,8 +74,9 @@ def test_a_tenants_backlog_beyond_the_prefetch_does_not_hide_a_later_tenant(
     """A cap of 1 held elsewhere, 2 threads (dramatiq's prefetch: 4). Tenant A sends 16 messages,
     then tenant B 2: with fair_by, the worker fetches past A's backlog (a message waiting for its
     group's turn stops counting in the prefetch), so B's are in line and both run among the first
-    four. First come, first served keeps the prefetch: B's stay in the broker behind A's, and run
-    after all of them."""
+    four. First come, first served keeps the prefetch: B's stay in the broker behind A's until the
+    prefetch has room, after at least 12 of A's ran (which of the last few runs first is the race of
+    claims reaching a free slot together, docs/design.md "Performance, measured")."""
     slots = add_slots()
     options: dict[str, Any] = {"fair_by": lambda tenant, i: tenant} if fair else {}
 
@@ -104,7 +105,7 @@ def test_a_tenants_backlog_beyond_the_prefetch_does_not_hide_a_later_tenant(
     if fair:
         assert max(ran.index("B0"), ran.index("B1")) < 4, ran
     else:
-        assert sorted(ran[16:]) == ["B0", "B1"], ran
+        assert min(ran.index("B0"), ran.index("B1")) >= 16 - 4, ran
 
 
 def test_without_fair_by_the_same_line_is_first_come_first_served(
