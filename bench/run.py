@@ -2029,7 +2029,7 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
     W1 efficiency >= 0.95, +cmds/job over nocap <= 12 and the package's round trips per job
     (nocap has none) <= W1_MAX_ROUND_TRIPS; W2 efficiency >=
     0.9; W3 efficiency >= 0.9 x nocap's, and every repeat in order with B0
-    completed; W4 efficiency >= 0.95 x dedicated's; W5 throughput >= 0.9 x
+    completed; W4 efficiency >= 0.95 x dedicated's, and >= 0.95 itself; W5 throughput >= 0.95 x
     nocap's; W6 other work's makespan <= 1.3 x separate's, capped efficiency
     >= 0.95; W7 and W7r (on RabbitMQ) cold keys' makespan <= 1.5 x their ideal, hot key
     efficiency >= 0.95; W8 makespan <= 1.5 x nocap's, and after each of its slots runs
@@ -2184,14 +2184,25 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
         0.95,
         detail=w4_detail,
     )
+    # Issue 24's short-job target is absolute; the dedicated worker's own is the detail (on a
+    # 2-core machine dramatiq's fetch and ack per message keep it below too: docs/design.md).
+    add(
+        "W4 efficiency, short jobs",
+        [("W4", SLOTS), ("W4", DEDICATED)],
+        figure("W4", SLOTS, lambda f: f.efficiency),
+        ">=",
+        0.95,
+        detail=lambda: f"dedicated {_num(of(fig('W4', DEDICATED), lambda f: f.efficiency), '{:.2f}')}",
+    )
     w5_value, w5_detail = versus("W5", NOCAP, lambda f: f.throughput, "{:.0f} jobs/s")
     add(
         "W5 throughput vs nocap",
         [("W5", SLOTS), ("W5", NOCAP)],
         w5_value,
         ">=",
-        0.9,
-        detail=w5_detail,
+        0.95,
+        " (issue 24; issue 13's was 0.9)",
+        w5_detail,
     )
 
     # W6: the capped backlog holds its cap without holding up the other queue's work.
