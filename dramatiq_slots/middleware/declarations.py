@@ -23,10 +23,6 @@ from ..waiting.places import place_of
 from . import options as opt
 from .settings import Settings, queue_capacity_where
 
-#: In :attr:`Declarations._fixed`: each message of the actor makes its own (a callable of its
-#: arguments decides).
-_OWN: dict[str, Any] = {}
-
 
 class Declarations:
     """Queue capacities and actor options known to this process."""
@@ -42,8 +38,8 @@ class Declarations:
         self._actors: dict[str, opt.ActorSlots] = {}
         #: The literal runtime keys actors declare: digest -> (home, actor, queue) of the first.
         self._named: dict[str, tuple[str, str, str]] = {}
-        #: (actor, queue) -> (its options, the queue's capacity, :meth:`_fixed_part`) for the messages
-        #: that nothing of their own decides: the request's fields but the message's, made once.
+        #: (actor, queue) -> (its options, the queue's capacity, :meth:`_fixed_part`), for messages
+        #: that nothing of their own decides.
         self._fixed: dict[tuple[str, str], tuple[opt.ActorSlots, int | None, dict[str, Any] | None]] = {}
 
     def home(self, queue_name: str, key: str | None = None) -> str:
@@ -200,20 +196,15 @@ class Declarations:
         """The limits one message is under, or None (uncapped: no Redis command at all)."""
         queue_capacity = self.queue_capacity(queue_name)
         fixed: dict[str, Any] | None
-        if not opt.ACTOR_OPTIONS.isdisjoint(options):
-            fixed = self._fixed_part(actor, queue_name, queue_capacity, options, args, kwargs)
-        else:
+        if opt.ACTOR_OPTIONS.isdisjoint(options) and not actor.uses_arguments:
+            # Nothing of it depends on the message: made once per actor, queue and capacity.
             known = self._fixed.get((actor.actor_name, queue_name))
-            current = known is not None and known[0] is actor and known[1] == queue_capacity
-            if known is not None and current and known[2] is not _OWN:
-                fixed = known[2]
-            else:
-                fixed = self._fixed_part(actor, queue_name, queue_capacity, options, args, kwargs)
-                if not current:
-                    # Nothing of it depends on the message (no option of its own, no callable of its
-                    # arguments): the next ones of this actor and queue reuse it.
-                    made = _OWN if opt.uses_arguments(actor) else fixed
-                    self._fixed[actor.actor_name, queue_name] = (actor, queue_capacity, made)
+            if known is None or known[0] is not actor or known[1] != queue_capacity:
+                made = self._fixed_part(actor, queue_name, queue_capacity, options, args, kwargs)
+                known = self._fixed[actor.actor_name, queue_name] = (actor, queue_capacity, made)
+            fixed = known[2]
+        else:
+            fixed = self._fixed_part(actor, queue_name, queue_capacity, options, args, kwargs)
         if fixed is None:
             return None
         return Request(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal, TypeAlias
 
 from dramatiq.middleware import MiddlewareError
@@ -274,6 +275,21 @@ class ActorSlots:
     max_waiting: int | None = None
     when_line_full: LineFullPolicy | None = None
 
+    @cached_property
+    def uses_arguments(self) -> bool:
+        """Whether one of its options is a callable of each message's arguments (then nothing of
+        a message's request is the same for every message)."""
+        return any(
+            callable(value) and not isinstance(value, (bool, int, str))
+            for value in (
+                self.runtime_key,
+                self.runtime_key_capacity,
+                self.fair_by,
+                self.fair_weight,
+                self.slot_units,
+            )
+        )
+
     @classmethod
     def from_options(
         cls, actor_name: str, queue_name: str, options: Mapping[str, Any], *, priority: Any = 0
@@ -475,20 +491,6 @@ def check_key_options(actor: ActorSlots, options: Mapping[str, Any]) -> None:
                 f"{message_where(actor.actor_name, option)}: the message has no runtime key for "
                 f"it to apply to (neither the message nor the actor sets {UNIQUE_AT_RUNTIME_KEY})"
             )
-
-
-def uses_arguments(actor: ActorSlots) -> bool:
-    """Whether one of the actor's options is a callable of each message's arguments."""
-    return any(
-        callable(value) and not isinstance(value, (bool, int, str))
-        for value in (
-            actor.runtime_key,
-            actor.runtime_key_capacity,
-            actor.fair_by,
-            actor.fair_weight,
-            actor.slot_units,
-        )
-    )
 
 
 def pick(message_value: Any, actor_value: Any, default: Any) -> Any:

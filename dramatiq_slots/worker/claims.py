@@ -142,7 +142,6 @@ class HoldRegistry:
         #: The time base of expiries' write times (``time.monotonic``, or a test's clock).
         self.monotonic = monotonic
         self._lock = threading.RLock()
-        self._pid = forks.pid()
         self._held: dict[str, Hold] = {}
         self._owed: dict[str, Hold] = {}
         #: Claims being admitted: token -> (the claim, the thread admitting it).
@@ -151,20 +150,11 @@ class HoldRegistry:
         self._written: dict[str, float] = {}
         #: When each hold was taken (:attr:`monotonic` s), for reports.
         self._since: dict[str, float] = {}
-        # A lock held by another thread at fork time would stay held forever
-        # in the child: give the child a fresh one (weakly, so a registry can die).
+        # A forked child starts empty (its parent's holds are the parent's), and a lock held by
+        # another thread at fork time would stay held forever in it: a fresh one (weakly, so a
+        # registry can die). The hook runs in every child, so no method checks the pid.
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _after_fork(ref))
-
-    def _check_fork(self) -> None:
-        pid = forks.pid()
-        if pid != self._pid:
-            self._pid = pid
-            self._held = {}
-            self._owed = {}
-            self._doubts = {}
-            self._written = {}
-            self._since = {}
 
     # Every method below is written for an exception that lands between any two of its
     # statements (an asynchronous one, raised in the thread calling it): each step leaves
@@ -182,7 +172,6 @@ class HoldRegistry:
         known; an unknown one is never renewed implicitly (see :meth:`age_ms`).
         """
         with self._lock:
-            self._check_fork()
             self._owed.pop(hold.token, None)
             if hold.token not in self._held or hold.token not in self._since:
                 # Admitted now (a lingering hold reused by a new message too); again: as it was.
@@ -195,7 +184,6 @@ class HoldRegistry:
     def written(self, tokens: Sequence[str], at: float) -> None:
         """Expiries of these holds were written (refreshed, re-asserted) at ``at`` (monotonic)."""
         with self._lock:
-            self._check_fork()
             for token in tokens:
                 if token in self._held:
                     self._written[token] = at
@@ -204,14 +192,12 @@ class HoldRegistry:
         """How long ago the hold's expiry was written (whole ms, rounded up: never younger than it
         is), or None when unknown."""
         with self._lock:
-            self._check_fork()
             at = self._written.get(token)
         return None if at is None else math.ceil((self.monotonic() - at) * 1000)
 
     def begin_release(self, token: str) -> Hold | None:
         """Stop refreshing a hold and owe its release; None when it is not ours (any more)."""
         with self._lock:
-            self._check_fork()
             if not self._is_held(token):
                 return None
             hold = self._held[token]
@@ -222,7 +208,6 @@ class HoldRegistry:
     def lose(self, token: str) -> Hold | None:
         """Drop a hold that is gone from the ledger: neither refreshed nor released any more."""
         with self._lock:
-            self._check_fork()
             self._written.pop(token, None)
             self._since.pop(token, None)
             return self._held.pop(token, None)
@@ -230,13 +215,11 @@ class HoldRegistry:
     def linger(self, token: str) -> None:
         """Stop refreshing a hold without owing its release (it lingers, see :mod:`.lingering`)."""
         with self._lock:
-            self._check_fork()
             self._held.pop(token, None)
 
     def owe(self, hold: Hold) -> None:
         """Owe a release of ``hold`` (its members and its line entries): no longer held, nor in doubt."""
         with self._lock:
-            self._check_fork()
             self._owed[hold.token] = hold
             self._held.pop(hold.token, None)
             self._doubts.pop(hold.token, None)
@@ -244,7 +227,6 @@ class HoldRegistry:
     def owe_stray(self, hold: Hold) -> bool:
         """Owe a release of a slot handed to ``hold``'s token unless the token is on record; whether owed."""
         with self._lock:
-            self._check_fork()
             token = hold.token
             if token in self._held or token in self._owed or token in self._doubts:
                 return False  # held or admitted (the slot is its own), or owed for all its ledgers
@@ -258,13 +240,11 @@ class HoldRegistry:
         :data:`~dramatiq_slots.worker.wakeups.PARKED`: no thread's :meth:`owe_doubts` owes it).
         """
         with self._lock:
-            self._check_fork()
             self._doubts[hold.token] = (hold, threading.get_ident() if owner is None else owner)
 
     def clear_doubt(self, token: str) -> None:
         """A claim in doubt holds nothing and is in no line: nothing to owe."""
         with self._lock:
-            self._check_fork()
             self._doubts.pop(token, None)
 
     def owe_doubts(self, thread: int | None = None) -> list[Hold]:
@@ -276,7 +256,6 @@ class HoldRegistry:
         """
         owed = []
         with self._lock:
-            self._check_fork()
             for token, (hold, owner) in list(self._doubts.items()):
                 if thread is not None and owner != thread:
                     continue
@@ -289,7 +268,6 @@ class HoldRegistry:
     def owe_doubt(self, token: str) -> Hold | None:
         """Owe a release of the claim ``token`` if it is in doubt, whoever decides it; the hold owed."""
         with self._lock:
-            self._check_fork()
             entry = self._doubts.pop(token, None)
             if entry is None or self._is_held(token):
                 return None
@@ -299,7 +277,6 @@ class HoldRegistry:
     def paid(self, tokens: Sequence[str]) -> None:
         """Forget owed releases that Redis has now confirmed."""
         with self._lock:
-            self._check_fork()
             for token in tokens:
                 if token in self._owed:
                     del self._owed[token]
@@ -311,14 +288,12 @@ class HoldRegistry:
     def snapshot(self) -> tuple[list[Hold], list[Hold]]:
         """``(held, owed)`` as lists, for one beat."""
         with self._lock:
-            self._check_fork()
             held = [hold for token, hold in self._held.items() if token not in self._owed]
             return held, list(self._owed.values())
 
     def held_on(self, ledger: str) -> int:
         """How many holds (not owed) have a member on ``ledger``."""
         with self._lock:
-            self._check_fork()
             return sum(
                 1
                 for token, hold in self._held.items()
@@ -329,19 +304,16 @@ class HoldRegistry:
         """How many owed releases are of claims never known to be admitted (an ``enter`` whose
         answer never came): each may hold nothing at all."""
         with self._lock:
-            self._check_fork()
             return sum(1 for token in self._owed if token not in self._since)
 
     def in_doubt(self) -> list[Hold]:
         """The claims in doubt: a beat keeps their lines alive."""
         with self._lock:
-            self._check_fork()
             return [hold for hold, _ in self._doubts.values()]
 
     def held_since(self) -> list[tuple[Hold, float]]:
         """Every hold with when it was taken (:attr:`monotonic` s), for a process report."""
         with self._lock:
-            self._check_fork()
             now = self.monotonic()
             return [
                 (hold, self._since.get(token, now))
@@ -352,39 +324,33 @@ class HoldRegistry:
     def since(self, token: str) -> float | None:
         """When a hold was taken (:attr:`monotonic` s), if it is on record."""
         with self._lock:
-            self._check_fork()
             return self._since.get(token)
 
     def is_held(self, token: str) -> bool:
         with self._lock:
-            self._check_fork()
             return self._is_held(token)
 
     def is_owed(self, token: str) -> bool:
         with self._lock:
-            self._check_fork()
             return token in self._owed
 
     def hold(self, token: str) -> Hold | None:
         with self._lock:
-            self._check_fork()
             return self._held.get(token) if self._is_held(token) else None
 
     def __len__(self) -> int:
         """Claims on record: held, owed or in doubt (the heartbeat runs while there are any)."""
         with self._lock:
-            self._check_fork()
             return len(self._held.keys() | self._owed.keys() | self._doubts.keys())
 
     def _reset_after_fork(self) -> None:
         self._lock = threading.RLock()
-        self._check_fork()
+        self._held, self._owed, self._doubts, self._written, self._since = {}, {}, {}, {}, {}
 
     @contextmanager
     def release_lock(self) -> Iterator[None]:
         """Held while lost holds are re-added, so no release can race that."""
         with self._lock:
-            self._check_fork()
             yield
 
 
