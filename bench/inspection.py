@@ -127,7 +127,6 @@ def report_costs(server: Server) -> dict[str, Any]:
     prefix = f"bench-reports-{uuid.uuid4().hex[:8]}"
     broker = RedisBroker(url=server.url, namespace=f"{prefix}-q")
     client = server.client()
-    Ledger(client, key_prefix=prefix).settle()
     slots = Slots(url=server.url, key_prefix=prefix)
     broker.add_middleware(slots, before=TimeLimit)
     dramatiq.set_broker(broker)

@@ -238,7 +238,7 @@ from bench.config import (  # noqa: E402
 from bench.leak import LedgerCheck, OwnLedger, Reading  # noqa: E402
 from bench.metrics import Figures, Job, UnitFigures, figures, jobs_in_lines, unit_figures  # noqa: E402
 from bench.support import Probe, RabbitNode, Run, Server, ServerError, WorkerGroup  # noqa: E402
-from dramatiq_slots import URL_ENV, Ledger  # noqa: E402
+from dramatiq_slots import URL_ENV  # noqa: E402
 from dramatiq_slots.failpoints import ENV as FAILPOINT_ENV  # noqa: E402
 
 # -- settings shared by every way -------------------------------------------------
@@ -901,8 +901,8 @@ class BenchFleet:
     message's place in line), and the probe on its own Redis (``probe_client``, never counted).
 
     ``client`` is the broker's server's (``config.redis_url``); neither client is closed here.
-    Made, the fleet settles the run's ledgers (``Ledger.settle``): the workers boot as into a
-    deployment that has been up a while. :meth:`close` kills every group.
+    Its ledgers start as a user's do, a brand-new deployment's, nothing settled or warmed by hand.
+    :meth:`close` kills every group.
     """
 
     def __init__(
@@ -926,12 +926,6 @@ class BenchFleet:
             )
         if config.way in SLOTS_WAYS:
             self._broker.add_middleware(config.slots_middleware())
-        if config.slots:
-            ledger_client = redis.Redis.from_url(config.ledger_redis_url)
-            try:
-                Ledger(ledger_client, key_prefix=config.key_prefix).settle()
-            finally:
-                ledger_client.close()
 
     def start_bench_group(
         self, name: str, *, processes: int, threads: int, queues: Sequence[str] = ()

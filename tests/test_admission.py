@@ -120,7 +120,6 @@ def test_a_wake_up_that_arrives_late_is_read_by_the_expiry_it_carries(ledger: Le
     """Found by the soak: a host cut off for 2.2 s got its wake-ups afterwards, and ran a job on a
     handed hold that expired before its first refresh. The message carries the hold's expiry by the
     Redis clock, read against the clock the last beat saw: late, it is not trusted."""
-    ledger.settle()
     admission, clock = make(ledger, hold_ttl=3_000, beat_interval=500)
     process = admission.process
     queue = Limit(ledger.keys.queue("q"), 1)

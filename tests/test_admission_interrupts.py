@@ -116,7 +116,6 @@ class Harness:
 
     def __init__(self, ledger: Ledger, monkeypatch: pytest.MonkeyPatch, **settings: int) -> None:
         self.ledger = ledger
-        ledger.settle()  # a deployment that has been up a while (no settling to wait out)
         self.admission, self.clock = make(ledger, **settings)
         self.process = self.admission.process
         # No threads: the test beats by hand; a release in this process wakes its waiter directly.

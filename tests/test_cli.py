@@ -478,3 +478,22 @@ def test_release_needs_tokens_or_all_but_not_both(cli: Run, ledger: Ledger, busy
         done = cli("release", *args, "--yes")
         assert done.returncode == 2 and "usage:" in done.stderr, done.stderr
     assert len(tokens(ledger, busy_queue)) == 2
+
+
+def test_settle_shows_what_settles_asks_and_ends_it(cli: Run, ledger: Ledger) -> None:
+    """`dramatiq-slots settle`: the operator's way out of a settling after a loss of data."""
+    nothing = cli("settle", "--yes")
+    assert nothing.returncode == 1 and "nothing settles" in nothing.stdout
+    epoch, client = ledger.keys.epoch(), ledger.client
+    seconds, micros = client.time()
+    now = int(seconds) * 1000 + int(micros) // 1000
+    client.zadd(epoch, {"settled": now + 20_000, "born": now, "lost": now})  # as lib/epoch.lua makes it
+    unconfirmed = cli("settle")  # no terminal on stdin: nothing is changed
+    assert unconfirmed.returncode == 1, unconfirmed.stderr
+    assert "settling after the ledger lost its data" in unconfirmed.stdout
+    assert list(ledger.settling()) == [epoch]
+    done = cli("settle", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "settled: newcomers are admitted" in done.stdout
+    assert ledger.settling() == {}
+    assert client.zscore(epoch, "born") == now, "the epoch keeps its identity"

@@ -18,7 +18,7 @@ from dramatiq.brokers.redis import RedisBroker
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from dramatiq_slots.ledger import Beaten, Ledger, Limit
+from dramatiq_slots.ledger import Beaten, Ledger, Limit, Line
 from dramatiq_slots.ledger.reports import CarriedReport, ReportWrite
 from dramatiq_slots.ops.inspection import ProcessReport
 from dramatiq_slots.worker import heartbeat as heartbeat_module
@@ -128,6 +128,46 @@ def test_a_tick_retries_owed_releases(ledger: Ledger) -> None:
     assert report.released == 1
     assert ledger.in_use(hold.limits[0].ledger) == 0
     assert len(registry) == 0
+
+
+def test_an_owed_release_hands_its_slot_to_the_line_in_the_same_beat(ledger: Ledger) -> None:
+    """A release that failed in an outage is sent by the next beat, which hands the slot on as the
+    release would have: the first claim in line (another process's) holds it after one tick."""
+    registry = HoldRegistry()
+    hold = _hold(ledger)
+    _take(ledger, registry, hold)
+    waiter = "other-host:4242:1:1"
+    listening = ledger.client.pubsub()  # the waiter's process, live: a handoff is told to it
+    listening.subscribe(ledger.keys.wake_channel_prefix() + "other-host:4242")
+    try:
+        assert wait_until(lambda: listening.get_message(timeout=0.1), timeout=5, what="the subscription")
+        assert ledger.enter(waiter, hold.limits, ttl_ms=60_000, line=Line.JOIN).in_line
+        assert registry.begin_release(hold.token) is hold  # as if the job's own release had failed
+        report = Heartbeat(ledger, registry, hold_ttl=60_000, beat_interval=10_000).tick()
+        assert report.released == 1 and len(registry) == 0
+        assert [h.token for h in ledger.holders(hold.limits[0].ledger)] == [waiter]
+        assert ledger.line(hold.limits[0].ledger) == []
+        told = wait_until(lambda: listening.get_message(timeout=0.1), timeout=5, what="the wake-up")
+        assert str(told["data"]).find(waiter) >= 0
+    finally:
+        listening.close()
+
+
+def test_a_failed_beat_is_tried_again_within_a_quarter_of_a_second_not_a_beat_later() -> None:
+    """So what an outage left (owed releases, lost holds) is sent as soon as the ledger answers."""
+    client = redis.Redis(port=free_port(), socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    ledger = Ledger(client, key_prefix="unreachable")
+    registry = HoldRegistry()
+    registry.add(_hold(ledger))
+    heartbeat = Heartbeat(ledger, registry, hold_ttl=60_000, beat_interval=10_000)
+    heartbeat.start(beat_first=True)
+    try:
+        started = time.monotonic()
+        wait_until(lambda: heartbeat.failed_beats >= 4, timeout=8, what="four tries within a beat interval")
+        assert time.monotonic() - started < 8, "a failed beat waited for the next interval"
+    finally:
+        heartbeat.stop()
+        client.close()
 
 
 def test_a_lost_hold_is_reasserted_over_capacity_with_a_warning(

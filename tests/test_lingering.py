@@ -197,7 +197,6 @@ def test_a_hold_taken_over_while_its_job_ends_is_released_wherever_the_takeover_
     # the hold stays on record, and once both jobs ended nothing is left in the ledger. (A hold
     # the registry forgot after the takeover was never refreshed nor released: it kept its slot
     # for hold_ttl.)
-    ledger.settle()  # a deployment that has been up a while (no settling to wait out)
     queue = Limit(ledger.keys.queue("roomy"), 8)
     taken_at = []
     at = 0

@@ -24,7 +24,7 @@ import redis
 from dramatiq.middleware import CurrentMessage, TimeLimit
 
 from dramatiq_slots import Slots, borrowed
-from dramatiq_slots.ledger import Ledger, Limit, Line
+from dramatiq_slots.ledger import Limit, Line
 from dramatiq_slots.middleware.deferral import DEFERRALS
 from dramatiq_slots.waiting import prefetch
 from dramatiq_slots.waiting.gate import Gate
@@ -90,7 +90,6 @@ def rabbit(rabbit_server: Any, redis_client: redis.Redis, key_prefix: str) -> It
     # Confirmed sends: a message is in its queue when send() returns (RabbitMQ answers a queue's
     # message count ahead of the deliveries still on their way to it).
     broker = RabbitmqBroker(url=rabbit_server.url, confirm_delivery=True)
-    Ledger(redis_client, key_prefix=key_prefix).settle()
     slots = Slots(client=redis_client, key_prefix=key_prefix, hold_ttl=TEST_HOLD_TTL, beat_interval=TEST_BEAT)
     broker.add_middleware(slots, before=TimeLimit)
     broker.add_middleware(CurrentMessage())

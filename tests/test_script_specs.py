@@ -306,7 +306,7 @@ def test_a_pipelined_scripts_error_reply_is_its_own_argument_error(ledger: Ledge
     assert str(caught.value) == "beat.lua refused ARGV[1] (ttl: integer >= 1)"
     with pytest.raises(LedgerArgumentError) as caught:
         ledger.beat([Member(a, "h:1:1:1")], ttl_ms=LONG, report=report, declare=[Limit(a, 0)])
-    assert (caught.value.script, caught.value.index, caught.value.argument) == ("declare", 3, "capacity")
+    assert (caught.value.script, caught.value.index, caught.value.argument) == ("declare", 4, "capacity")
     # The well-formed round trip: nothing was refused.
     assert ledger.beat([Member(a, "h:1:1:1")], ttl_ms=LONG, report=report, declare=[Limit(a, 1)]) == []
 

@@ -22,7 +22,20 @@ from __future__ import annotations
 from ..errors import LedgerError
 from .client import RedisClient, eviction_risk, redacted_address
 from .ledger import Ledger
-from .replies import Beaten, Changed, Declared, Entered, Handoff, Holder, Left, Limit, Line, Member, Withdrawn
+from .replies import (
+    Beaten,
+    Changed,
+    Declared,
+    Entered,
+    Handoff,
+    Holder,
+    Left,
+    Limit,
+    Line,
+    Member,
+    Settling,
+    Withdrawn,
+)
 from .scripts import SCRIPTS
 
 __all__ = [
@@ -40,6 +53,7 @@ __all__ = [
     "Line",
     "Member",
     "RedisClient",
+    "Settling",
     "Withdrawn",
     "eviction_risk",
     "redacted_address",

@@ -37,7 +37,7 @@ from redis.cluster import RedisCluster
 
 from ..errors import ArgumentError, LedgerError
 from .client import RedisClient, redacted_address
-from .keys import DEFAULT_KEY_PREFIX, KeySpace
+from .keys import DEFAULT_KEY_PREFIX, KeySpace, _escaped
 from .placement import PREFIX, Placement, from_record, one_home
 from .replies import (
     Beaten,
@@ -49,6 +49,7 @@ from .replies import (
     Limit,
     Line,
     Member,
+    Settling,
     Withdrawn,
     _text,
     group_of,
@@ -105,6 +106,10 @@ class Ledger:
         self.replicas_timeout_ms = replicas_timeout_ms
         #: Why the last process report was not written (None: it was, or none was sent).
         self.report_error: Exception | None = None
+        #: The born of each epoch (its key -> ms) this ledger's declarations last read, passed
+        #: with every call that may make or lengthen a settling (``lib/epoch.lua``): a process that
+        #: knew an epoch and finds another (or none) knows the server lost its data.
+        self.epochs: dict[str, int] = {}
         # Registered per client, not in module globals: each Script caches
         # its SHA and reloads itself on this client after NOSCRIPT.
         self._scripts = register(client)
@@ -256,6 +261,7 @@ class Ledger:
                 "capacity": [limit.capacity for limit in limits],
                 "busy": codes,
                 "settle": settle_ms,
+                "known": self.epochs.get(f"{tag}:epoch", 0),
                 "waiting": bounds,
                 "listed": listed,
             },
@@ -470,7 +476,7 @@ class Ledger:
             else:
                 replies = []
             if declarations:
-                declared = merged_declared([d.answer(replies.pop(0)) for d in declarations])
+                declared = self._knew(merged_declared([d.answer(replies.pop(0)) for d in declarations]))
             if calls:
                 beaten = _merged_beaten([call.answer(replies.pop(0)) for call in calls])
         beaten.declared = declared
@@ -515,6 +521,7 @@ class Ledger:
                 "channel": self._channel(tag),
                 "own": own,
                 "settle": settle_ms,
+                "known": self.epochs.get(f"{tag}:epoch", 0),
                 "capacity": [limit.capacity for limit in waited],
                 "groups": [" ".join(sorted(waited_groups[limit.ledger])) for limit in waited],
             },
@@ -543,7 +550,12 @@ class Ledger:
                 "epoch": f"{tag}:epoch",
                 "declared": [self.keys.declared(limit.ledger) for limit in limits],
             },
-            args={"ttl": ttl_ms, "settle": settle_ms, "capacity": [limit.capacity for limit in limits]},
+            args={
+                "ttl": ttl_ms,
+                "settle": settle_ms,
+                "known": self.epochs.get(f"{tag}:epoch", 0),
+                "capacity": [limit.capacity for limit in limits],
+            },
             ledgers=[limit.ledger for limit in limits],
         )
 
@@ -553,7 +565,11 @@ class Ledger:
         with ``settle_ms``, keep the epoch alive (made when missing: ``lib/epoch.lua``)."""
         calls = self._declarations(limits, [], ttl_ms, settle_ms)
         with self._translated("declare"):
-            return merged_declared(self._run_all(calls))
+            return self._knew(merged_declared(self._run_all(calls)))
+
+    def _knew(self, declared: Declared) -> Declared:
+        self.epochs.update(declared.epochs)
+        return declared
 
     def control(
         self, ledger: str, which: str, value: str, *, by: str, reason: str = "", duration_ms: int = 0
@@ -600,6 +616,29 @@ class Ledger:
         calls = [SETTLE.call(keys={"epoch": f"{tag}:epoch"}, args={}) for tag in tags]
         with self._translated("settle"):
             return max(self._run_all(calls))
+
+    def settling(self) -> dict[str, Settling]:
+        """The epochs of the prefix whose ledgers settle now (key -> :class:`Settling`): its own, and
+        its homes' when the workers recorded a placement; none settling, an empty dict."""
+        epochs = [self.keys.epoch()]
+        if self.placement() != PREFIX:
+            home = _escaped("{" + self.keys.prefix + "|") + "*}:epoch"
+            with self._translated("scan"):
+                epochs += sorted({_text(k) for k in self.client.scan_iter(match=home, count=500)})
+
+        with self._translated("epoch"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            for epoch in epochs:
+                pipe.zrange(epoch, 0, -1, withscores=True)
+            (seconds, micros), *scored = pipe.execute()
+        now = int(seconds) * 1000 + int(micros) // 1000
+        found: dict[str, Settling] = {}
+        for epoch, members in zip(epochs, scored, strict=True):
+            at = {_text(member): score for member, score in members}
+            if at.get("settled", 0) > now:
+                found[epoch] = Settling(int(at["settled"]) - now, "lost" in at)
+        return found
 
     def _report_call(
         self, report: ReportWrite | tuple[str, str], ttl_ms: int, listed_ttl_ms: int
@@ -826,6 +865,8 @@ def merged_declared(answers: Sequence[Declared]) -> Declared:
         others={k: v for a in answers for k, v in a.others.items()},
         settling_ms=max(a.settling_ms for a in answers),
         redis_ms=max(clocks) if clocks else None,
+        epochs={k: v for a in answers for k, v in a.epochs.items()},
+        lost=any(a.lost and a.settling_ms for a in answers),
     )
 
 

@@ -117,6 +117,19 @@ class Declared:
     settling_ms: int = 0
     #: The Redis clock the script read (ms; None: it read none).
     redis_ms: int | None = None
+    #: The born of each epoch read (its key -> ms: ``lib/epoch.lua``), for the caller to know.
+    epochs: dict[str, int] = field(default_factory=dict)
+    #: Whether the settling follows a loss of data (else: a first start).
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class Settling:
+    """An epoch whose ledgers are settling (``lib/epoch.lua``): the ms left of it, and whether it
+    follows a loss of data (else: a first start on a server that has just started)."""
+
+    left_ms: int
+    lost: bool
 
 
 class Beaten(list[Member]):

@@ -316,10 +316,12 @@ def _declared(raw: Any, call: Call[Declared]) -> Declared:
     return Declared(
         controls=dict(zip(flat[0::2], flat[1::2], strict=True)),
         others={
-            ledger: _ints(others) for ledger, others in zip(call.ledgers, raw[3:], strict=True) if others
+            ledger: _ints(others) for ledger, others in zip(call.ledgers, raw[5:], strict=True) if others
         },
         settling_ms=int(raw[1]),
         redis_ms=int(raw[2]) or None,
+        epochs={call.named_keys["epoch"]: int(raw[3])} if int(raw[3]) else {},
+        lost=int(raw[4]) == 1,
     )
 
 
@@ -347,6 +349,7 @@ ENTER = ScriptSpec(
         arg("capacity", Kind.POSITIVE, per="n"),
         arg("busy", Kind.CHOICE, per="n"),
         arg("settle", Kind.NATURAL),
+        arg("known", Kind.NATURAL),
         arg("waiting", Kind.NATURAL, per="n"),
         arg("listed", Kind.TEXT),
     ),
@@ -405,6 +408,7 @@ BEAT = ScriptSpec(
         arg("channel", Kind.TEXT),
         arg("own", Kind.TEXT),
         arg("settle", Kind.NATURAL),
+        arg("known", Kind.NATURAL),
         arg("capacity", Kind.POSITIVE, per="w"),
         arg("groups", Kind.TEXT, per="w"),
     ),
@@ -442,8 +446,13 @@ IN_USE = ScriptSpec("in_use", keys=(key("ledger"),), args=(), shapes=("integer",
 DECLARE = ScriptSpec(
     "declare",
     keys=(key("controls"), key("epoch"), keys("declared", per="n")),
-    args=(arg("ttl", Kind.POSITIVE), arg("settle", Kind.NATURAL), arg("capacity", Kind.POSITIVE, per="n")),
-    shapes=("{controls, settling, now, others1, .., othersn}",),
+    args=(
+        arg("ttl", Kind.POSITIVE),
+        arg("settle", Kind.NATURAL),
+        arg("known", Kind.NATURAL),
+        arg("capacity", Kind.POSITIVE, per="n"),
+    ),
+    shapes=("{controls, settling, now, born, lost, others1, .., othersn}",),
     parse=_declared,
 )
 CONTROL = ScriptSpec(

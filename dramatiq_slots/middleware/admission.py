@@ -249,6 +249,8 @@ class Admission:
             self.process.metrics.line_full(refused, request.actor, request.line_full)
         if not entered.admitted and not entered.in_line:
             registry.clear_doubt(hold.token)  # refused, in no line, holding nothing
+        elif entered.settling_ms:
+            self.process.settling(entered.settling_ms)  # in line: a beat hands it on when that ends
         # When the expiry was written: by this call, or by its own earlier landing (a replay
         # of a fresh token without a line). A replay in line found a handed slot: age unknown.
         known = entered.admitted and (line is Line.NONE or not entered.replayed)

@@ -62,8 +62,11 @@ from .metrics import Metrics
 
 logger = logging.getLogger("dramatiq_slots.heartbeat")
 
-#: After the first failure of an outage, warn again every this many failed beats.
+#: After the first failure of an outage, warn again every this many beat intervals.
 _WARN_EVERY = 10
+#: After a failed beat, the next one comes this many seconds later (not a whole interval): the
+#: holds are re-asserted, and what an outage left owed is released, as soon as the ledger answers.
+RETRY_S = 0.25
 
 #: A process report lives this many beat intervals after it was written: a beat may be up to
 #: 1.5 intervals late before its process is shown dead (docs/design.md, "Heartbeat").
@@ -165,6 +168,9 @@ class Heartbeat:
         self._report_due: float | None = None
         self._due_lock = threading.Lock()
         self._poked = False
+        #: When (monotonic) to beat next out of schedule: after a failed beat, or when a settling
+        #: ends (:meth:`beat_after`); None: on schedule.
+        self._beat_at: float | None = None
         self.metrics = metrics if metrics is not None else Metrics()
         self._report_warned = False
         self._lock = threading.Lock()
@@ -175,6 +181,7 @@ class Heartbeat:
         self._wake = threading.Event()
         self._draining = threading.Event()
         self._failures = 0
+        self._warned_at = float("-inf")
         #: Counters, for tests and metrics.
         self.beats = 0
         self.failed_beats = 0
@@ -208,7 +215,9 @@ class Heartbeat:
             return report
         refresh = [member for hold in held for member in hold.members()]
         release = [member for hold in owed for member in hold.members()]
-        lines = [limit for hold in waiting for limit in hold.limits]
+        # An owed release frees slots that claims may wait for: the same beat hands them on, as a
+        # release does (the owed first: a waiting claim's capacity wins over a stray's placeholder).
+        lines = [limit for hold in [*owed, *waiting] for limit in hold.limits]
         # The fair-share groups whose lines this process's claims wait in (lib/turns.lua).
         self._groups = [(limit.ledger, group_of(hold.token)) for hold in waiting for limit in hold.limits]
         sent = self.registry.monotonic()
@@ -216,6 +225,7 @@ class Heartbeat:
             lost = self._beat(refresh, release, lines, written, declare)
         except LedgerError as e:
             self._failed(e, held, owed)
+            self.beat_after(RETRY_S)
             report.error = e
             report.stopped = self._lapsing([hold for hold in held if hold.strict], e)
             return report
@@ -493,7 +503,9 @@ class Heartbeat:
     def _failed(self, error: LedgerError, held: Sequence[Hold] = (), owed: Sequence[Hold] = ()) -> None:
         self.failed_beats += 1
         self._failures += 1
-        if self._failures == 1 or self._failures % _WARN_EVERY == 0:
+        now = time.monotonic()
+        if self._failures == 1 or now - self._warned_at >= _WARN_EVERY * self.beat_interval / 1000:
+            self._warned_at = now
             if held:
                 lost = (
                     "taken back where it still fits, else its job is stopped (on_lost_hold='interrupt')"
@@ -522,13 +534,20 @@ class Heartbeat:
         interval = self.beat_interval / 1000
         due = time.monotonic() + (0.0 if beat_first else interval)
         while True:
-            report_due = self._report_due
-            until = due if report_due is None else min(due, report_due + CARRY_S)
+            until, report_due, beat_at = due, self._report_due, self._beat_at
+            if report_due is not None:
+                until = min(until, report_due + CARRY_S)
+            if beat_at is not None:
+                until = min(until, beat_at)
             self._wake.wait(max(0.0, until - time.monotonic()))
             self._wake.clear()
             if self._stop.is_set():
                 return
             poked, self._poked = self._poked, False
+            with self._due_lock:
+                beat_at = self._beat_at
+                if beat_at is not None and time.monotonic() >= beat_at:
+                    self._beat_at, poked = None, True
             if not poked and time.monotonic() < due:
                 # Woken before the beat: a report may be due (report_soon).
                 report_due = self._report_due
@@ -554,6 +573,16 @@ class Heartbeat:
     def poke(self) -> None:
         """Beat at once, in the thread (no-op when it is not running): a control changed."""
         self._poked = True
+        self._wake.set()
+
+    def beat_after(self, seconds: float) -> None:
+        """Beat once more, out of schedule, ``seconds`` from now (or earlier, if one is due sooner):
+        a failed beat is retried soon, and a settling's end hands its room to the lines at once."""
+        at = time.monotonic() + seconds
+        with self._due_lock:
+            if self._beat_at is not None and self._beat_at <= at:
+                return
+            self._beat_at = at
         self._wake.set()
 
     def report_soon(self) -> None:

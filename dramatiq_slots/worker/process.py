@@ -112,10 +112,8 @@ class SlotsProcess:
         self._declared = declared
         #: Capacities other processes declare that a WARNING named already, per ledger.
         self._disagreements: dict[str, tuple[int, ...]] = {}
-        #: Whether the last beat found the ledgers settling (lib/epoch.lua), and whether any
-        #: beat found them settled (after which a settling means the ledger lost its data).
+        #: Whether the last beat found the ledgers settling (lib/epoch.lua).
         self._settling = False
-        self._settled_once = False
         #: Why each message the gate's admission dropped (on_busy) is dropped, by ``id(message)``.
         self._drops: dict[int, str] = {}
         #: The claim token of each running message, and its thread, by ``id(message)``.
@@ -193,7 +191,7 @@ class SlotsProcess:
     def follow(self, declared: Declared, mine: Sequence[Limit]) -> None:
         """Take in what a beat read: the controls (one INFO line per change, the metrics), and
         the capacities other live processes declare for this one's queues (a WARNING)."""
-        self._follow_epoch(declared.settling_ms)
+        self._follow_epoch(declared)
         capacities = {limit.ledger: limit.capacity for limit in mine}
         first = not self.controls.known
         for seen in self.controls.update(declared.controls, declared.redis_ms):
@@ -221,24 +219,42 @@ class SlotsProcess:
                 self.ledger.keys.short(ledger),
             )
 
-    def _follow_epoch(self, settling_ms: int) -> None:
-        """Log the start of a settling once: INFO for a first one (a new deployment, most likely),
-        WARNING when this process saw the ledgers settled before (their Redis lost its data)."""
-        if settling_ms and not self._settling:
-            lost = self._settled_once
-            logger.log(
-                logging.WARNING if lost else logging.INFO,
-                "The ledgers of prefix %r have no epoch: %s. No newcomer is admitted for %d ms "
-                "(restart_settle), while the jobs that still run re-assert their holds.",
-                self.ledger.keys.prefix,
-                "their Redis lost its data (restarted without persistence, or failed over to a "
-                "replica without it)"
-                if lost
-                else "a new deployment, or their Redis lost its data",
-                settling_ms,
-            )
-        self._settling = settling_ms > 0
-        self._settled_once = self._settled_once or not settling_ms
+    def _follow_epoch(self, declared: Declared) -> None:
+        """Log the start of a settling once (WARNING after a loss of data, INFO for a first start),
+        and have it end with a beat, which hands its room to the lines (:meth:`settling`)."""
+        left = declared.settling_ms
+        if left and not self._settling:
+            prefix = self.ledger.keys.prefix
+            if declared.lost:
+                logger.warning(
+                    "The ledgers of prefix %r lost their data (their Redis restarted without "
+                    "persistence, failed over to a replica without it, or was emptied): no newcomer is "
+                    "admitted for %.1f s (restart_settle) while the jobs that still run re-assert "
+                    "their holds. `dramatiq-slots settle --prefix %s` ends it sooner, once every "
+                    "worker has.",
+                    prefix,
+                    left / 1000,
+                    prefix,
+                )
+            else:
+                logger.info(
+                    "The ledgers of prefix %r start afresh on a server that has just started: newcomers "
+                    "wait %d ms, in case a worker of theirs is still reconnecting to it.",
+                    prefix,
+                    left,
+                )
+        self._settling = left > 0
+        self.settling(left)
+
+    def settling(self, left_ms: int) -> None:
+        """The ledgers settle for ``left_ms`` more (a beat or a refusal said so): a beat when it ends
+        hands the room to the lines at once, so no parked message waits for its next re-ask; told
+        by a refusal first, a beat now too (it re-asserts what was lost, and says why it settles)."""
+        heartbeat = self._heartbeat
+        if left_ms > 0 and heartbeat is not None:
+            if not self._settling:
+                heartbeat.poke()
+            heartbeat.beat_after(left_ms / 1000)
 
     # -- the report -----------------------------------------------------------
 

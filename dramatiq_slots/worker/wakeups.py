@@ -64,8 +64,10 @@ from .claims import this_process
 
 logger = logging.getLogger("dramatiq_slots.wakeups")
 
-#: Seconds between reconnect attempts while the ledger's Redis is unreachable.
-_RECONNECT_S = 1.0
+#: Seconds between reconnect attempts while the ledger's Redis is unreachable: well within the
+#: second a just-started server waits for its live processes before a first start
+#: (``lib/epoch.lua``); each subscription again makes the process beat at once.
+_RECONNECT_S = 0.25
 
 #: How long one read of the subscription blocks (s). :meth:`Wakeups.stop` does not wait it
 #: out: it publishes on the channel, which ends the read at once.

@@ -20,7 +20,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import Middleware, TimeLimit
 
-from dramatiq_slots import Ledger, Slots
+from dramatiq_slots import Slots
 from tests.support.waiting import wait_until
 
 #: Short leases so tests that wait for expiry stay quick.
@@ -71,14 +71,9 @@ class RunRecorder:
 
 @pytest.fixture
 def broker(redis_server: Any, key_prefix: str) -> Iterator[RedisBroker]:
-    """A RedisBroker in its own namespace on the test server, with default middleware.
-
-    The ledgers of ``key_prefix`` on that server are settled (``Ledger.settle``): the test runs
-    as in a deployment that has been up for a while, not a brand-new one (a test of a brand-new
-    deployment's settling makes its own prefix).
-    """
+    """A RedisBroker in its own namespace on the test server, with default middleware. The ledgers
+    of ``key_prefix`` start as a user's do: nothing settled or warmed by hand."""
     broker = RedisBroker(url=redis_server.url, namespace=f"{key_prefix}-q")
-    Ledger(broker.client, key_prefix=key_prefix).settle()
     broker.emit_after("process_boot")
     dramatiq.set_broker(broker)
     yield broker
@@ -185,7 +180,6 @@ def either_broker(
         from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
         broker = RabbitmqBroker(url=request.getfixturevalue("rabbit_server").url)
-    Ledger(redis_client, key_prefix=key_prefix).settle()
     slots = Slots(client=redis_client, key_prefix=key_prefix, hold_ttl=TEST_HOLD_TTL, beat_interval=TEST_BEAT)
     broker.add_middleware(slots, before=TimeLimit)
     skipped = Skipped()

@@ -523,21 +523,6 @@ class WorkerFleet:
         if self.sends_with_slots:
             # A producer with the middleware, as an app's own: it stamps each message's place in line.
             self._broker.add_middleware(self.config.slots_middleware())
-        self.settle()
-
-    def settle(self) -> None:
-        """Settle the fleet's ledgers (``Ledger.settle``): its workers boot as into a deployment
-        that has been up for a while (a test of a brand-new one's settling does not call this)."""
-        if not self.config.slots:
-            return
-        if self.config.ledger_url is None or self.ledger_client is not None:
-            self.ledger.settle()
-            return
-        client = redis.Redis.from_url(self.config.ledger_url)
-        try:
-            Ledger(client, key_prefix=self.config.key_prefix).settle()
-        finally:
-            client.close()
 
     #: Whether the sender's broker has the Slots middleware (the workers' app limits with it).
     sends_with_slots = True

@@ -27,10 +27,12 @@
 --                            enter.lua's): while the epoch says the ledgers are
 --                            settling (a missing epoch is made), nothing is handed
 --                            on from a line; 0 = the epoch is not read
--- ARGV[r+o+7..r+o+w+6]       capacity (integer >= 1): declared capacity of the k-th
+-- ARGV[r+o+7]                known (integer >= 0): the born of the epoch the caller
+--                            last saw (as enter.lua's)
+-- ARGV[r+o+8..r+o+w+7]       capacity (integer >= 1): declared capacity of the k-th
 --                            waited ledger; an override wins, and a paused ledger
 --                            hands nothing on
--- ARGV[r+o+w+7..r+o+2w+6]    groups (text): the groups (lib/turns.lua), space
+-- ARGV[r+o+w+8..r+o+2w+7]    groups (text): the groups (lib/turns.lua), space
 --                            separated, whose lines on the k-th waited ledger claims
 --                            of this process wait in ('': none)
 --
@@ -64,25 +66,27 @@
 --
 -- An owed release takes the claim's units out of the ledger and the claim out
 -- of its line (a claim an exception took out of its admission may be in
--- either): no handoff here; the next waiter's beat (or its own ask) finds the
--- room. A waited line, its ledger's turns and shares and the lines of the
+-- either); the caller lists its ledgers among the waited ones too, so the room
+-- it frees is handed on in the same beat, as a release hands it. A waited line, its ledger's turns and shares and the lines of the
 -- groups this process waits in get an expiry of at least now + ttl (a line
 -- nobody refreshes expires: enter.lua gives each new line one).
 
 -- include: args
-if #ARGV < 6 then return bad(0, 'count') end
+if #ARGV < 7 then return bad(0, 'count') end
 local ttl, r, o = integer(ARGV[1], 1), integer(ARGV[2], 0), integer(ARGV[3], 0)
 if not ttl then return bad(1, 'ttl') end
 if not r then return bad(2, 'r') end
 if not o then return bad(3, 'o') end
 local w = (#KEYS - 2 - 4 * r - 4 * o) / 5
-if w < 0 or w ~= math.floor(w) or #ARGV ~= 6 + r + o + 2 * w then return bad(0, 'count') end
+if w < 0 or w ~= math.floor(w) or #ARGV ~= 7 + r + o + 2 * w then return bad(0, 'count') end
 local channel, own, settle = ARGV[4 + r + o], ARGV[5 + r + o], integer(ARGV[6 + r + o], 0)
+local known = integer(ARGV[7 + r + o], 0)
 if not settle then return bad(6 + r + o, 'settle') end
+if not known then return bad(7 + r + o, 'known') end
 local caps = {}
 for k = 1, w do
-  caps[k] = integer(ARGV[6 + r + o + k], 1)
-  if not caps[k] then return bad(6 + r + o + k, 'capacity') end
+  caps[k] = integer(ARGV[7 + r + o + k], 1)
+  if not caps[k] then return bad(7 + r + o + k, 'capacity') end
 end
 
 local clock = redis.call('TIME')
@@ -159,7 +163,7 @@ end
 -- by its key's name; the refreshes above stand.
 local unsettled = false
 if w > 0 and settle > 0 then
-  local read, left = pcall(settling, KEYS[#KEYS - 1], now, settle)
+  local read, left = pcall(settling, KEYS[#KEYS - 1], now, settle, known, KEYS[#KEYS])
   if not read then refused_by(KEYS[#KEYS - 1], left) end
   unsettled = not read or left > 0
 end
@@ -209,7 +213,7 @@ for k = 1, w do
   end
   -- Never brought forward, and given to a line without one (-1; -2: no line).
   local kept = {L.line, L.turns, L.shares}
-  for group in string.gmatch(ARGV[6 + r + o + w + k], '%x+') do kept[#kept + 1] = T.line_of(L, group) end
+  for group in string.gmatch(ARGV[7 + r + o + w + k], '%x+') do kept[#kept + 1] = T.line_of(L, group) end
   for _, key in ipairs(kept) do
     local left = redis.pcall('PTTL', key)
     if type(left) == 'number' and (left == -1 or (left >= 0 and left < ttl)) then

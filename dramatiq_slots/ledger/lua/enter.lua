@@ -38,12 +38,14 @@
 --                   a claim in line itself, ARGV[3] = 2, is never dropped). A
 --                   paused ledger never drops: its claims wait
 -- ARGV[2n+5]        settle (integer >= 0): settling time, ms: how long no newcomer
---                   is admitted after the epoch is found missing (lib/epoch.lua);
+--                   is admitted after the epoch is found lost (lib/epoch.lua);
 --                   0 = the epoch is neither read nor made
--- ARGV[2n+6..3n+5]  waiting (integer >= 0): the most claims that may wait in
+-- ARGV[2n+6]        known (integer >= 0): the born of the epoch the caller last
+--                   saw (lib/epoch.lua); 0 = it saw none
+-- ARGV[2n+7..3n+6]  waiting (integer >= 0): the most claims that may wait in
 --                   KEYS[i]'s line (the line of the claim's group, when it has
 --                   one); 0 = no bound
--- ARGV[3n+6]        listed (text): the message's id on its backlogs, taken off when
+-- ARGV[3n+7]        listed (text): the message's id on its backlogs, taken off when
 --                   it is admitted or dropped; '' = on none
 --
 -- Returns Entered: {1, replay, m1, .., mn, c1, .., cn, f1, .., fn}
@@ -59,7 +61,7 @@
 --                       dropped by its on_busy policy (then w = 0); s = the ms
 --                       left of a settling that refused it (then i is the first
 --                       ledger it did not hold; 0: not settling); o = 1 when it
---                       did not join the line because ARGV[2n+5+i] claims wait
+--                       did not join the line because ARGV[2n+6+i] claims wait
 --                       there already (then w = 0)
 -- Errors  SLOTS_ARG <j> <name>: ARGV[j] is malformed (j = 0: wrong count); nothing written
 --
@@ -97,15 +99,16 @@
 
 -- include: args
 local n = (#KEYS - 2) / 6
-if n < 1 or n ~= math.floor(n) or #ARGV ~= 3 * n + 6 then return bad(0, 'count') end
-local listed = ARGV[3 * n + 6]
+if n < 1 or n ~= math.floor(n) or #ARGV ~= 3 * n + 7 then return bad(0, 'count') end
+local listed = ARGV[3 * n + 7]
 local token, ttl, line, place = ARGV[1], integer(ARGV[2], 1), tonumber(ARGV[3]), tonumber(ARGV[4])
 if token == '' then return bad(1, 'token') end
 if not ttl then return bad(2, 'ttl') end
 if line ~= 0 and line ~= 1 and line ~= 2 then return bad(3, 'line') end
 if not place then return bad(4, 'place') end
-local settle = integer(ARGV[2 * n + 5], 0)
+local settle, known = integer(ARGV[2 * n + 5], 0), integer(ARGV[2 * n + 6], 0)
 if not settle then return bad(2 * n + 5, 'settle') end
+if not known then return bad(2 * n + 6, 'known') end
 -- include: control
 -- include: outlive
 -- include: turns
@@ -117,8 +120,8 @@ for i = 1, n do
   if not caps[i] then return bad(4 + i, 'capacity') end
   busy[i] = tonumber(ARGV[4 + n + i])
   if busy[i] ~= 0 and busy[i] ~= 1 and busy[i] ~= 2 then return bad(4 + n + i, 'busy') end
-  most[i] = integer(ARGV[2 * n + 5 + i], 0)
-  if not most[i] then return bad(2 * n + 5 + i, 'waiting') end
+  most[i] = integer(ARGV[2 * n + 6 + i], 0)
+  if not most[i] then return bad(2 * n + 6 + i, 'waiting') end
 end
 local ledgers = {}
 for i = 1, n do ledgers[i] = KEYS[i] end
@@ -154,7 +157,7 @@ if refused == 0 or (behind and settle > 0) then
   now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   if new > 0 and settle > 0 then
     -- A claim behind others while the ledgers settle is refused by the settling too (never dropped).
-    unsettled = settling(KEYS[3 * n + 2], now_ms, settle)
+    unsettled = settling(KEYS[3 * n + 2], now_ms, settle, known, controls)
     if unsettled > 0 and refused == 0 then refused = new end
   end
 end

@@ -1,8 +1,10 @@
 -- settle.lua: declare the ledgers of a prefix settled now (lib/epoch.lua): a
--- missing epoch then keeps no newcomer out. For whoever knows that no job of
--- the prefix runs: a deployment's first start on an empty Redis, a test suite,
--- an operator after a planned restart of every worker (Ledger.settle). Never
--- needed for correctness: a settling ends by itself; this only shortens it.
+-- settling in course ends, and a missing epoch is made settled. For whoever
+-- knows that no job of the prefix runs: an operator after a planned restart of
+-- every worker, or after a loss of data once every holder is known to have
+-- re-asserted (`dramatiq-slots settle`, Ledger.settle), a test suite that empties
+-- its server. Never needed for correctness: a settling ends by itself; this only
+-- shortens it.
 --
 -- KEYS[1]  epoch: the epoch (lib/epoch.lua)
 -- ARGV     none
@@ -19,5 +21,6 @@ local settled = redis.call('ZSCORE', KEYS[1], 'settled')
 local left = 0
 if settled and tonumber(settled) > now then left = tonumber(settled) - now end
 redis.call('ZADD', KEYS[1], string.format('%.0f', now), 'settled')
+redis.call('ZADD', KEYS[1], 'NX', string.format('%.0f', now), 'born')
 keep_epoch(KEYS[1])
 return left

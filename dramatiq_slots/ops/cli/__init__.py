@@ -1,6 +1,7 @@
 """The ``dramatiq-slots`` command: ``status`` shows the ledgers, ``why`` where one message is,
-``release`` frees holds by hand, ``set-capacity``, ``reset-capacity``, ``pause`` and ``resume``
-set the operators' controls, ``web`` serves the operators' page.
+``release`` frees holds by hand, ``settle`` ends a settling after a loss of data,
+``set-capacity``, ``reset-capacity``, ``pause`` and ``resume`` set the operators' controls,
+``web`` serves the operators' page.
 
 ::
 
@@ -16,6 +17,7 @@ set the operators' controls, ``web`` serves the operators' page.
     dramatiq-slots pause queue:emails             # nothing new starts; resume starts it again
     dramatiq-slots pause queue:emails --for 1h --reason "db migration"  # ends by itself
     dramatiq-slots resume --key sync:42
+    dramatiq-slots settle                         # end a settling after a loss of data (asks first)
     dramatiq-slots web                            # the operators' page on http://127.0.0.1:8000/slots/
     dramatiq-slots web --controls --user alice    # with the controls (sign in with the printed URL)
 
@@ -40,7 +42,7 @@ from collections.abc import Sequence
 from ...errors import ArgumentError
 from ...ledger.keys import KeySpace
 from .arguments import build_parser
-from .commands import control_command, release_command, status_command, why_command
+from .commands import control_command, release_command, settle_command, status_command, why_command
 from .connection import connect, pick_url, scrub, url_secrets
 from .exits import EXIT_INTERRUPTED, EXIT_NOTHING_DONE, PROG, Failure, err
 from .help import CONTROL_COMMANDS
@@ -68,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return web_command(args, client, args.command_parser)
             if args.command == "why":
                 return why_command(args, client)
+            if args.command == "settle":
+                return settle_command(args, client)
             if args.command in CONTROL_COMMANDS:
                 return control_command(args, client, args.command_parser)
             return release_command(args, client, args.command_parser)

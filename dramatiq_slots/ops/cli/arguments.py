@@ -19,6 +19,7 @@ from .help import (
     MAIN_EPILOG,
     RELEASE_EPILOG,
     SETTING_COMMANDS,
+    SETTLE_EPILOG,
     STATUS_EPILOG,
     WEB_EPILOG,
     WHY_EPILOG,
@@ -218,6 +219,15 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument(
         "--force", action="store_true", help="remove holds of live worker processes too (see below)"
     )
+
+    settle = add_subcommand(
+        commands,
+        "settle",
+        help="end the settling that follows a loss of the ledger's data",
+        description="End now the settling of the ledgers that follows a loss of their Redis's data.",
+        epilog=SETTLE_EPILOG,
+    )
+    settle.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
 
     for command, summary in CONTROL_COMMANDS.items():
         sets = command in SETTING_COMMANDS

@@ -1,5 +1,5 @@
-"""What each command does: ``status``, ``why``, ``release``, and the controls (``set-capacity``,
-``reset-capacity``, ``pause``, ``resume``).
+"""What each command does: ``status``, ``why``, ``release``, ``settle``, and the controls
+(``set-capacity``, ``reset-capacity``, ``pause``, ``resume``).
 
 ``release`` and the controls act on one ledger, shown and confirmed before they act:
 :func:`one_ledger` and :func:`confirmed` are their shared steps (and :func:`resolved`, status's too).
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from ...errors import ArgumentError
 from ...ledger.client import RedisClient, redacted_address
 from ...ledger.controls import Change, Provenance, default_by, duration_text
+from ...ledger.ledger import Ledger
 from ..inspection import Inspector, LedgerView, Released, Why, WhyUnknown
 from .connection import scrub, talking_to
 from .exits import EXIT_NOTHING_DONE, EXIT_OK, PROG, Failure, err
@@ -28,6 +29,7 @@ from .render import (
     holder_line,
     local_time,
     render_table,
+    settling_text,
     status_document,
     why_document,
     why_lines,
@@ -248,6 +250,25 @@ def release_command(args: argparse.Namespace, client: RedisClient, parser: argpa
         else:
             err(f"hold {clean(holder.token)} was already gone from {name}")
     return EXIT_OK if removed else EXIT_NOTHING_DONE
+
+
+# -- settle --------------------------------------------------------------------------------------
+
+
+def settle_command(args: argparse.Namespace, client: RedisClient) -> int:
+    ledger = Ledger(client, key_prefix=args.prefix)
+    settling = talking_to(client, ledger.settling)
+    if not settling:
+        print(f"nothing settles under prefix {clean(args.prefix)}: newcomers are admitted")
+        return EXIT_NOTHING_DONE
+    for epoch, now in settling.items():
+        print(f"{clean(epoch)}: {settling_text(now)}")
+    sys.stdout.flush()
+    if not confirmed(args.yes, "End it now?", nothing="nothing changed", act="end it"):
+        return EXIT_NOTHING_DONE
+    left = talking_to(client, lambda: ledger.settle([ledger.keys.tag_of(epoch) for epoch in settling]))
+    print(f"settled: newcomers are admitted ({left / 1000:.1f} s of settling were left)")
+    return EXIT_OK
 
 
 # -- controls ------------------------------------------------------------------------------------

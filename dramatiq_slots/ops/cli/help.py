@@ -152,6 +152,20 @@ rules (docs/operations.md); the workers' own user cannot write the controls.
 
 {EXIT_CODES}"""
 
+SETTLE_EPILOG = f"""\
+After the ledger's Redis lost its data (restarted without persistence, failed over
+to a replica without it, emptied), the first worker that finds it out keeps every
+newcomer out for restart_settle (2.5 beat intervals, 25 s by default) while the jobs
+that still run re-assert the holds the server forgot; status says how long is left.
+End it sooner once every worker has (each re-asserts within a second of the server
+answering again, and logs each hold it put back), or when you know no job ran. Ended
+too soon, a worker that re-asserts later puts its ledger over its capacity until the
+jobs drain. A brand-new deployment needs none of this: it admits at once.
+
+What is settling is shown, then ending it is confirmed on the terminal, unless --yes.
+
+{EXIT_CODES}"""
+
 CONTROL_COMMANDS = {
     "set-capacity": "override the capacity of a ledger, on every worker",
     "reset-capacity": "drop the override: the declared capacity is in force again",

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ...ledger.controls import Provenance, duration_text
+from ...ledger.replies import Settling
 from ..inspection import (
     HolderView,
     LedgerView,
@@ -329,3 +330,9 @@ def why_document(why: Why, *, address: str, prefix: str, at: float) -> dict[str,
     """What ``why --json`` prints: the answer's fields, ``state`` first."""
     data = asdict(why)
     return {"server": address, "prefix": prefix, "at": round(at, 3), "state": data.pop("state"), **data}
+
+
+def settling_text(settling: Settling) -> str:
+    """What one settling epoch means, for people."""
+    why = "after the ledger lost its data" if settling.lost else "on a first start"
+    return f"settling {why}, {settling.left_ms / 1000:.1f} s left: no newcomer is admitted"
