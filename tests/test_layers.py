@@ -1,7 +1,8 @@
 """The package's five folders, and which may import which: read from every module's imports.
 
 ``ledger/`` is the Redis side; ``worker/`` the state of one worker process; ``waiting/`` where a
-message waits for its slot; ``middleware/`` the dramatiq glue; ``ops/`` the operator tools. A
+message waits for its slot; ``middleware/`` the dramatiq glue; ``ops/`` the operator tools; and
+``testing/``, for users' test suites, above them all and imported by none. A
 folder imports only the folders below it (``ops/`` only ``ledger/``), plus the top-level
 ``errors``, ``failpoints`` and ``borrowed`` (dramatiq's internals, :mod:`dramatiq_slots.borrowed`),
 which import nothing of the package; ``ledger/`` and ``ops/`` import neither dramatiq nor
@@ -33,6 +34,9 @@ ALLOWED: dict[str, set[str]] = {
     "waiting": {"worker", "ledger"},
     "middleware": {"waiting", "worker", "ledger"},
     "ops": {"ledger"},
+    # Users' test suites (docs/testing.md), never on a message's path: above every folder, so it
+    # may import them all, and none may import it (no other folder lists it).
+    "testing": {"middleware", "waiting", "worker", "ledger"},
 }
 #: Top-level modules any folder may import: they import nothing of the package (``borrowed`` only
 #: the folders that may import dramatiq).
