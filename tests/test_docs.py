@@ -21,8 +21,6 @@ import importlib.util
 import inspect
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,7 @@ from dramatiq_slots.middleware.metrics import PrometheusMetrics
 
 # The internal modules these tests read, in one place: update these lines when the modules move.
 from dramatiq_slots.ops.cli.arguments import build_parser as cli_parser
-from tests.support.command import RUN_TIMEOUT, user_env
+from tests.support.command import run_python
 from tests.support.doc_blocks import Block, blocks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -468,15 +466,7 @@ def test_every_self_contained_python_block_runs_alone(tmp_path: Path) -> None:
     for block in python_blocks():
         if block.kind:
             continue
-        done = subprocess.run(
-            [sys.executable, "-c", block.text],
-            cwd=tmp_path,
-            env=user_env(),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT,
-            check=False,
-        )
+        done = run_python(block.text, cwd=tmp_path)
         ran += 1
         if done.returncode != 0:
             wrong.append(f"{block.where} (mark it <!-- partial --> if it needs more):\n{done.stderr[-2000:]}")
@@ -541,7 +531,7 @@ print(json.dumps(failed))
 """
 
 
-def test_every_dotted_path_in_the_docs_imports(tmp_path: Path) -> None:
+def test_every_dotted_path_in_the_docs_imports() -> None:
     paths = dotted_paths()
     for sure in (
         "dramatiq_slots.Slots",
@@ -549,16 +539,7 @@ def test_every_dotted_path_in_the_docs_imports(tmp_path: Path) -> None:
         "dramatiq_slots.testing.pytest_plugin",
     ):
         assert sure in paths, f"{sure} is in the docs: the search for dotted paths missed it"
-    done = subprocess.run(
-        [sys.executable, "-c", IMPORTER],
-        input=json.dumps(sorted(paths)),
-        cwd=ROOT,
-        env=user_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        check=False,
-    )
+    done = run_python(IMPORTER, cwd=ROOT, stdin=json.dumps(sorted(paths)))
     assert done.returncode == 0, done.stderr
     failed = json.loads(done.stdout.strip().splitlines()[-1])
     assert not failed, "\n".join(f"{paths[path]}: {path}: {why}" for path, why in failed.items())

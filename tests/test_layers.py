@@ -16,14 +16,12 @@ dramatiq.
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.command import RUN_TIMEOUT, user_env
+from tests.support.command import run_python
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dramatiq_slots"
 
@@ -144,18 +142,6 @@ def test_every_other_module_lives_in_a_folder() -> None:
     assert strays == [], f"a new module belongs in one of the folders {sorted(ALLOWED)}, not at the top"
 
 
-def run_python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=user_env(),
-        timeout=RUN_TIMEOUT,
-        check=False,
-        cwd=PACKAGE.parent,
-    )
-
-
 def test_the_whole_ledger_package_imports_without_dramatiq() -> None:
     done = run_python(
         "import importlib, pkgutil, sys\n"
@@ -164,7 +150,8 @@ def test_the_whole_ledger_package_imports_without_dramatiq() -> None:
         "    importlib.import_module(info.name)\n"
         "assert 'dramatiq' not in sys.modules, sorted(m for m in sys.modules if m.startswith('dramatiq.'))\n"
         "assert 'dramatiq_slots.middleware' not in sys.modules\n"
-        "print('ok', ledger.SCRIPTS[0])\n"
+        "print('ok', ledger.SCRIPTS[0])\n",
+        cwd=PACKAGE.parent,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", "enter"]
@@ -183,7 +170,8 @@ def test_dramatiq_slots_status_runs_without_dramatiq_or_the_middleware(redis_ser
         "loaded = sorted(m for m in sys.modules if m == 'dramatiq' or m.startswith(('dramatiq.', "
         "'dramatiq_slots.middleware', 'dramatiq_slots.worker', 'dramatiq_slots.waiting')))\n"
         "print('exit', code, 'loaded', loaded, file=sys.stderr)\n"
-        "assert code == 0 and loaded == [], loaded\n"
+        "assert code == 0 and loaded == [], loaded\n",
+        cwd=PACKAGE.parent,
     )
     assert done.returncode == 0, done.stderr
     assert "prefix layers-test" in done.stdout
@@ -200,7 +188,8 @@ def test_the_commands_help_and_the_web_page_load_no_dramatiq_either() -> None:
         "    except SystemExit as e:\n"
         "        assert e.code == 0, (argv, e.code)\n"
         "import dramatiq_slots.ops.cli.web, dramatiq_slots.ops.web  # the page, mounted or alone\n"
-        "assert 'dramatiq' not in sys.modules\n"
+        "assert 'dramatiq' not in sys.modules\n",
+        cwd=PACKAGE.parent,
     )
     assert done.returncode == 0, done.stderr
     assert "usage: dramatiq-slots" in done.stdout

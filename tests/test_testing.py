@@ -18,7 +18,7 @@ from dramatiq.middleware import TimeLimit
 from dramatiq_slots import Ledger, Limit, Slots
 from dramatiq_slots.testing import URL_ENV, EmbeddedRedis, ServerError
 from dramatiq_slots.testing import server as testing_server
-from tests.support.command import RUN_TIMEOUT, user_env
+from tests.support.command import RUN_TIMEOUT, run_python, user_env
 from tests.support.doc_blocks import write_files
 from tests.support.waiting import wait_until
 
@@ -135,20 +135,12 @@ def test_no_server_found_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_the_plugin_puts_its_url_in_the_environment_before_any_test() -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import os\n"
-            "from dramatiq_slots.testing import URL_ENV\n"
-            "from dramatiq_slots.testing import pytest_plugin\n"
-            "assert os.environ[URL_ENV] == pytest_plugin.SERVER.url, os.environ.get(URL_ENV)\n"
-            "assert not pytest_plugin.SERVER.running  # it starts when pytest is configured\n",
-        ],
+    done = run_python(
+        "import os\n"
+        "from dramatiq_slots.testing import URL_ENV\n"
+        "from dramatiq_slots.testing import pytest_plugin\n"
+        "assert os.environ[URL_ENV] == pytest_plugin.SERVER.url, os.environ.get(URL_ENV)\n"
+        "assert not pytest_plugin.SERVER.running  # it starts when pytest is configured\n",
         env={**user_env(), URL_ENV: "redis://elsewhere:6379/0"},
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-        check=False,
     )
     assert done.returncode == 0, done.stderr

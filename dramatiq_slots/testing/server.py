@@ -137,11 +137,12 @@ class EmbeddedRedis:
         """Start the server and wait until it answers; returns self."""
         if self.running:
             return self
+        self.stop()  # after a server that ended by itself: its folder goes too
         binary = self.binary or find_server()
-        self.folder.mkdir(mode=0o700)
         command = [binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700"]
         command += ["--save", "", "--appendonly", "no", "--dir", str(self.folder), "--logfile", ""]
         try:
+            self.folder.mkdir(mode=0o700)
             with open(self.folder / "server.log", "wb") as log:
                 self._watchdog = subprocess.Popen(  # noqa: S603 -- our own command line, no shell
                     [sys.executable, "-c", _WATCHDOG, *command],
