@@ -8,7 +8,10 @@ As ``tests/test_security.py`` reads the README's ACL line and runs it, these rea
 - the metrics (docs/operations.md) against the ones ``dramatiq_slots``' metrics module makes;
 - the ``dramatiq-slots`` subcommands and their flags named anywhere in the docs against the
   command's parser;
-- the script table of docs/design.md against the ``.lua`` files and their headers' replies.
+- the script table of docs/design.md against the ``.lua`` files and their headers' replies;
+- the code of README.md and docs/*.md: every Python block compiles, every self-contained one runs
+  alone, every dotted path imports (CONTRIBUTING.md, "Code in the docs runs"; the examples made
+  of ``<!-- file: -->`` blocks run in ``tests/test_quickstart.py`` and ``tests/test_testing.py``).
 
 No server is needed: nothing here talks to Redis.
 """
