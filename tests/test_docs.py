@@ -8,7 +8,10 @@ As ``tests/test_security.py`` reads the README's ACL line and runs it, these rea
 - the metrics (docs/operations.md) against the ones ``dramatiq_slots``' metrics module makes;
 - the ``dramatiq-slots`` subcommands and their flags named anywhere in the docs against the
   command's parser;
-- the script table of docs/design.md against the ``.lua`` files and their headers' replies.
+- the script table of docs/design.md against the ``.lua`` files and their headers' replies;
+- the code of README.md and docs/*.md: every Python block compiles, every self-contained one runs
+  alone, every dotted path imports (CONTRIBUTING.md, "Code in the docs runs"; the examples made
+  of ``<!-- file: -->`` blocks run in ``tests/test_quickstart.py`` and ``tests/test_testing.py``).
 
 No server is needed: nothing here talks to Redis.
 """
@@ -17,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import inspect
+import json
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -33,6 +38,8 @@ from dramatiq_slots.middleware.metrics import PrometheusMetrics
 
 # The internal modules these tests read, in one place: update these lines when the modules move.
 from dramatiq_slots.ops.cli.arguments import build_parser as cli_parser
+from tests.support.command import run_python
+from tests.support.doc_blocks import Block, blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -406,3 +413,136 @@ def test_operations_md_names_every_action_and_json_endpoint_of_the_web_page() ->
     for endpoint in endpoints - {"actions"}:
         assert re.search(rf"`{endpoint}(\?[^`]*)?`", text), f"docs/operations.md: the JSON of /api/{endpoint}"
     assert "api/actions/<action>" in text
+
+
+# -- the code of the docs runs -------------------------------------------------------------------
+
+#: The pages whose code blocks must run (CONTRIBUTING.md, "Code in the docs runs").
+CODE_PAGES = [README, *sorted(DOCS.glob("*.md"))]
+#: The pages whose ``<!-- file: NAME -->`` blocks a test writes out and runs whole.
+FILE_RUNNERS = {
+    "README.md": "tests/test_quickstart.py",
+    "quickstart.md": "tests/test_quickstart.py",
+    "testing.md": "tests/test_testing.py",
+}
+#: Dotted words of the docs that are Lua's, not Python's (the scripts' prose).
+LUA_NAMES = {"redis.call", "redis.pcall"}
+#: The loggers the package logs on (a dotted name, not a module).
+LOGGERS = {
+    name
+    for path in PACKAGE.rglob("*.py")
+    for name in re.findall(r'getLogger\("([^"]+)"\)', path.read_text("utf-8"))
+}
+
+DOTTED = re.compile(r"(?<![\w./@-])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)")
+
+
+def code_blocks() -> list[Block]:
+    return [block for page in CODE_PAGES for block in blocks(page)]
+
+
+def python_blocks() -> list[Block]:
+    found = [block for block in code_blocks() if block.lang == "python"]
+    assert len(found) > 10, "the docs' Python blocks were not found"
+    return found
+
+
+def test_every_python_block_compiles() -> None:
+    wrong = []
+    for block in python_blocks():
+        try:
+            compile(block.text, block.where, "exec")
+        except SyntaxError as e:
+            wrong.append(f"{block.where}: {e}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_only_pages_a_test_runs_hold_files_of_an_example() -> None:
+    holding = {block.page.name for block in code_blocks() if block.kind == "file"}
+    assert holding <= set(FILE_RUNNERS), f"<!-- file: --> blocks on a page no test runs: {holding}"
+
+
+def test_every_self_contained_python_block_runs_alone(tmp_path: Path) -> None:
+    """Each block without a ``<!-- partial -->`` or ``<!-- file: -->`` mark, in a fresh interpreter,
+    in an empty folder, with no Redis URL in the environment (a block that needs a server is partial)."""
+    ran, wrong = 0, []
+    for block in python_blocks():
+        if block.kind:
+            continue
+        done = run_python(block.text, cwd=tmp_path)
+        ran += 1
+        if done.returncode != 0:
+            wrong.append(f"{block.where} (mark it <!-- partial --> if it needs more):\n{done.stderr[-2000:]}")
+    assert ran, "no self-contained block ran: the check checks nothing"
+    assert not wrong, "\n".join(wrong)
+
+
+def _is_module(name: str) -> bool:
+    """A top-level module (not a namespace package, such as a folder of this repository)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.origin is not None
+
+
+def dotted_paths() -> dict[str, str]:
+    """Every dotted path of a module in the docs' code (blocks and inline code) -> where first
+    seen; and what the partial Python blocks import (``from M import N`` as ``M.N``)."""
+    found: dict[str, str] = {}
+    texts = [(block.where, block.text) for block in code_blocks() if block.lang != "lua"]
+    for page in CODE_PAGES:
+        prose = re.sub(r"^```.*?^```", "", page.read_text("utf-8"), flags=re.MULTILINE | re.DOTALL)
+        texts += [(page.name, span) for span in code_spans(prose)]
+    for where, text in texts:
+        for match in DOTTED.finditer(text):
+            found.setdefault(match[1], where)
+    for block in python_blocks():
+        for node in ast.walk(ast.parse(block.text)):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    found.setdefault(f"{node.module}.{alias.name}", block.where)
+    return {
+        path: where
+        for path, where in found.items()
+        if path not in LUA_NAMES | LOGGERS and _is_module(path.split(".")[0])
+    }
+
+
+#: Imports each dotted path given as JSON on stdin; prints the ones that fail, with why.
+IMPORTER = """\
+import importlib, json, sys
+failed = {}
+for path in json.load(sys.stdin):
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError as e:
+            tried = ".".join(parts[:cut])
+            if e.name is None or not (tried == e.name or tried.startswith(e.name + ".")):
+                failed[path] = repr(e)
+                break
+            continue
+        try:
+            for name in parts[cut:]:
+                found = getattr(found, name)
+        except AttributeError as e:
+            failed[path] = repr(e)
+        break
+print(json.dumps(failed))
+"""
+
+
+def test_every_dotted_path_in_the_docs_imports() -> None:
+    paths = dotted_paths()
+    for sure in (
+        "dramatiq_slots.Slots",
+        "dramatiq.brokers.redis.RedisBroker",
+        "dramatiq_slots.testing.pytest_plugin",
+    ):
+        assert sure in paths, f"{sure} is in the docs: the search for dotted paths missed it"
+    done = run_python(IMPORTER, cwd=ROOT, stdin=json.dumps(sorted(paths)))
+    assert done.returncode == 0, done.stderr
+    failed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not failed, "\n".join(f"{paths[path]}: {path}: {why}" for path, why in failed.items())

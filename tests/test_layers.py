@@ -1,7 +1,8 @@
 """The package's five folders, and which may import which: read from every module's imports.
 
 ``ledger/`` is the Redis side; ``worker/`` the state of one worker process; ``waiting/`` where a
-message waits for its slot; ``middleware/`` the dramatiq glue; ``ops/`` the operator tools. A
+message waits for its slot; ``middleware/`` the dramatiq glue; ``ops/`` the operator tools; and
+``testing/``, for users' test suites, above them all and imported by none. A
 folder imports only the folders below it (``ops/`` only ``ledger/``), plus the top-level
 ``errors``, ``failpoints`` and ``borrowed`` (dramatiq's internals, :mod:`dramatiq_slots.borrowed`),
 which import nothing of the package; ``ledger/`` and ``ops/`` import neither dramatiq nor
@@ -15,14 +16,12 @@ dramatiq.
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.command import RUN_TIMEOUT, user_env
+from tests.support.command import run_python
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dramatiq_slots"
 
@@ -33,6 +32,9 @@ ALLOWED: dict[str, set[str]] = {
     "waiting": {"worker", "ledger"},
     "middleware": {"waiting", "worker", "ledger"},
     "ops": {"ledger"},
+    # Users' test suites (docs/testing.md), never on a message's path: above every folder, so it
+    # may import them all, and none may import it (no other folder lists it).
+    "testing": {"middleware", "waiting", "worker", "ledger"},
 }
 #: Top-level modules any folder may import: they import nothing of the package (``borrowed`` only
 #: the folders that may import dramatiq).
@@ -140,18 +142,6 @@ def test_every_other_module_lives_in_a_folder() -> None:
     assert strays == [], f"a new module belongs in one of the folders {sorted(ALLOWED)}, not at the top"
 
 
-def run_python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=user_env(),
-        timeout=RUN_TIMEOUT,
-        check=False,
-        cwd=PACKAGE.parent,
-    )
-
-
 def test_the_whole_ledger_package_imports_without_dramatiq() -> None:
     done = run_python(
         "import importlib, pkgutil, sys\n"
@@ -160,7 +150,8 @@ def test_the_whole_ledger_package_imports_without_dramatiq() -> None:
         "    importlib.import_module(info.name)\n"
         "assert 'dramatiq' not in sys.modules, sorted(m for m in sys.modules if m.startswith('dramatiq.'))\n"
         "assert 'dramatiq_slots.middleware' not in sys.modules\n"
-        "print('ok', ledger.SCRIPTS[0])\n"
+        "print('ok', ledger.SCRIPTS[0])\n",
+        cwd=PACKAGE.parent,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ok", "enter"]
@@ -179,7 +170,8 @@ def test_dramatiq_slots_status_runs_without_dramatiq_or_the_middleware(redis_ser
         "loaded = sorted(m for m in sys.modules if m == 'dramatiq' or m.startswith(('dramatiq.', "
         "'dramatiq_slots.middleware', 'dramatiq_slots.worker', 'dramatiq_slots.waiting')))\n"
         "print('exit', code, 'loaded', loaded, file=sys.stderr)\n"
-        "assert code == 0 and loaded == [], loaded\n"
+        "assert code == 0 and loaded == [], loaded\n",
+        cwd=PACKAGE.parent,
     )
     assert done.returncode == 0, done.stderr
     assert "prefix layers-test" in done.stdout
@@ -196,7 +188,8 @@ def test_the_commands_help_and_the_web_page_load_no_dramatiq_either() -> None:
         "    except SystemExit as e:\n"
         "        assert e.code == 0, (argv, e.code)\n"
         "import dramatiq_slots.ops.cli.web, dramatiq_slots.ops.web  # the page, mounted or alone\n"
-        "assert 'dramatiq' not in sys.modules\n"
+        "assert 'dramatiq' not in sys.modules\n",
+        cwd=PACKAGE.parent,
     )
     assert done.returncode == 0, done.stderr
     assert "usage: dramatiq-slots" in done.stdout

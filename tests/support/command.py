@@ -30,6 +30,23 @@ def user_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def run_python(
+    code: str, *, cwd: Path | str | None = None, stdin: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in this environment, to its end, its output captured (no Redis URL of the
+    caller's unless ``env`` gives one)."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env if env is not None else user_env(),
+        cwd=cwd,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+
+
 def run_command(
     *args: str, command: list[str] = MODULE, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:

