@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from dramatiq_slots import Ledger
 from tests.conftest import DEFAULT_ENGINE_ORDER
 from tests.support.command import RUN_TIMEOUT, user_env
 from tests.support.doc_blocks import blocks, write_files
@@ -38,8 +37,8 @@ QUICKSTART = ROOT / "docs" / "quickstart.md"
 LOG_LINE = re.compile(
     r"^\[(?P<at>[\d-]+ [\d:]+,\d{3})\] \[PID \d+\] \[[^]]+\] \[(?P<logger>[^]]+)\] \[\w+\] (?P<text>.*)$"
 )
-#: How long a whole run may take: today a brand-new Redis settles 25 s before its first capped job.
-RUN_DEADLINE_S = 120.0
+#: How long a whole run may take.
+RUN_DEADLINE_S = 60.0
 
 
 def commands(page: Path) -> tuple[list[str], list[str]]:
@@ -171,14 +170,15 @@ def test_the_readme_quick_start_as_written(tmp_path: Path, fresh_server: Server)
         f"capped job ({(first - sent).total_seconds():.2f} s after the send ended); peak {peak(every)} of 3"
     )
     assert peak(every) <= 3, every
+    # A brand-new deployment does not settle (docs/design.md, "Restarted empty: the epoch"): before
+    # it did, the first capped job came 30 s after the send.
+    assert (first - sent).total_seconds() <= 1.0, "the first capped job waited"
 
 
 def test_the_quickstart_pages_runtime_key(tmp_path: Path, fresh_server: Server) -> None:
     # The README's tasks.py (the setup), then the page's own files.
     write_files(README, tmp_path)
     assert write_files(QUICKSTART, tmp_path) == ["accounts.py"]
-    with fresh_server.client() as client:
-        Ledger(client).settle()  # this test's own server, no job on it: not a first start's test
     start_worker, send = commands(QUICKSTART)
     env = environment(fresh_server)
     with worker(start_worker, tmp_path, env) as log:
