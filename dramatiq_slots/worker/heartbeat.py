@@ -215,9 +215,13 @@ class Heartbeat:
             return report
         refresh = [member for hold in held for member in hold.members()]
         release = [member for hold in owed for member in hold.members()]
+        lines = [limit for hold in waiting for limit in hold.limits]
         # An owed release frees slots that claims may wait for: the same beat hands them on, as a
-        # release does (the owed first: a waiting claim's capacity wins over a stray's placeholder).
-        lines = [limit for hold in [*owed, *waiting] for limit in hold.limits]
+        # release does. A ledger listed for that alone that Redis refuses holds nothing of ours
+        # to release: its refusal is no one's (below).
+        kept = {limit.ledger for hold in [*held, *waiting] for limit in hold.limits}
+        freed = [limit for hold in owed for limit in hold.limits if limit.ledger not in kept]
+        lines += freed
         # The fair-share groups whose lines this process's claims wait in (lib/turns.lua).
         self._groups = [(limit.ledger, group_of(hold.token)) for hold in waiting for limit in hold.limits]
         sent = self.registry.monotonic()
@@ -230,6 +234,8 @@ class Heartbeat:
             report.stopped = self._lapsing([hold for hold in held if hold.strict], e)
             return report
         self.beats += 1
+        if freed:
+            lost.refused = {ledger: e for ledger, e in lost.refused.items() if ledger in kept}
         self._refusals(lost.refused, held)
         redis_ms = lost.redis_ms or (lost.declared.redis_ms if lost.declared is not None else None)
         redis_ms = redis_ms or lost.reported_ms

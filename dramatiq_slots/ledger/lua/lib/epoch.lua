@@ -19,8 +19,11 @@
 -- - else it is a first start (nobody knew an epoch, nobody listens), and it settles only until
 --   the server has been up for FIRST_START_UP_MS: a server that has just restarted is given that
 --   long for its live processes to reconnect (they retry every 0.25 s, and each then beats with
---   the epoch it knew, which lengthens the settling to a loss's). INFO's uptime is whole seconds,
---   rounded either way, so a server up for s of them has been up for at least s - 1.
+--   the epoch it knew, which lengthens the settling to a loss's). INFO's uptime counts the whole
+--   seconds of the clock since the start's (s of them: the server started before the second
+--   now's began, less s - 1), so it has been up at least s - 1 seconds and the ms into this one;
+--   when INFO is refused (the README's ACL), the server may have just started: it waits the
+--   whole FIRST_START_UP_MS.
 -- A caller that knew another epoch than the one in course while it settles lengthens it to
 -- `settle` ms from its birth (a loss the first start did not know of), and marks it "lost".
 --
@@ -30,7 +33,7 @@
 -- (PEXPIRE).
 
 local EPOCH_KEEP_MS = 86400000
-local FIRST_START_UP_MS = 1000
+local FIRST_START_UP_MS = 500
 
 local function settling(key, now, settle, known, controls)
   local e, at = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES'), {}
@@ -39,8 +42,10 @@ local function settling(key, now, settle, known, controls)
     local heard = redis.call('PUBLISH', controls, '')
     local left, lost = settle, known > 0 or heard > 0
     if not lost then
-      local up = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)')) or 0
-      left = math.max(0, math.min(settle, FIRST_START_UP_MS - (up - 1) * 1000))
+      local info = redis.pcall('INFO', 'server')
+      local up = type(info) == 'string' and tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+      local lower = up and math.max(0, (up - 1) * 1000 + now % 1000) or 0
+      left = math.max(0, math.min(settle, FIRST_START_UP_MS - lower))
     end
     redis.call('ZADD', key, string.format('%.0f', now + left), 'settled', string.format('%.0f', now), 'born')
     if lost then redis.call('ZADD', key, string.format('%.0f', now), 'lost') end
