@@ -10,10 +10,13 @@ message back, and the boot check falls back, saying why, where the queue does no
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +39,10 @@ JOBS = 60
 #: Deadlines (s), bounded and generous for a loaded 2-core machine.
 BOOT_TIMEOUT = 60.0
 RUN_TIMEOUT = 60.0
+#: How long an idle worker's CPU is measured (s), and the most it may use of a core meanwhile (a
+#: loop that spins takes a whole core; dramatiq's own consumers poll every worker_timeout).
+IDLE_S = 2.0
+IDLE_CPU_MAX = 0.25
 
 
 @pytest.fixture
@@ -50,6 +57,15 @@ def _gevent_hosts(cluster: WorkerFleet, *names: str, threads: int = 8) -> list[W
     groups = [cluster.start_group(name, threads=threads, runner=DRAMATIQ_GEVENT) for name in names]
     cluster.wait_ready(*groups, timeout=BOOT_TIMEOUT)
     return groups
+
+
+def _cpu_s(pids: Iterable[int]) -> float:
+    """The CPU time (user and system, s) the processes ``pids`` have used so far."""
+    ticks = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text("utf-8").rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _view(cluster: WorkerFleet) -> LedgerView:
@@ -70,7 +86,7 @@ def test_two_gevent_hosts_hold_the_cap_and_park_instead_of_deferring(
     make_fleet: Callable[..., WorkerFleet],
 ) -> None:
     cluster = make_fleet()
-    _gevent_hosts(cluster, "ga", "gb")
+    hosts = _gevent_hosts(cluster, "ga", "gb")
 
     sent = cluster.send_capped(JOBS)
     parked = wait_until(
@@ -84,15 +100,22 @@ def test_two_gevent_hosts_hold_the_cap_and_park_instead_of_deferring(
     runs = cluster.probe.runs(CAPPED_SCOPE)
     peak = cluster.probe.peak(CAPPED_SCOPE)
     deferrals = sum(cluster.probe.deferrals().values())
+    # Idle, nothing of Slots may spin: its threads are greenlets, which yield only when they block.
+    workers = set().union(*(cluster.pids_of(host) for host in hosts))
+    before = _cpu_s(workers)
+    time.sleep(IDLE_S)  # a window of measure, not a wait for an event
+    idle = (_cpu_s(workers) - before) / IDLE_S / len(workers)
     print(
         f"\nMEASURE gevent: {len(runs)} runs for {len(sent)} messages, peak {peak} of cap {CAP}, "
-        f"{deferrals} deferrals, {parked} parked at once (first seen)"
+        f"{deferrals} deferrals, {parked} parked at once (first seen); idle, {idle:.1%} of a core "
+        "per worker process"
     )
     assert peak <= CAP and max_overlap(runs) <= CAP, f"{peak} ran at once, cap {CAP}\n{cluster.tails()}"
     assert peak == CAP, f"the cap was never used: peak {peak}"
     assert sorted(r.message_id for r in runs) == sorted(sent), "a message was lost or ran twice"
     assert {r.group for r in runs} == {"ga", "gb"}, "one host did all the work"
     assert deferrals == 0, f"{deferrals} deferrals: the gate should have parked them\n{cluster.tails()}"
+    assert idle < IDLE_CPU_MAX, f"an idle gevent worker process uses {idle:.0%} of a core: something spins"
 
 
 @pytest.mark.slow
