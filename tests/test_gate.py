@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import dramatiq
@@ -197,14 +198,41 @@ def test_a_slot_freed_by_expiry_is_handed_to_the_line_by_the_next_beat(
     assert slots.ledger.holders(limit.ledger) == []
 
 
-def test_on_an_untested_dramatiq_messages_wait_in_their_threads(
+def _failing_boot_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gated queue fails at once, as under a runtime it does not work with (the class that
+    subclassed gevent's queue)."""
+
+    def broken(self: GatedWorkQueue, block: bool = True, timeout: float | None = None) -> Any:
+        raise AttributeError("'GatedWorkQueue' object has no attribute 'not_empty'")
+
+    monkeypatch.setattr(GatedWorkQueue, "get", broken)
+
+
+#: Why the gate is not installed: how the test brings it about, and what the WARNING says.
+FALLBACKS: dict[str, tuple[Callable[[pytest.MonkeyPatch], object], str]] = {
+    "an untested dramatiq": (
+        lambda monkeypatch: untested(monkeypatch, borrowed.WORK_QUEUE),
+        "refused messages wait in their worker threads",
+    ),
+    "a failed boot check": (
+        _failing_boot_check,
+        "The gated work queue failed its boot check in this process (AttributeError: 'GatedWorkQueue' "
+        "object has no attribute 'not_empty'): refused messages wait in their worker threads",
+    ),
+}
+
+
+@pytest.mark.parametrize("cause", FALLBACKS)
+def test_without_the_gate_messages_wait_in_their_threads_and_a_warning_says_why(
     broker: RedisBroker,
     add_slots: SlotsFactory,
     probe: Probe,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    cause: str,
 ) -> None:
-    untested(monkeypatch, borrowed.WORK_QUEUE)
+    bring_about, warning = FALLBACKS[cause]
+    bring_about(monkeypatch)
     slots = add_slots()
     limit = Limit(slots.keys.queue("capped"), 1)
 
@@ -219,7 +247,7 @@ def test_on_an_untested_dramatiq_messages_wait_in_their_threads(
         wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 1, timeout=10, what="the message in line")
         slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
         probe.wait_runs(1)
-    assert "refused messages wait in their worker threads" in caplog.text
+    assert warning in caplog.text
 
 
 def test_worker_join_waits_for_parked_messages(
@@ -394,38 +422,3 @@ def test_a_thread_that_dies_in_the_gate_loses_no_message_and_leaves_no_hold(
         what="no hold and no claim left",
     )
     assert broker.client.llen(f"{broker.namespace}:capped") == 0
-
-
-def test_a_work_queue_that_fails_its_boot_check_is_not_installed_and_the_warning_says_why(
-    broker: RedisBroker,
-    add_slots: SlotsFactory,
-    probe: Probe,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # As under a runtime the queue does not work with (the class subclassing gevent's queue).
-    def broken(self: GatedWorkQueue, block: bool = True, timeout: float | None = None) -> Any:
-        raise AttributeError("'GatedWorkQueue' object has no attribute 'not_empty'")
-
-    monkeypatch.setattr(GatedWorkQueue, "get", broken)
-    slots = add_slots()
-    limit = Limit(slots.keys.queue("capped"), 1)
-
-    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
-    def capped() -> None:
-        probe.record("capped")
-
-    hold_elsewhere(slots, limit)
-    with (
-        caplog.at_level("WARNING", logger="dramatiq_slots.middleware"),
-        running_worker(broker, threads=1) as worker,
-    ):
-        assert not isinstance(worker.work_queue, GatedWorkQueue)
-        capped.send()
-        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 1, timeout=10, what="the message in line")
-        slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
-        probe.wait_runs(1)
-    assert (
-        "The gated work queue failed its boot check in this process (AttributeError: 'GatedWorkQueue' "
-        "object has no attribute 'not_empty'): refused messages wait in their worker threads"
-    ) in caplog.text
