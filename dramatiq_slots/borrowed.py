@@ -105,10 +105,12 @@ _warned_lock = threading.Lock()
 WORK_QUEUE = Touchpoint(
     "work queue",
     uses=(
-        "Worker.work_queue, a PriorityQueue of _WorkQueueItem(priority, message) that the worker's "
-        "threads take by reference when they are made, after before_worker_boot; WorkerThread.run "
-        "takes from it with get(timeout=...) and calls task_done(); Worker.stop drains it with "
-        "get_nowait and requeues item.message; Worker.join waits on join() and unfinished_tasks"
+        "Worker.work_queue, a PriorityQueue (gevent's, once gevent has patched the standard "
+        "library) of _WorkQueueItem(priority, message) that the worker's threads take by reference "
+        "when they are made, after before_worker_boot; of it the worker calls only put (consumers), "
+        "get(timeout=...) and task_done() (WorkerThread.run), get_nowait (Worker.stop's drain, "
+        "which requeues item.message), join() and unfinished_tasks (Worker.join), so an object of "
+        "another class with these serves in its place"
     ),
     outside="the gate is not installed: refused messages wait in their worker threads, at most "
     "waiting_share of them",
@@ -118,14 +120,15 @@ WORK_QUEUE = Touchpoint(
 
 def can_replace_work_queue(worker: object) -> bool:
     """Whether ``worker``'s work queue may be replaced: a tested dramatiq, and still its own plain,
-    empty ``PriorityQueue`` (call it in ``before_worker_boot``)."""
+    empty ``PriorityQueue`` (the class ``queue`` has in this process: gevent's once patched; call
+    it in ``before_worker_boot``)."""
     if not WORK_QUEUE.check():
         return False
     queue = getattr(worker, "work_queue", None)
     return type(queue) is PriorityQueue and queue.empty()
 
 
-def replace_work_queue(worker: Any, queue: PriorityQueue[Any]) -> None:
+def replace_work_queue(worker: Any, queue: object) -> None:
     """Put ``queue`` in place of ``worker``'s work queue (before any thread reads it)."""
     worker.work_queue = queue
 

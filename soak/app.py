@@ -12,6 +12,7 @@ A mixed workload on one fleet, every actor recording its runs in the history
 ``roomy_job(i, ms)``           queue ``soak_roomy``, a cap with room to spare: holds linger between
                                jobs (``reuse_window``) and are taken over by the next ones
 ``strict_job(i, ms)``          queue ``soak_strict``, ``queue_capacity``, ``on_lost_hold="interrupt"``
+                               (not declared on a ``dramatiq-gevent`` host, where it is refused)
 ``fenced_job(i, ms)``          queue ``soak_fenced``, key ``fenced``: writes to a SQLite store with
                                its fencing token when it starts and when it ends (:mod:`soak.store`)
 
@@ -34,6 +35,7 @@ from dramatiq.middleware import CurrentMessage, Middleware, TimeLimit
 from dramatiq.results import Results
 
 from dramatiq_slots import Slots, current_hold
+from dramatiq_slots.worker.interrupts import on_greenlets
 
 from . import store
 from .config import (
@@ -188,11 +190,14 @@ def free_job(i: int, ms: int) -> None:
     _work("free_job", [queue_scope(FREE)], ms)
 
 
-@dramatiq.actor(
-    queue_name=STRICT, queue_capacity=config.strict_capacity, on_lost_hold="interrupt", **_retries
-)
 def strict_job(i: int, ms: int) -> None:
     _work("strict_job", [queue_scope(STRICT)], ms, strict=True)
+
+
+if not on_greenlets():  # strict mode is refused under gevent: its hosts do not serve the queue
+    dramatiq.actor(
+        queue_name=STRICT, queue_capacity=config.strict_capacity, on_lost_hold="interrupt", **_retries
+    )(strict_job)
 
 
 @dramatiq.actor(queue_name=FENCED, unique_at_runtime_key=FENCED_KEY, **_retries)

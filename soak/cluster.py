@@ -12,9 +12,10 @@ the broker
 the oracle
     the history (:mod:`soak.history`) and the Results backend; never faulted.
 
-A *host* is one ``dramatiq soak.app --processes P --threads T`` command line in its own process
-group; a host killed or stopped gracefully is started again as a new generation, with the same
-name. :class:`Watch` samples the ledgers and the process reports into the history.
+A *host* is one ``dramatiq soak.app --processes P --threads T`` command line (``dramatiq-gevent``
+for the config's ``gevent_hosts``) in its own process group; a host killed or stopped gracefully
+is started again as a new generation, with the same name. :class:`Watch` samples the ledgers and
+the process reports into the history.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ logger = logging.getLogger("soak.cluster")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DRAMATIQ = Path(sys.executable).parent / "dramatiq"
+DRAMATIQ_GEVENT = Path(sys.executable).parent / "dramatiq-gevent"
 DURABLE = ("--appendonly", "yes", "--appendfsync", "always")
 
 #: Every ledger's live members with their scores, the ledger server's clock, and every process
@@ -113,8 +115,9 @@ class Host:
                 "dramatiq_worker_timeout": str(self.config.worker_timeout),
             }
         )
+        runner = DRAMATIQ_GEVENT if self.name in self.config.gevent_hosts else DRAMATIQ
         command = [
-            str(DRAMATIQ),
+            str(runner),
             "soak.app",
             "--processes",
             str(self.config.processes),

@@ -120,6 +120,9 @@ class SoakConfig:
     #: How many coalesce messages are sent at once (a burst).
     coalesce_burst: int = 4
     hosts: tuple[str, ...] = ("A", "B", "C")
+    #: The hosts run under ``dramatiq-gevent`` (greenlets; the strict actor, refused there, is
+    #: served by the others).
+    gevent_hosts: tuple[str, ...] = ("C",)
     processes: int = 2
     threads: int = 3
 
@@ -130,6 +133,7 @@ class SoakConfig:
     def from_json(cls, text: str) -> SoakConfig:
         data: dict[str, Any] = json.loads(text)
         data["hosts"] = tuple(data["hosts"])
+        data["gevent_hosts"] = tuple(data.get("gevent_hosts", ()))
         data["job_ms"] = {k: tuple(v) for k, v in data["job_ms"].items()}
         return cls(**data)
 

@@ -58,11 +58,15 @@ def section(figures: dict[str, Any]) -> str:
     documented = "\n".join(f"- `{kind}`: {why}." for kind, why in DOCUMENTED_OVER_CAP.items())
     worst = ", ".join(f"`{k}` {v:.2f} s" for k, v in sorted(recovery["max_s_by_fault"].items()) if v > 0)
     verdict = "passed" if figures["passed"] else "FAILED: " + "; ".join(figures["failures"])
+    under_gevent = figures.get("gevent_hosts", 0)
+    gevent = (
+        f", {under_gevent} of them `dramatiq-gevent`, which serves no strict actor" if under_gevent else ""
+    )
     return f"""{BEGIN}
 ## The soak: faults at random, compound, judged from the whole history
 
 `make soak` ([`soak/`](../soak/)): {figures["hosts"]} hosts ({figures["processes"]} processes x
-{figures["threads"]} threads each, real `dramatiq` command lines) serve one mixed workload (a
+{figures["threads"]} threads each, real `dramatiq` command lines{gevent}) serve one mixed workload (a
 capped queue with a backlog, hot and cold runtime keys, two keys per message, an
 `on_busy="coalesce"` actor, an uncapped queue, strict actors with a backlog, fenced writes to a
 SQLite store, a capped queue with room to spare, whose holds linger and are reused) for

@@ -138,6 +138,7 @@ def soak(args: argparse.Namespace, seed: int, work: Path) -> tuple[checker.Verdi
         "injected": nemesis.injected,
         "kinds": {kind: KINDS[kind].what for kind in KINDS},
         "hosts": len(config.hosts),
+        "gevent_hosts": len(config.gevent_hosts),
         "processes": config.processes,
         "threads": config.threads,
         "hold_ttl": config.hold_ttl,

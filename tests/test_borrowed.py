@@ -101,41 +101,61 @@ def own_broker(redis_server: Any, key_prefix: str) -> Iterator[Callable[..., Red
 # -- the work queue -------------------------------------------------------------------------
 
 
-class _KeepingQueue(PriorityQueue[Any]):
-    """A work queue in place of the worker's: records what the worker does with it, and keeps
-    the messages of actor ``kept`` from the worker threads (as the gate keeps a parked one)."""
+class _KeepingQueue:
+    """A work queue in place of the worker's, with only the methods the touchpoint names (no
+    ``PriorityQueue`` underneath: the gated queue is not one either): records what the worker
+    does with it, and keeps the messages of actor ``kept`` from the worker threads (as the gate
+    keeps a parked one)."""
 
     def __init__(self, kept: str) -> None:
-        super().__init__()
         self.kept_actor = kept
         self.put_ids: list[str] = []
         self.timed_gets = 0
         self.kept: list[Any] = []
         self.drained: list[str] = []
+        self.unfinished_tasks = 0
+        self._items: list[Any] = []
+        self._changed = threading.Condition()
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         self.put_ids.append(borrowed.message_of(item).message_id)
-        super().put(item, block, timeout)
+        with self._changed:
+            self._items.append(item)
+            self.unfinished_tasks += 1
+            self._changed.notify_all()
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        if not block:
-            with self.mutex:
-                item = self.kept.pop() if self.kept else None
-            if item is None:
-                item = super().get(block=False)
-            self.drained.append(borrowed.message_of(item).message_id)
-            return item
-        self.timed_gets += timeout is not None
-        item = super().get(True, timeout)
-        if borrowed.message_of(item).actor_name == self.kept_actor:
-            with self.mutex:
+        assert block and timeout is not None, "worker threads take with a timed, blocking get"
+        self.timed_gets += 1
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._items, timeout):
+                raise Empty
+            item = self._items.pop(0)
+            if borrowed.message_of(item).actor_name == self.kept_actor:
                 self.kept.append(item)
-            raise Empty  # the thread asks again, as after a timeout
+                raise Empty  # the thread asks again, as after a timeout
         return item
+
+    def get_nowait(self) -> Any:
+        with self._changed:
+            if not (self.kept or self._items):
+                raise Empty
+            item = self.kept.pop() if self.kept else self._items.pop(0)
+        self.drained.append(borrowed.message_of(item).message_id)
+        return item
+
+    def task_done(self) -> None:
+        with self._changed:
+            self.unfinished_tasks -= 1
+            self._changed.notify_all()
+
+    def join(self) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: not self.unfinished_tasks)
 
 
 class _Replacing(Middleware):
-    def __init__(self, queue: PriorityQueue[Any]) -> None:
+    def __init__(self, queue: object) -> None:
         self.queue = queue
         self.replaceable: list[bool] = []
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import dramatiq
@@ -19,6 +20,7 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import TimeLimit
 
 from dramatiq_slots import Slots, borrowed
+from dramatiq_slots.failpoints import interrupt_with
 from dramatiq_slots.ledger import Limit, Line
 from dramatiq_slots.middleware.deferral import DEFERRALS
 from dramatiq_slots.middleware.metrics import Metrics
@@ -196,14 +198,41 @@ def test_a_slot_freed_by_expiry_is_handed_to_the_line_by_the_next_beat(
     assert slots.ledger.holders(limit.ledger) == []
 
 
-def test_on_an_untested_dramatiq_messages_wait_in_their_threads(
+def _failing_boot_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gated queue fails at once, as under a runtime it does not work with (the class that
+    subclassed gevent's queue)."""
+
+    def broken(self: GatedWorkQueue, block: bool = True, timeout: float | None = None) -> Any:
+        raise AttributeError("'GatedWorkQueue' object has no attribute 'not_empty'")
+
+    monkeypatch.setattr(GatedWorkQueue, "get", broken)
+
+
+#: Why the gate is not installed: how the test brings it about, and what the WARNING says.
+FALLBACKS: dict[str, tuple[Callable[[pytest.MonkeyPatch], object], str]] = {
+    "an untested dramatiq": (
+        lambda monkeypatch: untested(monkeypatch, borrowed.WORK_QUEUE),
+        "refused messages wait in their worker threads",
+    ),
+    "a failed boot check": (
+        _failing_boot_check,
+        "The gated work queue failed its boot check in this process (AttributeError: 'GatedWorkQueue' "
+        "object has no attribute 'not_empty'): refused messages wait in their worker threads",
+    ),
+}
+
+
+@pytest.mark.parametrize("cause", FALLBACKS)
+def test_without_the_gate_messages_wait_in_their_threads_and_a_warning_says_why(
     broker: RedisBroker,
     add_slots: SlotsFactory,
     probe: Probe,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    cause: str,
 ) -> None:
-    untested(monkeypatch, borrowed.WORK_QUEUE)
+    bring_about, warning = FALLBACKS[cause]
+    bring_about(monkeypatch)
     slots = add_slots()
     limit = Limit(slots.keys.queue("capped"), 1)
 
@@ -218,7 +247,7 @@ def test_on_an_untested_dramatiq_messages_wait_in_their_threads(
         wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 1, timeout=10, what="the message in line")
         slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
         probe.wait_runs(1)
-    assert "refused messages wait in their worker threads" in caplog.text
+    assert warning in caplog.text
 
 
 def test_worker_join_waits_for_parked_messages(
@@ -351,3 +380,45 @@ def test_a_message_an_age_limit_before_slots_skips_takes_no_slot_and_no_place_in
         assert slots.ledger.line(limit.ledger) == []
         assert slots.ledger.in_use(limit.ledger) == 1, "the cap's holder kept its slot"
     assert "ran" not in probe.by_label
+
+
+class Killed(BaseException):
+    """What ends a thread (gevent's ``GreenletExit`` on a killed greenlet): not an ``Interrupt``."""
+
+
+#: (failpoint, at its n-th reach): the gate's admission, a message admitted at once, one taken ready.
+DEATHS = [("enter", 1), ("after-admit", 1), ("after-admit", 2)]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize(("point", "nth"), DEATHS, ids=["in enter", "admitted", "taken ready"])
+def test_a_thread_that_dies_in_the_gate_loses_no_message_and_leaves_no_hold(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, point: str, nth: int
+) -> None:
+    slots = add_slots(reuse_window=0)
+    limit = Limit(slots.keys.queue("capped"), 1)
+
+    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
+    def capped(i: int) -> None:
+        probe.record("capped", i)
+
+    reached: list[str] = []
+
+    def die(where: str) -> None:
+        if where == point:
+            reached.append(threading.current_thread().name)
+            if len(reached) == nth:
+                raise Killed()
+
+    with interrupt_with(die), running_worker(broker, threads=2):
+        for i in range(4):
+            capped.send(i)
+        probe.wait_runs(4, timeout=20)
+    assert len(reached) >= nth, f"the failpoint {point!r} was reached {len(reached)} times"
+    assert sorted(probe.by_label["capped"]) == [0, 1, 2, 3], "each message ran once"
+    wait_until(
+        lambda: not slots.ledger.holders(limit.ledger) and not slots.ledger.line(limit.ledger),
+        timeout=10,
+        what="no hold and no claim left",
+    )
+    assert broker.client.llen(f"{broker.namespace}:capped") == 0

@@ -21,6 +21,7 @@ from dramatiq.middleware import MiddlewareError
 
 from ..errors import SlotsError
 from ..ledger.controls import MAX_CAPACITY
+from ..worker.interrupts import on_greenlets
 
 QUEUE_CAPACITY = "queue_capacity"
 UNIQUE_AT_RUNTIME_KEY = "unique_at_runtime_key"
@@ -156,6 +157,11 @@ def lost_hold_mode(value: Any, where: str) -> LostHoldMode:
     """``value`` if it is ``"reassert"`` or ``"interrupt"``, else ConfigurationError naming ``where``."""
     if value not in (REASSERT, INTERRUPT) or not isinstance(value, str):
         raise ConfigurationError(f"{where} must be {REASSERT!r} or {INTERRUPT!r}, got {value!r:.80}")
+    if value == INTERRUPT and on_greenlets():
+        raise ConfigurationError(
+            f"{where}: {INTERRUPT!r} cannot stop a job under gevent (dramatiq-gevent runs the jobs "
+            f"on greenlets, which no other thread can interrupt); use {REASSERT!r}"
+        )
     return REASSERT if value == REASSERT else INTERRUPT
 
 

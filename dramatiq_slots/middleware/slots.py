@@ -48,6 +48,7 @@ from ..ledger.reports import ReportWrite
 from ..waiting.admits import Request
 from ..waiting.gate import Gate
 from ..waiting.places import PLACE, PlaceClock
+from ..waiting.work_queue import boot_check
 from ..worker.claims import Hold, HoldRegistry
 from ..worker.heartbeat import Heartbeat
 from ..worker.interrupts import HoldLost, wrapped_by
@@ -317,7 +318,8 @@ class Slots(Middleware):
         if not self.declarations.limited:
             return
         if self.settings.max_wait > 0:
-            if borrowed.can_replace_work_queue(worker):
+            why = self._why_no_gate(worker)
+            if why is None:
                 # Waiting messages park in the worker's queue; no thread waits (docs/design.md).
                 age_limits = borrowed.age_limits_before(broker, self)
                 self._gate = Gate(
@@ -328,11 +330,10 @@ class Slots(Middleware):
                 )
                 self._gate.install()
             else:
-                if borrowed.WORK_QUEUE.tested():  # else its WARNING said why
+                if why:  # else the touchpoint's WARNING said why
                     logger.warning(
-                        "The worker's work queue is not dramatiq's own empty PriorityQueue (another "
-                        "middleware replaced or filled it): refused messages wait in their worker "
-                        "threads (waiting_share=%s).",
+                        "%s: refused messages wait in their worker threads (waiting_share=%s).",
+                        why,
                         self.settings.waiting_share,
                     )
                 threads = borrowed.worker_threads(worker)
@@ -344,6 +345,22 @@ class Slots(Middleware):
             process.wakeups.start()
             # A claim in line before the subscription is up would be skipped by a release.
             process.wakeups.listening.wait(_LISTEN_WAIT_S)
+
+    @staticmethod
+    def _why_no_gate(worker: dramatiq.Worker) -> str | None:
+        """None when the gate can take ``worker``'s queue; else why not ("": an untested dramatiq,
+        whose touchpoint WARNING says so)."""
+        if not borrowed.can_replace_work_queue(worker):
+            if not borrowed.WORK_QUEUE.tested():
+                return ""
+            return (
+                "The worker's work queue is not dramatiq's own empty PriorityQueue (another "
+                "middleware replaced or filled it)"
+            )
+        failed = boot_check()
+        if failed is not None:
+            return f"The gated work queue failed its boot check in this process ({failed})"
+        return None
 
     def _check_ledger_server(self) -> None:
         """Load the scripts, and warn when the server may evict ledgers or does not answer."""

@@ -167,6 +167,12 @@ class Gate:
                 "Admission of %s failed in the gate; admitting it in the worker thread.", request.label
             )
             return True
+        except BaseException:
+            # The thread ends here (a greenlet killed): what it held for the message is settled,
+            # and the queue keeps the message for another thread (GatedWorkQueue.get).
+            if self._settle(made[-1] if made else None, item):
+                self.process.finished(id(message))
+            raise
         finally:
             if reserved:
                 self.holding.unreserve(request)
@@ -180,6 +186,11 @@ class Gate:
             type(error).__name__,
             request.label,
         )
+        return self._settle(waiter, item)
+
+    def _settle(self, waiter: Waiter | None, item: Any) -> bool:
+        """An exception ended the admission of ``item``: whether it still needs a thread (False:
+        parked or held back); what it left in doubt is owed."""
         if (waiter is not None and self.parking.has(waiter)) or self.held_back(item):
             return False  # parked or held back: it waits as any other
         if waiter is not None and waiter.token:
@@ -205,12 +216,15 @@ class Gate:
         except Interrupt as e:
             self._interrupted(ticket.request, ticket.waiter, item, e)
             if not process.runs_here(id(borrowed.message_of(item))):
-                hold = process.registry.begin_release(ticket.hold.token)
-                if hold is not None:
-                    process.release(hold)
+                self.unready(ticket)
+        except BaseException:
+            # The thread ends here: the hold is released, the queue keeps the message.
+            process.finished(id(borrowed.message_of(item)))
+            self.unready(ticket)
+            raise
 
     def unready(self, ticket: Ticket) -> None:
-        """A ready item is given back (shutdown): release its hold."""
+        """A ready item is given back (shutdown), or its thread failed with it: release its hold."""
         hold = self.process.registry.begin_release(ticket.hold.token)
         if hold is not None:
             self.process.release(hold)
@@ -311,6 +325,13 @@ class Gate:
 
     def held_back(self, item: Any) -> bool:
         return self.holding.holds(item)
+
+    def waiting(self, item: Any) -> bool:
+        """Whether ``item`` waits here: parked, or held back."""
+        return self.parking.has_item(item) or self.held_back(item)
+
+    def stopping(self) -> bool:
+        return self.process.stopping.is_set()
 
     def hold_ended(self, hold: Hold) -> None:
         """A claim of this process on ``hold``'s ledgers ended: one held-back message may try again."""

@@ -20,7 +20,8 @@ body ends is cancelled before the wrapper returns. The exception can
 therefore only come out of the actor call, where dramatiq handles it like any
 failure of the job.
 
-Limits, as for ``TimeLimit``: CPython only; an exception cannot stop a
+Limits, as for ``TimeLimit``: CPython only; not under gevent (:func:`on_greenlets`: the strict
+mode is refused there); an exception cannot stop a
 system call or C code, so a job blocked in one is stopped when it returns to
 Python; an async actor is stopped through dramatiq's event-loop bridge, which
 cancels the coroutine; an actor that catches ``BaseException`` can swallow it.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -45,6 +47,16 @@ class HoldLost(Interrupt):
     A ``BaseException`` (dramatiq's ``Interrupt``), like ``TimeLimitExceeded``, so
     that an actor's ``except Exception`` does not swallow it.
     """
+
+
+def on_greenlets() -> bool:
+    """Whether gevent has patched ``threading`` in this process (``dramatiq-gevent``): the worker
+    threads are greenlets of one thread, which ``PyThreadState_SetAsyncExc`` cannot reach."""
+    try:
+        monkey = importlib.import_module("gevent.monkey")
+    except ImportError:
+        return False
+    return bool(monkey.is_module_patched("threading"))
 
 
 def _raise_in(thread_id: int) -> bool:

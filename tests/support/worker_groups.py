@@ -66,6 +66,9 @@ APP_MODULE = "tests.apps.multiprocess_app"
 
 #: The ``dramatiq`` console script of the running interpreter's environment.
 DRAMATIQ = Path(sys.executable).parent / "dramatiq"
+#: Its gevent runner (``dramatiq-gevent``: gevent's monkey-patching first; the worker threads
+#: are greenlets).
+DRAMATIQ_GEVENT = Path(sys.executable).parent / "dramatiq-gevent"
 
 #: Queue and actor names of the app (see app.py).
 CAPPED_QUEUE = "mp_capped"
@@ -304,6 +307,7 @@ class WorkerGroup:
       config: the app config; the group's env carries it with ``group=name``.
       log_dir: where ``<name>.out`` and ``<name>.err`` go.
       processes, threads: ``--processes`` and ``--threads``.
+      runner: the console script (:data:`DRAMATIQ`, or :data:`DRAMATIQ_GEVENT`).
     """
 
     stop_timeout = 15.0
@@ -320,8 +324,10 @@ class WorkerGroup:
         threads: int = 4,
         extra_args: Iterable[str] = (),
         extra_env: Mapping[str, str] | None = None,
+        runner: Path = DRAMATIQ,
     ) -> None:
         self.name = name
+        self.runner = runner
         self.extra_env = dict(extra_env or {})
         self.config = config.replace(group=name)
         self.processes = processes
@@ -336,7 +342,7 @@ class WorkerGroup:
 
     def command(self) -> list[str]:
         return [
-            str(DRAMATIQ),
+            str(self.runner),
             self.app_module,
             "--processes",
             str(self.processes),
@@ -360,8 +366,8 @@ class WorkerGroup:
     def start(self) -> WorkerGroup:
         if self._proc is not None:
             raise RuntimeError(f"group {self.name} was already started")
-        if not DRAMATIQ.is_file():
-            raise RuntimeError(f"no dramatiq console script at {DRAMATIQ} (is dramatiq installed here?)")
+        if not self.runner.is_file():
+            raise RuntimeError(f"no console script at {self.runner} (is dramatiq installed here?)")
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self._proc = subprocess.Popen(
                 self.command(),
@@ -540,13 +546,19 @@ class WorkerFleet:
     # -- groups -----------------------------------------------------------
 
     def start_group(
-        self, name: str, *, processes: int = 1, threads: int = 4, **overrides: Any
+        self, name: str, *, processes: int = 1, threads: int = 4, runner: Path = DRAMATIQ, **overrides: Any
     ) -> WorkerGroup:
-        """Start ``dramatiq`` as a new process group named ``name`` (config ``overrides`` apply to it)."""
+        """Start ``runner`` (``dramatiq``) as a new process group named ``name`` (config ``overrides``
+        apply to it)."""
         if any(g.name == name for g in self.groups):
             raise ValueError(f"group name {name!r} already used in this fleet")
         group = WorkerGroup(
-            name, self.config.replace(**overrides), self.log_dir, processes=processes, threads=threads
+            name,
+            self.config.replace(**overrides),
+            self.log_dir,
+            processes=processes,
+            threads=threads,
+            runner=runner,
         )
         self.groups.append(group)
         return group.start()
