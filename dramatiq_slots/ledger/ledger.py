@@ -44,11 +44,13 @@ from .replies import (
     Changed,
     Declared,
     Entered,
+    Epoch,
     Holder,
     Left,
     Limit,
     Line,
     Member,
+    Surveyed,
     Withdrawn,
     _text,
     group_of,
@@ -721,51 +723,70 @@ class Ledger:
         with self._translated("holders"):
             return self._run(call)
 
-    def survey(self, ledgers: Sequence[str]) -> dict[str, tuple[list[Holder], int]]:
-        """The live holders and the claims waiting of each ledger (its line, and its fair-share
-        groups' lines), in one round trip, and one more when groups wait (one per ledger and
-        command on a cluster, whose client pipelines no scripts); for inspection."""
+    def survey(
+        self, ledgers: Sequence[str], *, line: int = 0, epochs: bool = False
+    ) -> tuple[dict[str, Surveyed], dict[str, Epoch | None]]:
+        """For inspection: each ledger's live holders, the claims waiting (its line, and its
+        fair-share groups' lines) and the first ``line`` claims of its line; with ``epochs``, the
+        epoch of each home of ``ledgers`` (by hash tag; None: none). One round trip, and one more
+        when groups wait, or claims wait and ``line`` is asked (one per ledger and command on a
+        cluster, whose client pipelines no scripts)."""
         calls = {ledger: HOLDERS.call(keys={"ledger": ledger}, args={}) for ledger in ledgers}
+        tags = list(dict.fromkeys(self.keys.tag_of(ledger) for ledger in ledgers)) if epochs else []
         if not calls:
-            return {}
+            return {}, {}
+        heads: dict[str, tuple[tuple[str, float], ...]] = {}
         with self._translated("holders"):
             if isinstance(self.client, RedisCluster):
-                return {
-                    ledger: (
-                        self._run(call),
-                        self._waiting(ledger, self.client.zrange(self.keys.turns(ledger), 0, -1)),
-                    )
-                    for ledger, call in calls.items()
+                holders = {ledger: self._run(call) for ledger, call in calls.items()}
+                waiting = {
+                    ledger: self._waiting(ledger, self.client.zrange(self.keys.turns(ledger), 0, -1))
+                    for ledger in calls
                 }
+                read = [self.client.zrange(self.keys.epoch(tag), 0, -1, withscores=True) for tag in tags]
+                if line > 0:
+                    heads = {ledger: self._line(ledger, line) for ledger, n in waiting.items() if n}
+            else:
 
-            def fill(pipe: Any) -> None:
-                for ledger, call in calls.items():
-                    self._queue(pipe, call)
-                    pipe.zcard(self.keys.line(ledger))
-                    pipe.zrange(self.keys.turns(ledger), 0, -1)
+                def fill(pipe: Any) -> None:
+                    for ledger, call in calls.items():
+                        self._queue(pipe, call)
+                        pipe.zcard(self.keys.line(ledger))
+                        pipe.zrange(self.keys.turns(ledger), 0, -1)
+                    for tag in tags:
+                        pipe.zrange(self.keys.epoch(tag), 0, -1, withscores=True)
 
-            replies = self._pipelined(fill)
-            found: dict[str, tuple[list[Holder], int]] = {}
-            grouped: dict[str, list[str]] = {}
-            for i, (ledger, call) in enumerate(calls.items()):
-                waiting, entries = replies[3 * i + 1], replies[3 * i + 2]
-                for reply in (waiting, entries):
+                replies = self._pipelined(fill)
+                for reply in replies[len(calls) :]:
                     if isinstance(reply, Exception):
                         raise reply
-                found[ledger] = (call.answer(replies[3 * i]), int(waiting))
-                groups = _groups_of(entries)
-                if groups:
-                    grouped[ledger] = groups
-            if grouped:
-                pipe = self.client.pipeline(transaction=False)
-                for ledger, groups in grouped.items():
-                    for group in groups:
-                        pipe.zcard(self.keys.group_line(ledger, group))
-                counts = iter(pipe.execute())
-                for ledger, groups in grouped.items():
-                    holders, waiting = found[ledger]
-                    found[ledger] = (holders, waiting + sum(int(next(counts)) for _ in groups))
-        return found
+                read = replies[3 * len(calls) :]
+                holders, waiting, grouped = {}, {}, {}
+                for i, (ledger, call) in enumerate(calls.items()):
+                    holders[ledger], waiting[ledger] = call.answer(replies[3 * i]), int(replies[3 * i + 1])
+                    groups = _groups_of(replies[3 * i + 2])
+                    if groups:
+                        grouped[ledger] = groups
+                lined = [ledger for ledger, n in waiting.items() if n] if line > 0 else []
+                if grouped or lined:
+                    pipe = self.client.pipeline(transaction=False)
+                    for ledger, groups in grouped.items():
+                        for group in groups:
+                            pipe.zcard(self.keys.group_line(ledger, group))
+                    for ledger in lined:
+                        pipe.zrange(self.keys.line(ledger), 0, line - 1, withscores=True)
+                    more = iter(pipe.execute())
+                    for ledger, groups in grouped.items():
+                        waiting[ledger] += sum(int(next(more)) for _ in groups)
+                    heads = {ledger: _scored(next(more)) for ledger in lined}
+        found = {
+            ledger: Surveyed(holders[ledger], waiting[ledger], heads.get(ledger, ())) for ledger in calls
+        }
+        return found, {tag: Epoch.read(members) for tag, members in zip(tags, read, strict=True)}
+
+    def _line(self, ledger: str, count: int) -> tuple[tuple[str, float], ...]:
+        """The first ``count`` claims of a ledger's line, with their scores."""
+        return _scored(self.client.zrange(self.keys.line(ledger), 0, count - 1, withscores=True))
 
     def _waiting(self, ledger: str, entries: Sequence[Any]) -> int:
         """The claims waiting for ``ledger``: its line's, and those of the groups of ``entries``."""
@@ -840,6 +861,11 @@ def _merged_beaten(answers: Sequence[Beaten]) -> Beaten:
         refused={k: v for a in answers for k, v in a.refused.items()},
         redis_ms=max(clocks) if clocks else None,
     )
+
+
+def _scored(reply: Any) -> tuple[tuple[str, float], ...]:
+    """A ``ZRANGE ... WITHSCORES`` reply as ``(member, score)`` pairs."""
+    return tuple((_text(member), float(score)) for member, score in reply)
 
 
 def _groups_of(entries: Sequence[Any]) -> list[str]:
