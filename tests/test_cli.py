@@ -22,6 +22,7 @@ from dramatiq_slots import __version__
 from dramatiq_slots.ledger import Ledger, Limit, Line, redacted_address
 from dramatiq_slots.ledger.keys import key_digest
 from dramatiq_slots.ledger.reports import ReportedHold, ReportedWait
+from dramatiq_slots.ops.inspection import Inspector
 from tests.support.command import (
     MODULE,
     PASSWORD,
@@ -71,29 +72,39 @@ def test_status_shows_each_ledger_its_capacity_and_every_holder(
     assert row(out, "gone-host:99:4:2")[:3] == ["gone-host", "99", "4"]
 
 
-def test_status_tells_the_waiting_apart_and_lists_the_waiting_messages(cli: Run, ledger: Ledger) -> None:
+def test_status_tells_the_waiting_apart_and_lists_the_waiting_messages_in_line_order(
+    cli: Run, ledger: Ledger
+) -> None:
     emails = ledger.keys.queue("emails")
     hold(ledger, emails, "web-1:4242:7:1", capacity=1)
-    assert ledger.enter("web-1:4242:8:2", [Limit(emails, 1)], ttl_ms=60_000, line=Line.JOIN, place=1).in_line
-    assert ledger.enter("gone:9:1:1", [Limit(emails, 1)], ttl_ms=60_000, line=Line.JOIN, place=2).in_line
+    # In line: m-4 (place 5) before m-2 (place 10), though m-2 has waited longer; then a dead
+    # process's claim nobody reports.
+    for token, place in (("web-1:4242:8:2", 10), ("gone:9:1:1", 20), ("web-1:4242:9:3", 5)):
+        assert ledger.enter(token, [Limit(emails, 1)], ttl_ms=60_000, line=Line.JOIN, place=place).in_line
     taken = ReportedHold(
         "web-1:4242:7:1", "send_email", "send_email(m-1)", ms_ago(5), {emails: 1}, "m-1", "emails"
     )
     waits = [
         ReportedWait("m-2", "send_email", "emails", emails, "parked", ms_ago(4), "web-1:4242:8:2", 1),
         ReportedWait("m-3", "send_email", "emails", emails, "held_back", ms_ago(3), "", 1),
+        ReportedWait("m-4", "send_email", "emails", emails, "parked", ms_ago(1), "web-1:4242:9:3", 1),
     ]
     report(ledger, "web-1:4242", taken, capacities={emails: 1}, waits=waits)
 
     done = cli("status", "queue:emails")
     assert done.returncode == 0, done.stderr
-    assert "queue:emails  capacity 1  in use 1  waiting 2 in line (1 parked), 1 held back" in done.stdout
-    parked, held = (row(done.stdout, f"send_email({m})") for m in ("m-2", "m-3"))
-    assert parked[:3] == ["parked", "web-1", "4242"] and re.fullmatch(r"4\.\ds", parked[3]), parked
-    assert held[:4] == ["held", "back", "web-1", "4242"], held
+    assert "queue:emails  capacity 1  in use 1  waiting 3 in line (2 parked), 1 held back" in done.stdout
+    listed = [line.split() for line in done.stdout.splitlines() if line.endswith(")") and "m-1" not in line]
+    assert [r[-1] for r in listed] == ["send_email(m-4)", "send_email(m-2)", "send_email(m-3)"], listed
+    first, parked, held = listed
+    assert first[:4] == ["1", "parked", "web-1", "4242"], first
+    assert parked[:4] == ["2", "parked", "web-1", "4242"] and re.fullmatch(r"4\.\ds", parked[4]), parked
+    assert held[:5] == ["-", "held", "back", "web-1", "4242"], held
     (view,) = json.loads(cli("status", "--json", "queue:emails").stdout)["ledgers"]
-    assert (view["waiting"], view["parked"], view["held_back"], view["in_line"]) == (2, 1, 1, 0)
-    assert [w["message_id"] for w in view["waits"]] == ["m-2", "m-3"] and view["oldest_wait"] >= 4
+    assert (view["waiting"], view["parked"], view["held_back"], view["in_line"]) == (3, 2, 1, 0)
+    assert [w["message_id"] for w in view["waits"]] == ["m-4", "m-2", "m-3"] and view["oldest_wait"] >= 4
+    assert [c["token"] for c in view["line"]] == ["web-1:4242:9:3", "web-1:4242:8:2", "gone:9:1:1"]
+    assert [(c["wait"] or {}).get("message_id") for c in view["line"]] == ["m-4", "m-2", None]
 
 
 def test_reset_capacity_says_the_capacity_really_in_force(cli: Run, ledger: Ledger) -> None:
@@ -163,8 +174,12 @@ def test_status_json_is_one_document_with_every_field(cli: Run, ledger: Ledger, 
         "send_email(msg-1)",
     )
     assert (live["message_id"], live["queue"], live["capacity"]) == ("msg-1", "emails", 2)
-    for name in ("in_line", "parked", "held_back", "oldest_wait", "waits", "capacities", "queue_depth"):
+    for name in (
+        "in_line", "parked", "held_back", "oldest_wait", "waits", "capacities", "queue_depth", "key_label",
+        "settling", "line",
+    ):  # fmt: skip
         assert name in emails, name
+    assert [c["token"] for c in emails["line"]] == ["web-1:4242:8:2"] and emails["settling"] is None
     assert live["process_alive"] is True and 70 < live["age"] < 90 and 0 < live["seconds_left"] <= 60
     assert dead["process_alive"] is False and dead["age"] is None and dead["label"] is None
 
@@ -197,6 +212,52 @@ def test_status_shows_control_characters_as_escapes(cli: Run, ledger: Ledger) ->
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "queue:evil\\x1b]0;owned\\x07" in done.stdout and "host\\x1b[2J:1:1:1" in done.stdout
+
+
+def test_status_and_why_say_a_settling_ledger_and_a_keys_label(cli: Run, ledger: Ledger) -> None:
+    account = ledger.keys.runtime_key("acct:42")
+    digest = key_digest("acct:42")
+    hold(ledger, account, "web-1:4242:7:1", capacity=1)
+    assert ledger.enter("web-1:4242:8:2", [Limit(account, 1)], ttl_ms=60_000, line=Line.JOIN, place=1).in_line
+    taken = ReportedHold("web-1:4242:7:1", "sync", "sync(m-1)", ms_ago(5), {account: 1}, "m-1", "q")
+    wait = ReportedWait("m-2", "sync", "q", account, "parked", ms_ago(4), "web-1:4242:8:2", 1)
+    # A label as a client may write it: the command shows its control characters as escapes.
+    report(ledger, "web-1:4242", taken, waits=[wait], key_labels={account: "Acme\x1b[2J (EU)"})
+    seconds, micros = ledger.client.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    ledger.client.zadd(ledger.keys.epoch(), {"settled": now_ms + 30_000, "born": now_ms, "lost": now_ms})
+
+    done = cli("status")
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout
+    heading = next(line for line in done.stdout.splitlines() if line.startswith("key:"))
+    assert heading.startswith(f'key:{digest} "Acme\\x1b[2J (EU)"  capacity 1  in use 1'), heading
+    assert heading.endswith("SETTLING"), heading
+    assert re.search(
+        r"\n  settling after the ledger lost its data, (29|30) s left: no newcomer is admitted", done.stdout
+    )
+    (view,) = json.loads(cli("status", "--json").stdout)["ledgers"]
+    assert view["key_label"] == "Acme\\x1b[2J (EU)" and view["settling"]["lost"] is True
+    assert 28 < view["settling"]["seconds_left"] <= 30 and view["settling"]["text"].startswith(
+        "settling after"
+    )
+
+    why = cli("why", "m-2")
+    assert why.returncode == 0, why.stderr
+    lines = why.stdout.splitlines()
+    assert lines[0].startswith(
+        f'message m-2: waiting for key:{digest} "Acme\\x1b[2J (EU)", parked on web-1'
+    ), lines
+    assert (
+        lines[1].startswith("  settling after the ledger lost its data, ")
+        and "no newcomer is admitted" in lines[1]
+    )
+    assert f"key:{digest}: capacity 1, 1 in use, SETTLING, held by:" in why.stdout
+    ran = cli("why", "m-1")
+    assert f'holds key:{digest} "Acme\\x1b[2J (EU)" (capacity 1, 1 in use, ' in ran.stdout, ran.stdout
+
+    ledger.settle()
+    assert "SETTLING" not in cli("status").stdout and "settling" not in cli("why", "m-2").stdout
 
 
 def test_status_of_an_empty_prefix_says_so(cli: Run, key_prefix: str) -> None:
@@ -491,9 +552,9 @@ def test_settle_shows_what_settles_asks_and_ends_it(cli: Run, ledger: Ledger) ->
     unconfirmed = cli("settle")  # no terminal on stdin: nothing is changed
     assert unconfirmed.returncode == 1, unconfirmed.stderr
     assert "settling after the ledger lost its data" in unconfirmed.stdout
-    assert list(ledger.settling()) == [epoch]
+    assert list(Inspector(client, key_prefix=ledger.keys.prefix).settling()) == [epoch]
     done = cli("settle", "--yes")
     assert done.returncode == 0, done.stderr
     assert "settled: newcomers are admitted" in done.stdout
-    assert ledger.settling() == {}
+    assert Inspector(client, key_prefix=ledger.keys.prefix).settling() == {}
     assert client.zscore(epoch, "born") == now, "the epoch keeps its identity"

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from redis.cluster import RedisCluster
 
 from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.ops.cli.connection import parse_sentinel_url
@@ -75,6 +76,16 @@ def test_status_on_a_cluster_shows_a_hold_planted_through_a_cluster_ledger(
     table, as_json = cli(url, key_prefix, "status"), cli(url, key_prefix, "status", "--json")
     assert table.returncode == 0 and as_json.returncode == 0, table.stderr + as_json.stderr
     assert_busy_queue_shown(table.stdout, json.loads(as_json.stdout), f"cluster via 127.0.0.1:{cluster_node}")
+    (emails,) = json.loads(as_json.stdout)["ledgers"]
+    assert [c["token"] for c in emails["line"]] == [WAITING_TOKEN] and emails["settling"] is None
+    # A settling, read from the epoch on the node that serves the prefix.
+    client = cluster_ledger.client
+    assert isinstance(client, RedisCluster)
+    seconds, micros = client.time(target_nodes=client.get_node_from_key(cluster_ledger.keys.tag))
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    cluster_ledger.client.zadd(cluster_ledger.keys.epoch(), {"settled": now_ms + 30_000, "born": now_ms})
+    settling = cli(url, key_prefix, "status")
+    assert "\n  settling (first start), " in settling.stdout, settling.stdout
 
 
 def test_release_on_a_cluster_frees_a_dead_hold(

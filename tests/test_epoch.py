@@ -89,7 +89,7 @@ def test_a_ledger_that_lost_its_data_settles_and_its_parked_messages_run_when_it
             pass
 
     with caplog.at_level(logging.INFO, logger="dramatiq_slots"), running_worker(broker, threads=2):
-        assert slots.ledger.epochs.get(epoch), "the boot beat told the process the epoch"
+        assert slots.ledger.known.get(epoch), "the boot beat told the process the epoch"
         client.delete(epoch)  # the server lost it
         job.send()
         job.send()

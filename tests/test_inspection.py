@@ -17,7 +17,7 @@ from dramatiq_slots import Controls
 from dramatiq_slots.errors import ArgumentError
 from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.ledger.reports import ReportWrite
-from dramatiq_slots.ops.inspection import Inspector, ProcessReport, ReportedHold, age_text
+from dramatiq_slots.ops.inspection import Inspector, ProcessReport, ReportedHold, ReportedWait, age_text
 from dramatiq_slots.worker.claims import Hold, HoldRegistry, new_token, this_process
 from dramatiq_slots.worker.heartbeat import Heartbeat
 from tests.support.acl import readme_commands
@@ -311,3 +311,102 @@ def test_the_indexes_expire_with_their_latest_entries(ledger: Ledger, redis_clie
     assert redis_client.zrange(keys.listed_names(), 0, -1) == [b"queue:q"]
     ledger.remove_report(keys.process("h:2"))
     assert redis_client.zscore(keys.reports(), "h:2") is None and not redis_client.exists(keys.process("h:2"))
+
+
+# -- settling, and a runtime key's label ----------------------------------------------------------
+
+
+def _redis_ms(client: Any) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+@pytest.mark.parametrize(
+    ("members", "lost", "text"),
+    [
+        ({"born": 0, "lost": 0}, True, "settling after the ledger lost its data, {} s left"),
+        ({"born": 0}, False, "settling (first start), {} s left"),
+        ({}, None, "settling, {} s left"),  # made by workers that write "settled" alone
+    ],
+)
+def test_a_settling_home_is_said_with_its_cause_and_time_left(
+    ledger: Ledger, key_prefix: str, members: dict[str, int], lost: bool | None, text: str
+) -> None:
+    emails = ledger.keys.queue("emails")
+    hold(ledger, emails, "gone:1:1:1", capacity=2)
+    inspector = Inspector(ledger.client, key_prefix=key_prefix)
+    (before,) = inspector.ledgers([emails])
+    assert before.settling is None, "no epoch: nothing said"
+    now = _redis_ms(ledger.client)
+    ledger.client.zadd(ledger.keys.epoch(), {"settled": now + 12_000, **dict.fromkeys(members, now)})
+    (view,) = inspector.ledgers([emails])
+    assert view.settling is not None and view.settling.lost is lost
+    assert 10 < view.settling.seconds_left <= 12
+    assert view.settling.text == text.format(round(view.settling.seconds_left))
+    (listed,) = inspector.page().ledgers
+    assert listed.settling is not None and listed.settling.lost is lost, "the page's listing says it too"
+    ledger.client.zadd(ledger.keys.epoch(), {"settled": now + 400})
+    (soon,) = inspector.ledgers([emails])
+    assert soon.settling is not None and soon.settling.text.endswith(
+        f"{soon.settling.seconds_left:.1f} s left"
+    )
+    ledger.settle()
+    (settled,) = inspector.ledgers([emails])
+    assert settled.settling is None
+
+
+def test_the_epoch_is_read_with_the_ledgers_in_their_round_trip(ledger: Ledger, key_prefix: str) -> None:
+    queues = [ledger.keys.queue(f"q-{i}") for i in range(3)]
+    for i, queue in enumerate(queues):
+        hold(ledger, queue, f"gone:1:{i}:1")
+    inspector = Inspector(ledger.client, key_prefix=key_prefix)
+    sent: list[list[tuple[str, str]]] = []
+    pipeline = type(ledger.client.pipeline())
+    execute = pipeline.execute
+
+    def watched(pipe: Any, *args: Any, **kwargs: Any) -> Any:  # what each round trip sends, then sent
+        sent.append([(str(c[0][0]), str(c[0][1])) for c in pipe.command_stack])
+        return execute(pipe, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline, "execute", watched)
+        views = inspector.ledgers(queues)
+    assert len(views) == 3 and all(v.settling is None for v in views)
+    epoch = ("ZRANGE", ledger.keys.epoch())
+    (trip,) = [commands for commands in sent if epoch in commands]  # and in no other round trip
+    lines = [("ZCARD", ledger.keys.line(queue)) for queue in queues]
+    assert [name for name, _ in trip].count("EVALSHA") == 3 and set(lines) <= set(trip), trip
+
+
+def test_a_runtime_keys_label_is_shown_and_found_and_the_line_is_in_its_order(
+    ledger: Ledger, key_prefix: str
+) -> None:
+    keys = ledger.keys
+    acme, other = keys.runtime_key("acct:42"), keys.runtime_key("acct:7")
+    hold(ledger, acme, "web-1:1:1:1", capacity=1)
+    for token, place in (("web-1:1:2:2", 20), ("web-1:1:3:3", 10)):
+        assert ledger.enter(token, [Limit(acme, 1)], ttl_ms=60_000, line=Line.JOIN, place=place).in_line
+    waits = [
+        ReportedWait("m-2", "sync", "q", acme, "parked", int(time.time() * 1000) - 9_000, "web-1:1:2:2", 1),
+        ReportedWait("m-3", "sync", "q", acme, "parked", int(time.time() * 1000) - 1_000, "web-1:1:3:3", 1),
+    ]
+    report = ProcessReport(
+        "web-1:1", time.time(), 60_000, 10_000, "reassert", waits=waits, key_labels={acme: "Acme (EU)"}
+    )
+    ledger.write_report(
+        ReportWrite(keys.process("web-1:1"), report.to_json(), (keys.short(acme),)), ttl_ms=60_000
+    )
+    _reported(ledger, "h:2", [other])
+    inspector = Inspector(ledger.client, key_prefix=key_prefix)
+    (view,) = inspector.ledgers([acme])
+    assert view.key_label == "Acme (EU)"
+    assert [c.token for c in view.line] == ["web-1:1:3:3", "web-1:1:2:2"]
+    assert [w.message_id for w in view.waits] == ["m-3", "m-2"], "line order, not the longest wait first"
+    assert [c.wait.message_id if c.wait else None for c in view.line] == ["m-3", "m-2"]
+    (unlabelled,) = inspector.ledgers([other])
+    assert unlabelled.key_label is None
+    for search in ("acme", "ME (e", "key:acme"):
+        assert [v.ledger for v in inspector.page(search=search).ledgers] == [acme], search
+    assert inspector.page(search="queue:acme").ledgers == []
+    digest = keys.short(acme).split(":")[1]
+    assert [v.ledger for v in inspector.page(search=digest[:6]).ledgers] == [acme], "once, by its digest"

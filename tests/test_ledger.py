@@ -390,7 +390,7 @@ def _knowing(lg: Ledger, settle_ms: int = SETTLE) -> int:
     """Make ``lg`` a process that saw the epoch (a beat's declaration made or read it); its born."""
     lg.settle()
     lg.declare([], ttl_ms=LONG, settle_ms=settle_ms)
-    born = lg.epochs[lg.keys.epoch()]
+    born = lg.known[lg.keys.epoch()]
     assert born > 0
     return born
 
@@ -447,7 +447,7 @@ def test_a_first_start_on_a_server_up_a_while_admits_at_once_and_is_no_loss(engi
     assert client.zscore(lg.keys.epoch(), "lost") is None
     declared = lg.declare([], ttl_ms=LONG, settle_ms=LONG)
     assert declared.settling_ms == 0 and not declared.lost
-    assert lg.epochs[lg.keys.epoch()] == int(client.zscore(lg.keys.epoch(), "born") or 0) > 0
+    assert lg.known[lg.keys.epoch()] == int(client.zscore(lg.keys.epoch(), "born") or 0) > 0
 
 
 def test_a_first_start_on_a_server_just_started_waits_until_it_is_up_half_a_second(
@@ -501,8 +501,8 @@ def test_a_caller_that_knew_another_epoch_lengthens_a_first_starts_settling(engi
         epoch, {"settled": now + 5_000, "born": now}
     )  # a first start's wait, as lib/epoch.lua makes it
     first = newcomer.declare([], ttl_ms=LONG, settle_ms=LONG)
-    assert 0 < first.settling_ms <= 5_000 and not first.lost and newcomer.epochs[epoch] == now
-    holder.epochs[epoch] = now - 60_000  # the born of the epoch the restart lost
+    assert 0 < first.settling_ms <= 5_000 and not first.lost and newcomer.known[epoch] == now
+    holder.known[epoch] = now - 60_000  # the born of the epoch the restart lost
     lengthened = holder.declare([], ttl_ms=LONG, settle_ms=LONG)
     assert lengthened.lost and lengthened.settling_ms > LONG - 5_000
     assert client.zscore(epoch, "lost") is not None

@@ -110,6 +110,15 @@ def test_actor_capacity_must_agree_with_queue_capacities(
             {"hold_ttl": 3_000, "restart_settle": 3_001},
             r"^Slots\(restart_settle=\.\.\.\): must be at most hold_ttl \(3000 ms\), got 3001 ms",
         ),
+        (
+            {"key_labels": "yes"},
+            r"^Slots\(key_labels=\.\.\.\): must be False \(runtime keys shown by their digest only\), True "
+            r"\(by their text too\) or a callable of the key's text returning its label, got 'yes'",
+        ),
+        (
+            {"key_labels": lambda: "label"},
+            r"^Slots\(key_labels=\.\.\.\): the callable must take one argument, the key's text",
+        ),
     ],
 )
 def test_bad_middleware_settings(settings: dict[str, Any], pattern: str) -> None:

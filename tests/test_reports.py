@@ -9,6 +9,8 @@ The same through the command line, with worker processes, is in ``tests/test_why
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +21,7 @@ from dramatiq.brokers.redis import RedisBroker
 
 from dramatiq_slots import Controls, borrowed
 from dramatiq_slots.ledger import Limit
-from dramatiq_slots.ledger.reports import RECENT_DEFERRALS, ProcessReport
+from dramatiq_slots.ledger.reports import MAX_KEY_LABEL, RECENT_DEFERRALS, ProcessReport
 from dramatiq_slots.ops.inspection import (
     Inspector,
     LedgerView,
@@ -194,10 +196,8 @@ def test_waiting_is_told_apart_next_to_the_brokers_depth_and_why_says_where_each
 
         view = wait_until(settled, timeout=10, what="one running, one parked, two held back")
         assert view is not None
-        assert view.queue_depth is not None and (view.queue_depth.delayed, view.queue_depth.unacked) == (
-            0,
-            5,
-        )
+        assert view.queue_depth is not None
+        assert (view.queue_depth.delayed, view.queue_depth.unacked, view.queue_depth.taken) == (0, 5, 4)
         assert sorted(w.how for w in view.waits) == ["held_back", "held_back", "parked"]
         assert view.oldest_wait is not None and view.oldest_wait >= 0
         whys = {message_id: inspector.why(message_id) for message_id in sent}
@@ -318,3 +318,128 @@ def test_a_holds_admission_time_is_its_messages_a_reused_hold_starts_again() -> 
     now[0] = 107.0
     registry.add(hold)  # reused by the next message: admitted now, for it
     assert registry.since(hold.token) == 107.0
+
+
+# -- a runtime key's label (Slots(key_labels=...)) ---------------------------------------------------
+
+
+def everything_under(client: Any, prefix: str) -> tuple[list[bytes], list[bytes]]:
+    """The names of every key of ``prefix`` (its own tag and its homes), and every value they hold."""
+    names = sorted({*client.scan_iter(match=f"{{{prefix}}}*"), *client.scan_iter(match=f"{{{prefix}|*")})
+    values: list[bytes] = []
+    for name in names:
+        kind = client.type(name)
+        if kind == b"string":
+            values.append(client.get(name) or b"")
+        elif kind == b"zset":
+            values += client.zrange(name, 0, -1)
+        elif kind == b"hash":
+            values += [b for pair in client.hgetall(name).items() for b in pair]
+        elif kind == b"set":
+            values += list(client.smembers(name))
+    return names, values
+
+
+def keyed_actor(gate: threading.Event) -> Any:
+    """``labelled``: one message per account at once, runs until ``gate`` is set."""
+    return blocking_actor("labelled", gate, unique_at_runtime_key=lambda *args: f"acct:{args[0]}")
+
+
+def one_held_one_waiting(inspector: Inspector, ledger: str) -> LedgerView | None:
+    """The view of ``ledger`` once it has a holder and one message waiting in line (else None)."""
+    view = view_of(inspector, ledger)
+    return view if view.holders and view.parked + view.in_line == 1 else None
+
+
+def test_a_runtime_keys_label_reaches_the_reports_escaped_and_never_a_key_name(
+    broker: RedisBroker, add_slots: SlotsFactory, key_prefix: str
+) -> None:
+    slots = add_slots(key_labels=lambda key: f"Tenant {key.upper()}\x1b]0;owned\x07")
+    gate = threading.Event()
+    job = keyed_actor(gate)
+    inspector = Inspector(slots.ledger.client, key_prefix=key_prefix)
+    ledger = slots.keys.runtime_key("acct:42")
+    shown = "Tenant ACCT:42\\x1b]0;owned\\x07"  # the control characters as escapes
+    with running_worker(broker, threads=2), released(gate):
+        sent = [job.send(42).message_id for _ in range(2)]
+        assert job.started.acquire(timeout=10)
+        view = wait_until(
+            lambda: one_held_one_waiting(inspector, ledger), timeout=10, what="the key held and waited for"
+        )
+        assert view is not None and view.key_label == shown
+        # Which of the two runs is the worker's to choose; the other waits.
+        whys = sorted((inspector.why(m) for m in sent), key=lambda w: type(w).__name__)
+        ran, why = whys
+        assert isinstance(ran, WhyRunning) and isinstance(why, WhyWaiting), whys
+        assert why.key_label == shown and why.ledger == slots.keys.short(ledger)
+        assert [h.key_label for h in ran.holds] == [shown]
+        page = inspector.page(search="acct:4")  # a part of the label, whatever its case
+        assert [v.ledger for v in page.ledgers] == [ledger]
+        names, values = everything_under(slots.ledger.client, key_prefix)
+        assert not [n for n in names if b"acct" in n.lower() or b"tenant" in n.lower()], names
+        assert not [v for v in values if b"\x1b" in v], "a control character written raw"
+        assert any(b"Tenant ACCT:42" in v for v in values), "the label is in the report"
+
+
+def test_without_key_labels_nothing_of_a_key_is_written(
+    broker: RedisBroker, add_slots: SlotsFactory, key_prefix: str
+) -> None:
+    slots = add_slots()  # key_labels off: the default
+    gate = threading.Event()
+    job = keyed_actor(gate)
+    inspector = Inspector(slots.ledger.client, key_prefix=key_prefix)
+    ledger = slots.keys.runtime_key("acct:42")
+    with running_worker(broker, threads=2), released(gate):
+        job.send(42)
+        job.send(42)
+        assert job.started.acquire(timeout=10)
+        view = wait_until(
+            lambda: one_held_one_waiting(inspector, ledger), timeout=10, what="the key held and waited for"
+        )
+        assert view is not None and view.key_label is None
+        names, values = everything_under(slots.ledger.client, key_prefix)
+        assert not [b for b in [*names, *values] if b"acct" in b], "a runtime key's text in Redis"
+        reports = [json.loads(v) for v in values if v.startswith(b'{"version"')]
+        assert reports and all("key_labels" not in r for r in reports)
+
+
+def test_a_failing_key_labels_callable_is_logged_once_and_its_messages_run(
+    broker: RedisBroker, add_slots: SlotsFactory, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    slots = add_slots(key_labels=lambda key: {"not": "a str"})
+    gate = threading.Event()
+    job = keyed_actor(gate)
+    inspector = Inspector(slots.ledger.client, key_prefix=key_prefix)
+    keys = [slots.keys.runtime_key(f"acct:{account}") for account in range(3)]
+    with (
+        caplog.at_level(logging.WARNING, logger="dramatiq_slots"),
+        running_worker(broker, threads=3),
+        released(gate),
+    ):
+        for account in range(3):
+            job.send(account)
+        for _ in range(3):
+            assert job.started.acquire(timeout=10)
+
+        def reported() -> list[LedgerView] | None:
+            found = inspector.ledgers(keys)
+            return found if all(v.holders and v.holders[0].label for v in found) else None
+
+        views = wait_until(reported, timeout=10, what="the three running, reported")
+        assert views is not None and [v.key_label for v in views] == [None, None, None]
+    failed = [r.getMessage() for r in caplog.records if "key_labels" in r.getMessage()]
+    assert len(failed) == 1 and "actor 'labelled'" in failed[0] and "returned a dict" in failed[0], failed
+
+
+def test_a_reports_key_labels_are_left_out_when_none_and_bounded_and_escaped_when_read() -> None:
+    bare = ProcessReport("h:1", 1.0, 1_000, 100, "reassert")
+    assert "key_labels" not in bare.to_json()
+    labelled = ProcessReport("h:1", 1.0, 1_000, 100, "reassert", key_labels={"{p}:key:ab": "acct 42"})
+    assert ProcessReport.from_json(labelled.to_json()) == labelled
+    # Written by any client: read bounded and escaped, whatever it says.
+    forged = json.loads(labelled.to_json())
+    forged["key_labels"] = {"{p}:key:ab": "\x1b[2J" + "x" * 500}
+    read = ProcessReport.from_json(json.dumps(forged))
+    assert read is not None
+    label = read.key_labels["{p}:key:ab"]
+    assert label.startswith("\\x1b[2J") and len(label) == MAX_KEY_LABEL and label.endswith("…")

@@ -22,12 +22,14 @@ import pytest
 import redis
 
 from dramatiq_slots import ArgumentError
-from dramatiq_slots.ledger import Ledger, Limit
+from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.ledger.controls import Controls
 from dramatiq_slots.ledger.keys import key_digest
 from dramatiq_slots.ledger.reports import (
     HELD_BACK,
+    IN_LINE,
     PARKED,
+    QueueDepth,
     ReportedEvent,
     ReportedHold,
     ReportedWait,
@@ -289,8 +291,9 @@ def test_a_refresh_reads_the_page_and_not_every_ledger_of_the_prefix(
 
 HEADER = {"server", "prefix", "at"}
 LEDGER = {
-    "ledger", "short", "kind", "name", "capacity", "declared", "override", "paused", "paused_at",
-    "in_use", "waiting", "in_line", "parked", "held_back", "oldest_wait", "holders", "holders_more",
+    "ledger", "short", "kind", "name", "key_label", "capacity", "declared", "override", "paused",
+    "paused_at", "settling", "in_use", "waiting", "in_line", "parked", "held_back", "oldest_wait",
+    "queue_depth", "holders", "holders_more",
 }  # fmt: skip
 HOLDER = {
     "token", "host", "pid", "thread", "actor", "label", "age", "seconds_left", "process", "process_alive",
@@ -298,8 +301,8 @@ HOLDER = {
 }  # fmt: skip
 PROCESS = {
     "process", "host", "pid", "reported_ago", "hold_ttl", "beat_interval", "on_lost_hold", "capacities",
-    "holds", "owed", "waiting", "lingering", "parked", "held_back", "in_line", "waits", "waits_left_out",
-    "recent",
+    "key_labels", "holds", "owed", "waiting", "lingering", "parked", "held_back", "in_line", "waits",
+    "waits_left_out", "recent",
 }  # fmt: skip
 
 
@@ -346,11 +349,15 @@ def test_each_json_document_has_its_fields(ledger: Ledger, acting: WebClient) ->
     assert not dead["process_alive"] and dead["age"] is None and dead["label"] is None
 
     detail = ledger_doc(acting, "queue:emails")
-    assert set(detail) == HEADER | {"ledger", "line", "control", "controls"}
+    assert set(detail) == HEADER | {"ledger", "line", "held_back", "control", "controls"}
     assert set(detail["ledger"]) == LEDGER and len(detail["ledger"]["holders"]) == 2
     (claim,) = detail["line"]
-    assert set(claim) == {"token", "host", "process", "place", "waited", "reported_by"}
+    assert set(claim) == {
+        "token", "host", "process", "place", "waited", "reported_by", "message_id", "actor", "how",
+    }  # fmt: skip
     assert (claim["token"], claim["host"], claim["place"]) == ("web-1:4242:8:2", "web-1", 1.0)
+    assert (claim["message_id"], claim["actor"], claim["how"]) == (None, None, None), "not reported"
+    assert detail["held_back"] == [] and detail["ledger"]["settling"] is None
     assert detail["control"]["capacity"] is None and detail["control"]["paused"] is False
     assert set(detail["control"]) >= {"capacity", "paused_at", "paused"}
     assert detail["controls"]["enabled"] is True
@@ -369,6 +376,48 @@ def test_each_json_document_has_its_fields(ledger: Ledger, acting: WebClient) ->
     assert acting.get("/slots/api/why").status == 400
     assert acting.get("/slots/api/ledger").status == 400
     assert acting.get("/slots/api/ledger?name=emails").status == 400
+
+
+def test_the_line_lists_its_messages_in_order_and_a_settling_or_labelled_ledger_says_so(
+    ledger: Ledger, page: WebClient
+) -> None:
+    keys = ledger.keys
+    account, emails = keys.runtime_key("acct:42"), keys.queue("emails")
+    short = keys.short(account)
+    hold(ledger, account, "web-1:4242:1:1", capacity=1)
+    hold(ledger, emails, "web-1:4242:1:1", capacity=5)
+    for token, place in (("web-1:4242:2:2", 20), ("web-1:4242:3:3", 10), ("gone:9:1:1", 30)):
+        assert ledger.enter(token, [Limit(account, 1)], ttl_ms=60_000, line=Line.JOIN, place=place).in_line
+    waits = [
+        ReportedWait("m-2", "sync", "emails", account, PARKED, ms_ago(9), "web-1:4242:2:2", 1),
+        ReportedWait("m-3", "sync", "emails", account, IN_LINE, ms_ago(1), "web-1:4242:3:3", 1),
+        ReportedWait("m-4", "sync", "emails", account, HELD_BACK, ms_ago(2)),
+    ]
+    depth = QueueDepth(ready=19, delayed=2, unacked=25, at_ms=ms_ago(1))
+    report(
+        ledger, "web-1:4242", waits=waits, key_labels={account: "Acme (EU)"}, capacities={emails: 5},
+        queues={"emails": depth},
+    )  # fmt: skip
+    seconds, micros = ledger.client.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    ledger.client.zadd(keys.epoch(), {"settled": now_ms + 20_000, "born": now_ms})
+
+    rows = {d["short"]: d for d in listed(page)["ledgers"]}
+    found = rows[short]
+    assert found["key_label"] == "Acme (EU)" and found["settling"]["lost"] is False
+    assert found["settling"]["text"].startswith("settling (first start), ") and found["in_use"] == 1
+    assert rows["queue:emails"]["queue_depth"] == {"ready": 19, "taken": 6, "delayed": 2, "unacked": 25}
+    assert [d["short"] for d in listed(page, "acme (eu")["ledgers"]] == [short]
+    detail = ledger_doc(page, short)
+    assert [(c["message_id"], c["actor"], c["how"]) for c in detail["line"]] == [
+        ("m-3", "sync", IN_LINE),
+        ("m-2", "sync", PARKED),
+        (None, None, None),  # a dead process's claim: nobody reports it
+    ]
+    assert [(w["message_id"], w["how"]) for w in detail["held_back"]] == [("m-4", HELD_BACK)]
+    assert detail["ledger"]["settling"]["seconds_left"] > 15
+    (process,) = page.get("/slots/api/processes").json()["processes"]
+    assert process["key_labels"] == {short: "Acme (EU)"}
 
 
 # -- the controls: CSRF, authorization, and what they change -------------------------------------------

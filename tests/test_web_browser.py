@@ -23,7 +23,16 @@ from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.ledger.controls import Controls
 from dramatiq_slots.ops.inspection import Inspector, WhyRunning, WhyWaiting
 from dramatiq_slots.ops.web import SlotsWeb
-from tests.support.planted import DEAD_TOKEN, LIVE_TOKEN, WAITING_TOKEN, hold, plant_busy_queue, tokens
+from tests.support.planted import (
+    CROWDED_LABEL,
+    DEAD_TOKEN,
+    LIVE_TOKEN,
+    WAITING_TOKEN,
+    hold,
+    plant_busy_queue,
+    plant_crowded,
+    tokens,
+)
 from tests.support.waiting import wait_until
 from tests.support.web import screenshot_dir, served
 from tests.support.worker_groups import CAPPED_QUEUE, CAPPED_SCOPE, Backlog, WorkerFleet
@@ -468,3 +477,160 @@ def test_why_names_the_ledger_a_waiting_message_waits_for_and_follows_it(
                 f"why answered {shown!r}; Inspector.why: {inspector.why(waiting)!r}"
             ) from None
     assert freed.removed == [running.token]
+
+
+# -- what fits: a laptop and a phone ------------------------------------------------------------------
+
+#: Every text box of the page's visible texts, and how far the page reaches sideways, in one script:
+#: whether any text leaves the viewport or overlaps another text.
+LAYOUT = """
+const boxes = [];
+const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+  if (!node.textContent.trim() || node.parentElement.closest("noscript, title")) continue;
+  const range = document.createRange();
+  range.selectNodeContents(node);
+  for (const r of range.getClientRects()) {
+    const text = node.textContent.trim().slice(0, 40);
+    if (r.width > 0 && r.height > 0) boxes.push({node: node, text: text, r: r});
+  }
+}
+const overlaps = [];
+for (let i = 0; i < boxes.length; i++) {
+  for (let j = i + 1; j < boxes.length; j++) {
+    const a = boxes[i].r, b = boxes[j].r;
+    const wide = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+    const high = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+    if (boxes[i].node === boxes[j].node || wide <= 2 || high <= 2) continue;
+    overlaps.push([boxes[i].text, boxes[j].text]);
+  }
+}
+return {
+  scroll_width: document.documentElement.scrollWidth,
+  inner_width: window.innerWidth,
+  texts: boxes.length,
+  client_width: document.documentElement.clientWidth,
+  outside: boxes.filter(b => b.r.left < -0.5 || b.r.right > document.documentElement.clientWidth + 0.5)
+    .map(b => b.text),
+  overlaps: overlaps.slice(0, 10),
+};
+"""
+
+
+def laid_out(driver: Any, width: int) -> dict[str, Any]:
+    """The page at a viewport ``width`` px wide (an emulated device: a phone's is a mobile one)."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": width < 600},
+    )
+    layout: dict[str, Any] = driver.execute_script(LAYOUT)
+    return layout
+
+
+#: Each view, and what shows it drawn.
+VIEWS = {
+    "processes": "#processes tr[data-process]",
+    "ledgers": "#ledgers tr[data-ledger] li.holder",
+    "ledger": "#line tr[data-token], #line tr.held-back",
+}
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_every_view_fits_a_laptop_and_a_phone_without_overflow_or_overlapping_text(
+    driver: Any,
+    ledger: Ledger,
+    redis_client: redis.Redis,
+    key_prefix: str,
+    screenshots: Path,
+    view: str,
+    width: int,
+) -> None:
+    _, key = plant_crowded(ledger)
+    where = view if view != "ledger" else "ledger/" + ledger.keys.short(key).replace(":", "%3A")
+    try:
+        with served(SlotsWeb(redis_client, key_prefix=key_prefix, refresh=REFRESH)) as base:
+            driver.get(f"{base}/slots/#{where}")
+            wait_until(lambda: len(texts(driver, VIEWS[view])) >= 3, timeout=SHOWN, what=f"the {view} view")
+            laid_out(driver, width)
+            seen = refreshes(driver)
+            # Laid out again at this width by a redraw, too.
+            wait_until(lambda: refreshes(driver) > seen, timeout=SHOWN, what="a refresh at this width")
+            layout = laid_out(driver, width)
+            print(f"\nMEASURE web layout {view} at {width} px: {layout}")
+            assert layout["inner_width"] == width and layout["texts"] > 20, layout
+            assert layout["scroll_width"] <= width, f"overflows sideways: {layout}"
+            assert layout["outside"] == [], f"text beyond the viewport: {layout}"
+            assert layout["overlaps"] == [], f"overlapping text: {layout}"
+            if view == "processes":
+                shown = " ".join(texts(driver, "#processes"))
+                assert CROWDED_LABEL in shown and "2 held back" in shown and "3 parked" in shown
+                if width == 390:
+                    shot(driver, screenshots, "processes-phone")
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_a_settling_ledger_says_why_nothing_starts_its_label_is_found_and_its_chart_follows(
+    driver: Any, ledger: Ledger, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    _, key = plant_crowded(ledger, processes=1)
+    short = ledger.keys.short(key)
+    seconds, micros = redis_client.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    # The epoch as the workers make it after a data loss: settled a minute from now.
+    redis_client.zadd(ledger.keys.epoch(), {"settled": now_ms + 60_000, "born": now_ms, "lost": now_ms})
+    with served(SlotsWeb(redis_client, key_prefix=key_prefix, refresh=REFRESH)) as base:
+        driver.get(base + "/slots/")
+        row = f'tr[data-ledger="{short}"]'
+        wait_until(
+            lambda: texts(driver, f"{row} .badge.settling") == ["settling"], timeout=SHOWN, what="the badge"
+        )
+        (why,) = attributes(driver, f"{row} .badge.settling", "title")
+        assert (
+            why is not None
+            and why.startswith("settling after the ledger lost its data, ")
+            and why.endswith(" s left")
+        ), why
+        assert texts(driver, f"{row} .key-label") == [CROWDED_LABEL]
+
+        # Found by a word of its label, which is no digest's start.
+        type_into(driver, "#search", "acme corporation")
+        wait_until(
+            lambda: attributes(driver, "#ledgers tr[data-ledger]", "data-ledger") == [short],
+            timeout=SHOWN,
+            what="the key found by its label",
+        )
+
+        # Its view: the reason instead of a free capacity, and the chart growing with each refresh.
+        click(driver, f"{row} a.ledger-link")
+        wait_until(
+            lambda: attribute(driver, "#summary", "data-settling") == "yes", timeout=SHOWN, what="its view"
+        )
+        state = next(t for t in texts(driver, "#summary dd") if "settling" in t)
+        assert (
+            state.startswith("settling after the ledger lost its data, ")
+            and "nothing new is admitted" in state
+        )
+        assert texts(driver, "#key-label .key-label") == [CROWDED_LABEL]
+
+        def samples() -> int:
+            return int(attribute(driver, "#trend svg.chart", "data-samples") or 0)
+
+        first = samples()
+        wait_until(lambda: samples() >= first + 3, timeout=SHOWN, what="three more samples in the chart")
+        polylines = attributes(driver, "#trend svg.chart polyline", "class")
+        assert set(polylines) == {"capacity", "used", "line"}, polylines
+        points = attribute(driver, "#trend svg.chart polyline.used", "points") or ""
+        assert len(points.split()) >= 3, points
+
+        # Settled now (Ledger.settle): the page says so at its next refresh.
+        assert ledger.settle() > 0
+        wait_until(
+            lambda: (
+                attribute(driver, "#summary", "data-settling") == "no"
+                and "admitting" in texts(driver, "#summary dd")
+            ),
+            timeout=SHOWN,
+            what="the settling gone from the page",
+        )

@@ -106,7 +106,8 @@ def test_why_answers_for_a_running_and_a_waiting_message_in_line_at_its_place(
         status = cli("status", f"queue:{CAPPED_QUEUE}")
         assert status.returncode == 0, status.stderr
         line = next(line for line in status.stdout.splitlines() if line.startswith(f"queue:{CAPPED_QUEUE}"))
-        return line if f"queue {CAPPED_QUEUE}: 0 ready, 0 delayed, 3 unacked" in line else None
+        depth = f"queue {CAPPED_QUEUE}: 0 ready (not taken yet), 3 taken by workers, 0 delayed"
+        return line if depth in line else None
 
     line = wait_until(heading, timeout=10, interval=0.2, what="status with the queue's depth")
     assert line is not None

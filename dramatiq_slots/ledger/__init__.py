@@ -33,7 +33,6 @@ from .replies import (
     Limit,
     Line,
     Member,
-    Settling,
     Withdrawn,
 )
 from .scripts import SCRIPTS
@@ -53,7 +52,6 @@ __all__ = [
     "Line",
     "Member",
     "RedisClient",
-    "Settling",
     "Withdrawn",
     "eviction_risk",
     "redacted_address",

@@ -44,12 +44,13 @@ from .replies import (
     Changed,
     Declared,
     Entered,
+    Epoch,
     Holder,
     Left,
     Limit,
     Line,
     Member,
-    Settling,
+    Surveyed,
     Withdrawn,
     _text,
     group_of,
@@ -109,7 +110,7 @@ class Ledger:
         #: The born of each epoch (its key -> ms) this ledger's declarations last read, passed
         #: with every call that may make or lengthen a settling (``lib/epoch.lua``): a process that
         #: knew an epoch and finds another (or none) knows the server lost its data.
-        self.epochs: dict[str, int] = {}
+        self.known: dict[str, int] = {}
         # Registered per client, not in module globals: each Script caches
         # its SHA and reloads itself on this client after NOSCRIPT.
         self._scripts = register(client)
@@ -261,7 +262,7 @@ class Ledger:
                 "capacity": [limit.capacity for limit in limits],
                 "busy": codes,
                 "settle": settle_ms,
-                "known": self.epochs.get(f"{tag}:epoch", 0),
+                "known": self.known.get(f"{tag}:epoch", 0),
                 "waiting": bounds,
                 "listed": listed,
             },
@@ -521,7 +522,7 @@ class Ledger:
                 "channel": self._channel(tag),
                 "own": own,
                 "settle": settle_ms,
-                "known": self.epochs.get(f"{tag}:epoch", 0),
+                "known": self.known.get(f"{tag}:epoch", 0),
                 "capacity": [limit.capacity for limit in waited],
                 "groups": [" ".join(sorted(waited_groups[limit.ledger])) for limit in waited],
             },
@@ -553,7 +554,7 @@ class Ledger:
             args={
                 "ttl": ttl_ms,
                 "settle": settle_ms,
-                "known": self.epochs.get(f"{tag}:epoch", 0),
+                "known": self.known.get(f"{tag}:epoch", 0),
                 "capacity": [limit.capacity for limit in limits],
             },
             ledgers=[limit.ledger for limit in limits],
@@ -568,7 +569,7 @@ class Ledger:
             return self._knew(merged_declared(self._run_all(calls)))
 
     def _knew(self, declared: Declared) -> Declared:
-        self.epochs.update(declared.epochs)
+        self.known.update(declared.epochs)
         return declared
 
     def control(
@@ -617,28 +618,22 @@ class Ledger:
         with self._translated("settle"):
             return max(self._run_all(calls))
 
-    def settling(self) -> dict[str, Settling]:
-        """The epochs of the prefix whose ledgers settle now (key -> :class:`Settling`): its own, and
-        its homes' when the workers recorded a placement; none settling, an empty dict."""
-        epochs = [self.keys.epoch()]
+    def epochs(self) -> tuple[int, dict[str, Epoch]]:
+        """The Redis clock (ms), and the epochs of the prefix (their keys -> :class:`Epoch`): its
+        own, and its homes' when the workers recorded a placement; none there, none listed."""
+        keys = [self.keys.epoch()]
         if self.placement() != PREFIX:
             home = _escaped("{" + self.keys.prefix + "|") + "*}:epoch"
             with self._translated("scan"):
-                epochs += sorted({_text(k) for k in self.client.scan_iter(match=home, count=500)})
-
+                keys += sorted({_text(k) for k in self.client.scan_iter(match=home, count=500)})
         with self._translated("epoch"):
             pipe = self.client.pipeline(transaction=False)
             pipe.time()
-            for epoch in epochs:
-                pipe.zrange(epoch, 0, -1, withscores=True)
-            (seconds, micros), *scored = pipe.execute()
-        now = int(seconds) * 1000 + int(micros) // 1000
-        found: dict[str, Settling] = {}
-        for epoch, members in zip(epochs, scored, strict=True):
-            at = {_text(member): score for member, score in members}
-            if at.get("settled", 0) > now:
-                found[epoch] = Settling(int(at["settled"]) - now, "lost" in at)
-        return found
+            for key in keys:
+                pipe.zrange(key, 0, -1, withscores=True)
+            (seconds, micros), *read = pipe.execute()
+        epochs = {key: Epoch.read(members) for key, members in zip(keys, read, strict=True)}
+        return int(seconds) * 1000 + int(micros) // 1000, {k: e for k, e in epochs.items() if e is not None}
 
     def _report_call(
         self, report: ReportWrite | tuple[str, str], ttl_ms: int, listed_ttl_ms: int
@@ -760,51 +755,70 @@ class Ledger:
         with self._translated("holders"):
             return self._run(call)
 
-    def survey(self, ledgers: Sequence[str]) -> dict[str, tuple[list[Holder], int]]:
-        """The live holders and the claims waiting of each ledger (its line, and its fair-share
-        groups' lines), in one round trip, and one more when groups wait (one per ledger and
-        command on a cluster, whose client pipelines no scripts); for inspection."""
+    def survey(
+        self, ledgers: Sequence[str], *, line: int = 0, epochs: bool = False
+    ) -> tuple[dict[str, Surveyed], dict[str, Epoch | None]]:
+        """For inspection: each ledger's live holders, the claims waiting (its line, and its
+        fair-share groups' lines) and the first ``line`` claims of its line; with ``epochs``, the
+        epoch of each home of ``ledgers`` (by hash tag; None: none). One round trip, and one more
+        when groups wait, or claims wait and ``line`` is asked (one per ledger and command on a
+        cluster, whose client pipelines no scripts)."""
         calls = {ledger: HOLDERS.call(keys={"ledger": ledger}, args={}) for ledger in ledgers}
+        tags = list(dict.fromkeys(self.keys.tag_of(ledger) for ledger in ledgers)) if epochs else []
         if not calls:
-            return {}
+            return {}, {}
+        heads: dict[str, tuple[tuple[str, float], ...]] = {}
         with self._translated("holders"):
             if isinstance(self.client, RedisCluster):
-                return {
-                    ledger: (
-                        self._run(call),
-                        self._waiting(ledger, self.client.zrange(self.keys.turns(ledger), 0, -1)),
-                    )
-                    for ledger, call in calls.items()
+                holders = {ledger: self._run(call) for ledger, call in calls.items()}
+                waiting = {
+                    ledger: self._waiting(ledger, self.client.zrange(self.keys.turns(ledger), 0, -1))
+                    for ledger in calls
                 }
+                read = [self.client.zrange(self.keys.epoch(tag), 0, -1, withscores=True) for tag in tags]
+                if line > 0:
+                    heads = {ledger: self._line(ledger, line) for ledger, n in waiting.items() if n}
+            else:
 
-            def fill(pipe: Any) -> None:
-                for ledger, call in calls.items():
-                    self._queue(pipe, call)
-                    pipe.zcard(self.keys.line(ledger))
-                    pipe.zrange(self.keys.turns(ledger), 0, -1)
+                def fill(pipe: Any) -> None:
+                    for ledger, call in calls.items():
+                        self._queue(pipe, call)
+                        pipe.zcard(self.keys.line(ledger))
+                        pipe.zrange(self.keys.turns(ledger), 0, -1)
+                    for tag in tags:
+                        pipe.zrange(self.keys.epoch(tag), 0, -1, withscores=True)
 
-            replies = self._pipelined(fill)
-            found: dict[str, tuple[list[Holder], int]] = {}
-            grouped: dict[str, list[str]] = {}
-            for i, (ledger, call) in enumerate(calls.items()):
-                waiting, entries = replies[3 * i + 1], replies[3 * i + 2]
-                for reply in (waiting, entries):
+                replies = self._pipelined(fill)
+                for reply in replies[len(calls) :]:
                     if isinstance(reply, Exception):
                         raise reply
-                found[ledger] = (call.answer(replies[3 * i]), int(waiting))
-                groups = _groups_of(entries)
-                if groups:
-                    grouped[ledger] = groups
-            if grouped:
-                pipe = self.client.pipeline(transaction=False)
-                for ledger, groups in grouped.items():
-                    for group in groups:
-                        pipe.zcard(self.keys.group_line(ledger, group))
-                counts = iter(pipe.execute())
-                for ledger, groups in grouped.items():
-                    holders, waiting = found[ledger]
-                    found[ledger] = (holders, waiting + sum(int(next(counts)) for _ in groups))
-        return found
+                read = replies[3 * len(calls) :]
+                holders, waiting, grouped = {}, {}, {}
+                for i, (ledger, call) in enumerate(calls.items()):
+                    holders[ledger], waiting[ledger] = call.answer(replies[3 * i]), int(replies[3 * i + 1])
+                    groups = _groups_of(replies[3 * i + 2])
+                    if groups:
+                        grouped[ledger] = groups
+                lined = [ledger for ledger, n in waiting.items() if n] if line > 0 else []
+                if grouped or lined:
+                    pipe = self.client.pipeline(transaction=False)
+                    for ledger, groups in grouped.items():
+                        for group in groups:
+                            pipe.zcard(self.keys.group_line(ledger, group))
+                    for ledger in lined:
+                        pipe.zrange(self.keys.line(ledger), 0, line - 1, withscores=True)
+                    more = iter(pipe.execute())
+                    for ledger, groups in grouped.items():
+                        waiting[ledger] += sum(int(next(more)) for _ in groups)
+                    heads = {ledger: _scored(next(more)) for ledger in lined}
+        found = {
+            ledger: Surveyed(holders[ledger], waiting[ledger], heads.get(ledger, ())) for ledger in calls
+        }
+        return found, {tag: Epoch.read(members) for tag, members in zip(tags, read, strict=True)}
+
+    def _line(self, ledger: str, count: int) -> tuple[tuple[str, float], ...]:
+        """The first ``count`` claims of a ledger's line, with their scores."""
+        return _scored(self.client.zrange(self.keys.line(ledger), 0, count - 1, withscores=True))
 
     def _waiting(self, ledger: str, entries: Sequence[Any]) -> int:
         """The claims waiting for ``ledger``: its line's, and those of the groups of ``entries``."""
@@ -881,6 +895,11 @@ def _merged_beaten(answers: Sequence[Beaten]) -> Beaten:
         refused={k: v for a in answers for k, v in a.refused.items()},
         redis_ms=max(clocks) if clocks else None,
     )
+
+
+def _scored(reply: Any) -> tuple[tuple[str, float], ...]:
+    """A ``ZRANGE ... WITHSCORES`` reply as ``(member, score)`` pairs."""
+    return tuple((_text(member), float(score)) for member, score in reply)
 
 
 def _groups_of(entries: Sequence[Any]) -> list[str]:

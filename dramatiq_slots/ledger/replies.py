@@ -123,15 +123,6 @@ class Declared:
     lost: bool = False
 
 
-@dataclass(frozen=True)
-class Settling:
-    """An epoch whose ledgers are settling (``lib/epoch.lua``): the ms left of it, and whether it
-    follows a loss of data (else: a first start on a server that has just started)."""
-
-    left_ms: int
-    lost: bool
-
-
 class Beaten(list[Member]):
     """What :meth:`Ledger.beat` answers: the members whose hold was lost, ``handoffs``, the
     slots freed by expiry that it handed to claims of the caller's process, ``declared``,
@@ -190,6 +181,48 @@ class Holder:
     def pid(self) -> int | None:
         parts = self.token.rsplit(":", 3)
         return int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else None
+
+
+class Surveyed(NamedTuple):
+    """What :meth:`Ledger.survey` reads of one ledger: its live holders, how many claims wait in its
+    lines, and the first claims of its line (as many as asked, first in line first) with their
+    scores (``places.score``: priority, then place in µs)."""
+
+    holders: list[Holder]
+    waiting: int
+    line: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """A home's epoch as read (``lib/epoch.lua``): from which millisecond (Redis clock) newcomers
+    may be admitted, when it was made, and whether it was made after a data loss.
+
+    ``born_ms`` is None and ``lost`` None when the epoch does not say (made by a worker of a
+    version that wrote ``settled`` alone); ``lost`` False: a first start.
+    """
+
+    settled_ms: int
+    born_ms: int | None = None
+    lost: bool | None = None
+
+    @classmethod
+    def read(cls, members: Iterable[Any]) -> Epoch | None:
+        """The epoch of a ``ZRANGE <epoch> 0 -1 WITHSCORES`` reply (None: no epoch, or one without
+        ``settled``)."""
+        scores = {_text(member): float(score) for member, score in members}
+        if "settled" not in scores:
+            return None
+        born = scores.get("born")
+        return cls(
+            settled_ms=int(scores["settled"]),
+            born_ms=None if born is None else int(born),
+            lost=None if born is None else "lost" in scores,
+        )
+
+    def settling_ms(self, now_ms: float) -> int:
+        """The ms left of its settling at Redis clock ``now_ms`` (0: settled)."""
+        return max(0, int(self.settled_ms - now_ms))
 
 
 def _text(value: Any) -> str:

@@ -43,6 +43,22 @@ RECENT_ADMISSIONS = 20
 IN_LINE, PARKED, HELD_BACK = "in_line", "parked", "held_back"
 WAYS = (IN_LINE, PARKED, HELD_BACK)
 
+#: The most characters of a runtime key's label (``Slots(key_labels=...)``) a report carries.
+MAX_KEY_LABEL = 100
+
+
+def printable(text: object) -> str:
+    """``text`` with its control (and other unprintable) characters shown as escapes (``\\x1b``,
+    ``\\n``): what may reach a log or a terminal of a text any client may have written."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def key_label(text: str) -> str:
+    """A runtime key's label as a report carries it: :func:`printable`, at most
+    :data:`MAX_KEY_LABEL` characters (a longer one cut, ending with ``…``)."""
+    shown = printable(text)
+    return shown if len(shown) <= MAX_KEY_LABEL else shown[: MAX_KEY_LABEL - 1] + "…"
+
 
 @dataclass(frozen=True)
 class ReportedHold:
@@ -115,6 +131,12 @@ class QueueDepth:
     #: When it was read (ms, Redis clock).
     at_ms: int
 
+    @property
+    def taken(self) -> int:
+        """Messages workers have taken and not acked yet (running, waiting for a slot in a worker,
+        prefetched): :attr:`unacked` but the ready ones."""
+        return max(0, self.unacked - self.ready)
+
 
 @dataclass(frozen=True)
 class ProcessReport:
@@ -152,9 +174,15 @@ class ProcessReport:
     #: when its broker's depth is not read (``broker`` says why: ``""`` read, else the reason).
     queues: dict[str, QueueDepth] = field(default_factory=dict)
     broker: str = ""
+    #: ``{ledger key: label}`` of the runtime keys it names, with ``Slots(key_labels=...)`` on
+    #: (:func:`key_label`); empty, and left out of the JSON, when it is off.
+    key_labels: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps({"version": REPORT_VERSION, **asdict(self)}, separators=(",", ":"))
+        data = asdict(self)
+        if not data["key_labels"]:
+            del data["key_labels"]
+        return json.dumps({"version": REPORT_VERSION, **data}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ProcessReport | None:
@@ -170,6 +198,9 @@ class ProcessReport:
             }
             for name in ("deferred", "dropped", "admitted"):
                 nested[name] = [_made(ReportedEvent, e) for e in data.pop(name, [])]
+            # Bounded and escaped again: any client may have written the report.
+            labels = data.pop("key_labels", {})
+            nested["key_labels"] = {str(k): key_label(str(v)) for k, v in labels.items()}
             report: ProcessReport = _made(cls, {**data, **nested})
             return report
         except (ValueError, TypeError, AttributeError):

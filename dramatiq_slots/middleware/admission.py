@@ -350,6 +350,7 @@ class Admission:
                         since,
                         hold.token,
                         request.capacity_on(waits_on),
+                        request.key_label_on(waits_on),
                     )
                 )
                 self.process.changed()

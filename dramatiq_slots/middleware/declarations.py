@@ -11,6 +11,7 @@ admission costs no Redis command at all).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,10 +19,14 @@ from ..ledger import placement
 from ..ledger.controls import MAX_CAPACITY
 from ..ledger.keys import KeySpace, group_digest, key_digest
 from ..ledger.replies import Limit
+from ..ledger.reports import key_label as reported_label
+from ..ledger.reports import printable
 from ..waiting.admits import Request
 from ..waiting.places import place_of
 from . import options as opt
 from .settings import Settings, queue_capacity_where
+
+logger = logging.getLogger("dramatiq_slots.middleware")
 
 
 class Declarations:
@@ -41,6 +46,8 @@ class Declarations:
         #: (actor, queue) -> (its options, the queue's capacity, :meth:`_fixed_part`), for messages
         #: that nothing of their own decides.
         self._fixed: dict[tuple[str, str], tuple[opt.ActorSlots, int | None, dict[str, Any] | None]] = {}
+        #: Whether a key_labels callable failed in this process (it is logged once).
+        self._label_failed = False
 
     def home(self, queue_name: str, key: str | None = None) -> str:
         """The home of a queue's limits under the placement (``""``: the prefix's own tag); on an
@@ -243,6 +250,7 @@ class Declarations:
         if len(keys) > 1 and placement.each_key(self.settings.placement, queue_name):
             raise opt.RuntimeKeyError(_several_keys(actor.actor_name, queue_name, len(keys)))
         default: int | None = None
+        labels: list[tuple[str, str]] = []
         for key, capacity in keys:
             # Every key of the message, admitted together with its queue's cap: all or nothing.
             if capacity is None:
@@ -251,6 +259,8 @@ class Declarations:
                     default = opt.key_capacity(actor, option, args, kwargs)
                 capacity = default
             limits.append(Limit(self.keys.runtime_key(key, home=self.home(queue_name, key)), capacity))
+            if self.settings.key_labels is not False:
+                labels.append((limits[-1].ledger, self.key_label(key, actor.actor_name)))
         min_backoff, max_backoff = self.backoff(actor, options)
         if not limits:
             return None
@@ -310,7 +320,31 @@ class Declarations:
             "share": max(1, min(1000, round(share * 1000))),
             "max_waiting": max_waiting,
             "line_full": line_full,
+            "key_labels": tuple((ledger, label) for ledger, label in labels if label),
         }
+
+    def key_label(self, key: str, actor_name: str) -> str:
+        """The label of runtime key ``key`` in the reports (``Slots(key_labels=...)``): its text, or
+        what the callable makes of it, escaped and bounded (:func:`~.reports.key_label`); "" when
+        the callable fails (logged once per process: a label is for people, never a reason to
+        fail a message)."""
+        labeller = self.settings.key_labels
+        try:
+            text = key if labeller is True else labeller(key)  # type: ignore[operator]
+            if not isinstance(text, str):
+                raise TypeError(f"it returned a {type(text).__name__}, not a str")
+        except Exception as e:
+            if not self._label_failed:
+                self._label_failed = True
+                logger.warning(
+                    "Slots(key_labels=...) failed on a key of actor %r (%s: %s); keys it fails on are "
+                    "shown by their digest only (logged once per process)",
+                    actor_name,
+                    type(e).__name__,
+                    printable(e),
+                )
+            return ""
+        return reported_label(text)
 
 
 def _several_keys(actor_name: str, queue_name: str, count: int) -> str:

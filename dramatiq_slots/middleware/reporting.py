@@ -77,8 +77,11 @@ class Reporter:
             redis_ms = heartbeat.redis_ms(at) if heartbeat is not None else None
             return redis_ms if redis_ms is not None else int(at * 1000 + wall_offset)
 
-        holds = [self._hold(hold, ms(since)) for hold, since in process.registry.held_since()]
+        held = process.registry.held_since()
+        holds = [self._hold(hold, ms(since)) for hold, since in held]
         waits = self._waits()
+        labels = {ledger: label for hold, _ in held for ledger, label in hold.key_labels}
+        labels.update((w.ledger, w.key_label) for w in waits[:MAX_WAITS] if w.key_label)
         deferred, dropped, admitted = process.recent.snapshot()
         report = ProcessReport(
             process=this_process(),
@@ -106,6 +109,7 @@ class Reporter:
             admitted=[self._event(e, ms) for e in admitted],
             queues=self._queue_depths(now, ms),
             broker=self._depths_why,
+            key_labels=labels,
         )
         keys = self.settings.keys
         return ReportWrite(

@@ -7,8 +7,9 @@ naming ``Slots(<setting>=...)``.
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,9 @@ class Settings:
     backlog_ttl: int
     #: Where the ledgers of each queue live (:mod:`~dramatiq_slots.ledger.placement`).
     placement: Placement = "prefix"
+    #: How the process reports show a runtime key: False, by its digest only; True, by its text
+    #: too; a callable, by what it makes of the text (docs/options.md).
+    key_labels: bool | Callable[[str], object] = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
@@ -99,6 +103,7 @@ class Settings:
         opt.positive_int(self.wait_replicas_timeout, _setting("wait_replicas_timeout"))
         opt.lost_hold_mode(self.on_lost_hold, _setting("on_lost_hold"))
         opt.positive_int(self.backlog_ttl, _setting("backlog_ttl"))
+        check_key_labels(self.key_labels)
         if self.restart_settle is not None:
             where = _setting("restart_settle")
             settle = opt.non_negative_int(self.restart_settle, where)
@@ -133,6 +138,26 @@ class Settings:
         if self.restart_settle is not None:
             return self.restart_settle
         return int(self.beat_ms * REPORT_BEATS)
+
+
+def check_key_labels(value: object) -> None:
+    """ConfigurationError unless ``value`` is True, False or a callable that takes the key's text."""
+    if isinstance(value, bool):
+        return
+    where = _setting("key_labels")
+    if not callable(value):
+        raise opt.ConfigurationError(
+            f"{where}: must be False (runtime keys shown by their digest only), True (by their text "
+            f"too) or a callable of the key's text returning its label, got {value!r:.60}"
+        )
+    try:
+        inspect.signature(value).bind("key")
+    except TypeError:
+        raise opt.ConfigurationError(
+            f"{where}: the callable must take one argument, the key's text (a str)"
+        ) from None
+    except ValueError:
+        pass  # a signature that cannot be read (a builtin): it is called as it is
 
 
 def check_url(url: str, where: str) -> None:
@@ -190,6 +215,7 @@ __all__ = [
     "SOCKET_TIMEOUT_S",
     "URL_ENV",
     "Settings",
+    "check_key_labels",
     "check_url",
     "global_broker_with",
     "ledger_client",

@@ -26,7 +26,7 @@ message is admitted, deferred, or fails with a ``MiddlewareError`` subclass.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dramatiq
@@ -105,6 +105,7 @@ class Slots(Middleware):
         restart_settle: int | None = None,
         backlog_ttl: int = 3_600_000,
         placement: Placement = "prefix",
+        key_labels: bool | Callable[[str], object] = False,
     ) -> None:
         self.settings = Settings(
             client=client,
@@ -124,6 +125,7 @@ class Slots(Middleware):
             restart_settle=restart_settle,
             backlog_ttl=backlog_ttl,
             placement=placement,
+            key_labels=key_labels,
         )
         self.keys: KeySpace = self.settings.keys
         self.declarations = Declarations(self.settings)

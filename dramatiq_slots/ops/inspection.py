@@ -19,9 +19,9 @@ their index (``{<prefix>}:reports``, no SCAN); :meth:`Inspector.ledgers` finds e
 SCAN (plus the controls), :meth:`Inspector.page` through the index of ledgers the reports name
 (``report.lua``). Meant for people and dashboards, not for a hot path.
 
-Runtime keys are hashed in the ledger (see :mod:`dramatiq_slots.ledger.keys`), and
-reports do not carry them either: a key ledger is shown by its digest and by
-the actors holding it; ``status --key TEXT`` finds the ledger of a key.
+Runtime keys are hashed in the ledger (see :mod:`dramatiq_slots.ledger.keys`): a key ledger is
+shown by its digest and by the actors holding it, and by its label where the workers' reports carry
+one (``Slots(key_labels=...)``, off by default); ``status --key TEXT`` finds the ledger of a key.
 
 This module imports nothing from dramatiq.
 """
@@ -40,7 +40,7 @@ from ..ledger.client import RedisClient
 from ..ledger.controls import Control, Controls, Provenance
 from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
 from ..ledger.ledger import Ledger
-from ..ledger.replies import Holder, Limit, _text, process_part
+from ..ledger.replies import Epoch, Holder, Limit, Surveyed, _text, process_part
 from ..ledger.reports import (
     HELD_BACK,
     IN_LINE,
@@ -57,6 +57,8 @@ from ..ledger.reports import (
 MAX_PAGE = 500
 #: How many claims ahead in line :meth:`Inspector.why` names.
 AHEAD = 10
+#: How many claims of each line :meth:`Inspector.ledgers` reads (the order of the waits it lists).
+LINE_READ = 10
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,42 @@ class WaitView:
 
 
 @dataclass(frozen=True)
+class Settling:
+    """The ledgers of a home are settling (docs/design.md, "Restarted empty: the epoch"): no
+    newcomer is admitted and nothing is handed on from a line for ``seconds_left`` more, while the
+    holds of the jobs that still run are re-asserted."""
+
+    seconds_left: float
+    #: True: after the ledger's Redis lost its data; False: a first start; None: its epoch does
+    #: not say (made by workers of an older version).
+    lost: bool | None
+
+    @property
+    def text(self) -> str:
+        """``settling after the ledger lost its data, 12 s left``, ``settling (first start), 0.4 s
+        left``, ``settling, 3.0 s left``."""
+        cause = {True: " after the ledger lost its data", False: " (first start)", None: ""}[self.lost]
+        left = self.seconds_left
+        return f"settling{cause}, {left:.1f} s left" if left < 10 else f"settling{cause}, {left:.0f} s left"
+
+    @classmethod
+    def of(cls, epoch: Epoch | None, now: float) -> Settling | None:
+        """The settling ``epoch`` says at Redis clock ``now`` (s); None: settled, or no epoch."""
+        left = epoch.settling_ms(now * 1000) if epoch is not None else 0
+        return cls(round(left / 1000, 3), epoch.lost) if epoch is not None and left > 0 else None
+
+
+@dataclass(frozen=True)
+class LineClaim:
+    """One claim in a ledger's line, first in line first: its token, its score (priority, then
+    its message's place, µs since the epoch), and its message where its process reports it."""
+
+    token: str
+    place: float
+    wait: WaitView | None = None
+
+
+@dataclass(frozen=True)
 class LedgerView:
     """One ledger: its capacity, holds in use, line and holders, and what waits for it.
 
@@ -151,6 +189,13 @@ class LedgerView:
     queue_depth: QueueDepth | None = None
     #: Its home under a placement (``""``: the prefix's own tag).
     home: str = ""
+    #: A runtime key's label, as the reports carry it (``Slots(key_labels=...)``; None: none).
+    key_label: str | None = None
+    #: Whether its home's ledgers are settling now (None: not).
+    settling: Settling | None = None
+    #: The first claims of its line (as many as read), first in line first. ``waits`` lists the
+    #: messages reported waiting in that order where their claims are among these, then the others.
+    line: list[LineClaim] = field(default_factory=list)
 
     @property
     def short(self) -> str:
@@ -199,6 +244,8 @@ class WhyHold:
     capacity: int | None
     in_use: int
     seconds_left: float | None
+    #: A runtime key's label (``Slots(key_labels=...)``; None: none).
+    key_label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +290,10 @@ class WhyWaiting(WhyKnown):
     capacity: int | None
     in_use: int
     paused: bool
+    #: Whether the ledger's home is settling: nothing new is admitted meanwhile (None: not).
+    settling: Settling | None = None
+    #: The ledger's label, a runtime key's (``Slots(key_labels=...)``; None: none).
+    key_label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -323,6 +374,12 @@ class Inspector:
         self.client = client
         self.controls = Controls(client, key_prefix=key_prefix)
 
+    def settling(self) -> dict[str, Settling]:
+        """Each epoch of the prefix (its key) whose ledgers settle now: its own, and its homes'."""
+        now_ms, epochs = self.ledger.epochs()
+        found = {key: Settling.of(epoch, now_ms / 1000) for key, epoch in epochs.items()}
+        return {key: settling for key, settling in found.items() if settling is not None}
+
     # -- names ------------------------------------------------------------------------
 
     def resolve(self, name: str) -> str:
@@ -375,13 +432,17 @@ class Inspector:
         return reports
 
     def ledgers(
-        self, names: Iterable[str] | None = None, *, reports: Mapping[str, ProcessReport] | None = None
+        self,
+        names: Iterable[str] | None = None,
+        *,
+        reports: Mapping[str, ProcessReport] | None = None,
+        line: int = LINE_READ,
     ) -> list[LedgerView]:
         """Views of the given ledger keys, or of every ledger under the prefix, queues first.
 
         Every ledger: what SCAN finds, and every ledger with a control or a waiting message
         reported (a paused ledger is shown, holding or not). ``reports``: the process reports,
-        when the caller has just read them.
+        when the caller has just read them; ``line``: how many claims of each line to read.
         """
         reports = self.processes() if reports is None else reports
         controls = self.controls.read()
@@ -392,40 +453,55 @@ class Inspector:
             keys = sorted(
                 k for k in {*self.ledger.ledgers(), *controls, *reported} if self.keys.parse(k) is not None
             )
-        views = self._views(keys, reports, controls)
+        views = self._views(keys, reports, controls, line=line)
         return sorted(views, key=lambda v: (v.kind != "queue", v.name))
 
     def _views(
-        self, keys: Sequence[str], reports: Mapping[str, ProcessReport], controls: Mapping[str, Control]
+        self,
+        keys: Sequence[str],
+        reports: Mapping[str, ProcessReport],
+        controls: Mapping[str, Control],
+        *,
+        line: int = 0,
     ) -> list[LedgerView]:
-        """The views of ``keys``, in their order: one round trip for all their holders and lines (and
-        one for the clock)."""
+        """The views of ``keys``, in their order: one round trip for all their holders, lines and
+        epochs (one more for the first ``line`` claims of the lines that hold any), and one for
+        the clock."""
         for ledger in keys:
             if self.keys.parse(ledger) is None:
                 raise ArgumentError(f"not a ledger under prefix {self.keys.prefix!r}: {ledger!r}")
         if not keys:
             return []
-        read = self.ledger.survey(keys)
+        read, epochs = self.ledger.survey(keys, line=line, epochs=True)
         now = self._now()  # one clock reading for every age on the page
         facts = _Facts(reports)
         return [
-            self._view(ledger, *read[ledger], facts, now, controls.get(ledger, Control())) for ledger in keys
+            self._view(
+                ledger,
+                read[ledger],
+                facts,
+                now,
+                controls.get(ledger, Control()),
+                Settling.of(epochs[self.keys.tag_of(ledger)], now),
+            )
+            for ledger in keys
         ]
 
     def _view(
         self,
         ledger: str,
-        found: list[Holder],
-        line: int,
+        read: Surveyed,
         facts: _Facts,
         now: float,
         control: Control,
+        settling: Settling | None,
     ) -> LedgerView:
         placed = self.keys.parse_placed(ledger)
         assert placed is not None  # checked by _views
         home, kind, name = placed
-        holders = [facts.holder(holder, ledger, now) for holder in found]
-        waits = facts.waits_on(ledger, now)
+        holders = [facts.holder(holder, ledger, now) for holder in read.holders]
+        waits = facts.waits_on(ledger, now, [token for token, _ in read.line])
+        by_token = {w.token: w for w in waits if w.token}
         capacities = facts.capacities(ledger)
         declared = max(capacities) if capacities else None
         if kind == "queue":
@@ -437,7 +513,7 @@ class Inspector:
             home=home,
             capacity=control.capacity if control.capacity is not None else declared,
             in_use=sum(holder.units for holder in holders),
-            waiting=line,
+            waiting=read.waiting,
             holders=holders,
             declared=declared,
             override=control.capacity,
@@ -453,6 +529,9 @@ class Inspector:
             waits=waits,
             capacities=tuple(sorted(capacities)),
             queue_depth=facts.depth(name) if kind == "queue" else None,
+            key_label=facts.key_labels.get(ledger),
+            settling=settling,
+            line=[LineClaim(token, place, by_token.get(token)) for token, place in read.line],
         )
 
     def _now(self) -> float:
@@ -468,10 +547,12 @@ class Inspector:
 
     # -- a page of ledgers --------------------------------------------------------------
 
-    def page(self, offset: int = 0, limit: int = 50, search: str = "") -> LedgerPage:
+    def page(self, offset: int = 0, limit: int = 50, search: str = "", *, line: int = 0) -> LedgerPage:
         """A page of the ledgers under the prefix: queue ledgers first, by name, then runtime keys
         by digest; ``search`` keeps those whose queue name or digest starts with it
-        (``queue:<start>`` or ``key:<start>`` for one kind only).
+        (``queue:<start>`` or ``key:<start>`` for one kind only), and the runtime keys whose label
+        (``Slots(key_labels=...)``) holds it, whatever the case, first among the keys. ``line``:
+        how many claims of each line to read (:attr:`LedgerView.line`).
 
         The ledgers are those a live process's report named in the last ``hold_ttl`` and a beat
         (so a dead holder's ledger is listed until its holds expire; one that holds nothing any
@@ -503,14 +584,17 @@ class Inspector:
                 for q in listed_queues | {c for c in controlled if c.startswith("queue:")}
                 if "queue" in kinds and q.startswith(f"queue:{term}")
             )
-            # A controlled key the index lists has its place among the keys; the others go first.
+            # A controlled key the index lists has its place among the keys; the others go first,
+            # and before them the keys whose label holds the term.
             keys_first = [c for c in controlled if "key" in kinds and c.startswith(f"key:{term}")]
+            labelled = _labelled(reports, term) if "key" in kinds and term else []
             if keys_first:
                 pipe = self.client.pipeline(transaction=False)
                 for short in keys_first:
                     pipe.zscore(names, short)
                 keys_first = [k for k, score in zip(keys_first, pipe.execute(), strict=True) if score is None]
-            pinned = [*queues, *keys_first]
+            labelled = [self.keys.short(k) for k in labelled if self.keys.parse(k) is not None]
+            pinned = [*queues, *labelled, *(k for k in keys_first if k not in labelled)]
             rows = pinned[offset : offset + limit]
             more = offset + limit < len(pinned)
             total: int | None = len(pinned)
@@ -519,6 +603,7 @@ class Inspector:
                 skip, want = max(0, offset - len(pinned)), limit - len(rows)
                 if term:
                     found = [_text(k) for k in self._lex(names, f"key:{term}", skip, want + 1)]
+                    found = [k for k in found if k not in labelled]
                     total = None
                 else:
                     # Every key sorts before every queue ("key:" < "queue:"): read by rank.
@@ -534,7 +619,7 @@ class Inspector:
 
         ledgers = [k for k in (self.keys.from_short(short, home=home) for short in rows) if k is not None]
         return LedgerPage(
-            ledgers=self._views(ledgers, reports, controls),
+            ledgers=self._views(ledgers, reports, controls, line=line),
             offset=offset,
             limit=limit,
             search=search,
@@ -599,14 +684,15 @@ class Inspector:
         )
 
     def _running(self, report: ProcessReport, hold: ReportedHold) -> WhyRunning:
-        read = self.ledger.survey(sorted(hold.ledgers))
+        read, _ = self.ledger.survey(sorted(hold.ledgers))
         now = self._now()
         host, pid, thread = _token_parts(hold.token)
         holds = []
         for ledger, capacity in sorted(hold.ledgers.items()):
-            holders = read[ledger][0]
+            holders = read[ledger].holders
             left = next((h.seconds_left for h in holders if h.token == hold.token), None)
-            holds.append(WhyHold(self.keys.short(ledger), capacity, len(holders), left))
+            label = report.key_labels.get(ledger)
+            holds.append(WhyHold(self.keys.short(ledger), capacity, len(holders), left, label))
         return WhyRunning(
             message_id=hold.message_id,
             actor=hold.actor,
@@ -643,6 +729,8 @@ class Inspector:
             capacity=view.capacity,
             in_use=view.in_use,
             paused=view.paused,
+            settling=view.settling,
+            key_label=view.key_label,
         )
 
     # -- releasing by hand -----------------------------------------------------------------
@@ -692,6 +780,8 @@ class _Facts:
         for report in reports.values():
             for wait in report.waits:
                 self._waits.setdefault(wait.ledger, []).append((report, wait))
+        #: The runtime keys' labels the reports carry, by ledger key.
+        self.key_labels = {k: v for r in reports.values() for k, v in r.key_labels.items() if v}
         #: The newest depth each queue was read with, by queue name.
         self.depths: dict[str, QueueDepth] = {}
         for report in reports.values():
@@ -721,7 +811,9 @@ class _Facts:
             lingering=holder.token in self._lingering,
         )
 
-    def waits_on(self, ledger: str, now: float) -> list[WaitView]:
+    def waits_on(self, ledger: str, now: float, line: Sequence[str] = ()) -> list[WaitView]:
+        """The messages reported waiting for ``ledger``: those whose claims are among the first of
+        its ``line`` in that order, then the others, the longest wait first."""
         views = []
         for report, wait in self._waits.get(ledger, []):
             host, pid = _process_parts(report.process)
@@ -738,7 +830,8 @@ class _Facts:
                     wait.capacity,
                 )
             )
-        return sorted(views, key=lambda w: -w.waited)
+        order = {token: i for i, token in enumerate(line)}
+        return sorted(views, key=lambda w: (order.get(w.token, len(order)), -w.waited))
 
     def capacities(self, ledger: str) -> set[int]:
         """The capacities the reported holds of ``ledger`` and its waiting messages declare (their
@@ -763,6 +856,14 @@ class _Facts:
                 if wait.token == token:
                     return f"{wait.actor}({wait.message_id})"
         return token
+
+
+def _labelled(reports: Mapping[str, ProcessReport], term: str) -> list[str]:
+    """The runtime keys' ledgers whose label, as the reports carry it, holds ``term`` (whatever
+    the case), by label."""
+    wanted = term.casefold()
+    found = {k: v for r in reports.values() for k, v in r.key_labels.items() if wanted in v.casefold()}
+    return sorted(found, key=lambda k: (found[k], k))
 
 
 def _is_hex(text: str) -> bool:
@@ -793,12 +894,14 @@ __all__ = [
     "Inspector",
     "LedgerPage",
     "LedgerView",
+    "LineClaim",
     "ProcessReport",
     "QueueDepth",
     "Released",
     "ReportedEvent",
     "ReportedHold",
     "ReportedWait",
+    "Settling",
     "WaitView",
     "Why",
     "WhyDeferred",

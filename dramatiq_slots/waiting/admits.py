@@ -69,6 +69,8 @@ class Request:
     #: The message's id on the backlogs of its limits (``when_line_full="refuse"``: the sender
     #: listed it), taken off when it is admitted or dropped; "": on none.
     listed: str = ""
+    #: ``(ledger, label)`` of its runtime keys, with ``Slots(key_labels=...)`` on (for reports).
+    key_labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def score(self) -> int:
@@ -104,7 +106,12 @@ class Request:
             queue=self.queue,
             capacities=capacities,
             group=self.group_name,
+            key_labels=self.key_labels,
         )
+
+    def key_label_on(self, ledger: str | None) -> str:
+        """The label of ``ledger``, one of its runtime keys ("": none, or not shown)."""
+        return next((label for key, label in self.key_labels if key == ledger), "")
 
     def capacity_on(self, ledger: str | None) -> int:
         """The capacity this message asks for on ``ledger`` (0: not one of its limits)."""

@@ -373,6 +373,7 @@ class Gate:
                 t.since,
                 t.hold.token,
                 t.request.capacity_on(t.refused_by),
+                t.request.key_label_on(t.refused_by),
             )
             for t in self.parking.tickets()
         ]
@@ -386,6 +387,7 @@ class Gate:
                 e.since,
                 "",
                 e.request.capacity_on(e.refused_by),
+                e.request.key_label_on(e.refused_by),
             )
             for e in self.holding.entries()
         ]

@@ -96,6 +96,8 @@ class Hold:
     capacities: tuple[int, ...] = ()
     #: Its message's fair-share group (``fair_by``: the name; "": none), for reports and metrics.
     group: str = ""
+    #: ``(ledger, label)`` of its runtime keys, with ``Slots(key_labels=...)`` on (for reports).
+    key_labels: tuple[tuple[str, str], ...] = ()
 
     def units_on(self, index: int) -> int:
         """The slots it takes of its ``index``-th limit: its units, at most the capacity in force."""

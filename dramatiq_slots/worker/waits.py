@@ -33,6 +33,8 @@ class Wait:
     since: float
     token: str = ""
     capacity: int = 0
+    #: The label of its ledger, a runtime key's, with ``Slots(key_labels=...)`` on ("": none).
+    key_label: str = ""
 
 
 @dataclass(frozen=True)

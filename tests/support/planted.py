@@ -7,6 +7,7 @@ a worker writes it with each beat (:func:`report`, as in ``tests/test_inspection
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.ledger.replies import process_part
@@ -43,8 +44,11 @@ def report(
     capacities: dict[str, int] | None = None,
     waits: list[ReportedWait] | None = None,
     deferred: list[ReportedEvent] | None = None,
+    key_labels: dict[str, str] | None = None,
+    **fields: Any,
 ) -> None:
-    """What a live worker process writes with each beat (see test_inspection.py)."""
+    """What a live worker process writes with each beat (see test_inspection.py); ``key_labels``:
+    as with ``Slots(key_labels=...)`` on; ``fields``: more of the report's (``queues``...)."""
     made = ProcessReport(
         process=process,
         at=time.time(),
@@ -56,6 +60,8 @@ def report(
         clock_ms=ms_ago(0),
         waits=waits or [],
         deferred=deferred or [],
+        key_labels=key_labels or {},
+        **fields,
     )
     ledgers = tuple(ledger.keys.short(k) for k in made.ledgers())
     ledger.write_report(ReportWrite(ledger.keys.process(process), made.to_json(), ledgers), ttl_ms=60_000)
@@ -84,3 +90,58 @@ def plant_busy_queue(ledger: Ledger) -> str:
     )
     report(ledger, "web-1:4242", taken, capacities={emails: 2})
     return emails
+
+
+#: What :func:`plant_crowded` plants: long names without spaces, where a page could overflow.
+CROWDED_HOST = "worker-host-with-a-long-name-0123456789.eu-west-1.compute.internal"
+CROWDED_ACTOR = "synchronise_customer_accounts_with_the_partner_api_nightly"
+CROWDED_QUEUE = "partner-api-synchronisation-queue-with-a-long-name"
+CROWDED_LABEL = "account:0042 Acme Corporation (Europe) premium-tier-customer-with-a-long-name"
+
+
+def plant_crowded(ledger: Ledger, processes: int = 3) -> tuple[str, str]:
+    """Live worker processes whose reports are as long as a busy deployment's: each with four
+    holds on a long-named queue and a labelled runtime key, waiting messages of every way, recent
+    admissions, deferrals and drops. Returns the queue's and the key's ledgers."""
+    queue = ledger.keys.queue(CROWDED_QUEUE)
+    key = ledger.keys.runtime_key("account:0042")
+    for p in range(processes):
+        process = f"{CROWDED_HOST}:{4000 + p}"
+        holds = []
+        for t in range(4):
+            token = f"{process}:{140000000000 + t}:1"
+            assert ledger.enter(token, [Limit(queue, 100), Limit(key, 100)], ttl_ms=60_000).admitted
+            message = f"{p}{t}c8e5f1-4b7a-4d2e-9f3a-0123456789ab"
+            holds.append(
+                ReportedHold(
+                    token,
+                    CROWDED_ACTOR,
+                    f"{CROWDED_ACTOR}({message})",
+                    ms_ago(75 + t),
+                    {queue: 100, key: 100},
+                    message,
+                    CROWDED_QUEUE,
+                )
+            )
+        waits = [
+            ReportedWait(
+                f"w{p}{i}-5d0e-4c61-9d1c-3b1f0f0a9e21", CROWDED_ACTOR, CROWDED_QUEUE, key, how, ms_ago(9)
+            )
+            for i, how in enumerate(("parked", "in_line", "held_back", "parked", "held_back", "parked"))
+        ]
+        events = [
+            ReportedEvent(
+                f"e{p}{i}-6a3e-4c61-9d1c-3b1f0f0a9e21",
+                CROWDED_ACTOR,
+                CROWDED_QUEUE,
+                key,
+                ms_ago(i),
+                ms_ago(-5),
+            )
+            for i in range(3)
+        ]
+        report(
+            ledger, process, *holds, capacities={queue: 100}, waits=waits, deferred=events,
+            key_labels={key: CROWDED_LABEL},
+        )  # fmt: skip
+    return queue, key

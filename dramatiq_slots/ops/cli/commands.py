@@ -16,7 +16,6 @@ from collections.abc import Callable
 from ...errors import ArgumentError
 from ...ledger.client import RedisClient, redacted_address
 from ...ledger.controls import Change, Provenance, default_by, duration_text
-from ...ledger.ledger import Ledger
 from ..inspection import Inspector, LedgerView, Released, Why, WhyUnknown
 from .connection import scrub, talking_to
 from .exits import EXIT_NOTHING_DONE, EXIT_OK, PROG, Failure, err
@@ -29,7 +28,7 @@ from .render import (
     holder_line,
     local_time,
     render_table,
-    settling_text,
+    settling_line,
     status_document,
     why_document,
     why_lines,
@@ -256,16 +255,17 @@ def release_command(args: argparse.Namespace, client: RedisClient, parser: argpa
 
 
 def settle_command(args: argparse.Namespace, client: RedisClient) -> int:
-    ledger = Ledger(client, key_prefix=args.prefix)
-    settling = talking_to(client, ledger.settling)
+    inspector = Inspector(client, key_prefix=args.prefix)
+    settling = talking_to(client, inspector.settling)
     if not settling:
         print(f"nothing settles under prefix {clean(args.prefix)}: newcomers are admitted")
         return EXIT_NOTHING_DONE
     for epoch, now in settling.items():
-        print(f"{clean(epoch)}: {settling_text(now)}")
+        print(f"{clean(epoch)}: {settling_line(now)}")
     sys.stdout.flush()
     if not confirmed(args.yes, "End it now?", nothing="nothing changed", act="end it"):
         return EXIT_NOTHING_DONE
+    ledger = inspector.ledger
     left = talking_to(client, lambda: ledger.settle([ledger.keys.tag_of(epoch) for epoch in settling]))
     print(f"settled: newcomers are admitted ({left / 1000:.1f} s of settling were left)")
     return EXIT_OK

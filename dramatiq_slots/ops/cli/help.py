@@ -61,21 +61,31 @@ messages of that key (each one's tier; "(tiers 1, 3)" when they differ).
 "waiting N in line" counts the claims in the ledger's line, of which the live workers
 report some parked (in the worker's memory, no thread held) and some in a thread; "held
 back" ones wait in a worker's memory in no line (beyond what a worker lines up). Below the
-holders, the waiting messages the workers report (the 10 longest waits). "queue NAME"
-gives a capped queue's depth in the broker as a worker last read it (a RedisBroker's).
+holders, the waiting messages the workers report (10 of them): in line order where they
+are among the first 10 claims in line (PLACE), then the others, the longest wait first.
+"queue NAME" gives a capped queue's depth in the broker as a worker last read it (a
+RedisBroker's): ready, not taken by any worker yet; taken by workers and not acked yet
+(running, waiting for a slot, prefetched); delayed.
+A runtime key shows its label beside its digest ("key:<digest> "LABEL"") where its
+workers report one (Slots(key_labels=...), off by default).
 PAUSED: an operator paused the ledger (see pause); a paused or overridden ledger is
 listed even when it holds nothing. Under it, a line per control says who set it, how
 long ago, why, and when it ends by itself (set with --for) or that it lasts until
-changed.
+changed. SETTLING: the ledger's Redis lost its data (or this is a first start), and
+no newcomer is admitted until the running jobs have re-asserted their holds; a line
+says why and for how long.
 
 --json prints one document: {{"server", "prefix", "at", "ledgers": [{{"ledger", "kind",
-"name", "short", "capacity", "in_use", "waiting", "declared", "override", "paused",
-"paused_at", "override_provenance", "pause_provenance", "read_at", "in_line", "parked",
-"held_back", "oldest_wait", "capacities", "queue_depth": {{"ready", "delayed", "unacked",
-"at_ms"}}, "waits": [{{"message_id", "actor", "queue", "how", "host", "pid", "waited",
-"token", "capacity"}}], "holders": [{{"token", "host", "pid", "thread", "seconds_left",
-"age", "actor", "label", "process_alive", "message_id", "queue", "capacity", "units",
-"group", "lingering"}}]}}]}}; a
+"name", "short", "key_label", "capacity", "in_use", "waiting", "declared", "override",
+"paused", "paused_at", "override_provenance", "pause_provenance", "settling":
+{{"seconds_left", "lost", "text"}}, "read_at", "in_line", "parked", "held_back",
+"oldest_wait", "capacities", "home", "queue_depth": {{"ready", "taken", "delayed",
+"unacked", "at_ms"}}, "waits": [{{"message_id", "actor", "queue", "how", "host", "pid",
+"waited", "token", "capacity"}}], "line": [{{"token", "place", "wait"}}], "holders":
+[{{"token", "host", "pid", "thread", "seconds_left", "age", "actor", "label",
+"process_alive", "message_id", "queue", "capacity", "units", "group", "lingering"}}]}}]}};
+"settling" is null unless the ledger settles ("lost": true after a data loss, false on a
+first start, null when its epoch does not say); a
 provenance is null or {{"by", "at", "reason", "until", "age", "seconds_left"}} (times by
 the Redis clock, s; until and seconds_left null for a control without an expiry); with
 --watch, one such document per line and refresh. Unknown values are null.
@@ -93,7 +103,8 @@ known (the queue depths the workers read are shown then).
 
   running    on which host, pid and thread, for how long, and each ledger it holds
   in line    its claim in the ledger's line, its worker thread waiting (at place n of m,
-             behind the claims ahead, the ledger's holders)
+             behind the claims ahead, the ledger's holders; why nothing is admitted
+             while the ledger settles)
   parked     its claim in the line, the message in its worker's memory (no thread held)
   held back  in its worker's memory, in no line: its process has as many claims on the
              ledger as threads
@@ -186,15 +197,17 @@ LIVE_REFUSAL = (
 
 
 WEB_EPILOG = f"""\
-The page shows every ledger under the prefix (paged, searched by queue name or digest):
-its capacities (declared, override, in force), pause, holds in use, holders and line; a
-view per ledger; the live worker processes; and where a message waits. It redraws every
-2 s without reloading. It is served at http://BIND:PORT/slots/ (PORT 0: any free port,
+The page shows every ledger under the prefix (paged, searched by queue name or digest,
+or by a runtime key's label): its capacities (declared, override, in force), pause,
+settling, holds in use, holders, line and a chart of them since the page opened; a view
+per ledger; the live worker processes; and where a message waits. It redraws every 2 s
+without reloading. It is served at http://BIND:PORT/slots/ (PORT 0: any free port,
 printed at start).
 
 Reading is open to whoever reaches BIND:PORT (127.0.0.1 by default: this host only; bound
 to a loopback address, the page answers only requests for a loopback name). The page never
-shows a password, a runtime key's text or a message's arguments.
+shows a password or a message's arguments, nor a runtime key's text unless its workers
+report a label for it (Slots(key_labels=...), off by default).
 
 --controls --user NAME lets the page act: set-capacity, reset-capacity, pause, resume,
 and release a dead worker's hold (never a live one's). At start the command prints a

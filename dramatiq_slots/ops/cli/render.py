@@ -12,12 +12,12 @@ from dataclasses import asdict
 from typing import Any
 
 from ...ledger.controls import Provenance, duration_text
-from ...ledger.replies import Settling
+from ...ledger.reports import printable
 from ..inspection import (
     HolderView,
     LedgerView,
     QueueDepth,
-    WaitView,
+    Settling,
     Why,
     WhyDeferred,
     WhyDropped,
@@ -34,7 +34,13 @@ def clean(text: object) -> str:
     Names, hosts and message labels come from Redis, where any client may
     have written them; none may move the cursor or retitle a terminal.
     """
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return printable(text)
+
+
+def ledger_name(short: str, key_label: str | None) -> str:
+    """``queue:emails``, ``key:<digest> "account:42"``: a ledger as the command names it, with its
+    runtime key's label where the reports carry one (``Slots(key_labels=...)``)."""
+    return clean(short) if key_label is None else f'{clean(short)} "{clean(key_label)}"'
 
 
 def seconds_text(seconds: float) -> str:
@@ -89,20 +95,30 @@ def waiting_text(view: LedgerView) -> str:
 
 
 def depth_text(depth: QueueDepth) -> str:
-    """``19 ready, 2 delayed, 25 unacked``: a queue's depth in the broker."""
-    return f"{depth.ready} ready, {depth.delayed} delayed, {depth.unacked} unacked"
+    """``19 ready (not taken yet), 6 taken by workers, 2 delayed``: a queue's depth in the broker."""
+    return f"{depth.ready} ready (not taken yet), {depth.taken} taken by workers, {depth.delayed} delayed"
+
+
+def settling_line(settling: Settling) -> str:
+    """What a settling ledger says: why nothing new is admitted, and for how long."""
+    return (
+        f"{settling.text}: no newcomer is admitted and nothing is handed on from the line "
+        "until then, while the jobs still running re-assert their holds"
+    )
 
 
 def ledger_heading(view: LedgerView, keys_by_ledger: dict[str, str]) -> str:
     heading = (
-        f"{clean(view.short)}  capacity {capacity_text(view)}{tiers_text(view)}  in use {view.in_use}  "
-        f"{waiting_text(view)}"
+        f"{ledger_name(view.short, view.key_label)}  capacity {capacity_text(view)}{tiers_text(view)}  "
+        f"in use {view.in_use}  {waiting_text(view)}"
     )
     if view.queue_depth is not None:
         heading += f"  queue {clean(view.name)}: {depth_text(view.queue_depth)}"
     if view.paused:
         since = "" if view.paused_at is None else f" since {local_time(view.paused_at)}"
         heading += f"  PAUSED{since}"
+    if view.settling is not None:
+        heading += "  SETTLING"
     if view.ledger in keys_by_ledger:
         heading += f"  (key {clean(keys_by_ledger[view.ledger])})"
     return heading
@@ -157,28 +173,35 @@ def render_table(
 
     for view in views:
         lines += ["", ledger_heading(view, keys_by_ledger)]
+        if view.settling is not None:
+            lines.append(f"  {settling_line(view.settling)}")
         lines += [f"  {line}" for line in control_lines(view)]
         if view.holders:
             lines.append(line(HOLDER_COLUMNS))
             lines += [line(holder_row(h)) for h in view.holders]
         else:
             lines.append("  (no holds)")
-        lines += wait_lines(view.waits)
+        lines += wait_lines(view)
     return "\n".join(lines) + "\n"
 
 
-#: The most waiting messages the table lists per ledger (the longest waits).
+#: The most waiting messages the table lists per ledger.
 WAITS_SHOWN = 10
 
-WAIT_COLUMNS = ("WAITING", "HOST", "PID", "FOR", "MESSAGE")
+WAIT_COLUMNS = ("PLACE", "WAITING", "HOST", "PID", "FOR", "MESSAGE")
 
 
-def wait_lines(waits: Sequence[WaitView]) -> list[str]:
-    """The table's lines of the messages waiting for one ledger (the longest waits first)."""
+def wait_lines(view: LedgerView) -> list[str]:
+    """The table's lines of the messages the workers report waiting for one ledger: in line order
+    where their claims are among the first in line (PLACE), then the others, the longest wait
+    first."""
+    waits = view.waits
     if not waits:
         return []
+    places = {claim.token: i for i, claim in enumerate(view.line, start=1)}
     rows = [
         (
+            str(places[w.token]) if w.token in places else "-",
             w.how.replace("_", " "),
             clean(w.host),
             "-" if w.pid is None else str(w.pid),
@@ -207,6 +230,10 @@ def status_document(views: Sequence[LedgerView], *, address: str, prefix: str, a
             provenance: Provenance | None = getattr(view, name)
             if provenance is not None:
                 data[name] = {**data[name], **provenance_clock(provenance, view.read_at)}
+        if view.queue_depth is not None:
+            data["queue_depth"]["taken"] = view.queue_depth.taken
+        if view.settling is not None:
+            data["settling"]["text"] = view.settling.text
         ledgers.append({**data, "short": view.short, "holders": holders})
     return {"server": address, "prefix": prefix, "at": round(at, 3), "ledgers": ledgers}
 
@@ -281,14 +308,18 @@ def why_lines(why: Why) -> list[str]:
         for held in why.holds:
             capacity = "?" if held.capacity is None else held.capacity
             left = "not listed any more" if held.seconds_left is None else f"{held.seconds_left:.1f}s left"
-            lines.append(f"  holds {clean(held.ledger)} (capacity {capacity}, {held.in_use} in use, {left})")
+            name = ledger_name(held.ledger, held.key_label)
+            lines.append(f"  holds {name} (capacity {capacity}, {held.in_use} in use, {left})")
         return lines
     if isinstance(why, WhyWaiting):
         how = {"in_line": "in line in a worker thread", "parked": "parked", "held_back": "held back"}
+        name = ledger_name(why.ledger, why.key_label)
         lines = [
-            f"{head}: waiting for {clean(why.ledger)}, {how.get(why.state, why.state)} on {where} for "
+            f"{head}: waiting for {name}, {how.get(why.state, why.state)} on {where} for "
             f"{age_text(why.waited)} {what}"
         ]
+        if why.settling is not None:
+            lines.append(f"  {settling_line(why.settling)}")
         if why.state == "held_back":
             lines.append(
                 "  in no line yet: its process has as many claims on the ledger as threads; it tries "
@@ -302,8 +333,11 @@ def why_lines(why: Why) -> list[str]:
             lines.append(f"  place {why.place} of {why.of} in line{behind}{more}")
         capacity = "?" if why.capacity is None else why.capacity
         paused = ", PAUSED by an operator" if why.paused else ""
+        settling = ", SETTLING" if why.settling is not None else ""
         held_by = ", held by:" if why.holders else ""
-        lines.append(f"  {clean(why.ledger)}: capacity {capacity}, {why.in_use} in use{paused}{held_by}")
+        lines.append(
+            f"  {clean(why.ledger)}: capacity {capacity}, {why.in_use} in use{paused}{settling}{held_by}"
+        )
         lines += ["  " + holder_line(h) for h in why.holders]
         return lines
     if isinstance(why, WhyDeferred):
@@ -329,10 +363,6 @@ def why_lines(why: Why) -> list[str]:
 def why_document(why: Why, *, address: str, prefix: str, at: float) -> dict[str, Any]:
     """What ``why --json`` prints: the answer's fields, ``state`` first."""
     data = asdict(why)
+    if isinstance(why, WhyWaiting) and why.settling is not None:
+        data["settling"]["text"] = why.settling.text
     return {"server": address, "prefix": prefix, "at": round(at, 3), "state": data.pop("state"), **data}
-
-
-def settling_text(settling: Settling) -> str:
-    """What one settling epoch means, for people."""
-    why = "after the ledger lost its data" if settling.lost else "on a first start"
-    return f"settling {why}, {settling.left_ms / 1000:.1f} s left: no newcomer is admitted"

@@ -1,14 +1,15 @@
 """What the page shows, read from Redis and made into JSON documents: the one module to extend.
 
 Every field the page shows is put here, in the ``*_document`` functions, and nowhere else: the
-page (``static/slots.js``) renders whatever they give. Runtime keys appear by their digest only
-(Redis holds nothing else), message arguments never (reports carry none), a server by its
+page (``static/slots.js``) renders whatever they give. Runtime keys appear by their digest, and by
+the label the workers' reports carry where ``Slots(key_labels=...)`` is on; message arguments
+never (reports carry none), a server by its
 :func:`~dramatiq_slots.ledger.client.redacted_address`.
 
 What one refresh costs (docs/operations.md, "The web page"): a page of the list is one
 :meth:`~dramatiq_slots.ops.inspection.Inspector.page` (the index of ledgers read from where the
-page starts, the live reports, the controls: no ``SCAN``), then the head of each non-empty line on
-it; a ledger's view reads that ledger only.
+page starts, the live reports, the controls: no ``SCAN``; the head of each non-empty line on
+it); a ledger's view reads that ledger only.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import Any
 from ...ledger.client import redacted_address
 from ...ledger.controls import Control
 from ...ledger.keys import KeySpace
-from ...ledger.replies import _text, process_part
-from ...ledger.reports import HELD_BACK, IN_LINE, PARKED, ProcessReport, ReportedEvent
-from ..inspection import HolderView, Inspector, LedgerView
+from ...ledger.replies import process_part
+from ...ledger.reports import HELD_BACK, IN_LINE, PARKED, ProcessReport, QueueDepth, ReportedEvent
+from ..inspection import HolderView, Inspector, LedgerView, LineClaim, Settling, WaitView
 
 #: Ledgers per page of the list.
 PER_PAGE = 50
@@ -63,30 +64,11 @@ class PageData:
             "at": round(self.inspector._now(), 3),
         }
 
-    def _views(self, names: Sequence[str]) -> tuple[list[LedgerView], dict[str, ProcessReport]]:
-        """Views of these ledgers, in this order, with the live reports they were read with."""
+    def _views(self, names: Sequence[str], line: int) -> tuple[list[LedgerView], dict[str, ProcessReport]]:
+        """Views of these ledgers, in this order (the first ``line`` claims of each line read), with
+        the live reports they were read with."""
         reports = self.inspector.processes()
-        return self.inspector.ledgers(names, reports=reports), reports
-
-    def _line(self, ledger: str, count: int) -> list[tuple[str, float]]:
-        """The first ``count`` claims in a ledger's line, with their places (µs)."""
-        reply: Any = self.inspector.client.zrange(self.keys.line(ledger), 0, count - 1, withscores=True)
-        return [(_text(token), float(place)) for token, place in reply]
-
-    def _line_heads(self, views: Sequence[LedgerView]) -> dict[str, tuple[str, float]]:
-        """The first claim in line of each ledger with a line, and its place (µs): one round trip."""
-        waiting = [view.ledger for view in views if view.waiting]
-        if not waiting:
-            return {}
-        pipe = self.inspector.client.pipeline(transaction=False)
-        for ledger in waiting:
-            pipe.zrange(self.keys.line(ledger), 0, 0, withscores=True)
-        heads = {}
-        for ledger, reply in zip(waiting, pipe.execute(), strict=True):
-            if reply:
-                token, place = reply[0]
-                heads[ledger] = (_text(token), float(place))
-        return heads
+        return self.inspector.ledgers(names, reports=reports, line=line), reports
 
     # -- the documents --------------------------------------------------------------------------
 
@@ -95,12 +77,11 @@ class PageData:
         (:meth:`Inspector.page`), ``per_page`` at a time; a page past the end is the last one."""
         query = query.strip()[:MAX_QUERY]
         header = self.header()
-        found = self.inspector.page((page - 1) * self.per_page, self.per_page, query)
+        found = self.inspector.page((page - 1) * self.per_page, self.per_page, query, line=1)
         pages = None if found.total is None else max(1, math.ceil(found.total / self.per_page))
         if pages is not None and page > pages:
             page = pages
-            found = self.inspector.page((page - 1) * self.per_page, self.per_page, query)
-        heads = self._line_heads(found.ledgers)
+            found = self.inspector.page((page - 1) * self.per_page, self.per_page, query, line=1)
         return {
             **header,
             "query": query,
@@ -109,24 +90,20 @@ class PageData:
             "more": found.more,
             "per_page": self.per_page,
             "total": found.total,
-            "ledgers": [
-                ledger_document(v, heads.get(v.ledger), now=header["at"], holders=HOLDERS_IN_LIST)
-                for v in found.ledgers
-            ],
+            "ledgers": [ledger_document(v, now=header["at"], holders=HOLDERS_IN_LIST) for v in found.ledgers],
         }
 
     def ledger(self, ledger: str) -> Document:
-        """One ledger in full: every holder, the head of its line, its controls."""
+        """One ledger in full: every holder, the first claims of its line with their messages where
+        reported, the messages held back for it, its controls."""
         header = self.header()
-        (view,), reports = self._views([ledger])
-        line = self._line(ledger, LINE_SHOWN)
+        (view,), reports = self._views([ledger], LINE_SHOWN)
         waiting_in = {t: p for p, r in reports.items() for t in r.waiting}
         return {
             **header,
-            "ledger": ledger_document(view, line[0] if line else None, now=header["at"], holders=None),
-            "line": [
-                line_document(token, place, now=header["at"], reported=waiting_in) for token, place in line
-            ],
+            "ledger": ledger_document(view, now=header["at"], holders=None),
+            "line": [line_document(claim, now=header["at"], reported=waiting_in) for claim in view.line],
+            "held_back": [wait_document(w) for w in view.waits if w.how == HELD_BACK],
             "control": control_document(self.inspector.controls.of(ledger)),
         }
 
@@ -167,21 +144,23 @@ def holder_document(holder: HolderView) -> Document:
     }
 
 
-def ledger_document(
-    view: LedgerView, head: tuple[str, float] | None, *, now: float, holders: int | None
-) -> Document:
-    """One ledger: its capacities, pause, holds in use, line and (up to ``holders``) holders."""
+def ledger_document(view: LedgerView, *, now: float, holders: int | None) -> Document:
+    """One ledger: its capacities, pause, settling, holds in use, line and (up to ``holders``)
+    holders."""
     shown = view.holders if holders is None else view.holders[:holders]
+    head = view.line[0] if view.line else None
     return {
         "ledger": view.ledger,
         "short": view.short,
         "kind": view.kind,
         "name": view.name,
+        "key_label": view.key_label,
         "capacity": view.capacity,
         "declared": view.declared,
         "override": view.override,
         "paused": view.paused,
         "paused_at": view.paused_at,
+        "settling": settling_document(view.settling),
         "in_use": view.in_use,
         "waiting": view.waiting,
         #: What the live processes report of the waiting: in line in a thread, parked, held back.
@@ -189,22 +168,56 @@ def ledger_document(
         "parked": view.parked,
         "held_back": view.held_back,
         #: Seconds since the first message in line was sent (its place), by the Redis clock.
-        "oldest_wait": None if head is None else round(max(0.0, now - head[1] / 1e6), 3),
+        "oldest_wait": None if head is None else round(max(0.0, now - head.place / 1e6), 3),
+        "queue_depth": depth_document(view.queue_depth),
         "holders": [holder_document(h) for h in shown],
         "holders_more": len(view.holders) - len(shown),
     }
 
 
-def line_document(token: str, place: float, *, now: float, reported: Mapping[str, str]) -> Document:
-    """One claim in line: its process, when its message was sent, whether its process reports it."""
-    parts = token.rsplit(":", 3)
+def settling_document(settling: Settling | None) -> Document | None:
+    """Whether the ledger's home settles: ``seconds_left``, ``lost`` (true: after a data loss; false:
+    a first start; null: not said) and the ``text`` the page shows; null when it does not."""
+    if settling is None:
+        return None
+    return {"seconds_left": settling.seconds_left, "lost": settling.lost, "text": settling.text}
+
+
+def depth_document(depth: QueueDepth | None) -> Document | None:
+    """A queue's depth in the broker as a worker read it: ``ready`` (not taken by any worker yet),
+    ``taken`` (taken by workers, not acked yet), ``delayed``, and ``unacked`` (ready + taken)."""
+    if depth is None:
+        return None
+    return {"ready": depth.ready, "taken": depth.taken, "delayed": depth.delayed, "unacked": depth.unacked}
+
+
+def line_document(claim: LineClaim, *, now: float, reported: Mapping[str, str]) -> Document:
+    """One claim in line: its process, when its message was sent, whether its process reports it,
+    and its message (``message_id``, ``actor``, ``how`` it waits: null where not reported)."""
+    parts = claim.token.rsplit(":", 3)
+    wait = claim.wait
     return {
-        "token": token,
-        "host": parts[0] if len(parts) == 4 else token,
-        "process": process_part(token),
-        "place": place,
-        "waited": round(max(0.0, now - place / 1e6), 3),
-        "reported_by": reported.get(token),
+        "token": claim.token,
+        "host": parts[0] if len(parts) == 4 else claim.token,
+        "process": process_part(claim.token),
+        "place": claim.place,
+        "waited": round(max(0.0, now - claim.place / 1e6), 3),
+        "reported_by": reported.get(claim.token),
+        "message_id": None if wait is None else wait.message_id,
+        "actor": None if wait is None else wait.actor,
+        "how": None if wait is None else wait.how,
+    }
+
+
+def wait_document(wait: WaitView) -> Document:
+    """A message a live process reports waiting for the ledger (held back: in no line)."""
+    return {
+        "message_id": wait.message_id,
+        "actor": wait.actor,
+        "how": wait.how,
+        "host": wait.host,
+        "pid": wait.pid,
+        "waited": wait.waited,
     }
 
 
@@ -225,6 +238,8 @@ def process_document(report: ProcessReport, keys: KeySpace, *, now: float) -> Do
         "beat_interval": report.beat_interval,
         "on_lost_hold": report.on_lost_hold,
         "capacities": {keys.short(k): v for k, v in sorted(report.capacities.items())},
+        #: The labels of the runtime keys it names (``Slots(key_labels=...)``), by short name.
+        "key_labels": {keys.short(k): v for k, v in sorted(report.key_labels.items()) if keys.parse(k)},
         "holds": [
             {
                 "token": h.token,
@@ -298,8 +313,11 @@ __all__ = [
     "PER_PAGE",
     "PageData",
     "control_document",
+    "depth_document",
     "holder_document",
     "ledger_document",
     "line_document",
     "process_document",
+    "settling_document",
+    "wait_document",
 ]

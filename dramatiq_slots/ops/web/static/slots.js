@@ -1,7 +1,8 @@
 // The operators' page of dramatiq-slots: polls the page's JSON and redraws, without reloading.
 //
 // No build step, no library. Every text from the server is put in with textContent (through
-// el() below, which makes text nodes), never parsed as HTML. Views, by the address's hash:
+// el() below, which makes text nodes), never parsed as HTML; the charts are SVG elements made
+// one by one (svg() below), never markup. Views, by the address's hash:
 // #ledgers?q=...&page=N (the list), #ledger/<queue:name | key:digest> (one ledger),
 // #processes (the worker processes). The JSON documents are described in docs/operations.md.
 (function () {
@@ -46,18 +47,39 @@
     node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
   }
 
-  // A table of the page: its headings, and the body a view redraws.
+  // A table of the page: its headings (a text, or [text, what the column counts]), and the body a
+  // view redraws (fill() below). Narrow screens show each row as a card, each cell under its heading.
   function table(id, headings, bodyNode) {
+    bodyNode.dataset.headings = JSON.stringify(headings.map(function (h) { return Array.isArray(h) ? h[0] : h; }));
     return el(
       "table",
       { class: "list", id: id },
-      el("thead", null, el("tr", null, headings.map(function (h) { return el("th", null, h); }))),
+      el("thead", null, el("tr", null, headings.map(function (h) {
+        return Array.isArray(h) ? el("th", { title: h[1] }, h[0], el("span", { class: "hint" }, "?")) : el("th", null, h);
+      }))),
       bodyNode
     );
   }
 
+  // The body's rows replaced by these, each cell labelled with its column's heading.
+  function fill(bodyNode, rows) {
+    const headings = JSON.parse(bodyNode.dataset.headings || "[]");
+    bodyNode.replaceChildren();
+    add(bodyNode, rows);
+    Array.from(bodyNode.rows).forEach(function (row) {
+      Array.from(row.cells).forEach(function (cell, i) {
+        if (cell.colSpan === 1 && headings[i]) cell.dataset.label = headings[i];
+      });
+    });
+  }
+
   function ledgerLink(short) {
     return el("a", { href: "#ledger/" + encodeURIComponent(short), class: "ledger-link" }, short);
+  }
+
+  // A runtime key's label where the workers report one (Slots(key_labels=...)), beside its digest.
+  function keyLabel(label) {
+    return label === null || label === undefined ? null : el("span", { class: "key-label", title: "the runtime key's label, as its workers report it" }, label);
   }
 
   // -- texts ---------------------------------------------------------------------------------------
@@ -86,6 +108,22 @@
   function orDash(value) {
     return value === null || value === undefined ? "-" : String(value);
   }
+
+  // How a message waits for its slot (a report's "how").
+  const HOW = { in_line: "in a thread", parked: "parked", held_back: "held back (in no line)" };
+
+  // What each count counts: the headings' and the cells' tooltips.
+  const COUNTS = {
+    in_use: "Slots held now, of the capacity in force: by running jobs, and by lingering holds a process keeps for its next message",
+    line: "Claims in the ledger's line, waiting for a slot: parked (the message in its worker's memory, no thread held) or in a thread (a worker thread waits), and those of processes no longer reporting",
+    held_back: "Messages a worker took from the broker and keeps in its memory in no line yet (its process lines up no more claims on the ledger)",
+    in_line: "Claims of this process in a ledger's line whose worker thread waits for the slot",
+    parked: "Claims of this process in a ledger's line whose message waits in the worker's memory, holding no thread",
+    running: "Slots this process holds: each a message taken by a worker thread (or a lingering hold kept for its next message)",
+    owed: "Releases Redis has not confirmed yet, retried every beat",
+    depth: "The queue in the broker, as a worker last read it: ready, not taken by any worker yet; taken, by workers and not acked yet (running, waiting for a slot, or prefetched in a worker); delayed, in its delay queue (deferred copies among them)",
+    chart: "In use (solid) against the capacity (dashed), and the line's length (dotted), since this page was opened",
+  };
 
   function capacityText(ledger) {
     const inForce = orDash(ledger.capacity);
@@ -214,9 +252,22 @@
     );
   }
 
+  // "3 in line (2 parked, 1 in a thread), 2 held back; the first sent 12.0s ago".
   function lineText(ledger) {
-    if (!ledger.waiting) return "0";
-    return ledger.waiting + " (oldest sent " + age(ledger.oldest_wait) + " ago)";
+    const ways = [];
+    if (ledger.parked) ways.push(ledger.parked + " parked");
+    if (ledger.in_line) ways.push(ledger.in_line + " in a thread");
+    let text = ledger.waiting + " in line" + (ways.length ? " (" + ways.join(", ") + ")" : "");
+    if (ledger.held_back) text += ", " + ledger.held_back + " held back";
+    if (ledger.waiting) text += "; the first sent " + age(ledger.oldest_wait) + " ago";
+    return text;
+  }
+
+  function stateBadges(ledger) {
+    return [
+      ledger.paused ? el("span", { class: "badge paused" }, "paused") : null,
+      ledger.settling ? el("span", { class: "badge settling", title: ledger.settling.text }, "settling") : null,
+    ];
   }
 
   function ledgerRow(ledger) {
@@ -224,12 +275,13 @@
     if (ledger.holders_more) add(holders, el("li", { class: "more" }, "+" + ledger.holders_more + " more"));
     return el(
       "tr",
-      { dataset: { ledger: ledger.short }, class: ledger.paused ? "paused" : null },
-      el("td", null, ledgerLink(ledger.short)),
+      { dataset: { ledger: ledger.short }, class: ledger.paused ? "paused" : ledger.settling ? "settling" : null },
+      el("td", null, ledgerLink(ledger.short), keyLabel(ledger.key_label)),
       el("td", { class: "capacity" }, capacityText(ledger)),
-      el("td", { class: "state" }, ledger.paused ? el("span", { class: "badge paused" }, "paused") : ""),
-      el("td", { class: "in-use" }, ledger.in_use + " / " + orDash(ledger.capacity)),
+      el("td", { class: "state" }, stateBadges(ledger)),
+      el("td", { class: "in-use num", title: ledger.settling ? ledger.settling.text : COUNTS.in_use }, ledger.in_use + " / " + orDash(ledger.capacity)),
       el("td", { class: "line" }, lineText(ledger)),
+      el("td", { class: "trend" }, chart(history.get(ledger.short), SMALL)),
       el("td", null, holders)
     );
   }
@@ -240,7 +292,7 @@
     const search = el("input", {
       id: "search",
       type: "search",
-      placeholder: "start of a queue name or digest (queue:… or key:… for one kind)",
+      placeholder: "start of a queue name or digest, or part of a key's label",
       value: state.q,
       maxlength: 200,
       on: {
@@ -274,7 +326,11 @@
       view,
       el("h2", null, "Ledgers"),
       el("div", { class: "toolbar" }, el("label", { for: "search" }, "Search "), search, " ", previous, " ", pageText, " ", next),
-      table("ledgers-table", ["Ledger", "Capacity", "", "In use", "Line", "Holders"], body)
+      table(
+        "ledgers-table",
+        ["Ledger", "Capacity", "State", ["In use", COUNTS.in_use], ["Waiting", COUNTS.line + ". " + COUNTS.held_back], ["Trend", COUNTS.chart], "Holders"],
+        body
+      )
     );
     return {
       url: function () {
@@ -290,22 +346,25 @@
             : "page " + doc.page + " of " + doc.pages + " (" + doc.total + " ledgers)";
         previous.disabled = doc.page <= 1;
         next.disabled = !doc.more;
-        body.replaceChildren();
-        if (!doc.ledgers.length) {
-          add(body, el("tr", null, el("td", { colspan: 6, class: "empty" }, doc.query ? "no ledger matches" : "no ledger holds anything")));
-        }
-        add(body, doc.ledgers.map(ledgerRow));
+        doc.ledgers.forEach(function (ledger) { record(doc.at, ledger); });
+        fill(
+          body,
+          doc.ledgers.length
+            ? doc.ledgers.map(ledgerRow)
+            : el("tr", null, el("td", { colspan: 7, class: "empty" }, doc.query ? "no ledger matches" : "no ledger holds anything"))
+        );
       },
     };
   }
 
   // -- one ledger --------------------------------------------------------------------------------------
 
+  // A list of [term, value] pairs ([term, value, what the term counts]: its tooltip).
   function dl(pairs) {
     return el(
       "dl",
       null,
-      pairs.map(function (pair) { return [el("dt", null, pair[0]), el("dd", null, pair[1])]; })
+      pairs.map(function (pair) { return [el("dt", { title: pair[2] }, pair[0]), el("dd", null, pair[1])]; })
     );
   }
 
@@ -317,6 +376,8 @@
     const notice = el("p", { id: "notice", role: "status" });
     const holders = el("tbody", { id: "holders" });
     const line = el("tbody", { id: "line" });
+    const label = el("p", { id: "key-label" });
+    const trend = el("div", { id: "trend" });
     let allowed = null;
 
     function act(action, fields) {
@@ -407,12 +468,12 @@
         "tr",
         { dataset: { token: holder.token }, class: holder.process_alive ? null : "dead" },
         el("td", null, holder.host),
-        el("td", null, orDash(holder.pid)),
-        el("td", null, orDash(holder.thread)),
+        el("td", { class: "num" }, orDash(holder.pid)),
+        el("td", { class: "num" }, orDash(holder.thread)),
         el("td", null, holder.label === null ? "-" : holder.label),
-        el("td", null, age(holder.age)),
-        el("td", null, age(holder.seconds_left)),
-        el("td", { class: "alive" }, holder.process_alive ? "yes" : "no"),
+        el("td", { class: "num" }, age(holder.age)),
+        el("td", { class: "num" }, age(holder.seconds_left)),
+        el("td", { class: "alive num" }, holder.process_alive ? "yes" : "no"),
         el("td", { class: "token" }, holder.token),
         el("td", null, release)
       );
@@ -422,11 +483,27 @@
       return el(
         "tr",
         { dataset: { token: claim.token } },
-        el("td", null, String(i + 1)),
+        el("td", { class: "num" }, String(i + 1)),
+        el("td", { class: "message" }, claim.message_id === null ? "-" : claim.actor + "(" + claim.message_id + ")"),
+        el("td", null, claim.how === null ? "-" : HOW[claim.how] || claim.how),
         el("td", null, claim.host),
-        el("td", null, "sent " + age(claim.waited) + " ago"),
-        el("td", null, claim.reported_by === null ? "-" : claim.reported_by),
+        el("td", { class: "num" }, "sent " + age(claim.waited) + " ago"),
+        el("td", null, claim.reported_by === null ? "not reported" : claim.reported_by),
         el("td", { class: "token" }, claim.token)
+      );
+    }
+
+    function heldBackRow(wait) {
+      return el(
+        "tr",
+        { class: "held-back" },
+        el("td", { class: "num" }, "-"),
+        el("td", { class: "message" }, wait.actor + "(" + wait.message_id + ")"),
+        el("td", { title: COUNTS.held_back }, HOW.held_back),
+        el("td", null, wait.host),
+        el("td", { class: "num" }, "waiting " + age(wait.waited)),
+        el("td", null, wait.host + ":" + orDash(wait.pid)),
+        el("td", null, "-")
       );
     }
 
@@ -434,13 +511,15 @@
       view,
       el("p", null, el("a", { href: "#ledgers" }, "all ledgers")),
       el("h2", null, name),
+      label,
       summary,
+      trend,
       control,
       panel,
       el("h3", null, "Holders"),
       table("holders-table", ["Host", "PID", "Thread", "Message", "Age", "Left", "Alive", "Token", ""], holders),
-      el("h3", null, "Line"),
-      table("line-table", ["#", "Host", "Waiting", "Reported by", "Token"], line)
+      el("h3", { title: COUNTS.line }, "Line"),
+      table("line-table", ["#", "Message", ["Waits", COUNTS.parked + "; in a thread: a worker thread waits. " + COUNTS.held_back], "Host", "Sent", "Reported by", "Token"], line)
     );
 
     return {
@@ -451,40 +530,126 @@
           allowed = doc.controls.allowed;
           buildPanel(doc.controls);
         }
-        summary.replaceChildren(
-          dl([
-            ["capacity", capacityText(ledger)],
-            ["in use", String(ledger.in_use)],
-            ["line", lineText(ledger)],
-            ["state", ledger.paused ? "paused since " + when(ledger.paused_at) : "admitting"],
-          ])
-        );
+        const state = [];
+        if (ledger.paused) state.push("paused since " + when(ledger.paused_at));
+        if (ledger.settling) state.push(ledger.settling.text + ": nothing new is admitted until then, while running jobs re-assert their holds");
+        const pairs = [
+          ["capacity", capacityText(ledger)],
+          ["in use", String(ledger.in_use), COUNTS.in_use],
+          ["waiting", lineText(ledger), COUNTS.line + ". " + COUNTS.held_back],
+          ["state", state.length ? state.join("; ") : "admitting"],
+        ];
+        const depth = ledger.queue_depth;
+        if (depth) {
+          pairs.push([
+            "queue in the broker",
+            depth.ready + " ready (not taken yet), " + depth.taken + " taken by workers, " + depth.delayed + " delayed",
+            COUNTS.depth,
+          ]);
+        }
+        summary.replaceChildren(dl(pairs));
         summary.dataset.paused = ledger.paused ? "yes" : "no";
-        const pairs = [];
+        summary.dataset.settling = ledger.settling ? "yes" : "no";
+        label.replaceChildren();
+        if (ledger.key_label !== null) add(label, "key ", keyLabel(ledger.key_label));
+        record(doc.at, ledger);
+        trend.replaceChildren(chart(history.get(ledger.short), LARGE), legend(history.get(ledger.short)));
+        const controlled = [];
         Object.keys(doc.control).forEach(function (key) {
           const value = doc.control[key];
           if (value === null || key === "paused") return;
           if (typeof value === "object") {
-            pairs.push([key.replace(/_provenance$/, "").replace(/_/g, " ") + " set", provenanceText(value)]);
+            controlled.push([key.replace(/_provenance$/, "").replace(/_/g, " ") + " set", provenanceText(value)]);
             return;
           }
-          pairs.push([key.replace(/_/g, " "), /(_at|until)$/.test(key) ? when(value) : String(value)]);
+          controlled.push([key.replace(/_/g, " "), /(_at|until)$/.test(key) ? when(value) : String(value)]);
         });
-        control.replaceChildren(pairs.length ? el("div", null, el("h3", null, "Control"), dl(pairs)) : "");
-        holders.replaceChildren();
-        if (!ledger.holders.length) add(holders, el("tr", null, el("td", { colspan: 9, class: "empty" }, "no holds")));
-        add(holders, ledger.holders.map(holderRow));
-        line.replaceChildren();
-        if (!doc.line.length) add(line, el("tr", null, el("td", { colspan: 5, class: "empty" }, "nobody in line")));
-        add(line, doc.line.map(lineRow));
+        control.replaceChildren(controlled.length ? el("div", null, el("h3", null, "Control"), dl(controlled)) : "");
+        fill(
+          holders,
+          ledger.holders.length ? ledger.holders.map(holderRow) : el("tr", null, el("td", { colspan: 9, class: "empty" }, "no holds"))
+        );
+        const rows = doc.line.map(lineRow);
         if (ledger.waiting > doc.line.length) {
-          add(line, el("tr", null, el("td", { colspan: 5, class: "more" }, "+" + (ledger.waiting - doc.line.length) + " more")));
+          rows.push(el("tr", null, el("td", { colspan: 7, class: "more" }, "+" + (ledger.waiting - doc.line.length) + " more in line")));
         }
+        doc.held_back.forEach(function (wait) { rows.push(heldBackRow(wait)); });
+        fill(line, rows.length ? rows : el("tr", null, el("td", { colspan: 7, class: "empty" }, "nobody in line")));
       },
     };
   }
 
   // -- the processes ---------------------------------------------------------------------------------
+
+  // A ledger a process names, by its short name, with its runtime key's label where reported.
+  function namedLedger(short, labels) {
+    return [ledgerLink(short), keyLabel(labels[short])];
+  }
+
+  function countLine(count, text, title) {
+    return el("li", { title: title, class: count ? null : "none" }, count + " " + text);
+  }
+
+  function processRow(p) {
+    const holds = el(
+      "ul",
+      { class: "items" },
+      p.holds.map(function (h) {
+        return el(
+          "li",
+          { dataset: { token: h.token } },
+          h.label + " ",
+          el("span", { class: "age" }, "age " + age(h.age)),
+          " on ",
+          Object.keys(h.ledgers).map(function (short) { return [namedLedger(short, p.key_labels), " "]; })
+        );
+      })
+    );
+    if (!p.holds.length) add(holds, el("li", { class: "none" }, "none"));
+    if (p.lingering) add(holds, el("li", { class: "note" }, p.lingering + " lingering (kept for its next message)"));
+    if (p.owed) add(holds, el("li", { class: "note", title: COUNTS.owed }, p.owed + " release(s) owed"));
+    const waiting = el(
+      "ul",
+      { class: "items counts" },
+      countLine(p.parked, "parked", COUNTS.parked),
+      countLine(p.in_line, "in a thread", COUNTS.in_line),
+      countLine(p.held_back, "held back", COUNTS.held_back)
+    );
+    const waits = el(
+      "ul",
+      { class: "items" },
+      p.waits.slice(0, 5).map(function (w) {
+        return el(
+          "li",
+          null,
+          w.actor + "(" + w.message_id + ") ",
+          el("span", { class: "age" }, (HOW[w.how] || w.how) + " " + age(w.waited)),
+          " for ",
+          namedLedger(w.ledger, p.key_labels)
+        );
+      })
+    );
+    const more = p.waits.length - 5 + p.waits_left_out;
+    if (more > 0) add(waits, el("li", { class: "more" }, "+" + more + " more"));
+    const declares = Object.keys(p.capacities).map(function (short) {
+      return el("div", null, ledgerLink(short), " " + p.capacities[short]);
+    });
+    return el(
+      "tr",
+      { dataset: { process: p.process } },
+      el(
+        "td",
+        { class: "process" },
+        el("div", { class: "where" }, p.host + " pid " + orDash(p.pid)),
+        el("div", { class: "note" }, "reported " + age(p.reported_ago) + " ago"),
+        el("div", { class: "note" }, "hold_ttl " + p.hold_ttl + " ms, beat " + p.beat_interval + " ms, " + p.on_lost_hold)
+      ),
+      el("td", { class: "running" }, holds),
+      el("td", { class: "waiting" }, waiting, waits),
+      el("td", { class: "recent" }, recentList(p.recent)),
+      el("td", { class: "declares" }, declares.length ? declares : "-")
+    );
+  }
 
   function processesView(where, view) {
     const body = el("tbody", { id: "processes" });
@@ -493,50 +658,18 @@
       el("h2", null, "Worker processes"),
       table(
         "processes-table",
-        ["Process", "Reported", "Holds", "Waiting", "Parked", "Held back", "Owed", "Recent", "Declares", "Settings"],
+        ["Process", ["Running", COUNTS.running], ["Waiting for a slot", COUNTS.parked + ". In a thread: " + COUNTS.in_line + ". " + COUNTS.held_back], "Recent", "Declares"],
         body
       )
     );
     return {
       url: function () { return BASE + "/api/processes"; },
       render: function (doc) {
-        body.replaceChildren();
-        if (!doc.processes.length) add(body, el("tr", null, el("td", { colspan: 9, class: "empty" }, "no live worker process reports")));
-        add(
+        fill(
           body,
-          doc.processes.map(function (p) {
-            const holds = el(
-              "ul",
-              { class: "holders" },
-              p.holds.map(function (h) {
-                return el(
-                  "li",
-                  { dataset: { token: h.token } },
-                  h.label + " ",
-                  el("span", { class: "age" }, "age " + age(h.age)),
-                  " ",
-                  Object.keys(h.ledgers).map(function (short) { return [ledgerLink(short), " "]; })
-                );
-              })
-            );
-            const declares = Object.keys(p.capacities).map(function (short) {
-              return el("div", null, ledgerLink(short), " " + p.capacities[short]);
-            });
-            return el(
-              "tr",
-              { dataset: { process: p.process } },
-              el("td", null, p.host + " pid " + orDash(p.pid)),
-              el("td", null, age(p.reported_ago) + " ago"),
-              el("td", null, holds),
-              el("td", null, String(p.waiting)),
-              el("td", null, String(p.parked)),
-              el("td", null, String(p.held_back)),
-              el("td", null, String(p.owed)),
-              el("td", { class: "recent" }, recentList(p.recent)),
-              el("td", null, declares),
-              el("td", null, "hold_ttl " + p.hold_ttl + " ms, beat " + p.beat_interval + " ms, " + p.on_lost_hold)
-            );
-          })
+          doc.processes.length
+            ? doc.processes.map(processRow)
+            : el("tr", null, el("td", { colspan: 5, class: "empty" }, "no live worker process reports"))
         );
       },
     };
@@ -553,7 +686,104 @@
         items.push(el("li", { dataset: { kind: kind } }, text));
       });
     });
-    return items.length ? el("ul", { class: "holders" }, items) : "-";
+    return items.length ? el("ul", { class: "items" }, items) : "-";
+  }
+
+  // -- the charts: in use, capacity and line, since the page was opened -----------------------------
+
+  // Samples per ledger (by short name), from the documents the page polls: at most MAX_SAMPLES
+  // each (an hour at the default refresh), of at most MAX_CHARTED ledgers (the oldest dropped).
+  const MAX_SAMPLES = 1800;
+  const MAX_CHARTED = 500;
+  const history = new Map();
+
+  function record(at, ledger) {
+    let samples = history.get(ledger.short);
+    if (!samples) {
+      if (history.size >= MAX_CHARTED) history.delete(history.keys().next().value);
+      samples = [];
+      history.set(ledger.short, samples);
+    }
+    const last = samples[samples.length - 1];
+    if (last && last.at >= at) return; // the same reading, drawn twice
+    samples.push({ at: at, used: ledger.in_use, capacity: ledger.capacity, line: ledger.waiting });
+    if (samples.length > MAX_SAMPLES) samples.shift();
+  }
+
+  const SVG = "http://www.w3.org/2000/svg";
+
+  function svg(tag, attrs) {
+    const node = document.createElementNS(SVG, tag);
+    Object.keys(attrs || {}).forEach(function (key) { node.setAttribute(key, String(attrs[key])); });
+    for (let i = 2; i < arguments.length; i++) {
+      const child = arguments[i];
+      if (child !== null && child !== undefined) node.appendChild(typeof child === "string" ? document.createTextNode(child) : child);
+    }
+    return node;
+  }
+
+  const SMALL = { width: 120, height: 28, axis: false };
+  const LARGE = { width: 600, height: 120, axis: true };
+
+  // A step line of one series of samples (null values: not drawn), in a chart of this size.
+  function steps(samples, value, x, y) {
+    const points = [];
+    let previous = null;
+    samples.forEach(function (sample) {
+      const v = value(sample);
+      if (v === null || v === undefined) { previous = null; return; }
+      if (previous !== null) points.push(x(sample.at) + "," + y(previous));
+      points.push(x(sample.at) + "," + y(v));
+      previous = v;
+    });
+    return points.join(" ");
+  }
+
+  function chart(samples, size) {
+    const all = samples || [];
+    const last = all[all.length - 1];
+    const top = Math.max(1, ...all.map(function (s) { return Math.max(s.used, s.line, s.capacity || 0); }));
+    const start = all.length ? all[0].at : 0;
+    const span = Math.max(1, last ? last.at - start : 1);
+    const pad = size.axis ? 14 : 2;
+    const x = function (at) { return (pad + ((at - start) / span) * (size.width - 2 * pad)).toFixed(1); };
+    const y = function (v) { return (size.height - 2 - (v / top) * (size.height - 4 - (size.axis ? 10 : 0))).toFixed(1); };
+    const summary = last
+      ? "in use " + last.used + " of " + orDash(last.capacity) + ", " + last.line + " in line; over the last " + age(span) + " (since this page was opened)"
+      : "no reading yet";
+    const node = svg(
+      "svg",
+      {
+        class: size.axis ? "chart large" : "chart",
+        viewBox: "0 0 " + size.width + " " + size.height,
+        preserveAspectRatio: "none",
+        role: "img",
+        "aria-label": summary,
+      },
+      svg("title", null, summary),
+      svg("line", { class: "axis", x1: pad, y1: size.height - 2, x2: size.width - pad, y2: size.height - 2 })
+    );
+    if (size.axis) node.appendChild(svg("text", { class: "axis-label", x: 1, y: 10 }, String(top)));
+    [["capacity", function (s) { return s.capacity; }], ["used", function (s) { return s.used; }], ["line", function (s) { return s.line; }]].forEach(
+      function (series) {
+        const points = steps(all, series[1], x, y);
+        if (points) node.appendChild(svg("polyline", { class: series[0], points: points, "vector-effect": "non-scaling-stroke" }));
+      }
+    );
+    node.dataset.samples = String(all.length);
+    return node;
+  }
+
+  function legend(samples) {
+    const last = samples && samples[samples.length - 1];
+    return el(
+      "p",
+      { class: "legend" },
+      el("span", { class: "swatch used" }), "in use " + (last ? last.used : "-") + " ",
+      el("span", { class: "swatch capacity" }), "capacity " + (last ? orDash(last.capacity) : "-") + " ",
+      el("span", { class: "swatch line" }), "in line " + (last ? last.line : "-"),
+      el("span", { class: "note" }, " since this page was opened")
+    );
   }
 
   // -- why is a message waiting ---------------------------------------------------------------------
