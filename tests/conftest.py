@@ -52,6 +52,7 @@ from tests.support.servers import (
     ServerError,
     find_engine,
 )
+from tests.support.waiting import up_a_while
 
 pytest_plugins = ["tests.support.in_process", "tests.support.fleets"]
 
@@ -102,6 +103,10 @@ class EnginePool:
         server = self._servers[kind]
         if not server.running:  # first use, or a test stopped the shared server
             server.start()
+            # As a user's server that has been up a while: a first start there waits nothing
+            # (a private server_factory one shows what a server just started does).
+            with server.client() as client:
+                up_a_while(client)
         return server
 
     def close(self) -> None:

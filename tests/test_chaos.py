@@ -37,7 +37,7 @@ from tests.support.ports import free_port
 from tests.support.probe import Run, max_overlap, over_cap_us
 from tests.support.proxy import FaultProxy
 from tests.support.servers import RedisTarget, Server, find_engine
-from tests.support.waiting import WaitTimeout, wait_until
+from tests.support.waiting import WaitTimeout, up_a_while, wait_until
 from tests.support.worker_groups import CAPPED_SCOPE, AppConfig, Backlog, WorkerFleet, WorkerGroup
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
@@ -1234,6 +1234,8 @@ def test_an_admission_answered_too_late_is_given_back_and_the_message_deferred(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     server = server_factory(_engine())
+    with server.client() as client:
+        up_a_while(client)
     with FaultProxy(server.port) as proxy:
         slots = add_slots(url=proxy.url, hold_ttl=1_500, beat_interval=300)
 

@@ -176,7 +176,7 @@ def test_a_malformed_argument_is_an_argument_error_on_a_cluster_too(
         report = (ledger.keys.process("h:1"), "{}")
         with pytest.raises(LedgerArgumentError) as caught:
             ledger.beat([], ttl_ms=60_000, report=report, declare=[Limit(queue, 0)])
-        assert (caught.value.script, caught.value.index, caught.value.argument) == ("declare", 3, "capacity")
+        assert (caught.value.script, caught.value.index, caught.value.argument) == ("declare", 4, "capacity")
         assert client.exists(queue, ledger.keys.line(queue), ledger.keys.declared(queue)) == 0
     finally:
         client.close()

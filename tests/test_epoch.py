@@ -18,7 +18,7 @@ from dramatiq.middleware import TimeLimit
 
 from dramatiq_slots import Ledger, Slots
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
-from tests.support.waiting import wait_until
+from tests.support.waiting import up_a_while, wait_until
 
 
 def _settled_ms(client: redis.Redis, ledger: Ledger) -> int | None:
@@ -31,22 +31,12 @@ def _redis_ms(client: redis.Redis) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-def _up_a_while(client: redis.Redis) -> None:
-    """A user's Redis that has been up: INFO's uptime at 2 s or more (lib/epoch.lua)."""
-    wait_until(
-        lambda: int(client.info("server")["uptime_in_seconds"]) >= 2,
-        timeout=10,
-        interval=0.05,
-        what="the server to be up 2 s",
-    )
-
-
 def test_a_new_deployments_first_capped_jobs_run_at_once_at_the_defaults(
     broker: RedisBroker, key_prefix: str, probe: RunRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The issue's unit test of a cap (20 x 50 ms at capacity 2): 30.5 s on a fresh prefix before,
     12 of 20 deferred at max_wait. Every setting at its default; nothing settled by hand."""
-    _up_a_while(broker.client)
+    up_a_while(broker.client)
     slots = Slots(key_prefix=key_prefix, client=broker.client)
     broker.add_middleware(slots, before=TimeLimit)
     started: list[float] = []

@@ -19,7 +19,7 @@ from dramatiq_slots.ledger import SCRIPTS, Entered, Ledger, Limit, Line, Member,
 from dramatiq_slots.ledger.specs import SPECS
 from tests.support.ports import free_port
 from tests.support.servers import ENGINES, Server
-from tests.support.waiting import wait_until
+from tests.support.waiting import up_a_while, wait_until
 
 LONG = 60_000  # ms; never expires during a test
 SHORT = 300  # ms; expires during a test
@@ -395,16 +395,6 @@ def _knowing(lg: Ledger, settle_ms: int = SETTLE) -> int:
     return born
 
 
-def _up_at_least(client: RedisClient, seconds: int) -> None:
-    """Wait until the server has been up ``seconds`` whole seconds (INFO, as lib/epoch.lua reads it)."""
-    wait_until(
-        lambda: int(client.info("server")["uptime_in_seconds"]) >= seconds,
-        timeout=seconds + 5.0,
-        interval=0.05,
-        what=f"the server to be up {seconds} s",
-    )
-
-
 def test_a_missing_epoch_a_caller_knew_keeps_newcomers_out_while_it_settles_then_admits(
     engine_ledger: Ledger,
 ) -> None:
@@ -440,7 +430,7 @@ def test_a_missing_epoch_a_caller_knew_keeps_newcomers_out_while_it_settles_then
 def test_a_first_start_on_a_server_up_a_while_admits_at_once_and_is_no_loss(engine_ledger: Ledger) -> None:
     """Nobody knew an epoch, nobody listens, the server has been up: no live process can hold."""
     lg, client = engine_ledger, engine_ledger.client
-    _up_at_least(client, 2)
+    up_a_while(client)
     key = lg.keys.queue("q")
     assert lg.enter(token(1), [Limit(key, 1)], ttl_ms=LONG, settle_ms=LONG).admitted
     assert client.zscore(lg.keys.epoch(), "settled") is not None
@@ -475,7 +465,7 @@ def test_a_live_listener_makes_a_missing_epoch_a_loss_and_hears_of_it(engine_led
     """A process subscribes to the controls channel only after its first beat: one that listens knew
     the epoch, so a missing one is a loss, even to a caller that never saw it."""
     lg, client = engine_ledger, engine_ledger.client
-    _up_at_least(client, 2)
+    up_a_while(client)
     listener = client.pubsub()
     listener.subscribe(lg.keys.controls())
     try:

@@ -24,7 +24,7 @@ from dramatiq_slots.worker.process import SlotsProcess
 from tests.support.fake_clock import make, request_for
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
 from tests.support.servers import Server
-from tests.support.waiting import wait_until
+from tests.support.waiting import up_a_while, wait_until
 
 Q = (Limit("p:queue:q", 8),)
 
@@ -218,7 +218,9 @@ def test_consecutive_jobs_reuse_a_slot_while_the_ledger_has_room(
     broker: RedisBroker, add_slots: SlotsFactory, probe: RunRecorder, server_factory: Callable[..., Server]
 ) -> None:
     # The ledger on a server of its own: every command counted is the ledger's.
-    slots = add_slots(client=server_factory("redis7").client(), reuse_window=1_000)
+    client = server_factory("redis7").client()
+    up_a_while(client)
+    slots = add_slots(client=client, reuse_window=1_000)
 
     @dramatiq.actor(queue_name="roomy", queue_capacity=40)
     def job(i: int) -> None:

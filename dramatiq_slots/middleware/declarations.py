@@ -331,20 +331,22 @@ class Declarations:
         labeller = self.settings.key_labels
         try:
             text = key if labeller is True else labeller(key)  # type: ignore[operator]
-            if not isinstance(text, str):
-                raise TypeError(f"it returned a {type(text).__name__}, not a str")
         except Exception as e:
-            if not self._label_failed:
-                self._label_failed = True
-                logger.warning(
-                    "Slots(key_labels=...) failed on a key of actor %r (%s: %s); keys it fails on are "
-                    "shown by their digest only (logged once per process)",
-                    actor_name,
-                    type(e).__name__,
-                    printable(e),
-                )
-            return ""
+            return self._no_label(actor_name, f"{type(e).__name__}: {printable(e)}")
+        if not isinstance(text, str):
+            return self._no_label(actor_name, f"it returned a {type(text).__name__}, not a str")
         return reported_label(text)
+
+    def _no_label(self, actor_name: str, why: str) -> str:
+        if not self._label_failed:
+            self._label_failed = True
+            logger.warning(
+                "Slots(key_labels=...) failed on a key of actor %r (%s); keys it fails on are shown "
+                "by their digest only (logged once per process)",
+                actor_name,
+                why,
+            )
+        return ""
 
 
 def _several_keys(actor_name: str, queue_name: str, count: int) -> str:

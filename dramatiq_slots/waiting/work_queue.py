@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from dramatiq.middleware import Interrupt
 
+from ..errors import ArgumentError
 from .parking import Ticket
 
 #: How often a thread waiting in ``get`` looks again whether its paused worker has resumed.
@@ -88,7 +89,7 @@ class GatedWorkQueue:
     def task_done(self) -> None:
         with self._all_done:
             if self.unfinished_tasks <= 0:
-                raise ValueError("task_done() called too many times")
+                raise ArgumentError("task_done() called too many times")
             self.unfinished_tasks -= 1
             if not self.unfinished_tasks:
                 self._all_done.notify_all()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -40,3 +40,15 @@ def wait_until(
             extra = f"\n{context()}" if context is not None else ""
             raise WaitTimeout(f"timed out after {timeout:.1f}s waiting for {what}{extra}")
         time.sleep(interval)
+
+
+def up_a_while(client: Any) -> None:
+    """Wait until ``client``'s server has been up two whole seconds by INFO's uptime: as a user's
+    server that has been up a while, where a first start waits nothing (``lib/epoch.lua``: on one
+    that may have just started it waits half a second, in case live workers still reconnect)."""
+    wait_until(
+        lambda: int(client.info("server")["uptime_in_seconds"]) >= 2,
+        timeout=10,
+        interval=0.05,
+        what="the server to be up 2 s",
+    )
