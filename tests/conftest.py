@@ -301,6 +301,44 @@ def rabbit_server() -> Iterator[Any]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def sqs_server() -> Iterator[Any]:
+    """moto's SQS server started for this session (:mod:`tests.support.brokers`), stopped at its end.
+
+    Missing moto or dramatiq-sqs skips the tests that use it, with the reason, except when
+    ``CI=true``: then it fails.
+    """
+    from tests.support.brokers import SqsServer, find_sqs
+
+    reason = find_sqs()
+    if reason is not None:
+        _missing(reason)
+    server = SqsServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """A PostgreSQL cluster started for this session (:mod:`tests.support.brokers`), stopped at its end.
+
+    Missing PostgreSQL (or dramatiq-postgres and psycopg) skips the tests that use it, with the
+    reason, except when ``CI=true``: then it fails.
+    """
+    from tests.support.brokers import PostgresServer, find_postgres
+
+    reason = find_postgres()
+    if reason is not None:
+        _missing(reason)
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 #: How long a heartbeat started by a test may take to end after it (a stop in progress).
 HEARTBEAT_GRACE_S = 5.0
 

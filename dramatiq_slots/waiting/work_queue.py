@@ -10,6 +10,7 @@ on any other release Slots falls back to waiting in the thread).
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import time
 from collections import deque
@@ -79,8 +80,14 @@ class GatedWorkQueue(PriorityQueue[Any]):
             self._returned.append(item)
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        if not block:
-            return self._drain_one()
+        item = self._take(timeout) if block else self._drain_one()
+        # A stray time limit or abort landing here loses no message: its SQS visibility, if kept,
+        # is extended until SQS refuses it (acked).
+        with contextlib.suppress(Interrupt):
+            self.gate.taken(item)
+        return item
+
+    def _take(self, timeout: float | None) -> Any:
         endtime = None if timeout is None else time.monotonic() + timeout
         while True:
             entry: tuple[Any, Ticket | None] | None = None

@@ -1,0 +1,266 @@
+"""On Amazon SQS (dramatiq-sqs) and PostgreSQL (dramatiq-postgres): a busy runtime key's waiting
+messages do not keep its queue's prefetch, and on SQS no message the worker holds outlives its
+visibility timeout.
+
+Real servers: moto's SQS server and a PostgreSQL cluster started by the session
+(:mod:`tests.support.brokers`), the session's Redis for the ledger, a real in-process dramatiq
+Worker. Every assertion is on what ran while something else waited, on what a consumer may still
+receive, or on a state nothing can change any more, never on durations.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from uuid import uuid4
+
+import dramatiq
+import pytest
+import redis
+from dramatiq.middleware import CurrentMessage, TimeLimit
+
+from dramatiq_slots import Slots, borrowed
+from dramatiq_slots.ledger import Ledger, Limit, Line
+from dramatiq_slots.middleware.deferral import DEFERRALS
+from dramatiq_slots.waiting.gate import Gate
+from dramatiq_slots.waiting.visibility import MARGIN
+from tests.support.borrowed import untested
+from tests.support.brokers import drop_schema, postgres_broker, sqs_broker
+from tests.support.in_process import TEST_BEAT, TEST_HOLD_TTL, running_worker, stop_threads
+from tests.support.in_process import RunRecorder as Probe
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+#: A holder in no process of this test: the hot key's slot is taken and given back by hand.
+ELSEWHERE = "elsewhere:1:1:1"
+#: Two worker threads: dramatiq's prefetch is twice that.
+THREADS = 2
+PREFETCH = 2 * THREADS
+HOT = 12
+COLD = 3
+#: The SQS queue's visibility timeout in the visibility tests (s): short, so that a message held
+#: for twice as long is one SQS would have delivered again.
+VISIBILITY_S = 4
+
+
+@dataclass
+class Setup:
+    """A broker (SQS or PostgreSQL) with Slots (ledger in the test Redis) and a queue of the test's own."""
+
+    kind: str
+    broker: Any
+    slots: Slots
+    queue: str
+    probe: Probe
+    #: What the broker's messages are counted in: the SQS queue, or the PostgreSQL schema.
+    where: Any
+
+    @property
+    def hot(self) -> Limit:
+        return Limit(self.slots.keys.runtime_key("account:hot"), 1)
+
+    def hold_hot_elsewhere(self) -> None:
+        assert self.slots.ledger.enter(ELSEWHERE, [self.hot], ttl_ms=60_000, line=Line.NONE).admitted
+
+    def free_hot(self) -> None:
+        self.slots.ledger.leave(ELSEWHERE, [self.hot], ttl_ms=60_000)
+
+    def ran(self, label: str) -> list[Any]:
+        return list(self.probe.by_label.get(label, ()))
+
+    def gate(self) -> Gate:
+        gate = self.slots._gate
+        assert gate is not None, "the gate is installed"
+        return gate
+
+    def waiting(self) -> int:
+        """Messages the gate keeps waiting (parked or held back)."""
+        gate = self.gate()
+        return len(gate.parking) + len(gate.holding)
+
+    def counts(self) -> tuple[int, int]:
+        """``(ready, unacked)``: messages of the queue a consumer may receive now, and those
+        received and not acked (SQS: visible and in flight; PostgreSQL: queued and consumed)."""
+        if self.kind == "sqs":
+            self.where.load()
+            attributes = self.where.attributes
+            return (
+                int(attributes["ApproximateNumberOfMessages"]),
+                int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+            )
+        import psycopg
+        from psycopg import sql
+
+        query = sql.SQL("SELECT state::text, count(*) FROM {}.queue WHERE queue_name = %s GROUP BY state")
+        url, schema = self.where
+        with psycopg.connect(url) as conn:
+            found = conn.execute(query.format(sql.Identifier(schema)), (self.queue,)).fetchall()
+        rows: dict[str, int] = dict(found)
+        return int(rows.get("queued", 0)), int(rows.get("consumed", 0))
+
+    def actor(self) -> dramatiq.Actor[Any, Any]:
+        probe = self.probe
+
+        @dramatiq.actor(
+            queue_name=self.queue,
+            unique_at_runtime_key=lambda account, i: f"account:{account}",
+            max_retries=0,
+        )
+        def sync(account: str, i: int) -> None:
+            message = CurrentMessage.get_current_message()
+            assert message is not None
+            probe.record(account, (i, int(message.options.get(DEFERRALS, 0))))
+
+        return sync
+
+    def send(self, sync: dramatiq.Actor[Any, Any], *, hot: int = HOT, cold: int = COLD) -> None:
+        """The hot key's backlog, then ``cold`` keys of one message."""
+        for i in range(hot):
+            sync.send("hot", i)
+        for k in range(cold):
+            sync.send(f"cold{k}", 0)
+
+    def cold_ran(self, cold: int = COLD) -> bool:
+        return all(self.ran(f"cold{k}") for k in range(cold))
+
+    def each_ran_once(self, hot: int = HOT, cold: int = COLD) -> None:
+        """Every message ran exactly once, none deferred, and the broker holds none of them any
+        more (acked: no later delivery can run one again)."""
+        wait_until(lambda: self.counts() == (0, 0), timeout=10, what="every message acked")
+        assert sorted(self.ran("hot")) == [(i, 0) for i in range(hot)]
+        assert [self.ran(f"cold{k}") for k in range(cold)] == [[(0, 0)]] * cold
+
+
+def _with_slots(broker: Any, kind: str, where: Any, redis_client: redis.Redis, key_prefix: str) -> Setup:
+    Ledger(redis_client, key_prefix=key_prefix).settle()
+    slots = Slots(client=redis_client, key_prefix=key_prefix, hold_ttl=TEST_HOLD_TTL, beat_interval=TEST_BEAT)
+    broker.add_middleware(slots, before=TimeLimit)
+    broker.add_middleware(CurrentMessage())
+    broker.emit_after("process_boot")
+    dramatiq.set_broker(broker)
+    return Setup(kind, broker, slots, QUEUE, Probe(), where)
+
+
+#: The queue of the tests' actor (each test's broker has queues of its own).
+QUEUE = "keyed"
+
+
+@pytest.fixture
+def sqs(sqs_server: Any, redis_client: redis.Redis, key_prefix: str) -> Iterator[Setup]:
+    """SQS with the queue's own visibility timeout in force (:data:`VISIBILITY_S`): the broker asks
+    for none (``visibility_timeout=None``), so the keeper reads the queue's."""
+    broker = sqs_broker(sqs_server, key_prefix, visibility_timeout=None)
+    queue = broker.sqs.create_queue(
+        QueueName=f"{key_prefix}_{QUEUE}", Attributes={"VisibilityTimeout": str(VISIBILITY_S)}
+    )
+    setup = _with_slots(broker, "sqs", queue, redis_client, key_prefix)
+    try:
+        yield setup
+    finally:
+        stop_threads(setup.slots)
+        broker.close()
+
+
+@pytest.fixture
+def postgres(postgres_server: Any, redis_client: redis.Redis, key_prefix: str) -> Iterator[Setup]:
+    schema = f"t_{uuid4().hex[:12]}"
+    broker = postgres_broker(postgres_server, schema)
+    setup = _with_slots(broker, "postgres", (postgres_server.url, schema), redis_client, key_prefix)
+    try:
+        yield setup
+    finally:
+        stop_threads(setup.slots)
+        broker.close()
+        drop_schema(postgres_server, schema)
+
+
+@pytest.fixture(params=["sqs", "postgres"])
+def either(request: pytest.FixtureRequest) -> Setup:
+    setup: Setup = request.getfixturevalue(str(request.param))
+    return setup
+
+
+def test_other_keys_run_while_a_busy_keys_backlog_beyond_the_prefetch_waits(either: Setup) -> None:
+    sync = either.actor()
+    either.hold_hot_elsewhere()
+    with running_worker(either.broker, threads=THREADS):
+        either.send(sync)
+        assert either.probe.wait_for(either.cold_ran, timeout=30), "the cold keys never ran"
+        assert either.ran("hot") == [], "the hot key's slot is held elsewhere all along"
+        # The cold keys came after 12 hot messages, three times the prefetch: every hot message
+        # was fetched past, and waits in the worker, unacked.
+        wait_until(lambda: either.waiting() == HOT, timeout=10, what="every hot message waiting")
+        wait_until(lambda: either.counts() == (0, HOT), timeout=10, what="only the hot ones unacked")
+        either.free_hot()
+        assert either.probe.wait_for(lambda: len(either.ran("hot")) == HOT, timeout=60)
+    either.each_ran_once()
+
+
+def test_a_stopped_worker_gives_back_every_waiting_message(either: Setup, redis_client: redis.Redis) -> None:
+    sync = either.actor()
+    either.hold_hot_elsewhere()
+    with running_worker(either.broker, threads=THREADS):
+        either.send(sync)
+        assert either.probe.wait_for(either.cold_ran, timeout=30), "the cold keys never ran"
+        wait_until(lambda: either.waiting() == HOT, timeout=10, what="every hot message waiting")
+    gate = either.gate()
+    assert len(gate.visibility) == 0, "nothing is kept visible to this worker alone once it stopped"
+    assert not redis_client.exists(either.slots.keys.line(either.hot.ledger)), "no line is left behind"
+    assert [h.token for h in either.slots.ledger.holders(either.hot.ledger)] == [ELSEWHERE], "no hold leaks"
+    wait_until(lambda: either.counts() == (HOT, 0), timeout=10, what="every hot message back in the queue")
+    either.free_hot()
+    with running_worker(either.broker, threads=THREADS):
+        assert either.probe.wait_for(lambda: len(either.ran("hot")) == HOT, timeout=60)
+    either.each_ran_once()
+
+
+def test_on_an_untested_release_the_waiting_messages_keep_their_prefetch(
+    either: Setup, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="dramatiq_slots.borrowed")
+    touchpoint = borrowed.SQS_PREFETCH if either.kind == "sqs" else borrowed.POSTGRES_PREFETCH
+    stand_in = untested(monkeypatch, touchpoint)
+    sync = either.actor()
+    either.hold_hot_elsewhere()
+    with running_worker(either.broker, threads=THREADS):
+        either.send(sync, cold=1)
+        wait_until(lambda: either.waiting() == PREFETCH, timeout=30, what="one prefetch waiting")
+        # The prefetch is full of waiting messages: the consumer takes nothing more.
+        assert either.counts() == (HOT + 1 - PREFETCH, PREFETCH)
+        assert either.ran("cold0") == []
+        either.free_hot()
+        assert either.probe.wait_for(lambda: len(either.ran("hot")) == HOT and either.cold_ran(1), timeout=60)
+    either.each_ran_once(cold=1)
+    warnings = [r.getMessage() for r in caplog.records if stand_in.name in r.getMessage()]
+    assert len(warnings) == 1 and stand_in.outside in warnings[0]
+
+
+# -- SQS: visibility ----------------------------------------------------------------------------
+
+
+def test_on_sqs_a_message_held_past_its_visibility_timeout_is_delivered_to_no_one_else(sqs: Setup) -> None:
+    """Six messages of the busy key wait in the worker for three visibility timeouts' halves
+    (longer than the timeout itself): SQS never makes one visible again, and each runs once."""
+    hot = 6
+    sync = sqs.actor()
+    sqs.hold_hot_elsewhere()
+    with running_worker(sqs.broker, threads=THREADS):
+        sqs.send(sync, hot=hot, cold=0)
+        gate = sqs.gate()
+        wait_until(lambda: sqs.waiting() == hot, timeout=10, what="every message waiting")
+        # Each is made invisible again once half its timeout is left: three times each is more
+        # than a whole timeout since it was received.
+        rounds = 3
+        wait_until(
+            lambda: gate.visibility.extended >= rounds * hot,
+            timeout=2 * rounds * VISIBILITY_S * MARGIN + VISIBILITY_S,
+            what=f"each held message extended {rounds} times",
+        )
+        assert sqs.counts() == (0, hot), "none visible to another consumer"
+        assert gate.visibility.requests <= gate.visibility.extended, "in batches"
+        sqs.free_hot()
+        assert sqs.probe.wait_for(lambda: len(sqs.ran("hot")) == hot, timeout=60)
+    sqs.each_ran_once(hot=hot, cold=0)
