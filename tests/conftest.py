@@ -301,6 +301,17 @@ def rabbit_server() -> Iterator[Any]:
         server.stop()
 
 
+def _session_server(missing: str | None, make: Callable[[], Any]) -> Iterator[Any]:
+    """``make().start()``, stopped at the end; ``missing`` (why it cannot be had) skips instead."""
+    if missing is not None:
+        _missing(missing)
+    server = make().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def sqs_server() -> Iterator[Any]:
     """moto's SQS server started for this session (:mod:`tests.support.brokers`), stopped at its end.
@@ -310,14 +321,7 @@ def sqs_server() -> Iterator[Any]:
     """
     from tests.support.brokers import SqsServer, find_sqs
 
-    reason = find_sqs()
-    if reason is not None:
-        _missing(reason)
-    server = SqsServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _session_server(find_sqs(), SqsServer)
 
 
 @pytest.fixture(scope="session")
@@ -329,14 +333,7 @@ def postgres_server() -> Iterator[Any]:
     """
     from tests.support.brokers import PostgresServer, find_postgres
 
-    reason = find_postgres()
-    if reason is not None:
-        _missing(reason)
-    server = PostgresServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _session_server(find_postgres(), PostgresServer)
 
 
 #: How long a heartbeat started by a test may take to end after it (a stop in progress).

@@ -19,23 +19,20 @@ from uuid import uuid4
 import dramatiq
 import pytest
 import redis
-from dramatiq.middleware import CurrentMessage, TimeLimit
+from dramatiq.middleware import CurrentMessage
 
-from dramatiq_slots import Slots, borrowed
-from dramatiq_slots.ledger import Ledger, Limit, Line
+from dramatiq_slots import borrowed
 from dramatiq_slots.middleware.deferral import DEFERRALS
-from dramatiq_slots.waiting.gate import Gate
 from dramatiq_slots.waiting.visibility import MARGIN
 from tests.support.borrowed import untested
 from tests.support.brokers import drop_schema, postgres_broker, sqs_broker
-from tests.support.in_process import TEST_BEAT, TEST_HOLD_TTL, running_worker, stop_threads
+from tests.support.busy_key import ELSEWHERE, BusyKey, with_slots
 from tests.support.in_process import RunRecorder as Probe
+from tests.support.in_process import running_worker, stop_threads
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-#: A holder in no process of this test: the hot key's slot is taken and given back by hand.
-ELSEWHERE = "elsewhere:1:1:1"
 #: Two worker threads: dramatiq's prefetch is twice that.
 THREADS = 2
 PREFETCH = 2 * THREADS
@@ -47,39 +44,14 @@ VISIBILITY_S = 4
 
 
 @dataclass
-class Setup:
+class Setup(BusyKey):
     """A broker (SQS or PostgreSQL) with Slots (ledger in the test Redis) and a queue of the test's own."""
 
     kind: str
     broker: Any
-    slots: Slots
     queue: str
-    probe: Probe
-    #: What the broker's messages are counted in: the SQS queue, or the PostgreSQL schema.
+    #: What the broker's messages are counted in: the SQS queue, or (the server's URL, the schema).
     where: Any
-
-    @property
-    def hot(self) -> Limit:
-        return Limit(self.slots.keys.runtime_key("account:hot"), 1)
-
-    def hold_hot_elsewhere(self) -> None:
-        assert self.slots.ledger.enter(ELSEWHERE, [self.hot], ttl_ms=60_000, line=Line.NONE).admitted
-
-    def free_hot(self) -> None:
-        self.slots.ledger.leave(ELSEWHERE, [self.hot], ttl_ms=60_000)
-
-    def ran(self, label: str) -> list[Any]:
-        return list(self.probe.by_label.get(label, ()))
-
-    def gate(self) -> Gate:
-        gate = self.slots._gate
-        assert gate is not None, "the gate is installed"
-        return gate
-
-    def waiting(self) -> int:
-        """Messages the gate keeps waiting (parked or held back)."""
-        gate = self.gate()
-        return len(gate.parking) + len(gate.holding)
 
     def counts(self) -> tuple[int, int]:
         """``(ready, unacked)``: messages of the queue a consumer may receive now, and those
@@ -135,13 +107,7 @@ class Setup:
 
 
 def _with_slots(broker: Any, kind: str, where: Any, redis_client: redis.Redis, key_prefix: str) -> Setup:
-    Ledger(redis_client, key_prefix=key_prefix).settle()
-    slots = Slots(client=redis_client, key_prefix=key_prefix, hold_ttl=TEST_HOLD_TTL, beat_interval=TEST_BEAT)
-    broker.add_middleware(slots, before=TimeLimit)
-    broker.add_middleware(CurrentMessage())
-    broker.emit_after("process_boot")
-    dramatiq.set_broker(broker)
-    return Setup(kind, broker, slots, QUEUE, Probe(), where)
+    return Setup(with_slots(broker, redis_client, key_prefix), Probe(), kind, broker, QUEUE, where)
 
 
 #: The queue of the tests' actor (each test's broker has queues of its own).

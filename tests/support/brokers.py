@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .ports import free_port
-from .processes import group_members
+from .processes import end_session, spawn
 from .servers import running_servers
 
 #: Where Debian's postgresql packages keep their binaries (newest version first).
@@ -79,16 +79,7 @@ class _Process:
     def _start(self, argv: list[str], ready: Callable[[], bool], env: dict[str, str] | None = None) -> None:
         """Run ``argv`` in :attr:`dir` and wait until ``ready()``."""
         assert self.dir is not None
-        with open(self.dir / "server.log", "ab") as log:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                env=env,
-                start_new_session=True,
-            )
+        self._proc = spawn(argv, self.dir / "server.log", cwd=self.dir, env=env)
         running_servers.add(self)
         deadline = time.monotonic() + self.start_timeout
         while not ready():
@@ -109,18 +100,7 @@ class _Process:
     def _end(self, sig: signal.Signals) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(sig)
-                try:
-                    proc.wait(timeout=self.stop_timeout)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=self.stop_timeout)
-            deadline = time.monotonic() + self.stop_timeout
-            while group_members(proc.pid) and time.monotonic() < deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                time.sleep(0.02)
+            end_session(proc, sig, self.stop_timeout)
         running_servers.discard(self)
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
