@@ -449,20 +449,25 @@ class Extended:
 
 def extend_visibility(leases: Iterable[SqsLease]) -> Extended:
     """Make each lease's message invisible for its ``seconds`` again, from now, in batches of
-    :data:`SQS_BATCH` per queue."""
+    :data:`SQS_BATCH` per queue. After a request that fails, none more is sent (each could take
+    as long: the rest are failed too)."""
     by_queue: dict[tuple[int, str], list[SqsLease]] = {}
     for lease in leases:
         by_queue.setdefault((id(lease.client), lease.queue_url), []).append(lease)
     batches = [
         group[i : i + SQS_BATCH] for group in by_queue.values() for i in range(0, len(group), SQS_BATCH)
     ]
-    done = Extended([], [], len(batches))
+    done = Extended([], [], 0)
     for batch in batches:
+        if done.failed:
+            done.failed += batch
+            continue
         first = batch[0]
         entries = [
             {"Id": str(n), "ReceiptHandle": lease.receipt_handle, "VisibilityTimeout": lease.seconds}
             for n, lease in enumerate(batch)
         ]
+        done.requests += 1
         try:
             reply = first.client.change_message_visibility_batch(QueueUrl=first.queue_url, Entries=entries)
         except Exception as e:  # botocore's errors: unreachable, throttled, refused as a whole

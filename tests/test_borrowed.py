@@ -45,7 +45,7 @@ from dramatiq.worker import WorkerThread
 from dramatiq_slots import borrowed
 from dramatiq_slots.borrowed import Touchpoint
 from tests.support.borrowed import untested
-from tests.support.brokers import drop_schema, postgres_broker, sqs_broker
+from tests.support.brokers import drop_schema, postgres_broker, received, sqs_broker
 from tests.support.command import RUN_TIMEOUT, user_env
 from tests.support.in_process import RunRecorder, running_worker
 from tests.support.ports import free_port
@@ -580,13 +580,7 @@ def test_contract_sqs_visibility(sqs_server: Any, key_prefix: str) -> None:
 
     def receive(prefetch: int) -> list[Any]:
         """A prefetch's worth of messages, received by a consumer of their own."""
-        receiver = broker.consume("v", prefetch=prefetch, timeout=1_000)
-        received: list[Any] = []
-        while len(received) < prefetch:
-            message = next(receiver)
-            if message is not None:
-                received.append(message)
-        return received
+        return received(broker.consume("v", prefetch=prefetch, timeout=1_000), prefetch)
 
     def counts() -> tuple[int, int]:
         sqs_queue.load()
@@ -600,18 +594,18 @@ def test_contract_sqs_visibility(sqs_server: Any, key_prefix: str) -> None:
         of_other = SimpleNamespace(consumers={"v": SimpleNamespace(consumer=other)})
         assert borrowed.sqs_visibility(of_other, "v") == 5, "the queue's own"
         other.close()
-        received = receive(6)
+        got = receive(6)
         assert counts() == (12, 0), "visible at once: received with a timeout of 0"
-        leases = [borrowed.sqs_lease(message, 30) for message in received]
+        leases = [borrowed.sqs_lease(message, 30) for message in got]
         done = borrowed.extend_visibility([lease for lease in leases if lease is not None])
         assert (done.refused, done.failed, done.requests) == ([], [], 1)
         assert counts() == (6, 6), "invisible for 30 s from now"
-        received += receive(6)
-        leases = [borrowed.sqs_lease(message, 30) for message in received]
+        got += receive(6)
+        leases = [borrowed.sqs_lease(message, 30) for message in got]
         done = borrowed.extend_visibility([lease for lease in leases if lease is not None])
         assert (done.refused, done.failed, done.requests) == ([], [], 2), "12 in two batches"
         assert counts() == (0, 12)
-        consumer.ack(received[0])
+        consumer.ack(got[0])
         first = leases[0]
         assert first is not None
         assert borrowed.extend_visibility([first]).refused == [first], "acked: SQS refuses it"

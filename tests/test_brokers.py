@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 from uuid import uuid4
 
@@ -23,10 +24,11 @@ from dramatiq.middleware import CurrentMessage
 
 from dramatiq_slots import borrowed
 from dramatiq_slots.middleware.deferral import DEFERRALS
-from dramatiq_slots.waiting.visibility import MARGIN
+from dramatiq_slots.waiting.visibility import MARGIN, Visibility
 from tests.support.borrowed import untested
-from tests.support.brokers import drop_schema, postgres_broker, sqs_broker
+from tests.support.brokers import drop_schema, postgres_broker, received, sqs_broker
 from tests.support.busy_key import ELSEWHERE, BusyKey, with_slots
+from tests.support.fake_clock import FakeClock
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import running_worker, stop_threads
 from tests.support.waiting import wait_until
@@ -191,8 +193,10 @@ def test_on_an_untested_release_the_waiting_messages_keep_their_prefetch(
     stand_in = untested(monkeypatch, touchpoint)
     sync = either.actor()
     either.hold_hot_elsewhere()
+    # Sent before the worker starts: an SQS consumer receives up to its prefetch whenever it has
+    # fewer, so one that found the first messages only would take more than one prefetch in all.
+    either.send(sync, cold=1)
     with running_worker(either.broker, threads=THREADS):
-        either.send(sync, cold=1)
         wait_until(lambda: either.waiting() == PREFETCH, timeout=30, what="one prefetch waiting")
         # The prefetch is full of waiting messages: the consumer takes nothing more.
         assert either.counts() == (HOT + 1 - PREFETCH, PREFETCH)
@@ -230,3 +234,55 @@ def test_on_sqs_a_message_held_past_its_visibility_timeout_is_delivered_to_no_on
         sqs.free_hot()
         assert sqs.probe.wait_for(lambda: len(sqs.ran("hot")) == hot, timeout=60)
     sqs.each_ran_once(hot=hot, cold=0)
+
+
+@dataclass
+class _Item:
+    """A work-queue item of one received message (as dramatiq's ``_WorkQueueItem``)."""
+
+    message: Any
+
+
+def test_the_keeper_extends_each_held_message_once_half_its_timeout_is_left(
+    sqs_server: Any, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The keeper on its own, on a fake clock, against moto: what it extends, and when."""
+    broker = sqs_broker(sqs_server, key_prefix, visibility_timeout=None)
+    broker.declare_queue("v")
+    broker.declare_queue("short")
+    broker.sqs.create_queue(QueueName=f"{key_prefix}_v", Attributes={"VisibilityTimeout": "4"})
+    broker.sqs.create_queue(QueueName=f"{key_prefix}_short", Attributes={"VisibilityTimeout": "1"})
+    consumers = {name: broker.consume(name, prefetch=10, timeout=1_000) for name in ("v", "short")}
+    worker = SimpleNamespace(consumers={name: SimpleNamespace(consumer=c) for name, c in consumers.items()})
+    for i in range(12):
+        broker.enqueue(dramatiq.Message(queue_name="v", actor_name="a", args=(i,), kwargs={}, options={}))
+    broker.enqueue(dramatiq.Message(queue_name="short", actor_name="a", args=(0,), kwargs={}, options={}))
+    clock = FakeClock()
+    woken: list[float] = []
+    keeper = Visibility(worker, clock, wake=lambda: woken.append(clock.now))
+    try:
+        items = [_Item(m) for m in received(consumers["v"], 10)]
+        assert keeper.keep() is None, "nothing kept yet"
+        assert all(keeper.delivered(item) for item in items)
+        assert woken == [clock.now], "woken once: the first one is due sooner than anything planned"
+        assert keeper.keep() == 2.0, "due once half of its 4 s is left"
+        clock.now += 2.0
+        assert keeper.keep() == 2.0 and (keeper.extended, keeper.requests) == (10, 1)
+        keeper.taken(items[0])  # a thread takes it to run: no longer kept
+        consumers["v"].ack(items[1].message)  # acked: SQS refuses to extend it
+        clock.now += 2.0
+        assert keeper.keep() == 2.0 and (keeper.extended, keeper.requests) == (18, 2)
+        assert len(keeper) == 8, "the acked one is dropped"
+        # A timeout shorter than the keeper can promise is not kept, and a WARNING says so.
+        (short,) = received(consumers["short"], 1)
+        assert not keeper.delivered(_Item(short))
+        assert any("too short to keep" in r.getMessage() for r in caplog.records)
+        # Nor is a message no SQS consumer delivered.
+        plain: dramatiq.Message[Any] = dramatiq.Message(
+            queue_name="v", actor_name="a", args=(), kwargs={}, options={}
+        )
+        assert not keeper.delivered(_Item(plain))
+    finally:
+        for consumer in consumers.values():
+            consumer.close()
+        broker.close()

@@ -62,9 +62,11 @@ class Visibility:
         self._timeouts: dict[str, int] = {}
         #: When :meth:`keep` runs next, as it last said (inf: not planned).
         self._next = math.inf
-        #: Extensions made, and requests sent for them (for the process report and the tests).
+        #: Extensions made, and requests sent for them (for the tests and the bench).
         self.extended = 0
         self.requests = 0
+        #: Whether the last pass's requests failed (its WARNING said so).
+        self._failing = False
 
     def __len__(self) -> int:
         with self._lock:
@@ -144,7 +146,24 @@ class Visibility:
                         kept.due = now + kept.lease.seconds * (1 - MARGIN)
             if gone:
                 logger.debug("SQS refused to extend %d held message(s): no longer ours.", len(gone))
+            self._failed(len(retry))
         with self._lock:
             self._next = min((kept.due for kept in self._kept.values()), default=math.inf)
             planned = self._next
         return None if planned == math.inf else max(0.0, planned - self.clock.monotonic())
+
+    def _failed(self, count: int) -> None:
+        """``count`` extensions of this pass failed: a WARNING when they start failing, INFO when
+        they work again."""
+        if bool(count) == self._failing:
+            return
+        self._failing = bool(count)
+        if count:
+            logger.warning(
+                "Could not extend the visibility of %d SQS message(s) this worker holds (trying again "
+                "every %.1f s): any whose visibility timeout passes meanwhile may be delivered again.",
+                count,
+                RETRY_S,
+            )
+        else:
+            logger.info("Extending the visibility of the SQS messages this worker holds works again.")

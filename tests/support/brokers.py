@@ -272,3 +272,13 @@ def drop_schema(server: PostgresServer, schema: str) -> None:
 
     with psycopg.connect(server.url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def received(consumer: Any, count: int) -> list[Any]:
+    """The next ``count`` messages ``consumer`` (a broker's consumer, read in this thread) delivers."""
+    out: list[Any] = []
+    while len(out) < count:
+        message = next(consumer)
+        if message is not None:
+            out.append(message)
+    return out
