@@ -14,7 +14,8 @@ outnumber its threads (twice them on a ledger of a capacity at most them), so a 
 always finds a thread that is not running that ledger's jobs: a message refused beyond that is
 *held back* (:mod:`.held_back`: in memory, in no line), takes the place of a later claim of the
 process in that line, or tries again, by score, when one of them ends. A message waiting for
-a runtime key leaves its consumer's prefetch count (:mod:`.prefetch`).
+a runtime key leaves its consumer's prefetch count (:mod:`.prefetch`); on Amazon SQS every message
+the gate holds is kept invisible to the other workers (:mod:`.visibility`).
 
 The gate admits through :class:`~.admits.Admits` (the middleware's admission).
 """

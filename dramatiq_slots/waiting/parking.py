@@ -12,7 +12,10 @@ wake-up was lost. After ``max_wait`` the claim leaves its line and its
 message goes the way of a message that may not wait (it is deferred, or
 runs if a slot is free by then); not while its ledger is paused by an
 operator (:mod:`dramatiq_slots.ledger.controls`): then it keeps its place. At worker
-shutdown every parked claim leaves its line and its message is given back to the broker.
+shutdown every parked claim leaves its line and its message is given back to the broker. The
+thread's passes also do the gate's timed work (its ``on_tick``: held-back messages at
+``max_wait``, a paused worker's handed slots, the SQS visibility keeper), which may ask for the
+next pass sooner.
 
 A parked claim is in doubt, owned by :data:`~dramatiq_slots.worker.wakeups.PARKED`,
 so the heartbeat keeps its line alive and no worker thread's end owes it.
