@@ -54,7 +54,7 @@ from dramatiq.rate_limits import ConcurrentRateLimiter
 from dramatiq.rate_limits.backends import RedisBackend
 
 from dramatiq_slots import borrowed
-from dramatiq_slots.waiting import prefetch
+from dramatiq_slots.waiting import prefetch, visibility
 
 from .calls import CallsReporter
 from .config import (
@@ -74,6 +74,7 @@ from .config import (
     SLOTS_SHARE,
     SLOTS_THREADS,
     SLOTS_UNITS,
+    SLOTS_UNKEPT,
     SLOTS_WAYS,
     TENANT_ACTOR,
     TENANT_QUEUE,
@@ -100,6 +101,9 @@ if config.way in SLOTS_WAYS:
         borrowed.WORK_QUEUE = dataclasses.replace(borrowed.WORK_QUEUE, until=borrowed.WORK_QUEUE.since)
     if config.way == SLOTS_COUNTED:
         prefetch.UNFETCHED_PER_QUEUE = 0  # parked messages all stay in their queue's prefetch
+    if config.way == SLOTS_UNKEPT:
+        # The package before the SQS visibility keeper: no delivered message is kept.
+        visibility.Visibility.delivered = lambda self, item: False  # type: ignore[method-assign]
     broker.add_middleware(config.slots_middleware(), before=TimeLimit)
 dramatiq.set_broker(broker)
 

@@ -4,7 +4,8 @@ The servers' ``INFO commandstats`` count the commands run inside Lua scripts too
 tell how often a client waited for Redis. Here each worker process counts what its clients send,
 by client *role*: ``slots`` (the ledger's client the package uses, its wake-up subscriber's
 pub/sub connections included) and ``broker`` (dramatiq's ``RedisBroker`` client; a RabbitMQ
-broker has none).
+broker has none); on SQS, ``sqs``: the requests of the SQSBroker's boto3 client, by operation
+(:func:`count_sqs`; what the visibility keeper sends is among them).
 
 :func:`counting_connection`
     A ``redis.Connection`` class of one role: each ``send_packed_command`` is one round trip (a
@@ -41,9 +42,10 @@ from dramatiq.middleware import Middleware
 
 from .support import Probe
 
-#: The ledger's client (the package's traffic) and dramatiq's RedisBroker client.
+#: The ledger's client (the package's traffic) and dramatiq's RedisBroker client; an SQSBroker's.
 SLOTS_ROLE = "slots"
 BROKER_ROLE = "broker"
+SQS_ROLE = "sqs"
 ROLES = (SLOTS_ROLE, BROKER_ROLE)
 
 #: Seconds between two writes of a process's counts.
@@ -188,6 +190,20 @@ def counting_connection(role: str) -> type[redis.Connection]:
 
     CountingConnection.__name__ = CountingConnection.__qualname__ = f"CountingConnection[{role}]"
     return CountingConnection
+
+
+def count_sqs(client: Any) -> None:
+    """Count every request of a boto3 SQS ``client`` in the ``sqs`` tally, by operation."""
+    with _lock:
+        _tallies.setdefault(SQS_ROLE, Tally())
+
+    def counted(model: Any, **kwargs: Any) -> None:
+        with _lock:
+            tally = _tallies[SQS_ROLE]
+            tally.round_trips += 1
+            tally.commands[str(model.name)] += 1
+
+    client.meta.events.register("before-call.sqs", counted)
 
 
 def counting_client(url: str, role: str, **kwargs: Any) -> redis.Redis:

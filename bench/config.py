@@ -25,7 +25,7 @@ from dramatiq.middleware import CurrentMessage
 from dramatiq_slots import Slots
 from dramatiq_slots.middleware.settings import SOCKET_TIMEOUT_S
 
-from .calls import BROKER_ROLE, SLOTS_ROLE, counting_client
+from .calls import BROKER_ROLE, SLOTS_ROLE, count_sqs, counting_client
 
 
 def queue_scope(queue_name: str) -> str:
@@ -59,6 +59,9 @@ SLOTS = "slots"
 SLOTS_THREADS = "slots-threads"
 SLOTS_SHARE = "slots-share"
 SLOTS_COUNTED = "slots-counted"
+#: On SQS, the gate without its visibility keeper (the package before it): a message held in the
+#: worker past its queue's visibility timeout is delivered again (W11c, W11k only).
+SLOTS_UNKEPT = "slots-unkept"
 #: Slots with the options of who gets the next slot (W9, W10 only; ``slots`` there is the same
 #: actor without them: first come, first served, every job one slot). ``slots-fair``: the tenant
 #: actor's ``fair_by`` is its tenant; ``slots-fixed``: instead, each tenant is a runtime key of
@@ -73,6 +76,7 @@ SLOTS_WAYS: tuple[str, ...] = (
     SLOTS_THREADS,
     SLOTS_SHARE,
     SLOTS_COUNTED,
+    SLOTS_UNKEPT,
     SLOTS_FAIR,
     SLOTS_FIXED,
     SLOTS_UNITS,
@@ -123,6 +127,14 @@ def weighted_label(units: int, i: int) -> str:
     return f"{'h' if units > 1 else 'l'}{i}"
 
 
+#: The brokers a run's messages go through (:attr:`BenchConfig.broker_kind`).
+REDIS_BROKER = "redis"
+RABBITMQ_BROKER = "rabbitmq"
+SQS_BROKER = "sqs"
+POSTGRES_BROKER = "postgres"
+#: What boto3 is given besides the endpoint: moto takes any credentials, in any region.
+SQS_CLIENT = {"region_name": "us-east-1", "aws_access_key_id": "bench", "aws_secret_access_key": "bench"}
+
 #: Prefix of the environment variables that carry a :class:`BenchConfig`.
 ENV_PREFIX = "SLOTS_BENCH_"
 #: Fields of :class:`BenchConfig` whose empty value means None.
@@ -135,8 +147,12 @@ class BenchConfig:
 
     ``redis_url`` is the broker's server (and the CRL limiter's); ``ledger_url`` and
     ``probe_url`` put the Slots ledger (W8) and the probe on servers of their own (None: the
-    broker's). ``broker_url`` (``amqp://...``, W7r) makes the broker a RabbitMQ node's instead:
-    ``redis_url`` then serves the ledger alone. ``way`` is one of :data:`WAYS`; ``slots``
+    broker's). ``broker_url`` makes the broker another's instead (:attr:`broker_kind`: a RabbitMQ
+    node's, ``amqp://...``, W7r; moto's SQS endpoint, ``http://...``, W7s and W11; PostgreSQL's,
+    ``postgresql://...``, W7p; the broker's queues or tables named after ``namespace``): ``redis_url``
+    then serves the ledger alone. ``sqs_visibility``: the visibility timeout (s) the runner gives
+    the SQS queues, which the broker then leaves in force (``visibility_timeout=None``; 0: none set,
+    dramatiq-sqs's own 12 h at each receive). ``way`` is one of :data:`WAYS`; ``slots``
     whether the app runs the Slots middleware (set by the way). ``capacity`` is the queue's cap
     (``queue_capacity`` for Slots, the limiter's ``limit`` for CRL; unused by the ways that
     limit nothing).
@@ -177,6 +193,7 @@ class BenchConfig:
     max_retries: int = 100_000
     queue_prefetch: int = 0
     broker_url: str | None = None
+    sqs_visibility: int = 0
 
     def replace(self, **changes: Any) -> BenchConfig:
         return dataclasses.replace(self, **changes)
@@ -227,15 +244,27 @@ class BenchConfig:
     def probe_redis_url(self) -> str:
         return self.probe_url or self.redis_url
 
+    @property
+    def broker_kind(self) -> str:
+        """:data:`REDIS_BROKER`, or the broker ``broker_url`` is of."""
+        url = self.broker_url or ""
+        for prefix, kind in (("amqp", RABBITMQ_BROKER), ("http", SQS_BROKER), ("postgres", POSTGRES_BROKER)):
+            if url.startswith(prefix):
+                return kind
+        return REDIS_BROKER
+
     def broker(self) -> dramatiq.Broker:
-        """The app's broker (a RedisBroker, or a RabbitmqBroker on ``broker_url``), with
-        CurrentMessage (the probe records message ids). A RedisBroker's client counts what it
-        sends as ``broker`` (:mod:`bench.calls`); otherwise it is the one ``RedisBroker(url=...)``
-        makes (a pool from the URL, no timeouts)."""
-        if self.broker_url is not None:
-            rabbit = self.rabbitmq_broker()
-            rabbit.add_middleware(CurrentMessage())
-            return rabbit
+        """The app's broker (a RedisBroker, or the one ``broker_url`` is of), with CurrentMessage
+        (the probe records message ids). A RedisBroker's client counts what it sends as ``broker``
+        and an SQSBroker's as ``sqs`` (:mod:`bench.calls`); otherwise it is the one
+        ``RedisBroker(url=...)`` makes (a pool from the URL, no timeouts)."""
+        kind = self.broker_kind
+        if kind != REDIS_BROKER:
+            other: dramatiq.Broker = self.other_broker()
+            if kind == SQS_BROKER:
+                count_sqs(other.sqs.meta.client)  # type: ignore[attr-defined]
+            other.add_middleware(CurrentMessage())
+            return other
         broker = RedisBroker(
             client=counting_client(self.redis_url, BROKER_ROLE),
             namespace=self.namespace,
@@ -245,11 +274,25 @@ class BenchConfig:
         broker.add_middleware(CurrentMessage())
         return broker
 
-    def rabbitmq_broker(self, **kwargs: Any) -> dramatiq.Broker:
-        """A RabbitmqBroker on ``broker_url`` (pika is imported only here: only W7r needs it)."""
-        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+    def other_broker(self, **kwargs: Any) -> Any:
+        """The broker ``broker_url`` is of, but the Redis one (each broker package is imported only
+        here: only W7r, W7s, W7p and W11 need one); ``kwargs`` as it takes them."""
+        kind = self.broker_kind
+        if kind == RABBITMQ_BROKER:
+            from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
-        return RabbitmqBroker(url=self.broker_url, **kwargs)
+            return RabbitmqBroker(url=self.broker_url, **kwargs)
+        if kind == SQS_BROKER:
+            from dramatiq_sqs import SQSBroker
+
+            if self.sqs_visibility:
+                kwargs["visibility_timeout"] = None  # the queue's own
+            return SQSBroker(namespace=self.namespace, endpoint_url=self.broker_url, **SQS_CLIENT, **kwargs)
+        if kind == POSTGRES_BROKER:
+            from dramatiq_postgres import PostgresBroker
+
+            return PostgresBroker(url=self.broker_url, schema=self.namespace, results=False, **kwargs)
+        raise ValueError(f"no other broker at {self.broker_url!r}")
 
     def ledger_client(self) -> redis.Redis:
         """The ledger's client, counting what it sends as ``slots`` (:mod:`bench.calls`); otherwise

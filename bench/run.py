@@ -13,8 +13,9 @@ other queue, ``dramatiq --queues``; the operator's workaround for mixed
 queues, W6 only), ``crl-default`` and ``crl-tuned`` (dramatiq's
 ``ConcurrentRateLimiter``) and ``slots``. A workload may also name its own
 ways (W6: nocap, separate, crl-tuned, slots; W7: nocap, crl-tuned, slots;
-W7r: nocap, slots, slots-counted; W8: nocap, slots; W9: slots, slots-fair,
-slots-fixed; W9d: slots, slots-fair; W10: slots, slots-units; see :mod:`bench.config`).
+W7r, W7s, W7p: nocap, slots, slots-counted; W11c, W11k: nocap, slots, slots-unkept; W8: nocap,
+slots; W9: slots, slots-fair, slots-fixed; W9d: slots, slots-fair; W10: slots, slots-units; see
+:mod:`bench.config`).
 
 The workloads (:func:`workloads`): W1 a capped queue, W2 runtime keys, W3
 the starvation case (keys A, A, B on two threads), W4 a burst of short jobs
@@ -44,6 +45,17 @@ W7r, W7 on a RabbitMQ broker
     out of the prefetch: on RabbitMQ, the package before it renewed a consumer's deliveries),
     side by side. Its ``cmds/job`` are the ledger's Redis commands alone. Without
     ``rabbitmq-server`` it is skipped, with the reason.
+W7s, W7p, W7 on Amazon SQS and on PostgreSQL
+    the same, with dramatiq-sqs's ``SQSBroker`` on moto's SQS server (:class:`bench.support.SqsNode`,
+    its receives made atomic: :mod:`bench.moto_sqs`) and dramatiq-postgres's ``PostgresBroker`` on
+    a PostgreSQL cluster (:class:`bench.support.PostgresNode`), each run's queues (tables) its own.
+    Without moto and dramatiq-sqs, or PostgreSQL and dramatiq-postgres, skipped with the reason.
+W11c, W11k, SQS visibility (the issue's case)
+    on SQS, queues whose own visibility timeout is 5 s (the broker leaves it in force), 1 s jobs:
+    30 on a queue capped at 3 (W11c), 30 of three runtime keys, interleaved (W11k), so messages
+    wait in the workers longer than the timeout. Ways ``nocap``, ``slots`` and ``slots-unkept``
+    (the gate without its visibility keeper: the package before it). A job run more than once is
+    in the notes ("N runs for M completed jobs"), and so are the workers' SQS requests per job.
 
 W8, load and leak at 10,000 runtime keys (``--quick``: 1,000)
     3 short jobs per key (10 ms), interleaved (every key's first job, then
@@ -179,6 +191,7 @@ import math
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -197,7 +210,15 @@ import redis  # noqa: E402
 from dramatiq import Message  # noqa: E402
 from dramatiq.brokers.redis import RedisBroker  # noqa: E402
 
-from bench.calls import BROKER_ROLE, SLOTS_ROLE, Tally, read_calls, sent_between, wait_calls  # noqa: E402
+from bench.calls import (  # noqa: E402
+    BROKER_ROLE,
+    SLOTS_ROLE,
+    SQS_ROLE,
+    Tally,
+    read_calls,
+    sent_between,
+    wait_calls,
+)
 from bench.config import (  # noqa: E402
     APP_MODULE,
     CAPPED_ACTOR,
@@ -213,6 +234,9 @@ from bench.config import (  # noqa: E402
     OTHER_ACTOR,
     OTHER_QUEUE,
     OTHER_SCOPE,
+    POSTGRES_BROKER,
+    RABBITMQ_BROKER,
+    REDIS_BROKER,
     SEPARATE,
     SLOTS,
     SLOTS_COUNTED,
@@ -221,7 +245,9 @@ from bench.config import (  # noqa: E402
     SLOTS_SHARE,
     SLOTS_THREADS,
     SLOTS_UNITS,
+    SLOTS_UNKEPT,
     SLOTS_WAYS,
+    SQS_BROKER,
     TENANT_ACTOR,
     TENANT_QUEUE,
     TENANT_SCOPE,
@@ -237,7 +263,17 @@ from bench.config import (  # noqa: E402
 )
 from bench.leak import LedgerCheck, OwnLedger, Reading  # noqa: E402
 from bench.metrics import Figures, Job, UnitFigures, figures, jobs_in_lines, unit_figures  # noqa: E402
-from bench.support import Probe, RabbitNode, Run, Server, ServerError, WorkerGroup  # noqa: E402
+from bench.support import (  # noqa: E402
+    Node,
+    PostgresNode,
+    Probe,
+    RabbitNode,
+    Run,
+    Server,
+    ServerError,
+    SqsNode,
+    WorkerGroup,
+)
 from dramatiq_slots import URL_ENV  # noqa: E402
 from dramatiq_slots.failpoints import ENV as FAILPOINT_ENV  # noqa: E402
 
@@ -270,9 +306,14 @@ POLL_S = 0.1
 #: Seconds the runner waits for every worker process's write of its calls (bench.calls).
 CALLS_TIMEOUT = 3.0
 
-#: The brokers a workload runs on (``Workload.broker``).
-REDIS_BROKER = "redis"
-RABBITMQ_BROKER = "rabbitmq"
+#: The brokers a workload runs on (``Workload.broker``) besides Redis, as the tables say them,
+#: and the node each needs (:mod:`bench.support`).
+BROKER_NAMES = {RABBITMQ_BROKER: "RabbitMQ", SQS_BROKER: "SQS", POSTGRES_BROKER: "PostgreSQL"}
+NODES: dict[str, Callable[[], Node]] = {
+    RABBITMQ_BROKER: RabbitNode,
+    SQS_BROKER: SqsNode,
+    POSTGRES_BROKER: PostgresNode,
+}
 
 
 # -- workloads -------------------------------------------------------------------
@@ -371,8 +412,12 @@ class Workload:
     ways: tuple[str, ...] = ()
     own_ledger: bool = False
     fifo: bool = True
-    #: The broker its messages go through: the Redis one, or a RabbitMQ node (W7r).
+    #: The broker its messages go through: the Redis one, or a node of :data:`NODES` (W7r, W7s,
+    #: W7p, W11c, W11k).
     broker: str = REDIS_BROKER
+    #: SQS: the visibility timeout (s) of its queues, left in force by the broker (0: dramatiq-sqs's
+    #: own 12 h at each receive).
+    sqs_visibility: int = 0
     actor: str = ""
     late_jobs: tuple[tuple[Any, ...], ...] = ()
     late_s: float = 0.0
@@ -413,14 +458,16 @@ class Workload:
 
     @property
     def topology(self) -> str:
-        on = " on RabbitMQ" if self.broker == RABBITMQ_BROKER else ""
+        on = f" on {BROKER_NAMES[self.broker]}" if self.broker in BROKER_NAMES else ""
+        if self.sqs_visibility:
+            on += f" (its queues' visibility timeout {self.sqs_visibility} s)"
         return topology(self.hosts, self.processes, self.threads, self.prefetch) + on
 
     def skip_reason(self, way: str) -> str:
         """Why ``way`` is not run for this workload ("": it is)."""
         if self.ways and way not in self.ways:
             return f"not one of {self.name}'s ways ({', '.join(self.ways)})"
-        if way in (SLOTS_THREADS, SLOTS_SHARE, SLOTS_COUNTED) and not self.ways:
+        if way in (SLOTS_THREADS, SLOTS_SHARE, SLOTS_COUNTED, SLOTS_UNKEPT) and not self.ways:
             return "the alternatives of the gate are run for W6 and W7 only"
         if way in (SLOTS_FAIR, SLOTS_FIXED, SLOTS_UNITS) and not self.ways:
             return "the options of who gets the next slot are run for W9 and W10 only"
@@ -767,6 +814,13 @@ W10_HEAVY_UNITS = 4
 W10_HEAVY_MS = 300
 W10_HEAD_WAIT_JOBS = 1.5
 
+#: The ways of W7 on a node's broker (W7r, W7s, W7p): the package before it lifted a busy key's
+#: waiting messages out of that broker's prefetch among them.
+ON_NODES = (NOCAP, SLOTS, SLOTS_COUNTED)
+#: W11's ways: the package before its SQS visibility keeper among them; and its queues' timeout (s).
+UNKEPT_WAYS = (NOCAP, SLOTS, SLOTS_UNKEPT)
+W11_VISIBILITY_S = 5
+
 #: W8's runtime keys (``--quick``: a tenth), jobs per key, and job time (ms).
 W8_KEYS = 10_000
 W8_JOBS_PER_KEY = 3
@@ -842,12 +896,33 @@ def workloads(quick: bool, threads: int = 4) -> list[Workload]:
             **t,
         ),
         w7,
-        replace(
-            w7,
-            name="W7r",
-            title=f"W7 on a RabbitMQ broker: {w7.title}",
-            ways=(NOCAP, SLOTS, SLOTS_COUNTED),
-            broker=RABBITMQ_BROKER,
+        *(
+            replace(
+                w7, name=name, title=f"W7 on {BROKER_NAMES[kind]}: {w7.title}", ways=ON_NODES, broker=kind
+            )
+            for name, kind in (("W7r", RABBITMQ_BROKER), ("W7s", SQS_BROKER), ("W7p", POSTGRES_BROKER))
+        ),
+        # The issue's SQS case: its queues' visibility timeout 5 s, 1 s jobs, waits beyond it.
+        capped(
+            "W11c",
+            "SQS visibility: queue cap 3, 1 s jobs, the queue's visibility timeout 5 s",
+            cap=3,
+            jobs=30,
+            job_ms=1_000,
+            ways=UNKEPT_WAYS,
+            broker=SQS_BROKER,
+            sqs_visibility=W11_VISIBILITY_S,
+            **t,
+        ),
+        keyed(
+            "W11k",
+            "SQS visibility: runtime keys (1 per key), 1 s jobs, the queue's visibility timeout 5 s",
+            jobs=interleaved(("k1", "k2", "k3"), 10),
+            job_ms=1_000,
+            ways=UNKEPT_WAYS,
+            broker=SQS_BROKER,
+            sqs_visibility=W11_VISIBILITY_S,
+            **t,
         ),
         keyed(
             "W8",
@@ -913,9 +988,11 @@ class BenchFleet:
         self.groups: list[WorkerGroup] = []
         self.probe = Probe(probe_client, config.probe_prefix)
         self._broker: Any
-        if config.broker_url is not None:
+        if config.broker_kind == RABBITMQ_BROKER:
             # Confirmed sends: every message is in its queue before the release.
-            self._broker = config.rabbitmq_broker(middleware=[], confirm_delivery=True)
+            self._broker = config.other_broker(middleware=[], confirm_delivery=True)
+        elif config.broker_kind != REDIS_BROKER:
+            self._broker = config.other_broker(middleware=[])
         else:
             self._broker = RedisBroker(
                 client=client,
@@ -961,23 +1038,50 @@ class BenchFleet:
                 raise RuntimeError(f"groups {names} did not boot within {timeout:.0f} s\n{self.tails()}")
             time.sleep(POLL_S)  # polls the probe: a boot announces nothing to the runner
 
-    def empty_queues(self, queue_names: Iterable[str]) -> None:
-        """RabbitMQ: empty the app's queues, their delay and dead-letter queues (a node's queues
-        are its own, not a run's: an earlier run's leftovers must not run in this one)."""
+    def prepare_queues(self, queue_names: Iterable[str]) -> None:
+        """Before the workers start, on a broker of a node: RabbitMQ, empty the app's queues, their
+        delay and dead-letter queues (a node's queues are its own, not a run's: an earlier run's
+        leftovers must not run in this one); SQS, make the run's queues (with their visibility
+        timeout, if the run sets one); PostgreSQL, the run's schema."""
+        kind = self.config.broker_kind
+        if kind == POSTGRES_BROKER:
+            from dramatiq_postgres.schema import init
+
+            with self._broker.pool.connection() as conn, conn.cursor() as curs:
+                init(curs, schema=self.config.namespace)
         for name in queue_names:
-            self._broker.declare_queue(name, ensure=True)
-            self._broker.flush(name)
+            if kind == RABBITMQ_BROKER:
+                self._broker.declare_queue(name, ensure=True)
+                self._broker.flush(name)
+            elif kind == SQS_BROKER:
+                attributes = {"VisibilityTimeout": str(self.config.sqs_visibility)}
+                self._broker.sqs.create_queue(
+                    QueueName=f"{self.config.namespace}_{name}",
+                    Attributes=attributes if self.config.sqs_visibility else {},
+                )
+                self._broker.declare_queue(name)
 
     def dead_letters(self, queue_names: Iterable[str]) -> int:
-        """How many messages of ``queue_names`` are in their dead-letter queues now."""
-        if self.config.broker_url is not None:
+        """How many messages of ``queue_names`` are in their dead-letter queues now (SQS: none is
+        kept, dramatiq-sqs deletes a failed message without a dead-letter queue)."""
+        kind = self.config.broker_kind
+        if kind == RABBITMQ_BROKER:
             return sum(int(self._broker.get_queue_message_counts(q)[2]) for q in queue_names)
+        if kind == SQS_BROKER:
+            return 0
+        if kind == POSTGRES_BROKER:
+            from psycopg import sql
+
+            query = sql.SQL("SELECT count(*) FROM {}.queue WHERE state = 'rejected' AND queue_name = ANY(%s)")
+            with self._broker.pool.connection() as conn:
+                row = conn.execute(query.format(sql.Identifier(self.config.namespace)), (list(queue_names),))
+                return int(row.fetchone()[0])
         client = self._broker.client
         return sum(int(client.zcard(f"{self.config.namespace}:{q}.XQ")) for q in queue_names)
 
     def close_sender(self) -> None:
-        """Close the sender's RabbitMQ connections (a Redis sender's client is the caller's)."""
-        if self.config.broker_url is not None:
+        """Close the sender's connections to a node's broker (a Redis sender's client is the caller's)."""
+        if self.config.broker_kind in (RABBITMQ_BROKER, POSTGRES_BROKER):
             self._broker.close()
 
     def send(self, queue_name: str, actor_name: str, *args: Any) -> str:
@@ -1183,12 +1287,12 @@ def run_once(
     repeat: int = 1,
     dump_dir: Path | None = None,
     settling: list[tuple[OwnLedger, Result]] | None = None,
-    rabbit: RabbitNode | None = None,
+    nodes: Mapping[str, Node] | None = None,
 ) -> Result:
     """Run ``workload`` one ``way`` (see the module docstring); never longer than boot + ``timeout``.
 
-    A workload on RabbitMQ needs ``rabbit``, the node its broker is on; the Redis broker's
-    server then serves the ledger alone (its commands are the ones counted).
+    A workload on another broker needs its node in ``nodes`` (by :data:`NODES`'s kinds); the
+    Redis broker's server then serves the ledger alone (its commands are the ones counted).
 
     A workload with its own ledger's server: once its workers stopped, the server is added to
     ``settling`` with the result, whose ``after`` reading :func:`finish_ledgers` takes once
@@ -1212,7 +1316,8 @@ def run_once(
         max_retries=MAX_RETRIES,
         queue_prefetch=workload.prefetch,
         other_job_ms=workload.other_job_ms,
-        broker_url=_broker_url(workload, rabbit),
+        broker_url=_broker_url(workload, nodes or {}),
+        sqs_visibility=workload.sqs_visibility,
     )
     config = way_config(way, base)
     run_dir = log_dir / f"{workload.name}-{way}-{repeat}"
@@ -1228,7 +1333,7 @@ def run_once(
     queues = {queue for queue, _, _ in workload.messages()}
     try:
         if config.broker_url is not None:
-            cluster.empty_queues(queues)
+            cluster.prepare_queues(queues)
         for plan in workload.groups(way):
             cluster.start_bench_group(
                 plan.name, processes=plan.processes, threads=plan.threads, queues=plan.queues
@@ -1355,13 +1460,14 @@ def run_once(
     return result
 
 
-def _broker_url(workload: Workload, rabbit: RabbitNode | None) -> str | None:
-    """The RabbitMQ broker's URL of a workload on RabbitMQ (None: on the Redis broker)."""
-    if workload.broker != RABBITMQ_BROKER:
+def _broker_url(workload: Workload, nodes: Mapping[str, Node]) -> str | None:
+    """The URL of the broker of a workload on a node (None: on the Redis broker)."""
+    if workload.broker == REDIS_BROKER:
         return None
-    if rabbit is None:
-        raise ValueError(f"{workload.name} runs on RabbitMQ: run_once needs its node")
-    return rabbit.url
+    node = nodes.get(workload.broker)
+    if node is None:
+        raise ValueError(f"{workload.name} runs on {workload.broker}: run_once needs its node")
+    return node.url
 
 
 def finish_ledgers(settling: list[tuple[OwnLedger, Result]]) -> None:
@@ -1537,8 +1643,13 @@ COLUMNS = (
 
 
 def _failure_notes(wr: WayRuns, r: Result, f: Figures) -> list[str]:
-    """Notes on failed repeats, dead letters and jobs that ran more than once."""
+    """Notes on failed repeats, dead letters and jobs that ran more than once (and on SQS, the
+    requests per job)."""
     notes = []
+    sqs = r.commands_sent_per_job(SQS_ROLE, top=6)
+    if sqs:
+        said = ", ".join(f"{op} {n:g}" for op, n in sqs.items())
+        notes.append(f"SQS req/job {_num(r.round_trips_per_job(SQS_ROLE), '{:.2f}')} ({said})")
     failed = [x for x in wr.results if x.error]
     if failed:
         notes.append(f"{len(failed)} of {len(wr.results)} repeats failed: {failed[0].error}")
@@ -1926,7 +2037,7 @@ LEGEND = (
     "join the line, one to end and hand the slot on) and 0 for a job that reuses a lingering hold "
     "(no contention, W5), beats and process reports (at most one per 0.5 s per process) on top; "
     "brt/job = the same for dramatiq's RedisBroker client (fetch, ack, enqueue, heartbeat); "
-    "'-': no such client (nocap has no package; W7r's broker is RabbitMQ); "
+    "'-': no such client (nocap has no package; W7r's, W7s's, W7p's and W11's broker is not Redis); "
     "defer = slots_deferrals (slots) or retries (crl) per completed job; "
     "wait = release to first start; vs nocap = jobs/s ratio; repeats: the median-eff repeat is the row; "
     "handoff gap (in the notes) = per ledger, from a slot freed by a run's end (or its message's "
@@ -1938,9 +2049,13 @@ LEGEND = (
     "ideal / its mksp; <part>/separate = its mksp / separate's; <part>/ideal = its mksp / its ideal; "
     "peak = most running at once in one limited ledger (the capped queue, or one key); "
     "defer/job over every job of the workload. "
-    "W7r: W7 on a RabbitMQ broker (ledger and probe in Redis); its cmds/job are the ledger's Redis "
-    "commands alone; slots-counted = the gate without renewing a RabbitMQ consumer's deliveries for "
-    "a busy key's waiting messages (the package before it did). "
+    "W7r, W7s, W7p: W7 on RabbitMQ, SQS (moto) and PostgreSQL (ledger and probe in Redis); their "
+    "cmds/job are the ledger's Redis commands alone; slots-counted = the gate without lifting a busy "
+    "key's waiting messages out of that broker's prefetch (the package before it: on RabbitMQ, no "
+    "renewal of the consumer's deliveries). "
+    "W11c, W11k: on SQS, the queues' visibility timeout 5 s; slots-unkept = the gate without its "
+    "visibility keeper (the package before it); 'N runs for M completed' = jobs run more than once; "
+    "SQS req/job (notes) = the workers' SQS requests per completed job, by operation. "
     "W8: cmds/job = broker and ledger servers together; the ledger's own server: keys and used_memory "
     "fresh / before the workers start (warmed up) / at the release / after (SIGTERM, then hold_ttl + a "
     "beat), each after a Lua garbage collection and CONFIG RESETSTAT (bench/leak.py), the keys left with "
@@ -2003,7 +2118,7 @@ class TargetReport:
 
 #: Workloads whose backlog fits in slots' max_wait (30 s): their messages should wait in line, not be
 #: deferred (W3's and W5's trivially: three jobs, and no contention).
-NO_DEFERRAL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W7r", "W8")
+NO_DEFERRAL_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W7r", "W7s", "W7p", "W8")
 #: Most deferrals per job for those.
 MAX_DEFERRALS_PER_JOB = 0.05
 #: The clients whose round trips are reported (bench.calls): the package's and the broker's.
@@ -2025,8 +2140,9 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
     0.9; W3 efficiency >= 0.9 x nocap's, and every repeat in order with B0
     completed; W4 efficiency >= 0.95 x dedicated's, and >= 0.95 itself; W5 throughput >= 0.95 x
     nocap's; W6 other work's makespan <= 1.3 x separate's, capped efficiency
-    >= 0.95; W7 and W7r (on RabbitMQ) cold keys' makespan <= 1.5 x their ideal, hot key
-    efficiency >= 0.95; W8 makespan <= 1.5 x nocap's, and after each of its slots runs
+    >= 0.95; W7 and W7r, W7s, W7p (on RabbitMQ, SQS, PostgreSQL) cold keys' makespan <= 1.5 x
+    their ideal, hot key efficiency >= 0.95; W11c and W11k (SQS, 5 s visibility) no job run more
+    than once; W8 makespan <= 1.5 x nocap's, and after each of its slots runs
     its ledger's server as many keys as before (keys still expiring, with a
     TTL, aside) and at most LEDGER_MEMORY_MARGIN_KIB more used_memory; deferrals per job <= 0.05 in
     every workload whose backlog fits in max_wait (all of them; W6: over its
@@ -2230,7 +2346,8 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
 
     part_efficiency("W6", "capped", "W6 capped efficiency")
 
-    # W7, and W7r on RabbitMQ: one hot key's backlog does not hold up the cold keys of its queue.
+    # W7, and W7r, W7s, W7p on RabbitMQ, SQS and PostgreSQL: one hot key's backlog does not hold
+    # up the cold keys of its queue.
     def cold_makespan(name: str, way: str) -> float:
         return of(part(name, way, "cold"), lambda f: f.makespan_s)
 
@@ -2244,7 +2361,7 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
             said += f"; {SLOTS_COUNTED}: {_num(cold_makespan(name, SLOTS_COUNTED), '{:.2f} s')}"
         return said
 
-    for name in ("W7", "W7r"):
+    for name in ("W7", "W7r", "W7s", "W7p"):
         add(
             f"{name} cold keys makespan vs ideal",
             [(name, SLOTS)],
@@ -2254,6 +2371,23 @@ def targets(runs: Mapping[str, Mapping[str, WayRuns]]) -> TargetReport:
             detail=functools.partial(cold_detail, name),
         )
         part_efficiency(name, "hot", f"{name} hot key efficiency")
+
+    # W11: on SQS, no message waits in a worker past its visibility timeout: each runs once.
+    def runs_over_completed(name: str, way: str) -> float:
+        f = fig(name, way)
+        return f.runs - f.completed if f is not None else math.nan
+
+    for name in ("W11c", "W11k"):
+        add(
+            f"{name} jobs run more than once (SQS visibility)",
+            [(name, SLOTS)],
+            functools.partial(runs_over_completed, name, SLOTS),
+            "==",
+            0,
+            detail=functools.partial(
+                lambda n: f"{SLOTS_UNKEPT}: {_num(runs_over_completed(n, SLOTS_UNKEPT), '{:.0f}')}", name
+            ),
+        )
 
     # W8: 10,000 runtime keys cost little time, and leave nothing behind on the ledger's server.
     w8_value, w8_detail = versus("W8", NOCAP, lambda f: f.makespan_s, "{:.1f} s")
@@ -2672,7 +2806,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, dict[str, WayRuns]] = {}
     broker_server = Server()
     probe_server = Server()
-    rabbit: RabbitNode | None = None
+    nodes: dict[str, Node] = {}
     print(
         f"bench: {'quick' if args.quick else 'full'}; ways {', '.join(ways)}; "
         f"timeout {args.timeout:.0f} s per run; "
@@ -2684,13 +2818,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         with terminating_cleanly():
             broker_server.start()
             probe_server.start()
-            if any(w.broker == RABBITMQ_BROKER for w in chosen):
+            for kind in sorted({w.broker for w in chosen} & set(NODES)):
                 try:
-                    rabbit = RabbitNode().start()
-                except ServerError as e:
-                    skipped = [w.name for w in chosen if w.broker == RABBITMQ_BROKER]
+                    nodes[kind] = NODES[kind]().start()
+                except (ServerError, OSError, subprocess.SubprocessError) as e:
+                    skipped = [w.name for w in chosen if w.broker == kind]
                     print(f"  {', '.join(skipped)}: skipped ({e})".splitlines()[0], flush=True)
-                    chosen = [w for w in chosen if w.broker != RABBITMQ_BROKER]
+                    chosen = [w for w in chosen if w.broker != kind]
             for workload in chosen:
                 per_way: dict[str, WayRuns] = {}
                 results[workload.name] = per_way
@@ -2718,7 +2852,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             repeat=repeat,
                             dump_dir=args.dump_runs,
                             settling=settling,
-                            rabbit=rabbit,
+                            nodes=nodes,
                         )
                         per_way[way].results.append(r)
                         f = r.figures
@@ -2738,10 +2872,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         if nocap is not None:
                             r.extra_commands_per_job = r.commands_per_job - nocap.commands_per_job
     finally:
-        for server in (broker_server, probe_server, rabbit):
+        stopping: list[Server | Node] = [broker_server, probe_server, *nodes.values()]
+        for server in stopping:
             with contextlib.suppress(Exception):
-                if server is not None:
-                    server.stop()
+                server.stop()
         if args.keep_logs:
             print(f"worker logs kept in {log_dir}")
         else:

@@ -19,6 +19,9 @@ change when the tests' harness does.
     A RabbitMQ node started here (W7r's broker), with an ``epmd`` of its own, on free ports of
     127.0.0.1, in a temporary directory that holds everything it writes (``/etc/rabbitmq`` and the
     system's service are never touched); stopped by :meth:`RabbitNode.stop`, and at exit.
+:class:`SqsNode`, :class:`PostgresNode`
+    moto's SQS server (W7s's broker) and a PostgreSQL cluster made by ``initdb`` (W7p's; as root,
+    run as ``nobody``), started here the same way, on free ports of 127.0.0.1.
 :class:`WorkerGroup`
     One ``dramatiq <app> --processes P --threads T`` command line in a session of its own (a
     "host": its process group), configured by environment only, with its output in files.
@@ -31,9 +34,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import glob
 import importlib.util
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -305,16 +310,85 @@ def _answers_amqp(port: int) -> bool:
         return False
 
 
-class RabbitNode:
-    """One throwaway RabbitMQ node (see the module docstring); ``with RabbitNode() as r`` runs it."""
+class Node:
+    """Server processes started here (see the module docstring), each in a session of its own,
+    in one temporary directory; ``with Node() as n`` runs it. :meth:`stop` ends them in the
+    reverse order, with :attr:`stop_signal`, and SIGKILLs what is left of their sessions."""
 
     start_timeout = 90.0
     stop_timeout = 30.0
+    stop_signal = signal.SIGTERM
+    name = "node"
 
     def __init__(self) -> None:
         self.port = 0
         self._dir: Path | None = None
         self._procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def start(self) -> Node:
+        raise NotImplementedError
+
+    def _make_dir(self) -> Path:
+        self._dir = Path(tempfile.mkdtemp(prefix=f"slots-bench-{self.name.lower()}-"))
+        _running_nodes.add(self)
+        return self._dir
+
+    def _spawn(self, argv: list[str], log_name: str, env: Mapping[str, str] | None) -> None:
+        assert self._dir is not None
+        with open(self._dir / log_name, "wb") as log:
+            self._procs.append(
+                subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self._dir,
+                    env=env,
+                    start_new_session=True,
+                )
+            )
+
+    def _wait(self, ready: Callable[[], bool], deadline: float, what: str) -> None:
+        while not ready():
+            exited = [p for p in self._procs if p.poll() is not None]
+            if exited or time.monotonic() > deadline:
+                log = log_tail(self.name, sorted(self._dir.glob("*.log")) if self._dir else [])
+                self.stop()
+                raise ServerError(f"{self.name}: no {what} ({'exited' if exited else 'timed out'})\n{log}")
+            time.sleep(0.1)  # polls a port: a process announces nothing
+
+    def stop(self) -> None:
+        for proc in reversed(self._procs):
+            if proc.poll() is None:
+                proc.send_signal(self.stop_signal)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=self.stop_timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever of the session outlived its leader
+            proc.wait(timeout=self.stop_timeout)
+        self._procs.clear()
+        _running_nodes.discard(self)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> Node:
+        return self if self._procs else self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class RabbitNode(Node):
+    """One throwaway RabbitMQ node (see the module docstring)."""
+
+    name = "RabbitMQ"
 
     @property
     def url(self) -> str:
@@ -330,7 +404,7 @@ class RabbitNode:
         while len(ports) < 3:
             ports.add(free_port())
         self.port, dist_port, epmd_port = sorted(ports)
-        d = self._dir = Path(tempfile.mkdtemp(prefix="slots-bench-rabbit-"))
+        d = self._make_dir()
         for sub in ("home", "mnesia", "log"):
             (d / sub).mkdir()
         (d / "rabbitmq-env.conf").write_text("")
@@ -352,7 +426,6 @@ class RabbitNode:
             RABBITMQ_ENABLED_PLUGINS_FILE=str(d / "enabled_plugins"),
             ERL_CRASH_DUMP=str(d / "erl_crash.dump"),
         )
-        _running_nodes.add(self)
         deadline = time.monotonic() + self.start_timeout
         self._spawn([str(epmd), "-port", str(epmd_port), "-address", "127.0.0.1"], "epmd.log", env)
         self._wait(lambda: _accepts(epmd_port), deadline, "epmd to accept")  # else the node starts its own
@@ -360,54 +433,90 @@ class RabbitNode:
         self._wait(lambda: _answers_amqp(self.port), deadline, f"the node to answer AMQP on {self.port}")
         return self
 
-    def _spawn(self, argv: list[str], log_name: str, env: Mapping[str, str]) -> None:
-        assert self._dir is not None
-        with open(self._dir / log_name, "wb") as log:
-            self._procs.append(
-                subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=self._dir,
-                    env=env,
-                    start_new_session=True,
-                )
-            )
 
-    def _wait(self, ready: Callable[[], bool], deadline: float, what: str) -> None:
-        while not ready():
-            exited = [p for p in self._procs if p.poll() is not None]
-            if exited or time.monotonic() > deadline:
-                log = log_tail("rabbitmq", sorted(self._dir.glob("*.log")) if self._dir else [])
-                self.stop()
-                raise ServerError(f"RabbitMQ: no {what} ({'exited' if exited else 'timed out'})\n{log}")
-            time.sleep(0.1)  # polls a port: a process announces nothing
+# -- Amazon SQS (moto) and PostgreSQL -----------------------------------------------------------
 
-    def stop(self) -> None:
-        """The node first (SIGTERM: its script stops it gracefully), then epmd; whatever is left of
-        their sessions is SIGKILLed; the directory is removed."""
-        for proc in reversed(self._procs):
-            if proc.poll() is None:
-                proc.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=self.stop_timeout)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the Erlang VM of the session, if it outlived its script
-            proc.wait(timeout=self.stop_timeout)
-        self._procs.clear()
-        _running_nodes.discard(self)
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
 
-    def __enter__(self) -> RabbitNode:
-        return self if self._procs else self.start()
+class SqsNode(Node):
+    """moto's SQS server (``moto[server]``), its receives made atomic (:mod:`bench.moto_sqs`): the
+    broker of W7s and W11."""
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+    name = "SQS"
+
+    @property
+    def url(self) -> str:
+        """Its endpoint: what ``SQSBroker(endpoint_url=...)`` takes (moto takes any credentials)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> SqsNode:
+        if importlib.util.find_spec("moto") is None or importlib.util.find_spec("dramatiq_sqs") is None:
+            raise ServerError("W7s needs moto[server] and dramatiq-sqs (the test extra installs them)")
+        self.port = free_port()
+        self._make_dir()
+        self._spawn(
+            [sys.executable, "-m", "bench.moto_sqs", "-H", "127.0.0.1", "-p", str(self.port)],
+            "server.log",
+            {
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+            },
+        )
+        self._wait(lambda: _accepts(self.port), time.monotonic() + self.start_timeout, "SQS endpoint")
+        return self
+
+
+#: Where Debian's postgresql packages keep their binaries (the newest version is used).
+POSTGRES_BINARIES = "/usr/lib/postgresql/*/bin"
+
+
+class PostgresNode(Node):
+    """A PostgreSQL cluster (Debian's ``postgresql``: ``initdb``, then ``postgres`` on a free port,
+    TCP only, nothing synced; its superuser ``postgres`` trusted): W7p's broker. PostgreSQL never
+    runs as root: as root, both run as ``nobody`` (``setpriv``), in a directory given to it."""
+
+    name = "PostgreSQL"
+    stop_signal = signal.SIGINT  # fast shutdown: its sessions are ended at once
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> PostgresNode:
+        found = sorted(glob.glob(POSTGRES_BINARIES), key=lambda p: int(Path(p).parent.name or 0))
+        if not found or importlib.util.find_spec("dramatiq_postgres") is None:
+            raise ServerError("W7p needs PostgreSQL (apt-get install postgresql) and dramatiq-postgres")
+        binaries = Path(found[-1])
+        self.port = free_port()
+        d = self._make_dir()
+        as_user: list[str] = []
+        if os.geteuid() == 0:
+            uid, gid = pwd.getpwnam("nobody")[2:4]
+            os.chown(d, uid, gid)
+            as_user = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+        env = {"PATH": os.environ.get("PATH", ""), "LC_ALL": "C"}
+        initdb = [str(binaries / "initdb"), "-D", str(d / "data"), "-U", "postgres", "--auth=trust"]
+        subprocess.run(
+            [*as_user, *initdb, "-E", "UTF8", "--locale=C", "--no-sync"],
+            capture_output=True,
+            env=env,
+            cwd=d,
+            check=True,
+        )
+        options = [f"port={self.port}", "listen_addresses=127.0.0.1", "unix_socket_directories="]
+        options += ["fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=300"]
+        argv = [*as_user, str(binaries / "postgres"), "-D", str(d / "data")]
+        self._spawn([*argv, *(arg for o in options for arg in ("-c", o))], "server.log", env)
+        self._wait(self._connects, time.monotonic() + self.start_timeout, "connection")
+        return self
+
+    def _connects(self) -> bool:
+        import psycopg
+
+        try:
+            with psycopg.connect(self.url, connect_timeout=1):
+                return True
+        except psycopg.OperationalError:  # not listening yet, or still starting up
+            return False
 
 
 def _accepts(port: int) -> bool:
@@ -417,7 +526,7 @@ def _accepts(port: int) -> bool:
 
 
 #: Nodes started and not yet stopped: stopped at exit if still there.
-_running_nodes: set[RabbitNode] = set()
+_running_nodes: set[Node] = set()
 
 
 @atexit.register

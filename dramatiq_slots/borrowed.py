@@ -14,7 +14,9 @@ Imports dramatiq, and nothing of the package (``tests/test_layers.py``).
 
 from __future__ import annotations
 
+import collections
 import functools
+import importlib.metadata
 import logging
 import os
 import re
@@ -51,9 +53,20 @@ def release(version: str) -> tuple[int, ...]:
     return numbers + (0,) * (3 - len(numbers))
 
 
-def installed() -> str:
-    """The installed dramatiq's version."""
-    return str(dramatiq.__version__)
+def installed(package: str = "dramatiq") -> str:
+    """The installed version of dramatiq (or of ``package``, a broker package; ``"0"`` when it
+    is not installed)."""
+    if package == "dramatiq":
+        return str(dramatiq.__version__)
+    return _distribution_version(package)
+
+
+@functools.lru_cache(maxsize=8)
+def _distribution_version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
 
 
 @dataclass(frozen=True)
@@ -61,8 +74,9 @@ class Touchpoint:
     """One use of a dramatiq internal: what it uses, where it is tested, what happens elsewhere.
 
     ``names``: the dramatiq attributes, option keys and modules it touches (no other module of
-    the package may); ``since``/``until``: the releases it is tested with (``until`` excluded);
-    ``outside``: what the package does on any other release.
+    the package may); ``since``/``until``: the releases it is tested with (``until`` excluded),
+    of ``package`` (dramatiq, or the broker package whose internals it uses); ``outside``: what
+    the package does on any other release.
     """
 
     name: str
@@ -71,10 +85,11 @@ class Touchpoint:
     names: tuple[str, ...]
     since: str = OLDEST
     until: str = UNTIL
+    package: str = "dramatiq"
 
     def tested(self, version: str | None = None) -> bool:
-        """Whether ``version`` (default: the installed dramatiq) is in this touchpoint's range."""
-        return release(self.since) <= release(version or installed()) < release(self.until)
+        """Whether ``version`` (default: the installed one of its package) is in this touchpoint's range."""
+        return release(self.since) <= release(version or installed(self.package)) < release(self.until)
 
     def check(self) -> bool:
         """:meth:`tested`; when not, this touchpoint's WARNING is logged (once per process)."""
@@ -85,9 +100,10 @@ class Touchpoint:
             _warned.add(self)
         if first:
             logger.warning(
-                "dramatiq %s is not a release dramatiq-slots is tested with for the %s (tested: %s "
+                "%s %s is not a release dramatiq-slots is tested with for the %s (tested: %s "
                 "to before %s): %s.",
-                installed(),
+                self.package,
+                installed(self.package),
                 self.name,
                 self.since,
                 self.until,
@@ -179,7 +195,7 @@ def worker_paused(worker: object) -> bool:
     return bool(threads) and all(getattr(thread, "paused", False) for thread in threads)
 
 
-# -- the Redis consumer's prefetch count ----------------------------------------------------
+# -- the consumers' prefetch counts ---------------------------------------------------------
 
 PREFETCH = Touchpoint(
     "prefetch count",
@@ -192,31 +208,277 @@ PREFETCH = Touchpoint(
     names=("consumers", "consumer", "queued_message_ids"),
 )
 
+#: The tested dramatiq-postgres and dramatiq-sqs releases (``since``, ``until``).
+POSTGRES_RELEASES = ("1.4.0", "1.5")
+SQS_RELEASES = ("0.4.4", "0.5")
+
+POSTGRES_PREFETCH = Touchpoint(
+    "dramatiq-postgres consumer's prefetch count",
+    uses=(
+        "dramatiq_postgres.broker.PostgresConsumer.in_processing, its set of claimed, unacked message "
+        "ids, which it subtracts from its prefetch before it claims more (ack and nack discard from "
+        "it), and its wakeup Event, which ends its wait before the next claim"
+    ),
+    outside="a message waiting for a runtime key (or its group's turn) keeps counting in its queue's "
+    "prefetch on PostgreSQL",
+    names=("in_processing", "wakeup", "dramatiq_postgres.broker"),
+    since=POSTGRES_RELEASES[0],
+    until=POSTGRES_RELEASES[1],
+    package="dramatiq-postgres",
+)
+
+SQS_PREFETCH = Touchpoint(
+    "dramatiq-sqs consumer's prefetch count",
+    uses=(
+        "dramatiq_sqs.broker.SQSConsumer.message_refc, its count of received, unacked messages, which "
+        "it compares with its prefetch before it receives more (ack, nack and requeue subtract from "
+        "it), and SQSConsumer.messages, the deque of received messages whose popleft its __next__ "
+        "calls first, in the consumer's own thread (where the count is changed)"
+    ),
+    outside="a message waiting for a runtime key (or its group's turn) keeps counting in its queue's "
+    "prefetch on SQS",
+    names=("message_refc", "messages", "dramatiq_sqs.broker"),
+    since=SQS_RELEASES[0],
+    until=SQS_RELEASES[1],
+    package="dramatiq-sqs",
+)
+
+
+def _consumer_thread(worker: object, queue_name: str) -> Any:
+    return getattr(worker, "consumers", {}).get(queue_name)
+
 
 def _consumer(worker: object, queue_name: str) -> Any:
-    thread = getattr(worker, "consumers", {}).get(queue_name)
-    return getattr(thread, "consumer", None)
+    return getattr(_consumer_thread(worker, queue_name), "consumer", None)
 
 
-def redis_consumer(worker: object, queue_name: str) -> object | None:
-    """The consumer of ``queue_name`` in ``worker`` whose prefetch count can be changed (a Redis
-    consumer on a tested dramatiq), else None."""
-    consumer: object = _consumer(worker, queue_name)
-    if not isinstance(getattr(consumer, "queued_message_ids", None), set) or not PREFETCH.check():
+def _in_consumer_thread(worker: object, queue_name: str) -> tuple[Any, Any]:
+    """``(thread, consumer)`` of ``queue_name`` in ``worker`` when called in that consumer's own
+    thread, else ``(None, None)``."""
+    thread = _consumer_thread(worker, queue_name)
+    consumer: Any = getattr(thread, "consumer", None)
+    if consumer is None or threading.current_thread() is not thread:
+        return None, None
+    return thread, consumer
+
+
+def _broker_class(module: str, name: str) -> Any:
+    """A broker package's class (a type), if the package is in use (imported by whoever uses
+    it); else None."""
+    return getattr(sys.modules.get(module), name, None)
+
+
+class PrefetchCount:
+    """How one consumer counts its outstanding messages against its prefetch: the gate takes a
+    waiting message out of that count, and puts it back once it leaves waiting (before its ack)."""
+
+    def __init__(self, worker: object, queue_name: str, consumer: Any) -> None:
+        self.worker = worker
+        self.queue_name = queue_name
+        self.consumer = consumer
+
+    def serves(self) -> bool:
+        """Whether its consumer still serves its queue (a restarted one never fetched the message)."""
+        return _consumer(self.worker, self.queue_name) is self.consumer
+
+    def uncount(self, message_id: str) -> None:
+        """``message_id`` no longer counts (it stays unacked)."""
+        raise NotImplementedError
+
+    def count_again(self, message_id: str) -> None:
+        """``message_id`` counts again, if the consumer still serves its queue."""
+        raise NotImplementedError
+
+
+class _CountedIds(PrefetchCount):
+    """A consumer that counts a set of message ids (Redis: ``queued_message_ids``; PostgreSQL:
+    ``in_processing``, whose consumer is woken to claim at once)."""
+
+    def __init__(
+        self, worker: object, queue_name: str, consumer: Any, ids: set[str], *, wakeup: Any = None
+    ) -> None:
+        super().__init__(worker, queue_name, consumer)
+        self.ids = ids
+        self.wakeup = wakeup
+
+    def uncount(self, message_id: str) -> None:
+        self.ids.discard(message_id)
+        if self.wakeup is not None:
+            self.wakeup.set()
+
+    def count_again(self, message_id: str) -> None:
+        if self.serves():
+            self.ids.add(message_id)
+
+
+class _SqsCount(PrefetchCount):
+    """The SQS consumer's ``message_refc``, a plain number that its own thread and the worker
+    threads (its acks) change: the gate's changes wait here, and the consumer's thread applies
+    them (:class:`_SqsBuffer`) before it decides whether to receive more."""
+
+    def __init__(self, worker: object, queue_name: str, consumer: Any) -> None:
+        super().__init__(worker, queue_name, consumer)
+        self._lock = threading.Lock()
+        self._pending = 0
+
+    def uncount(self, message_id: str) -> None:
+        with self._lock:
+            self._pending -= 1
+
+    def count_again(self, message_id: str) -> None:
+        if self.serves():
+            with self._lock:
+                self._pending += 1
+
+    def settle(self) -> None:
+        """In the consumer's thread: apply the changes made since."""
+        with self._lock:
+            change, self._pending = self._pending, 0
+        if change:
+            self.consumer.message_refc += change
+
+
+class _SqsBuffer(collections.deque[Any]):
+    """The SQS consumer's deque of received messages, in place of its own: ``popleft``, which its
+    ``__next__`` calls first, applies :class:`_SqsCount`'s changes in the consumer's thread."""
+
+    def __init__(self, items: Iterable[Any], tally: _SqsCount) -> None:
+        super().__init__(items)
+        self.tally = tally
+
+    def popleft(self) -> Any:
+        self.tally.settle()
+        return super().popleft()
+
+
+def follow_counts(worker: object, queue_name: str) -> None:
+    """In the consumer's own thread, between two deliveries: an SQS consumer's count is followed
+    from now on (:func:`prefetch_count` finds it). Nothing for any other consumer."""
+    _, consumer = _in_consumer_thread(worker, queue_name)
+    if consumer is None:
+        return
+    buffer = getattr(consumer, "messages", None)
+    kind = _broker_class("dramatiq_sqs.broker", "SQSConsumer")
+    if isinstance(buffer, _SqsBuffer) or kind is None or not isinstance(consumer, kind):
+        return
+    if type(buffer) is collections.deque and SQS_PREFETCH.check():
+        consumer.messages = _SqsBuffer(buffer, _SqsCount(worker, queue_name, consumer))
+
+
+def prefetch_count(worker: object, queue_name: str) -> PrefetchCount | None:
+    """The prefetch count of ``queue_name``'s consumer in ``worker`` that the gate may change (a
+    Redis, PostgreSQL or followed SQS consumer on a tested release), else None."""
+    consumer: Any = _consumer(worker, queue_name)
+    ids = getattr(consumer, "queued_message_ids", None)
+    if isinstance(ids, set):
+        return _CountedIds(worker, queue_name, consumer, ids) if PREFETCH.check() else None
+    buffer = getattr(consumer, "messages", None)
+    if isinstance(buffer, _SqsBuffer):
+        return buffer.tally
+    kind = _broker_class("dramatiq_postgres.broker", "PostgresConsumer")
+    if kind is not None and isinstance(consumer, kind) and POSTGRES_PREFETCH.check():
+        return _CountedIds(worker, queue_name, consumer, consumer.in_processing, wakeup=consumer.wakeup)
+    return None
+
+
+# -- SQS messages' visibility ------------------------------------------------------------------
+
+SQS_VISIBILITY = Touchpoint(
+    "dramatiq-sqs message visibility",
+    uses=(
+        "each message an SQSConsumer delivers, a _SQSMessage whose _sqs_message is the boto3 Message it "
+        "was received as (its receipt_handle, its queue_url and its meta.client, whose "
+        "change_message_visibility_batch is called), and SQSConsumer.visibility_timeout, the "
+        "VisibilityTimeout its receive asks for (None: the queue's own, read with the client of "
+        "SQSConsumer.queue)"
+    ),
+    outside="it is used all the same",
+    names=("_sqs_message", "visibility_timeout", "receipt_handle", "queue_url"),
+    since=SQS_RELEASES[0],
+    until=SQS_RELEASES[1],
+    package="dramatiq-sqs",
+)
+
+#: The most entries SQS takes in one ``ChangeMessageVisibilityBatch``.
+SQS_BATCH = 10
+
+
+@dataclass(frozen=True, eq=False)
+class SqsLease:
+    """What extending one received SQS message's visibility needs: its client, queue and
+    receipt handle, and the visibility timeout (s) it was received with."""
+
+    client: Any
+    queue_url: str
+    receipt_handle: str
+    seconds: int
+
+
+def sqs_visibility(worker: object, queue_name: str) -> int | None:
+    """The visibility timeout (s) the SQS consumer of ``queue_name`` receives with: its broker's
+    ``visibility_timeout``, else its queue's own attribute (one request); None: not an SQS consumer."""
+    consumer: Any = _consumer(worker, queue_name)
+    kind = _broker_class("dramatiq_sqs.broker", "SQSConsumer")
+    if consumer is None or kind is None or not isinstance(consumer, kind):
         return None
-    return consumer
+    SQS_VISIBILITY.check()
+    asked = getattr(consumer, "visibility_timeout", None)
+    if asked is not None:
+        return int(asked)
+    queue = consumer.queue
+    reply = queue.meta.client.get_queue_attributes(QueueUrl=queue.url, AttributeNames=["VisibilityTimeout"])
+    return int(reply["Attributes"]["VisibilityTimeout"])
 
 
-def uncount(consumer: Any, message_id: str) -> None:
-    """``message_id`` no longer counts in ``consumer``'s prefetch (it stays unacked)."""
-    consumer.queued_message_ids.discard(message_id)
+def sqs_lease(message: Any, seconds: int) -> SqsLease | None:
+    """The :class:`SqsLease` of a message an SQS consumer delivered (None: not one)."""
+    received: Any = getattr(message, "_sqs_message", None)
+    handle = getattr(received, "receipt_handle", None)
+    if not isinstance(handle, str):
+        return None
+    return SqsLease(received.meta.client, str(received.queue_url), handle, seconds)
 
 
-def count_again(worker: object, consumer: Any, queue_name: str, message_id: str) -> None:
-    """``message_id`` counts in ``consumer``'s prefetch again, if ``consumer`` still serves its
-    queue (a restarted consumer never fetched it)."""
-    if _consumer(worker, queue_name) is consumer:
-        consumer.queued_message_ids.add(message_id)
+@dataclass
+class Extended:
+    """What :func:`extend_visibility` did: the leases SQS refused (their message is gone: acked, or
+    its receipt no longer valid), those whose request failed (to try again), and how many requests
+    it sent."""
+
+    refused: list[SqsLease]
+    failed: list[SqsLease]
+    requests: int
+
+
+def extend_visibility(leases: Iterable[SqsLease]) -> Extended:
+    """Make each lease's message invisible for its ``seconds`` again, from now, in batches of
+    :data:`SQS_BATCH` per queue. After a request that fails, none more is sent (each could take
+    as long: the rest are failed too)."""
+    by_queue: dict[tuple[int, str], list[SqsLease]] = {}
+    for lease in leases:
+        by_queue.setdefault((id(lease.client), lease.queue_url), []).append(lease)
+    batches = [
+        group[i : i + SQS_BATCH] for group in by_queue.values() for i in range(0, len(group), SQS_BATCH)
+    ]
+    done = Extended([], [], 0)
+    for batch in batches:
+        if done.failed:
+            done.failed += batch
+            continue
+        first = batch[0]
+        entries = [
+            {"Id": str(n), "ReceiptHandle": lease.receipt_handle, "VisibilityTimeout": lease.seconds}
+            for n, lease in enumerate(batch)
+        ]
+        done.requests += 1
+        try:
+            reply = first.client.change_message_visibility_batch(QueueUrl=first.queue_url, Entries=entries)
+        except Exception as e:  # botocore's errors: unreachable, throttled, refused as a whole
+            logger.debug("Extending the visibility of %d SQS messages failed: %s", len(batch), e)
+            done.failed += batch
+            continue
+        done.refused += [batch[int(entry["Id"])] for entry in reply.get("Failed", ())]
+    return done
 
 
 # -- the RabbitMQ consumer's deliveries ----------------------------------------------------
@@ -235,12 +497,6 @@ RABBIT_DELIVERIES = Touchpoint(
     "prefetch on RabbitMQ: a busy key (or a tenant's backlog) can keep the rest of its queue waiting",
     names=("known_tags", "iterator", "worker_timeout", "add_callback_threadsafe"),
 )
-
-
-def _rabbit_consumer_class() -> type | None:
-    module = sys.modules.get("dramatiq.brokers.rabbitmq")  # imported by whoever uses RabbitMQ
-    found: type | None = getattr(module, "_RabbitmqConsumer", None)
-    return found
 
 
 class Deliveries:
@@ -341,22 +597,17 @@ class Deliveries:
         logger.debug("Renewed the deliveries of %r (%d so far).", self._queue, self.renewals)
 
 
-def _consumer_thread(worker: object, queue_name: str) -> Any:
-    return getattr(worker, "consumers", {}).get(queue_name)
-
-
 def track_deliveries(worker: object, queue_name: str, due: Callable[[Deliveries], bool]) -> Deliveries | None:
     """The :class:`Deliveries` of ``queue_name``'s consumer in ``worker``, made at the first call;
     call it in that consumer's own thread, between two deliveries. None: not a RabbitMQ consumer
     on a tested dramatiq (or not that thread)."""
-    thread = _consumer_thread(worker, queue_name)
-    consumer: Any = getattr(thread, "consumer", None)
-    if consumer is None or threading.current_thread() is not thread:
+    thread, consumer = _in_consumer_thread(worker, queue_name)
+    if consumer is None:
         return None
     current = getattr(consumer, "iterator", None)
     if isinstance(current, Deliveries):
         return current
-    kind = _rabbit_consumer_class()
+    kind = _broker_class("dramatiq.brokers.rabbitmq", "_RabbitmqConsumer")
     if kind is None or not isinstance(consumer, kind) or not RABBIT_DELIVERIES.check():
         return None
     deliveries = Deliveries(consumer, thread, due)
@@ -367,8 +618,7 @@ def track_deliveries(worker: object, queue_name: str, due: Callable[[Deliveries]
 def tracked_deliveries(worker: object, queue_name: str) -> Deliveries | None:
     """The :class:`Deliveries` of ``queue_name``'s current consumer in ``worker`` (any thread), if
     :func:`track_deliveries` made it."""
-    consumer = getattr(_consumer_thread(worker, queue_name), "consumer", None)
-    found = getattr(consumer, "iterator", None)
+    found = getattr(_consumer(worker, queue_name), "iterator", None)
     return found if isinstance(found, Deliveries) else None
 
 
@@ -702,4 +952,7 @@ TOUCHPOINTS: tuple[Touchpoint, ...] = (
     GLOBAL_BROKER,
     REDIS_CLIENT,
     REDIS_QUEUES,
+    POSTGRES_PREFETCH,
+    SQS_PREFETCH,
+    SQS_VISIBILITY,
 )

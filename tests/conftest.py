@@ -306,6 +306,41 @@ def rabbit_server() -> Iterator[Any]:
         server.stop()
 
 
+def _session_server(missing: str | None, make: Callable[[], Any]) -> Iterator[Any]:
+    """``make().start()``, stopped at the end; ``missing`` (why it cannot be had) skips instead."""
+    if missing is not None:
+        _missing(missing)
+    server = make().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def sqs_server() -> Iterator[Any]:
+    """moto's SQS server started for this session (:mod:`tests.support.brokers`), stopped at its end.
+
+    Missing moto or dramatiq-sqs skips the tests that use it, with the reason, except when
+    ``CI=true``: then it fails.
+    """
+    from tests.support.brokers import SqsServer, find_sqs
+
+    yield from _session_server(find_sqs(), SqsServer)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """A PostgreSQL cluster started for this session (:mod:`tests.support.brokers`), stopped at its end.
+
+    Missing PostgreSQL (or dramatiq-postgres and psycopg) skips the tests that use it, with the
+    reason, except when ``CI=true``: then it fails.
+    """
+    from tests.support.brokers import PostgresServer, find_postgres
+
+    yield from _session_server(find_postgres(), PostgresServer)
+
+
 #: How long a heartbeat started by a test may take to end after it (a stop in progress).
 HEARTBEAT_GRACE_S = 5.0
 

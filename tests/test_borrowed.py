@@ -27,7 +27,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty, PriorityQueue
+from types import SimpleNamespace
 from typing import Any, TypeVar, cast
+from uuid import uuid4
 
 import dramatiq
 import pytest
@@ -43,8 +45,10 @@ from dramatiq.worker import WorkerThread
 from dramatiq_slots import borrowed
 from dramatiq_slots.borrowed import Touchpoint
 from tests.support.borrowed import untested
+from tests.support.brokers import drop_schema, postgres_broker, received, sqs_broker
 from tests.support.command import RUN_TIMEOUT, user_env
 from tests.support.in_process import RunRecorder, running_worker
+from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +76,8 @@ def contract(touchpoint: Touchpoint) -> Iterator[None]:
         yield
     except (Exception, pytest.fail.Exception) as e:
         pytest.fail(
-            f"dramatiq {borrowed.installed()} no longer does what dramatiq_slots/borrowed.py's "
+            f"{touchpoint.package} {borrowed.installed(touchpoint.package)} no longer does what "
+            "dramatiq_slots/borrowed.py's "
             f"touchpoint {touchpoint.name!r} relies on ({touchpoint.uses}): {type(e).__name__}: {e}",
             pytrace=True,
         )
@@ -318,18 +323,19 @@ def test_contract_prefetch_count(own_broker: Callable[..., RedisBroker]) -> None
         try:
             wait_until(lambda: len(running) == 1, timeout=10, what="the first message to run")
             wait_until(lambda: broker.client.llen(queue_key) == 2, timeout=10, what="two fetched")
-            consumer = borrowed.redis_consumer(worker, "pf")
-            assert consumer is not None, "the Redis consumer has no set of outstanding message ids"
-            ids: set[str] = consumer.queued_message_ids  # type: ignore[attr-defined]
+            count = borrowed.prefetch_count(worker, "pf")
+            assert count is not None, "the Redis consumer has no set of outstanding message ids"
+            ids: set[str] = count.consumer.queued_message_ids
             waiting = ids - set(running)
             assert len(waiting) == 1 and waiting <= {m.message_id for m in sent}, ids
             (waiting_id,) = waiting
             # Taken out of the count, the consumer has room for one more, and fetches it.
-            borrowed.uncount(consumer, waiting_id)
+            count.uncount(waiting_id)
             wait_until(lambda: broker.client.llen(queue_key) == 1, timeout=10, what="a third fetched")
-            borrowed.count_again(worker, consumer, "pf", waiting_id)
+            count.count_again(waiting_id)
             assert waiting_id in ids
-            borrowed.count_again(worker, object(), "pf", "not-this")  # not the queue's consumer
+            count.consumer = object()  # as if the consumer had been restarted since
+            count.count_again("not-this")
             assert "not-this" not in ids
             assert borrowed.tracked_deliveries(worker, "pf") is None, "a Redis consumer's are not renewed"
             release.set()
@@ -344,7 +350,7 @@ def test_contract_prefetch_count(own_broker: Callable[..., RedisBroker]) -> None
         stub_worker = dramatiq.Worker(stub, worker_threads=1, worker_timeout=50)
         stub_worker.start()
         try:
-            assert borrowed.redis_consumer(stub_worker, "pf") is None, "only a Redis consumer is counted"
+            assert borrowed.prefetch_count(stub_worker, "pf") is None, "only a known consumer is counted"
             assert borrowed.tracked_deliveries(stub_worker, "pf") is None
         finally:
             stub_worker.stop(timeout=10_000)
@@ -459,6 +465,184 @@ def test_contract_rabbitmq_deliveries(rabbit_server: Any, key_prefix: str, probe
             broker.close()
         assert sorted(probe.by_label["ran"]) == list(range(6)), "each ran once, none lost"
         assert borrowed.delivery_tag(blocked.message(0)) is None, "a message no consumer delivered"
+
+
+# -- the other brokers' consumers ----------------------------------------------------------
+
+
+@contract_of(borrowed.POSTGRES_PREFETCH)
+def test_contract_postgres_prefetch_count(postgres_server: Any) -> None:
+    schema = f"t_{uuid4().hex[:12]}"
+    broker = postgres_broker(postgres_server, schema)
+    broker.emit_after("process_boot")
+    broker.declare_queue("pf")
+    for i in range(4):
+        broker.enqueue(dramatiq.Message(queue_name="pf", actor_name="a", args=(i,), kwargs={}, options={}))
+    # 10 s between two claims, unless something wakes the consumer up.
+    consumer = broker.consume("pf", prefetch=2, timeout=10_000)
+    worker = SimpleNamespace(consumers={"pf": SimpleNamespace(consumer=consumer)})
+    got: list[Any] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            message = next(consumer)
+            if message is not None:
+                got.append(message)
+
+    thread = threading.Thread(target=consume, daemon=True)
+    try:
+        with contract(borrowed.POSTGRES_PREFETCH):
+            thread.start()
+            wait_until(lambda: len(got) == 2, timeout=10, what="a prefetch of two claimed")
+            count = borrowed.prefetch_count(worker, "pf")
+            assert count is not None, "not a known consumer"
+            ids: set[str] = count.consumer.in_processing
+            assert ids == {m.message_id for m in got}
+            # Taken out of the count, the consumer is woken and claims one more at once.
+            count.uncount(got[0].message_id)
+            wait_until(lambda: len(got) == 3, timeout=8, what="a third claimed before the wait ends")
+            count.count_again(got[0].message_id)
+            assert ids == {m.message_id for m in got}
+            count.consumer = object()  # as if the consumer had been restarted since
+            count.count_again("not-this")
+            assert "not-this" not in ids
+            for message in got:
+                consumer.ack(message)
+            assert ids == set(), "its ack discards a message's id"
+            wait_until(lambda: len(got) == 4, timeout=8, what="the last one claimed")
+    finally:
+        stop.set()
+        consumer.wakeup.set()
+        thread.join(15)
+        consumer.close()
+        broker.close()
+        drop_schema(postgres_server, schema)
+
+
+class _Following(PriorityQueue[Any]):
+    """A work queue in place of the worker's whose ``put`` (in the consumer's thread, between two
+    deliveries) follows the SQS consumer's count."""
+
+    def __init__(self, queue_name: str) -> None:
+        super().__init__()
+        self.queue_name = queue_name
+        self.worker: dramatiq.Worker | None = None
+        self.delivered: list[str] = []
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        self.delivered.append(borrowed.message_of(item).message_id)
+        borrowed.follow_counts(self.worker, self.queue_name)
+        super().put(item, block, timeout)
+
+
+@contract_of(borrowed.SQS_PREFETCH)
+def test_contract_sqs_prefetch_count(sqs_server: Any, key_prefix: str, probe: RunRecorder) -> None:
+    broker = sqs_broker(sqs_server, key_prefix)
+    queue = _Following("pf")
+    broker.add_middleware(_Replacing(queue))
+    broker.emit_after("process_boot")
+    release = threading.Event()
+
+    @dramatiq.actor(queue_name="pf", broker=broker)
+    def blocked(i: int) -> None:
+        probe.record("ran", i)
+        release.wait(30)
+
+    with contract(borrowed.SQS_PREFETCH):
+        for i in range(4):
+            blocked.send(i)
+        # One thread: a prefetch of two (one message runs and blocks, one waits in the work queue).
+        worker = dramatiq.Worker(broker, worker_threads=1, worker_timeout=1_000)
+        queue.worker = worker
+        worker.start()
+        try:
+            wait_until(lambda: len(queue.delivered) == 2, timeout=15, what="a prefetch of two received")
+            count = borrowed.prefetch_count(worker, "pf")
+            assert count is not None, "the SQS consumer's count is not followed"
+            consumer: Any = count.consumer
+            assert consumer.message_refc == 2
+            borrowed.follow_counts(worker, "pf")  # not its thread: nothing changes
+            assert borrowed.prefetch_count(worker, "pf") is count
+            # Taken out of the count, the consumer receives the other two (a receive asks for up
+            # to its prefetch); the change is applied in its own thread.
+            count.uncount(queue.delivered[1])
+            wait_until(lambda: len(queue.delivered) == 4, timeout=15, what="the rest received")
+            wait_until(lambda: consumer.message_refc == 3, timeout=15, what="the count applied")
+            count.count_again(queue.delivered[1])
+            wait_until(lambda: consumer.message_refc == 4, timeout=15, what="counted again")
+            release.set()
+            wait_until(lambda: len(probe.by_label["ran"]) == 4, timeout=30, what="all four run")
+            wait_until(lambda: consumer.message_refc == 0, timeout=15, what="every ack counted")
+        finally:
+            release.set()
+            worker.stop(timeout=10_000)
+            broker.close()
+        assert sorted(probe.by_label["ran"]) == [0, 1, 2, 3]
+
+
+@contract_of(borrowed.SQS_VISIBILITY)
+def test_contract_sqs_visibility(sqs_server: Any, key_prefix: str) -> None:
+    import boto3
+    from botocore.config import Config
+
+    # Received with a visibility timeout of 0: visible again at once, unless extended.
+    broker = sqs_broker(sqs_server, key_prefix, visibility_timeout=0)
+    lasting = sqs_broker(sqs_server, f"{key_prefix}-q", visibility_timeout=None)
+    broker.declare_queue("v")
+    lasting.declare_queue("v")
+    lasting.sqs.create_queue(QueueName=f"{key_prefix}-q_v", Attributes={"VisibilityTimeout": "5"})
+    for i in range(12):
+        broker.enqueue(dramatiq.Message(queue_name="v", actor_name="a", args=(i,), kwargs={}, options={}))
+    consumer = broker.consume("v", prefetch=6, timeout=1_000)
+    worker = SimpleNamespace(consumers={"v": SimpleNamespace(consumer=consumer)})
+    sqs_queue = consumer.queue
+
+    def receive(prefetch: int) -> list[Any]:
+        """A prefetch's worth of messages, received by a consumer of their own."""
+        return received(broker.consume("v", prefetch=prefetch, timeout=1_000), prefetch)
+
+    def counts() -> tuple[int, int]:
+        sqs_queue.load()
+        attributes = sqs_queue.attributes
+        visible, invisible = "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"
+        return int(attributes[visible]), int(attributes[invisible])
+
+    with contract(borrowed.SQS_VISIBILITY):
+        assert borrowed.sqs_visibility(worker, "v") == 0, "the broker's own visibility_timeout"
+        other = lasting.consume("v", prefetch=1, timeout=1_000)
+        of_other = SimpleNamespace(consumers={"v": SimpleNamespace(consumer=other)})
+        assert borrowed.sqs_visibility(of_other, "v") == 5, "the queue's own"
+        other.close()
+        got = receive(6)
+        assert counts() == (12, 0), "visible at once: received with a timeout of 0"
+        leases = [borrowed.sqs_lease(message, 30) for message in got]
+        done = borrowed.extend_visibility([lease for lease in leases if lease is not None])
+        assert (done.refused, done.failed, done.requests) == ([], [], 1)
+        assert counts() == (6, 6), "invisible for 30 s from now"
+        got += receive(6)
+        leases = [borrowed.sqs_lease(message, 30) for message in got]
+        done = borrowed.extend_visibility([lease for lease in leases if lease is not None])
+        assert (done.refused, done.failed, done.requests) == ([], [], 2), "12 in two batches"
+        assert counts() == (0, 12)
+        consumer.ack(got[0])
+        first = leases[0]
+        assert first is not None
+        assert borrowed.extend_visibility([first]).refused == [first], "acked: SQS refuses it"
+        nowhere = boto3.client(
+            "sqs",
+            **{**sqs_server.client_options(), "endpoint_url": f"http://127.0.0.1:{free_port()}"},
+            config=Config(retries={"max_attempts": 1}, connect_timeout=1),
+        )
+        unreachable = borrowed.SqsLease(nowhere, first.queue_url, first.receipt_handle, 30)
+        assert borrowed.extend_visibility([unreachable]).failed == [unreachable]
+        plain: dramatiq.Message[Any] = dramatiq.Message(
+            queue_name="v", actor_name="a", args=(), kwargs={}, options={}
+        )
+        assert borrowed.sqs_lease(plain, 30) is None, "not a message an SQS consumer delivered"
+    consumer.close()
+    broker.close()
+    lasting.close()
 
 
 # -- the skip WARNING -----------------------------------------------------------------------
@@ -855,7 +1039,15 @@ def test_the_oldest_tested_release_is_the_one_pyproject_allows() -> None:
     assert len(floors) == 1, f"pyproject.toml asks for dramatiq at different minimums: {floors}"
     (floor,) = floors
     assert borrowed.release(floor) == borrowed.release(borrowed.OLDEST)
-    assert {t.since for t in borrowed.TOUCHPOINTS} == {borrowed.OLDEST}
+    assert {t.since for t in borrowed.TOUCHPOINTS if t.package == "dramatiq"} == {borrowed.OLDEST}
+
+
+def test_the_broker_packages_tested_are_the_ones_the_test_extra_installs() -> None:
+    """A broker package's touchpoints are tested from the release the test extra asks for at least."""
+    text = (ROOT / "pyproject.toml").read_text("utf-8")
+    for touchpoint in (t for t in borrowed.TOUCHPOINTS if t.package != "dramatiq"):
+        floors = set(re.findall(rf'"{re.escape(touchpoint.package)}(?:\[[^\]]*\])?>=([0-9.]+)"', text))
+        assert floors == {touchpoint.since}, (touchpoint.name, floors)
 
 
 @pytest.mark.parametrize(
@@ -922,7 +1114,7 @@ def test_outside_their_ranges_the_worker_internals_are_left_alone(
         consumer = Consumer()
 
     monkeypatch.setattr(worker, "consumers", {"q": Thread()})
-    assert borrowed.redis_consumer(worker, "q") is None
+    assert borrowed.prefetch_count(worker, "q") is None
     thread = threading.Thread()
     thread.logger = logging.getLogger("tests.thread")  # type: ignore[attr-defined]
     assert not borrowed.replace_thread_logger(thread, lambda logger: None)

@@ -15,26 +15,24 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 import dramatiq
 import pytest
 import redis
-from dramatiq.middleware import CurrentMessage, TimeLimit
+from dramatiq.middleware import CurrentMessage
 
-from dramatiq_slots import Slots, borrowed
+from dramatiq_slots import borrowed
 from dramatiq_slots.ledger import Limit, Line
 from dramatiq_slots.middleware.deferral import DEFERRALS
 from dramatiq_slots.waiting import prefetch
-from dramatiq_slots.waiting.gate import Gate
 from tests.support.borrowed import untested
-from tests.support.in_process import TEST_BEAT, TEST_HOLD_TTL, running_worker, stop_threads
+from tests.support.busy_key import ELSEWHERE, BusyKey, with_slots
 from tests.support.in_process import RunRecorder as Probe
+from tests.support.in_process import running_worker, stop_threads
 from tests.support.waiting import wait_until
 
-#: A holder in no process of this test: the hot key's slot is taken and given back by hand.
-ELSEWHERE = "elsewhere:1:1:1"
 #: Two worker threads: dramatiq's prefetch is twice that.
 THREADS = 2
 PREFETCH = 2 * THREADS
@@ -45,35 +43,15 @@ COLD = 3
 
 
 @dataclass
-class Rabbit:
+class Rabbit(BusyKey):
     """A RabbitMQ broker with Slots (ledger in the test Redis) and a queue of the test's own."""
 
     broker: Any
-    slots: Slots
     queue: str
-    probe: Probe
-    hot: Limit = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.hot = Limit(self.slots.keys.runtime_key("account:hot"), 1)
 
     def ready(self) -> int:
         """Messages in the RabbitMQ queue that no consumer holds."""
         return int(self.broker.get_queue_message_counts(self.queue)[0])
-
-    def hold_hot_elsewhere(self) -> None:
-        assert self.slots.ledger.enter(ELSEWHERE, [self.hot], ttl_ms=60_000, line=Line.NONE).admitted
-
-    def free_hot(self) -> None:
-        self.slots.ledger.leave(ELSEWHERE, [self.hot], ttl_ms=60_000)
-
-    def ran(self, label: str) -> list[Any]:
-        return list(self.probe.by_label.get(label, ()))
-
-    def gate(self) -> Gate:
-        gate = self.slots._gate
-        assert gate is not None, "the gate is installed"
-        return gate
 
     def send(self, sync: dramatiq.Actor[Any, Any], *, cold: int) -> None:
         """The hot key's backlog (three times the prefetch), then ``cold`` keys of one message."""
@@ -90,13 +68,9 @@ def rabbit(rabbit_server: Any, redis_client: redis.Redis, key_prefix: str) -> It
     # Confirmed sends: a message is in its queue when send() returns (RabbitMQ answers a queue's
     # message count ahead of the deliveries still on their way to it).
     broker = RabbitmqBroker(url=rabbit_server.url, confirm_delivery=True)
-    slots = Slots(client=redis_client, key_prefix=key_prefix, hold_ttl=TEST_HOLD_TTL, beat_interval=TEST_BEAT)
-    broker.add_middleware(slots, before=TimeLimit)
-    broker.add_middleware(CurrentMessage())
-    broker.emit_after("process_boot")
-    dramatiq.set_broker(broker)
+    slots = with_slots(broker, redis_client, key_prefix)
     try:
-        yield Rabbit(broker, slots, f"keyed-{key_prefix}", Probe())
+        yield Rabbit(slots, Probe(), broker, f"keyed-{key_prefix}")
     finally:
         stop_threads(slots)
         broker.flush_all()

@@ -14,7 +14,8 @@ outnumber its threads (twice them on a ledger of a capacity at most them), so a 
 always finds a thread that is not running that ledger's jobs: a message refused beyond that is
 *held back* (:mod:`.held_back`: in memory, in no line), takes the place of a later claim of the
 process in that line, or tries again, by score, when one of them ends. A message waiting for
-a runtime key leaves its consumer's prefetch count (:mod:`.prefetch`).
+a runtime key leaves its consumer's prefetch count (:mod:`.prefetch`); on Amazon SQS every message
+the gate holds is kept invisible to the other workers (:mod:`.visibility`).
 
 The gate admits through :class:`~.admits.Admits` (the middleware's admission).
 """
@@ -37,6 +38,7 @@ from .admits import Admits, Dropped, InLine, Refused, Request
 from .held_back import HeldBack, HoldingBack
 from .parking import Parking, Ticket, count_waiting
 from .prefetch import Prefetch
+from .visibility import Visibility
 from .work_queue import GatedWorkQueue
 
 logger = logging.getLogger("dramatiq_slots.gate")
@@ -66,6 +68,7 @@ class Gate:
         self.queue = GatedWorkQueue(self)
         self.parking = Parking(admission, self._out_of_parking, on_tick=self._tick)
         self.prefetch = Prefetch(worker, admission.settings.keys, stopping=self.process.stopping)
+        self.visibility = Visibility(worker, admission.clock, wake=self._keep_soon)
         #: Claims of this process on one ledger (held, or parked in its line) never outnumber
         #: :meth:`HoldingBack.bound`: a slot handed to a parked message then finds a thread not
         #: busy with that ledger's jobs. The messages refused beyond that are held back, in no line.
@@ -78,11 +81,25 @@ class Gate:
         borrowed.replace_work_queue(self.worker, self.queue)
 
     def delivered(self, item: Any) -> None:
-        """A consumer puts ``item`` into the queue, in its own thread (see :mod:`.prefetch`)."""
+        """A consumer puts ``item`` into the queue, in its own thread (see :mod:`.prefetch` and
+        :mod:`.visibility`)."""
         try:
             self.prefetch.delivered(item)
         except Exception:  # never fail the consumer's put: the message would be redelivered
             logger.exception("Following the deliveries of a consumer failed; it goes on as before.")
+        try:
+            self.visibility.delivered(item)
+        except Exception:
+            logger.exception("Keeping the visibility of a delivered message failed; it goes on as before.")
+
+    def taken(self, item: Any) -> None:
+        """A worker thread takes ``item`` from the queue (to run it, or to give it back)."""
+        self.visibility.taken(item)
+
+    def _keep_soon(self) -> None:
+        """A held message's visibility is due sooner than the parking thread's next pass."""
+        if not self.process.stopping.is_set():
+            self.parking.wake()
 
     def settled(self, message: Any) -> None:
         """``message`` was acked or nacked (see :mod:`.prefetch`)."""
@@ -250,8 +267,9 @@ class Gate:
             self.queue.retry(item)
         logger.debug("Gave back the slot handed to %s (paused, or skipped first).", ticket.request.label)
 
-    def _tick(self, now: float) -> None:
-        """After every pass of the parking thread (at least every ``REASK_MAX_S``)."""
+    def _tick(self, now: float) -> float | None:
+        """After every pass of the parking thread (at least every ``REASK_MAX_S``); seconds until
+        the next pass is wanted (the next held message whose visibility is due)."""
         self._expire_held_back(now)
         if self.paused():
             for item, ticket in self.queue.take_ready_holds():
@@ -259,6 +277,7 @@ class Gate:
         for ticket in self.parking.tickets():
             if self.skipped_first(borrowed.message_of(ticket.item)):
                 self.parking.let_go(ticket)  # out of its line; its thread takes it, to be skipped
+        return self.visibility.keep()
 
     def _out_of_parking(self, ticket: Ticket, admitted: bool) -> None:
         self.prefetch.refetch(ticket.item, ticket.taken_from)

@@ -12,7 +12,10 @@ wake-up was lost. After ``max_wait`` the claim leaves its line and its
 message goes the way of a message that may not wait (it is deferred, or
 runs if a slot is free by then); not while its ledger is paused by an
 operator (:mod:`dramatiq_slots.ledger.controls`): then it keeps its place. At worker
-shutdown every parked claim leaves its line and its message is given back to the broker.
+shutdown every parked claim leaves its line and its message is given back to the broker. The
+thread's passes also do the gate's timed work (its ``on_tick``: held-back messages at
+``max_wait``, a paused worker's handed slots, the SQS visibility keeper), which may ask for the
+next pass sooner.
 
 A parked claim is in doubt, owned by :data:`~dramatiq_slots.worker.wakeups.PARKED`,
 so the heartbeat keeps its line alive and no worker thread's end owes it.
@@ -77,14 +80,19 @@ class Parking:
     """The parked claims of one process, and the thread that asks for them."""
 
     def __init__(
-        self, admission: Admits, on_ready: OnReady, *, on_tick: Callable[[float], None] | None = None
+        self,
+        admission: Admits,
+        on_ready: OnReady,
+        *,
+        on_tick: Callable[[float], float | None] | None = None,
     ) -> None:
         self.admission = admission
         self.process = admission.process
         self.settings = admission.settings
         self.clock = admission.clock
         self.on_ready = on_ready
-        #: Called with the clock's time after every pass of the thread (at least every 8 s).
+        #: Called with the clock's time after every pass of the thread (at least every 8 s); it
+        #: answers the seconds until it wants the next pass (None: no sooner than the thread's).
         self.on_tick = on_tick
         self._lock = threading.Lock()
         self._tickets: dict[Waiter, Ticket] = {}
@@ -354,6 +362,11 @@ class Parking:
             self._thread = threading.Thread(target=self._run, name="dramatiq-slots-parking", daemon=True)
             self._thread.start()
 
+    def wake(self) -> None:
+        """A pass of the thread now (the thread is started if need be)."""
+        self.ensure_thread()
+        self._poke.set()
+
     def _run(self) -> None:
         pause: float | None = None
         while not self._stop.is_set():
@@ -363,8 +376,9 @@ class Parking:
                 break
             try:
                 pause = self.tick()
-                if self.on_tick is not None:
-                    self.on_tick(self.clock.monotonic())
+                wanted = None if self.on_tick is None else self.on_tick(self.clock.monotonic())
+                if wanted is not None:
+                    pause = wanted if pause is None else min(pause, wanted)
             except Exception:  # never die: parked messages would wait until max_wait for nothing
                 logger.exception("Unexpected error while asking for parked claims; continuing.")
                 pause = REASK_S

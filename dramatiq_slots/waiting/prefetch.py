@@ -8,7 +8,9 @@ keep the other keys of its queue from being fetched, nor one group's backlog the
 messages sent after it; it stays unacked in the broker all the same.
 
 - Redis broker: it leaves the consumer's count of outstanding messages, and the consumer fetches
-  one more (:data:`dramatiq_slots.borrowed.PREFETCH`).
+  one more (:data:`dramatiq_slots.borrowed.PREFETCH`); the same on PostgreSQL (dramatiq-postgres:
+  :data:`~dramatiq_slots.borrowed.POSTGRES_PREFETCH`) and on Amazon SQS (dramatiq-sqs, whose count
+  the consumer's own thread changes: :data:`~dramatiq_slots.borrowed.SQS_PREFETCH`).
 - RabbitMQ: the prefetch is the server's, per consumer. When every delivery of the consumer's
   current generation is still unacked and some of them wait (for a key or a turn), its deliveries are
   renewed (:class:`dramatiq_slots.borrowed.Deliveries`): a new generation, with the whole
@@ -50,9 +52,10 @@ class Prefetch:
 
     def delivered(self, item: Any) -> None:
         """A consumer puts a message into the work queue (in its own thread): a RabbitMQ
-        consumer's deliveries are followed from its first one on."""
-        message = borrowed.message_of(item)
-        borrowed.track_deliveries(self.worker, message.queue_name, self.renew_due)
+        consumer's deliveries, or an SQS consumer's count, are followed from its first one on."""
+        queue = borrowed.message_of(item).queue_name
+        borrowed.track_deliveries(self.worker, queue, self.renew_due)
+        borrowed.follow_counts(self.worker, queue)
 
     def unfetch(self, message: Any, refused_by: str | None, *, grouped: bool = False) -> object:
         """Take a message waiting for a runtime key, or for its fair-share group's turn
@@ -61,23 +64,24 @@ class Prefetch:
         if parsed is None or (parsed[0] != "key" and not grouped):
             return None
         queue = message.queue_name
-        consumer = borrowed.redis_consumer(self.worker, queue)
-        deliveries = None if consumer is not None else borrowed.tracked_deliveries(self.worker, queue)
+        count = borrowed.prefetch_count(self.worker, queue)
+        deliveries = None if count is not None else borrowed.tracked_deliveries(self.worker, queue)
         tag = borrowed.delivery_tag(message) if deliveries is not None else None
-        if consumer is None and tag is None:
+        if count is None and tag is None:
             return None
         with self._lock:
-            count = self._unfetched.get(queue, 0)
-            if count >= UNFETCHED_PER_QUEUE:
+            unfetched = self._unfetched.get(queue, 0)
+            if unfetched >= UNFETCHED_PER_QUEUE:
                 return None
-            self._unfetched[queue] = count + 1
+            self._unfetched[queue] = unfetched + 1
             if deliveries is not None and tag is not None:
                 self._waiting.setdefault(deliveries, set()).add(tag)
-        if deliveries is not None:
+        if count is None:
+            assert deliveries is not None
             deliveries.poke()
             return deliveries
-        borrowed.uncount(consumer, message.message_id)
-        return consumer
+        count.uncount(message.message_id)
+        return count
 
     def refetch(self, item: Any, taken_from: object) -> None:
         """Count the message in its consumer's prefetch again (it leaves waiting)."""
@@ -92,7 +96,8 @@ class Prefetch:
                 if not waiting:
                     self._waiting.pop(taken_from, None)
                 return
-        borrowed.count_again(self.worker, taken_from, message.queue_name, message.message_id)
+        if isinstance(taken_from, borrowed.PrefetchCount):
+            taken_from.count_again(message.message_id)
 
     def settled(self, message: Any) -> None:
         """``message`` was acked or nacked: on RabbitMQ its consumer may now renew (an older

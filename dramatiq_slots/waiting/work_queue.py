@@ -17,6 +17,7 @@ gate is installed.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import threading
 import time
@@ -42,6 +43,7 @@ class Keeper(Protocol):
     def delivered(self, item: Any) -> None: ...
     def admit(self, item: Any) -> bool: ...
     def take(self, item: Any, ticket: Ticket | None) -> None: ...
+    def taken(self, item: Any) -> None: ...
     def unready(self, ticket: Ticket) -> None: ...
     def paused(self) -> bool: ...
     def keeps_no_slot(self, item: Any) -> bool: ...
@@ -128,8 +130,14 @@ class GatedWorkQueue:
             self._returned.append(item)
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        if not block:
-            return self._drain_one()
+        item = self._take(timeout) if block else self._drain_one()
+        # A stray time limit or abort landing here loses no message: its SQS visibility, if kept,
+        # is extended until SQS refuses it (acked).
+        with contextlib.suppress(Interrupt):
+            self.gate.taken(item)
+        return item
+
+    def _take(self, timeout: float | None) -> Any:
         endtime = None if timeout is None else time.monotonic() + timeout
         while True:
             entry, item = self._next(endtime)
@@ -207,6 +215,9 @@ class _PassThrough:
         return True
 
     def take(self, item: Any, ticket: Ticket | None) -> None:
+        pass
+
+    def taken(self, item: Any) -> None:
         pass
 
     def unready(self, ticket: Ticket) -> None:

@@ -11,10 +11,14 @@ Servers, all started by the tests on free ports of 127.0.0.1, never a server the
 - :mod:`.redis_cluster`: a Redis Cluster of six such servers (:class:`~.redis_cluster.LocalCluster`).
 - :mod:`.sentinel`: a primary, a replica and three sentinels (:class:`~.sentinel.LocalSentinel`).
 - :mod:`.rabbitmq`: a RabbitMQ node with its own epmd (:class:`~.rabbitmq.RabbitServer`).
+- :mod:`.brokers`: moto's SQS server and a PostgreSQL cluster (:class:`~.brokers.SqsServer`,
+  :class:`~.brokers.PostgresServer`), and dramatiq-sqs's and dramatiq-postgres's brokers on them.
 - :mod:`.proxy`: a TCP proxy in front of a server that can lose or delay a reply.
 
 Dramatiq, in this process and as real command lines:
 
+- :mod:`.busy_key`: a busy runtime key held elsewhere, for what its waiting messages do to the
+  prefetch on each broker.
 - :mod:`.in_process`: a real ``Worker`` in the test's process, its fixtures (a pytest plugin, loaded
   by ``tests/conftest.py``) and :class:`~.in_process.RunRecorder`, what ran there.
 - :mod:`.worker_groups`: ``dramatiq`` command lines as process groups, like hosts

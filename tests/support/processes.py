@@ -1,9 +1,32 @@
-"""Processes of the tests' own process groups, found by scanning ``/proc`` (Linux)."""
+"""Processes of the tests' own process groups: started in a session of their own, found by
+scanning ``/proc`` (Linux)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
 from pathlib import Path
+
+
+def spawn(
+    argv: list[str], log: Path, *, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``argv`` run in ``cwd``, in a session of its own (its process group can be killed whole),
+    its output in ``log``."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
 
 
 def process_stat(pid: int) -> tuple[str, int, int] | None:
@@ -46,3 +69,27 @@ def group_stopped(pgid: int) -> bool:
             if stat is not None and stat[0] not in ("T", "t"):
                 return False
     return bool(members)
+
+
+def end_session(proc: subprocess.Popen[bytes], sig: signal.Signals, timeout: float) -> None:
+    """Stop ``proc``, the leader of a session of its own (:func:`spawn`), with ``sig`` (SIGKILL: the
+    whole session at once, while the unreaped leader keeps the group id ours); SIGKILL the session
+    after ``timeout`` s, then whatever of it outlived its leader (a group with members keeps its
+    id). Raises ``RuntimeError`` if some of it outlives SIGKILL for ``timeout`` s."""
+    if proc.poll() is None:
+        if sig == signal.SIGKILL:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while group_members(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"processes of group {proc.pid} outlived SIGKILL for {timeout}s")
+        time.sleep(0.02)

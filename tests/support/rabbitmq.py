@@ -38,7 +38,7 @@ from pathlib import Path
 from types import TracebackType
 
 from .ports import distinct_free_ports
-from .processes import group_members
+from .processes import end_session, spawn
 from .servers import running_servers
 
 #: Where the scripts of Debian's rabbitmq-server package live (``/usr/sbin`` holds wrappers).
@@ -240,16 +240,7 @@ class RabbitServer:
     def _spawn(self, argv: list[str], log_name: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
         """One process of the node, in its own session, logging to ``log_name`` in its directory."""
         assert self._dir is not None
-        with open(self._dir / log_name, "wb") as log:
-            return subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self._dir,
-                env=env,
-                start_new_session=True,
-            )
+        return spawn(argv, self._dir / log_name, cwd=self._dir, env=env)
 
     def _spawn_and_wait(self) -> None:
         self.port, self.dist_port, self.epmd_port = distinct_free_ports(3)
@@ -287,18 +278,9 @@ class RabbitServer:
     def _end(self, sig: signal.Signals) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            if proc.poll() is None:
-                if sig == signal.SIGKILL:
-                    # The whole session at once (the VM too), while its unreaped leader keeps the pgid ours.
-                    os.killpg(proc.pid, signal.SIGKILL)
-                else:
-                    proc.send_signal(sig)  # the script stops the node gracefully, waits for it, and exits
-                try:
-                    proc.wait(timeout=self.stop_timeout)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=self.stop_timeout)
-            _kill_group_leftovers(proc.pid, self.stop_timeout)
+            # SIGTERM: the script stops the node gracefully, waits for it, and exits; SIGKILL: the
+            # whole session at once (the VM too).
+            end_session(proc, sig, self.stop_timeout)
         epmd, self._epmd = self._epmd, None
         if epmd is not None:
             if epmd.poll() is None:
@@ -309,17 +291,6 @@ class RabbitServer:
             self.last_log = self.log()
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
-
-
-def _kill_group_leftovers(pgid: int, timeout: float) -> None:
-    """SIGKILL what is left of a session whose leader exited (a group with members keeps its id)."""
-    deadline = time.monotonic() + timeout
-    while group_members(pgid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        if time.monotonic() > deadline:
-            raise RabbitError(f"processes of group {pgid} outlived SIGKILL for {timeout}s")
-        time.sleep(0.02)
 
 
 class _PortTaken(Exception):
