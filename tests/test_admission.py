@@ -11,8 +11,10 @@ from __future__ import annotations
 import pytest
 import redis
 
+from dramatiq_slots.errors import LedgerUnavailable
 from dramatiq_slots.ledger import Entered, Ledger, Limit, Line
 from dramatiq_slots.middleware.deferral import MessageDeferred
+from dramatiq_slots.waiting.admits import Answer, Request
 from dramatiq_slots.worker.claims import Hold
 from dramatiq_slots.worker.wakeups import PARKED, Waiter
 from tests.support.fake_clock import make, request_for
@@ -114,6 +116,45 @@ def test_a_broker_that_cannot_take_the_deferral_is_retried_after_a_pause(
     (pause,) = clock.sleeps
     assert 0.05 <= pause < 0.1  # the first outage pause: defer_min_backoff 100 ms, with jitter
     assert ledger.line(queue.ledger) == []  # max_wait=0: it never joined a line
+
+
+def test_a_message_caught_by_an_outage_of_ledger_and_broker_tries_again_once_the_ledger_answers(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger and the broker down together (one Redis): the thread that could neither admit nor
+    defer its message waits for the heartbeat to find the ledger back (it beats every 0.25 s while
+    it does not answer), not out its pause of up to 5 s."""
+    admission, clock = make(ledger, max_wait=0)
+    process = admission.process
+    queue = Limit(ledger.keys.queue("q"), 1)
+    claim, down = admission.claim, [True]
+
+    def claim_in_outage(hold: Hold, request: Request) -> Answer:
+        if down.pop() if down else False:
+            raise LedgerUnavailable("ledger enter failed: unreachable")
+        return claim(hold, request)
+
+    monkeypatch.setattr(admission, "claim", claim_in_outage)
+    deferrals: list[str] = []
+
+    def defer(delay_ms: int, reason: str) -> BaseException:
+        deferrals.append(reason)
+        if len(deferrals) == 1:
+            raise redis.ConnectionError("broker down")
+        return MessageDeferred("deferred")
+
+    def ledger_back() -> None:
+        process.heartbeat.tick()  # the ledger answers a beat again
+
+    clock.during[0] = ledger_back
+    try:
+        hold = admission.admit(request_for(queue), 1, deferrals=0, defer=defer)
+    finally:
+        process.heartbeat.stop()
+    assert clock.sleeps == [] and len(clock.waits) == 1, "it slept out its pause"
+    assert clock.now == 1_000.0, "it waited for the pause, not for the ledger"
+    assert "ledger unavailable" in deferrals[0] and ledger.in_use(queue.ledger) == 1
+    assert hold.limits == (queue,)
 
 
 def test_a_wake_up_that_arrives_late_is_read_by_the_expiry_it_carries(ledger: Ledger) -> None:

@@ -23,6 +23,7 @@ without threads or sleeps. docs/design.md explains the choices and their costs.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -126,6 +127,7 @@ class Admission:
         if reused is not None:
             return reused
         outage_attempt = 0
+        answers: threading.Event | None = None  # set when the ledger answers again (an outage)
         while True:
             refused_by = ""  # the one ledger that refused it, if one did
             # A fresh token per attempt: an attempt whose outcome is unknown is
@@ -140,6 +142,7 @@ class Admission:
                 # over): owe a release, so the heartbeat removes it if it landed.
                 process.registry.owe(hold)
                 process.heartbeat.ensure_started()
+                answers = process.heartbeat.unreachable()
                 self._warn_outage(e)
                 reason, refused = f"ledger unavailable ({e})", request.limits
             except LedgerError as e:
@@ -185,7 +188,11 @@ class Admission:
                     reason,
                     pause,
                 )
-                self.clock.sleep(pause / 1000)
+                if answers is None:
+                    self.clock.sleep(pause / 1000)
+                else:  # the ledger was down too: try again the moment it answers
+                    self.clock.wait(answers, pause / 1000)
+                    answers = None
                 continue
             except MiddlewareError:
                 raise

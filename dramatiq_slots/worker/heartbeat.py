@@ -182,6 +182,10 @@ class Heartbeat:
         self._draining = threading.Event()
         self._failures = 0
         self._warned_at = float("-inf")
+        #: Set while the ledger answers; a new, clear one from the moment a beat or a caller finds
+        #: it unreachable (:meth:`unreachable`) until a beat succeeds again.
+        self._answers = threading.Event()
+        self._answers.set()
         #: Counters, for tests and metrics.
         self.beats = 0
         self.failed_beats = 0
@@ -229,7 +233,7 @@ class Heartbeat:
             lost = self._beat(refresh, release, lines, written, declare)
         except LedgerError as e:
             self._failed(e, held, owed)
-            self.beat_after(RETRY_S)
+            self.unreachable()
             report.error = e
             report.stopped = self._lapsing([hold for hold in held if hold.strict], e)
             return report
@@ -259,6 +263,7 @@ class Heartbeat:
                 "refreshed all the same. Allow SET on the ledger's keys to see them.",
                 self.ledger.report_error,
             )
+        self._answers.set()
         if self._failures:
             logger.info("Ledger reachable again after %d failed beat(s).", self._failures)
             self._failures = 0
@@ -580,6 +585,17 @@ class Heartbeat:
         """Beat at once, in the thread (no-op when it is not running): a control changed."""
         self._poked = True
         self._wake.set()
+
+    def unreachable(self) -> threading.Event:
+        """The ledger did not answer (a beat's, or a caller's call): beats are tried every
+        :data:`RETRY_S` until one succeeds, which sets the event returned (a caller waiting to try
+        again waits on it, so it tries the moment the ledger answers)."""
+        with self._due_lock:
+            if self._answers.is_set():
+                self._answers = threading.Event()
+            answers = self._answers
+        self.beat_after(RETRY_S)
+        return answers
 
     def beat_after(self, seconds: float) -> None:
         """Beat once more, out of schedule, ``seconds`` from now (or earlier, if one is due sooner):
