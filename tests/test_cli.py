@@ -279,6 +279,24 @@ def test_the_server_comes_from_the_environment(
     assert "queue:from-env" in done.stdout
 
 
+def test_a_password_on_the_command_line_is_warned_of_and_a_url_file_keeps_it_off(
+    redis_server: Any, ledger: Ledger, key_prefix: str, tmp_path: Any
+) -> None:
+    """Every local user sees a process's command line (ps): --url-file, or the environment, instead."""
+    hold(ledger, ledger.keys.queue("from-file"), "gone-host:1:1:1")
+    url = redis_server.url.replace("redis://", "redis://:not-the-password@", 1)
+    warned = run_command("--url", url, "--prefix", key_prefix, "status")
+    assert "--url carries a password, which every local user sees" in warned.stderr
+    assert "not-the-password" not in warned.stdout + warned.stderr
+    secret = tmp_path / "ledger-url"
+    secret.write_text(redis_server.url + "\n", "utf-8")
+    done = run_command("--url-file", str(secret), "--prefix", key_prefix, "status")
+    assert done.returncode == 0, done.stderr
+    assert "queue:from-file" in done.stdout and "warning" not in done.stderr
+    missing = run_command("--url-file", str(tmp_path / "absent"), "--prefix", key_prefix, "status")
+    assert missing.returncode == 2 and "--url-file: cannot read" in missing.stderr
+
+
 def test_the_workers_variable_wins_over_redis_url(redis_server: Any, ledger: Ledger, key_prefix: str) -> None:
     """A broker in REDIS_URL and the ledger in DRAMATIQ_SLOTS_REDIS_URL: status reads the ledger."""
     hold(ledger, ledger.keys.queue("ledger-here"), "gone-host:1:1:1")
@@ -504,7 +522,8 @@ def test_an_unreachable_server_is_named_without_its_password(key_prefix: str) ->
         assert done.returncode == 2, (done.stdout, done.stderr)
         assert f"127.0.0.1:{port}/0" in done.stderr and "cannot reach" in done.stderr
         assert PASSWORD not in done.stdout + done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1  # one line, no traceback
+        said = [line for line in done.stderr.strip().splitlines() if not line.startswith("warning: --url")]
+        assert len(said) == 1  # one line, no traceback (after the warning a password in --url gets)
 
 
 def test_a_bad_url_is_refused_without_echoing_it() -> None:

@@ -244,6 +244,10 @@ def test_an_expired_pause_leaves_its_line_to_the_next_beat(ledger: Ledger, contr
         (lambda c, q: c.pause(q, for_ms=True), r"for_ms must be an int from 1"),
         (lambda c, q: c.set_capacity(q, 2, for_ms=1.5), r"for_ms must be an int from 1"),
         (lambda c, q: c.set_capacity(q, 2, for_ms=2**40), r"for_ms must be an int from 1"),
+        # A newline would start a forged line in every worker's log; an escape would drive a terminal.
+        (lambda c, q: c.pause(q, reason="db\n[CRITICAL] fake"), r"reason may not hold control characters"),
+        (lambda c, q: c.pause(q, by="eve\x1b[2J"), r"by may not hold control characters"),
+        (lambda c, q: c.set_capacity(q, 2, reason="bell\x07"), r"reason may not hold control characters"),
     ],
 )
 def test_bad_provenance_arguments_are_refused_naming_them(
@@ -273,6 +277,38 @@ def test_the_hash_is_read_leniently_and_an_expired_control_is_absent() -> None:
     assert parse_controls(fields, 1_700_000_059_999)["p:queue:a"].paused
     assert not parse_controls(fields, 1_700_000_060_000)["p:queue:a"].paused
     assert parse_controls(fields, None)["p:queue:c"].capacity == 4, "no clock: nothing is judged expired"
+
+
+def test_a_record_written_around_control_lua_is_read_escaped() -> None:
+    """What no script of ours writes (another tool, by hand) is escaped as read: no forged log line."""
+    fields = {
+        "paused:p:queue:a": "1700000000000",
+        "meta:paused:p:queue:a": json.dumps(
+            {"by": "eve\x1b[2J", "at": 1700000000000, "reason": "x\n[CRITICAL] y"}
+        ),
+    }
+    made = parse_controls(fields, 1_700_000_001_000)["p:queue:a"].pause_provenance
+    assert made is not None and made.by == "eve\\x1b[2J" and made.reason == "x\\n[CRITICAL] y"
+    seen = ControlsSeen()
+    (change,) = seen.update(fields, 1_700_000_001_000)
+    assert "\n" not in control_text("queue:a", change, 5, True)
+
+
+def test_a_release_by_hand_is_recorded_with_who_when_and_why_and_kept_a_day(
+    ledger: Ledger, controls: Controls
+) -> None:
+    queue = controls.queue("q")
+    controls.released(queue, 2, by="alice@ops", reason="host lost")
+    _, releases = controls.read_with_releases()
+    (release,) = releases.values()
+    assert release.holds == 2 and release.provenance.by == "alice@ops"
+    assert release.provenance.reason == "host lost" and release.provenance.at is not None
+    assert controls.read() == {}, "a release is no control in force"
+    assert 0 < ledger.client.pttl(ledger.keys.controls()) <= 86_400_000, "kept a day, not for ever"
+    with pytest.raises(ArgumentError, match="reason may not hold control characters"):
+        controls.released(queue, 1, reason="a\rb")
+    with pytest.raises(ArgumentError, match="holds must be an int from 1"):
+        controls.released(queue, 0)
 
 
 def test_a_process_logs_each_change_once_in_words_with_who_why_and_until() -> None:
@@ -507,6 +543,8 @@ def test_a_pause_for_a_while_ends_by_itself_in_status(cli: Run, ledger: Ledger) 
         (("pause", "queue:emails", "--reason", " "), r"argument --reason: reason must be a non-empty text"),
         (("resume", "queue:emails", "--for", "1h"), r"unrecognized arguments: --for 1h"),
         (("reset-capacity", "queue:emails", "--reason", "x"), r"unrecognized arguments: --reason x"),
+        (("pause", "queue:emails", "--reason", "db\n[CRITICAL] fake"), r"argument --reason: reason may not"),
+        (("pause", "queue:emails", "--by", "eve\x1b]0;x\x07"), r"argument --by: by may not hold control"),
     ],
 )
 def test_a_bad_provenance_flag_is_a_usage_error_naming_it(
@@ -526,10 +564,17 @@ def test_a_release_by_hand_hands_on_when_an_override_says_the_capacity(
     assert ledger.enter("gone:2:1:1", [Limit(queue, 1)], ttl_ms=60_000, line=Line.JOIN, place=1).in_line
     controls.set_capacity(queue, 1)
     caplog.set_level(logging.INFO)
-    done = cli("release", "queue:nobody-declares", "gone:1:1:1", "--yes")
+    done = cli(
+        "release", "queue:nobody-declares", "gone:1:1:1", "--yes", "--by", "bob@ops", "--reason", "gone"
+    )
     assert done.returncode == 0, done.stderr
     # Handed to the claim in line; nobody listens for it (a dead process), so it is taken back.
     assert tokens(ledger, queue) == set() and ledger.line(queue) == []
+    # Recorded as the controls are, and shown by status.
+    (release,) = controls.read_with_releases()[1].values()
+    assert (release.holds, release.provenance.by, release.provenance.reason) == (1, "bob@ops", "gone")
+    shown = cli("status", "queue:nobody-declares")
+    assert "released 1 hold(s) by hand by bob@ops" in shown.stdout and "for 'gone'" in shown.stdout
 
 
 # -- one worker process -----------------------------------------------------------------------

@@ -481,6 +481,9 @@ def test_what_a_message_of_an_actor_asks_is_made_once_and_its_own_fields_every_t
     assert first.limits is second.limits, "made once"
     assert (first.message_id, first.label) == ("m-1", "plain(m-1)")
     assert (second.message_id, second.label) == ("m-2", "plain(m-2)")
+    # A sender names its message: a newline in the id reaches no log line as one.
+    forged = _request_of(slots, "plain", "q", "m\n[CRITICAL] x", message_timestamp=9)
+    assert forged.message_id == "m\n[CRITICAL] x" and forged.label == "plain(m\\n[CRITICAL] x)"
     assert first.place != second.place, "each message keeps its own place in line"
     own = _request_of(slots, "plain", "q", "m-3", options={"unique_at_runtime_key": "other"})
     assert own.limits[1] != first.limits[1], "a message's own key"

@@ -51,6 +51,7 @@ from .client import RedisClient
 from .keys import DEFAULT_KEY_PREFIX, KeySpace
 from .ledger import Ledger, merged_declared
 from .replies import _text
+from .reports import printable
 
 #: The largest capacity an override may set (a Redis integer Lua reads exactly).
 MAX_CAPACITY = 2**31 - 1
@@ -64,6 +65,7 @@ CAPACITY = "capacity"
 PAUSED = "paused"
 META = "meta"
 CLEARED = "cleared"
+RELEASED = "released"
 
 
 def default_by() -> str:
@@ -73,7 +75,7 @@ def default_by() -> str:
         user = getpass.getuser()
     except (KeyError, OSError):  # no name for this uid (a container without a passwd entry)
         user = str(os.getuid()) if hasattr(os, "getuid") else "unknown"
-    return f"{user}@{socket.gethostname()}"[:MAX_BY]
+    return printable(f"{user}@{socket.gethostname()}")[:MAX_BY]
 
 
 @dataclass(frozen=True)
@@ -137,10 +139,12 @@ def _record(text: str | None) -> Provenance | None:
         data = json.loads(text)
         at = data.get("at")
         by, reason = data.get("by"), data.get("reason")
+        # Escaped as read, too: a record not written by control.lua (another tool, an older one)
+        # may hold what control.lua refuses.
         return Provenance(
-            by if isinstance(by, str) else None,
+            printable(by) if isinstance(by, str) else None,
             at / 1000 if isinstance(at, (int, float)) else None,
-            reason if isinstance(reason, str) and reason else None,
+            printable(reason) if isinstance(reason, str) and reason else None,
         )
     except (ValueError, AttributeError):
         return None
@@ -185,6 +189,30 @@ def parse_cleared(fields: Mapping[str, str]) -> dict[tuple[str, str], Provenance
         record = _record(text) if kind == CLEARED and which in (CAPACITY, PAUSED) and ledger else None
         if record is not None:
             found[(which, ledger)] = record
+    return found
+
+
+@dataclass(frozen=True)
+class Release:
+    """The last release of holds by hand on one ledger (kept a day): how many, by whom, when, why."""
+
+    holds: int
+    provenance: Provenance
+
+
+def parse_released(fields: Mapping[str, str]) -> dict[str, Release]:
+    """The last release by hand of each ledger, from the hash's ``released:`` records (kept a day
+    by ``control.lua``)."""
+    found = {}
+    for name, text in fields.items():
+        kind, _, ledger = name.partition(":")
+        record = _record(text) if kind == RELEASED and ledger else None
+        if record is not None:
+            try:
+                holds = int(json.loads(text).get("holds", 0))
+            except (ValueError, TypeError, AttributeError):
+                holds = 0
+            found[ledger] = Release(holds, record)
     return found
 
 
@@ -244,6 +272,12 @@ def _text_argument(name: str, value: object, longest: int) -> str:
         raise ArgumentError(f"{name} must be a non-empty text, got {value!r}")
     if len(value) > longest:
         raise ArgumentError(f"{name} must be at most {longest} characters, got {len(value)}")
+    if not value.isprintable():
+        # Workers log it, and status and the page show it: a newline would start a forged log line,
+        # an escape sequence would drive whoever's terminal tails the log.
+        raise ArgumentError(
+            f"{name} may not hold control characters (a newline, a tab, an escape...), got {value!r}"
+        )
     return value
 
 
@@ -304,6 +338,10 @@ class Controls:
     def read(self) -> dict[str, Control]:
         """Every ledger with a control in force, by ledger key (expired ones left out): the
         prefix's own controls and those of every home a control was ever set in."""
+        return self.read_with_releases()[0]
+
+    def read_with_releases(self) -> tuple[dict[str, Control], dict[str, Release]]:
+        """:meth:`read`, and the last release by hand of each ledger (a day's), in the same reads."""
         ledger = self.ledger
         # declare.lua declaring nothing writes nothing: a hash and the Redis clock, at once.
         (own,) = ledger._declarations([], [self.keys.tag], 1, 0)
@@ -321,7 +359,7 @@ class Controls:
             if homes:
                 declared += ledger._run_all(ledger._declarations([], homes, 1, 0))
         every = merged_declared(declared)
-        return parse_controls(every.controls, every.redis_ms)
+        return parse_controls(every.controls, every.redis_ms), parse_released(every.controls)
 
     def of(self, ledger: str) -> Control:
         """The controls in force on one ledger."""
@@ -358,17 +396,28 @@ class Controls:
         """Admit again on ``ledger``: the room is handed to the first in line at once."""
         return self._set(ledger, PAUSED, "", by, None, None)
 
+    def released(self, ledger: str, holds: int, *, by: str | None = None, reason: str | None = None) -> None:
+        """Record that ``holds`` holds of ``ledger`` were removed by hand (``release``), as a control
+        is recorded: by whom, when (the Redis clock) and why; kept a day. The workers beat at once
+        (the channel), which hands the freed slots to the first in line."""
+        if isinstance(holds, bool) or not isinstance(holds, int) or not 1 <= holds <= MAX_CAPACITY:
+            raise ArgumentError(f"holds must be an int from 1 to {MAX_CAPACITY}, got {holds!r}")
+        self._write(self._checked(ledger), RELEASED, str(holds), checked_by(by), checked_reason(reason), 0)
+
     def _set(self, ledger: str, which: str, value: str, by: object, reason: object, for_ms: object) -> Change:
         ledger = self._checked(ledger)
         who, why, duration = checked_by(by), checked_reason(reason), checked_for_ms(for_ms)
         before = self.of(ledger)
+        self._write(ledger, which, value, who, why, duration)
+        return Change(ledger, before, self.of(ledger))
+
+    def _write(self, ledger: str, which: str, value: str, by: str, reason: str, duration_ms: int) -> None:
         tag = self.keys.tag_of(ledger)
         if tag != self.keys.tag:
             # So that read() finds the controls of this home (kept with the prefix's other indexes).
             with self.ledger._translated("controls"):
                 self.ledger.client.zadd(self.keys.controlled(), {tag: 0})
-        self.ledger.control(ledger, which, value, by=who, reason=why, duration_ms=duration)
-        return Change(ledger, before, self.of(ledger))
+        self.ledger.control(ledger, which, value, by=by, reason=reason, duration_ms=duration_ms)
 
     def _checked(self, ledger: str) -> str:
         if self.keys.parse(ledger) is None:
@@ -478,10 +527,12 @@ __all__ = [
     "Controls",
     "ControlsSeen",
     "Provenance",
+    "Release",
     "Seen",
     "default_by",
     "duration_text",
     "parse_cleared",
     "parse_controls",
     "parse_duration",
+    "parse_released",
 ]

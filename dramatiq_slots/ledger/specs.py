@@ -45,7 +45,7 @@ class Kind(str, Enum):
     AGE = "integer >= -1"
     CHOICE = "0, 1 or 2"
     NUMBER = "number"
-    WHICH = "'capacity' or 'paused'"
+    WHICH = "'capacity', 'paused' or 'released'"
     SETTING = "'', an integer >= 1 or '1'"
 
 

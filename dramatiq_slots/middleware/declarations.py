@@ -216,7 +216,8 @@ class Declarations:
             return None
         return Request(
             **fixed,
-            label=f"{actor.actor_name}({message_id})",
+            # A sender names its message: what it chose is escaped before it reaches a log line.
+            label=f"{actor.actor_name}({message_id if message_id.isprintable() else printable(message_id)})",
             message_id=message_id,
             place=place_of(options, message_timestamp),
             listed=message_id if fixed["line_full"] == "refuse" else "",

@@ -29,15 +29,15 @@ This module imports nothing from dramatiq.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redis.cluster import RedisCluster
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, LedgerError
 from ..ledger import placement
 from ..ledger.client import RedisClient
-from ..ledger.controls import Control, Controls, Provenance
+from ..ledger.controls import Control, Controls, Provenance, Release, checked_by, checked_reason
 from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
 from ..ledger.ledger import Ledger
 from ..ledger.replies import Epoch, Holder, Limit, Surveyed, _text, process_part
@@ -174,6 +174,8 @@ class LedgerView:
     #: Who set the override and the pause, when, why, until when (None: not set).
     override_provenance: Provenance | None = None
     pause_provenance: Provenance | None = None
+    #: The last release of its holds by hand (a day's), with who, when and why.
+    released: Release | None = None
     #: The Redis clock when it was read (s): what a control's age and time left count from.
     read_at: float | None = None
     #: What live processes report waiting for it: in line in a worker thread, parked (both in the
@@ -229,6 +231,8 @@ class Released:
     removed: list[str]
     #: Holds of live processes, kept (without ``force``); a token that was not there is in neither.
     spared: list[HolderView] = field(default_factory=list)
+    #: Why the removal could not be recorded (None: it was, or nothing was removed).
+    unrecorded: str | None = None
 
 
 # -- where a message is (Inspector.why) ----------------------------------------------------------
@@ -445,7 +449,7 @@ class Inspector:
         when the caller has just read them; ``line``: how many claims of each line to read.
         """
         reports = self.processes() if reports is None else reports
-        controls = self.controls.read()
+        controls, releases = self.controls.read_with_releases()
         if names is not None:
             keys = sorted(set(names))
         else:
@@ -453,7 +457,7 @@ class Inspector:
             keys = sorted(
                 k for k in {*self.ledger.ledgers(), *controls, *reported} if self.keys.parse(k) is not None
             )
-        views = self._views(keys, reports, controls, line=line)
+        views = self._views(keys, reports, controls, releases, line=line)
         return sorted(views, key=lambda v: (v.kind != "queue", v.name))
 
     def _views(
@@ -461,6 +465,7 @@ class Inspector:
         keys: Sequence[str],
         reports: Mapping[str, ProcessReport],
         controls: Mapping[str, Control],
+        releases: Mapping[str, Release],
         *,
         line: int = 0,
     ) -> list[LedgerView]:
@@ -483,6 +488,7 @@ class Inspector:
                 now,
                 controls.get(ledger, Control()),
                 Settling.of(epochs[self.keys.tag_of(ledger)], now),
+                releases.get(ledger),
             )
             for ledger in keys
         ]
@@ -495,6 +501,7 @@ class Inspector:
         now: float,
         control: Control,
         settling: Settling | None,
+        released: Release | None,
     ) -> LedgerView:
         placed = self.keys.parse_placed(ledger)
         assert placed is not None  # checked by _views
@@ -521,6 +528,7 @@ class Inspector:
             paused_at=control.paused_at,
             override_provenance=control.override_provenance,
             pause_provenance=control.pause_provenance,
+            released=released,
             read_at=now,
             in_line=sum(1 for w in waits if w.how == IN_LINE),
             parked=sum(1 for w in waits if w.how == PARKED),
@@ -573,7 +581,7 @@ class Inspector:
             if term.startswith(f"{kind}:"):
                 kinds, term = (kind,), term[len(kind) + 1 :]
         reports = self.processes()
-        controls = self.controls.read()
+        controls, releases = self.controls.read_with_releases()
         names = self.keys.listed_names()
         controlled = sorted(short for short in map(self.keys.short, controls) if ":" in short)
         with self.ledger._translated("status"):
@@ -619,7 +627,7 @@ class Inspector:
 
         ledgers = [k for k in (self.keys.from_short(short, home=home) for short in rows) if k is not None]
         return LedgerPage(
-            ledgers=self._views(ledgers, reports, controls, line=line),
+            ledgers=self._views(ledgers, reports, controls, releases, line=line),
             offset=offset,
             limit=limit,
             search=search,
@@ -708,7 +716,7 @@ class Inspector:
     def _waiting(self, report: ProcessReport, wait: ReportedWait, facts: _Facts) -> WhyWaiting:
         ledger = wait.ledger
         where = self.ledger.place(ledger, wait.token, ahead=AHEAD) if wait.token else None
-        view = self._views([ledger], facts.reports, self.controls.read())[0]
+        view = self._views([ledger], facts.reports, *self.controls.read_with_releases())[0]
         now = self._now()
         host, pid = _process_parts(report.process)
         place, of, first = where if where is not None else (None, view.waiting, [])
@@ -735,16 +743,27 @@ class Inspector:
 
     # -- releasing by hand -----------------------------------------------------------------
 
-    def release(self, ledger: str, tokens: Sequence[str], *, force: bool = False) -> Released:
-        """Remove these holds from ``ledger``, except those of live processes unless ``force``.
+    def release(
+        self,
+        ledger: str,
+        tokens: Sequence[str],
+        *,
+        force: bool = False,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> Released:
+        """Remove these holds from ``ledger``, except those of live processes unless ``force``;
+        recorded as a control is (``Controls.released``: ``by``, default ``<OS user>@<hostname>``,
+        the Redis clock, ``reason``), kept a day, and shown by ``status`` and the page.
 
         Liveness is read here, just before the removal (a caller's listing may
         be minutes old): a process whose late beat has written its report again
         since is live, and its hold is spared. Where the ledger's capacity is
         reported, the freed slots are handed to the first claims in line at
-        once (as a release by the holder would be); otherwise those claims find
-        them free when they next ask (within 8 s).
+        once (as a release by the holder would be); otherwise the record's message to the
+        workers makes those waiting for them beat at once, which hands them on.
         """
+        who, why = checked_by(by), checked_reason(reason)
         reports = self.processes()
         view = self.ledgers([ledger], reports=reports)[0]
         holders = {h.token: h for h in view.holders}
@@ -761,6 +780,11 @@ class Inspector:
             count, _ = self.ledger.leave(token, [limit], ttl_ms=hold_ttl)
             if count:
                 released.removed.append(token)
+        if released.removed:
+            try:
+                self.controls.released(ledger, len(released.removed), by=who, reason=why or None)
+            except LedgerError as e:  # done, not recorded: the caller says so (an ACL without it)
+                return replace(released, unrecorded=str(e))
         return released
 
 

@@ -11,11 +11,14 @@
 --           integer >= 1, paused:<ledger> = when it was paused (ms, Redis clock),
 --           each followed by ':<until>' when it expires (lib/control.lua);
 --           meta:<which>:<ledger> = who set it, JSON {by, at, reason};
---           cleared:<which>:<ledger> = who cleared it last, JSON {by, at, reason}
+--           cleared:<which>:<ledger> = who cleared it last, JSON {by, at, reason};
+--           released:<ledger> = who released holds by hand last, JSON {by, at, reason, holds}
 -- ARGV[1]   ledger (text, not empty): the ledger's key
--- ARGV[2]   which ('capacity' or 'paused'): which control
+-- ARGV[2]   which ('capacity', 'paused' or 'released'): which control ('released': a
+--           release of holds by hand, recorded after it was done; no value is set)
 -- ARGV[3]   value ('', an integer >= 1 or '1'): 'capacity': the new capacity
---           (below 2^31), '' to clear it; 'paused': '1' to pause, '' to resume
+--           (below 2^31), '' to clear it; 'paused': '1' to pause, '' to resume;
+--           'released': how many holds were removed
 -- ARGV[4]   channel (text): the channel the workers listen on for changes
 -- ARGV[5]   by (text, not empty): who sets or clears it (recorded)
 -- ARGV[6]   reason (text): why ('': not said; recorded)
@@ -30,8 +33,9 @@
 --
 -- Pausing a paused ledger keeps when it was paused (its value's head) and takes the
 -- new until and meta. Every write first deletes what has expired under the prefix:
--- expired values with their meta, and cleared: records older than a day (they tell
--- the workers who cleared a control, at their next beat). Every write then sets the hash's
+-- expired values with their meta, and cleared: and released: records older than a day
+-- (they tell the workers who cleared a control, at their next beat, and the readers who
+-- released holds). Every write then sets the hash's
 -- expiry: none while a value has no until, else the last until or cleared: record's day.
 
 -- include: args
@@ -39,18 +43,22 @@ if #KEYS ~= 1 or #ARGV ~= 7 then return bad(0, 'count') end
 local ledger, which, value, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local by, reason, duration = ARGV[5], ARGV[6], integer(ARGV[7], 0)
 if ledger == '' then return bad(1, 'ledger') end
-if which ~= 'capacity' and which ~= 'paused' then return bad(2, 'which') end
+if which ~= 'capacity' and which ~= 'paused' and which ~= 'released' then return bad(2, 'which') end
 if value ~= '' then
-  if which == 'capacity' then
+  if which == 'capacity' or which == 'released' then
     local cap = integer(value, 1)
     if not cap or cap >= 2 ^ 31 then return bad(3, 'value') end
     value = string.format('%d', cap)
   elseif value ~= '1' then
     return bad(3, 'value')
   end
+elseif which == 'released' then
+  return bad(3, 'value')
 end
 if by == '' then return bad(5, 'by') end
-if not duration or duration >= 2 ^ 40 or (value == '' and duration > 0) then return bad(7, 'duration') end
+if not duration or duration >= 2 ^ 40 or ((value == '' or which == 'released') and duration > 0) then
+  return bad(7, 'duration')
+end
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -68,7 +76,7 @@ for name, held in pairs(present) do
       redis.call('HDEL', KEYS[1], name, 'meta:' .. name)
       present[name] = nil
     end
-  elseif kind == 'cleared' then
+  elseif kind == 'cleared' or kind == 'released' then
     local read, record = pcall(cjson.decode, held)
     if not read or type(record) ~= 'table' or not tonumber(record.at) or tonumber(record.at) < now - KEPT then
       redis.call('HDEL', KEYS[1], name)
@@ -82,7 +90,11 @@ local before = present[field] or ''
 local record = {by = by, at = now}
 if reason ~= '' then record.reason = reason end
 local changed = 0
-if value == '' then
+if which == 'released' then
+  record.holds = tonumber(value)
+  redis.call('HSET', KEYS[1], field, cjson.encode(record))
+  changed = 1
+elseif value == '' then
   if before ~= '' then
     redis.call('HDEL', KEYS[1], field, meta)
     redis.call('HSET', KEYS[1], cleared, cjson.encode(record))
@@ -115,7 +127,7 @@ for i = 1, #flat, 2 do
   if kind == 'capacity' or kind == 'paused' then
     local ends = string.match(held, '^%d+:(%d+)$')
     if ends then last = math.max(last, tonumber(ends)) else forever = true end
-  elseif kind == 'cleared' then
+  elseif kind == 'cleared' or kind == 'released' then
     local read, kept = pcall(cjson.decode, held)
     local at = read and type(kept) == 'table' and tonumber(kept.at) or now
     last = math.max(last, at + KEPT)

@@ -43,7 +43,7 @@ from ...errors import ArgumentError
 from ...ledger.keys import KeySpace
 from .arguments import build_parser
 from .commands import control_command, release_command, settle_command, status_command, why_command
-from .connection import connect, pick_url, scrub, url_secrets
+from .connection import PASSWORD_ON_COMMAND_LINE, connect, pick_url, scrub, url_secrets
 from .exits import EXIT_INTERRUPTED, EXIT_NOTHING_DONE, PROG, Failure, err
 from .help import CONTROL_COMMANDS
 
@@ -52,10 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns its exit code (see ``--help``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    url, source = pick_url(args.url)
-    secrets = url_secrets(url)
-    args.secrets = secrets
+    secrets: set[str] = set()
     try:
+        url, source = pick_url(args.url, args.url_file)
+        secrets = url_secrets(url)
+        args.secrets = secrets
+        if source == "--url" and secrets:
+            err(PASSWORD_ON_COMMAND_LINE)
         try:
             KeySpace(args.prefix)
         except ArgumentError as e:

@@ -97,6 +97,13 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> Non
         f"(see below; default: ${URL_ENV}, else $REDIS_URL, else {DEFAULT_URL})",
     )
     parser.add_argument(
+        "--url-file",
+        default=default,
+        metavar="PATH",
+        help="read the URL from the first line of this file (a password on the command line is seen "
+        "by every local user: use this or the environment)",
+    )
+    parser.add_argument(
         "--cluster",
         action="store_true",
         default=False if top else argparse.SUPPRESS,
@@ -195,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         usage=(
             "%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes] [--force]\n"
-            "       (LEDGER | --key TEXT) (TOKEN [TOKEN ...] | --all)"
+            "       [--by TEXT] [--reason TEXT] (LEDGER | --key TEXT) (TOKEN [TOKEN ...] | --all)"
         ),
         epilog=RELEASE_EPILOG,
     )
@@ -215,6 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=QUEUE_HELP,
     )
     release.add_argument("--all", action="store_true", help="remove every hold of the ledger")
+    release.add_argument(
+        "--by",
+        type=checked(checked_by),
+        metavar="TEXT",
+        help="who does it, as recorded and shown (default: <OS user>@<hostname>)",
+    )
+    release.add_argument(
+        "--reason", type=checked(checked_reason), metavar="TEXT", help="why, as recorded and shown"
+    )
     release.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     release.add_argument(
         "--force", action="store_true", help="remove holds of live worker processes too (see below)"

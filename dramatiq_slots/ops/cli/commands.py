@@ -227,7 +227,10 @@ def release_command(args: argparse.Namespace, client: RedisClient, parser: argpa
         return EXIT_NOTHING_DONE
 
     released: Released = talking_to(
-        client, lambda: inspector.release(ledger, [h.token for h in chosen], force=args.force)
+        client,
+        lambda: inspector.release(
+            ledger, [h.token for h in chosen], force=args.force, by=args.by, reason=args.reason
+        ),
     )
     removed = set(released.removed)
     for holder in released.spared:
@@ -248,6 +251,8 @@ def release_command(args: argparse.Namespace, client: RedisClient, parser: argpa
                 )
         else:
             err(f"hold {clean(holder.token)} was already gone from {name}")
+    if released.unrecorded is not None:
+        raise Failure(f"the removal was not recorded ({released.unrecorded}): the operators' ACL records it")
     return EXIT_OK if removed else EXIT_NOTHING_DONE
 
 

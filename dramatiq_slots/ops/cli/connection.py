@@ -73,10 +73,27 @@ def scrub(text: str, secrets: set[str]) -> str:
     return text
 
 
-def pick_url(given: str | None) -> tuple[str, str]:
-    """``(url, where it came from)``: ``--url``, else the environment, else the default."""
+#: What a password on the command line costs (``--url``), said on stderr when one is given there.
+PASSWORD_ON_COMMAND_LINE = (
+    "warning: --url carries a password, which every local user sees in the process list (ps); "
+    f"put the URL in ${URL_ENV}, or in a file only you may read and give --url-file PATH"
+)
+
+
+def pick_url(given: str | None, file: str | None = None) -> tuple[str, str]:
+    """``(url, where it came from)``: ``--url``, else ``--url-file`` (its first line), else the
+    environment, else the default."""
     if given:
         return given, "--url"
+    if file:
+        try:
+            with open(file, encoding="utf-8") as lines:
+                url = lines.readline().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise Failure(f"--url-file: cannot read {file!r} ({type(e).__name__}: {e})") from e
+        if not url:
+            raise Failure(f"--url-file: {file!r} holds no URL on its first line")
+        return url, "--url-file"
     for name in URL_ENVIRONMENT:
         value = os.environ.get(name)
         if value:

@@ -18,9 +18,10 @@ exit codes:
 """
 
 MAIN_EPILOG = f"""\
-The ledger's Redis: --url, else the environment variable {URL_ENV}, else
-REDIS_URL, else {DEFAULT_URL}. Give the Redis and the key_prefix
-the workers use. URLs:
+The ledger's Redis: --url, else the first line of --url-file, else the environment
+variable {URL_ENV}, else REDIS_URL, else {DEFAULT_URL}. Give the
+Redis and the key_prefix the workers use. A password in --url is seen by every local
+user in the process list (a warning says so): use the environment or --url-file. URLs:
   redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]     one server (rediss://: TLS)
   unix://[[USER]:PASSWORD@]/PATH[?db=DB]          one server, on a Unix socket
   redis+cluster://[[USER]:PASSWORD@]HOST[:PORT]   any node of a Redis Cluster

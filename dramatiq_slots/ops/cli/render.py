@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ...ledger.controls import Provenance, duration_text
+from ...ledger.controls import Provenance, Release, duration_text
 from ...ledger.reports import printable
 from ..inspection import (
     HolderView,
@@ -154,7 +154,15 @@ def control_lines(view: LedgerView) -> list[str]:
         )
     if view.paused and view.pause_provenance is not None:
         lines.append(provenance_text("paused", view.pause_provenance, view.read_at, "until resume"))
+    if view.released is not None:
+        lines.append(released_text(view.released, view.read_at))
     return lines
+
+
+def released_text(released: Release, now: float | None) -> str:
+    """``released 2 hold(s) by alice@h 3m ago for 'dead host'``: the last release by hand (a day's)."""
+    text = provenance_text(f"released {released.holds} hold(s) by hand", released.provenance, now, "")
+    return text.removesuffix(", ")
 
 
 def render_table(
