@@ -17,7 +17,7 @@ from redis.cluster import RedisCluster
 
 from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.ops.cli.connection import parse_sentinel_url
-from tests.support.command import PASSWORD, row, run_command, user_env
+from tests.support.command import PASSWORD, row, run_command, said, user_env
 from tests.support.planted import WAITING_TOKEN, plant_busy_queue, tokens
 from tests.support.ports import free_port
 from tests.support.redis_cluster import LocalCluster
@@ -144,7 +144,7 @@ def test_an_unreachable_cluster_is_named_without_its_password() -> None:
     done = run_command("status", "--url", f"redis+cluster://:{PASSWORD}@127.0.0.1:{port}")
     assert done.returncode == 2, done.stderr
     assert f"cannot reach Redis at cluster via 127.0.0.1:{port}" in done.stderr
-    assert PASSWORD not in done.stdout + done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert PASSWORD not in done.stdout + done.stderr and len(said(done.stderr)) == 1
 
 
 # -- Sentinel ------------------------------------------------------------------------------------
@@ -222,7 +222,7 @@ def test_a_bad_sentinel_url_is_refused_without_echoing_it() -> None:
         assert done.returncode == 2, (url, done.stderr)
         assert "bad Redis URL (from --url)" in done.stderr and why in done.stderr, done.stderr
         assert PASSWORD not in done.stdout + done.stderr and sentinel_secret not in done.stdout + done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1
+        assert len(said(done.stderr)) == 1
 
 
 def test_unreachable_sentinels_are_named_without_either_password() -> None:
@@ -233,7 +233,7 @@ def test_unreachable_sentinels_are_named_without_either_password() -> None:
     assert done.returncode == 2, done.stderr
     assert f"no primary found at sentinel mymaster/0 via 127.0.0.1:{port}" in done.stderr
     assert PASSWORD not in done.stdout + done.stderr and sentinel_secret not in done.stdout + done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
+    assert len(said(done.stderr)) == 1
 
 
 def test_a_sentinel_urls_credentials_go_to_the_primary_and_its_query_ones_to_the_sentinels() -> None:

@@ -89,3 +89,9 @@ def row(stdout: str, token: str) -> list[str]:
     """The fields of the ``status`` table line of one holder."""
     (line,) = [line for line in stdout.splitlines() if line.rstrip().endswith(token)]
     return line.split()
+
+
+def said(stderr: str) -> list[str]:
+    """The lines of a command's stderr but the warning a password in ``--url`` gets (it comes first,
+    and is the same whatever the command then says)."""
+    return [line for line in stderr.strip().splitlines() if not line.startswith("warning: --url carries")]
