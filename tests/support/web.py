@@ -44,9 +44,10 @@ TIMEOUT = 30
 
 
 @contextlib.contextmanager
-def served(app: Any) -> Iterator[str]:
-    """``app`` served on a free port of 127.0.0.1 while the ``with`` lasts; yields its base URL."""
-    server = make_server("127.0.0.1", 0, app, quiet=True)
+def served(app: Any, **options: Any) -> Iterator[str]:
+    """``app`` served on a free port of 127.0.0.1 while the ``with`` lasts (``options`` to
+    :func:`make_server`); yields its base URL."""
+    server = make_server("127.0.0.1", 0, app, quiet=True, **options)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
