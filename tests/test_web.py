@@ -1,7 +1,7 @@
 """The operators' page (``SlotsWeb``) over real HTTP, against real Redis and real worker processes.
 
-Served by the package's own threading server on a free port (``tests/support/web.py``), read
-and driven as the page's script does (cookies, the CSRF token of its ``<meta>``). What Redis
+Served by the package's own server on a free port (``tests/support/web.py``), read and driven as
+the page's script does (cookies, the CSRF token of ``/api/session``, its own ``Origin``). What Redis
 holds is planted through a ``Ledger`` (a dead worker's hold is a member nobody reports, a live
 one has its process's report, :mod:`tests.support.planted`) or made by real ``dramatiq``
 worker groups (:mod:`tests.support.fleets`). Every refused request is checked against Redis:
@@ -12,6 +12,7 @@ the page mounted in Django, ``test_web_django.py``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import time
 import urllib.parse
@@ -35,12 +36,13 @@ from dramatiq_slots.ledger.reports import (
     ReportedWait,
     ReportWrite,
 )
-from dramatiq_slots.ops.web import SlotsWeb
+from dramatiq_slots.ops.web import ACTIONS, SlotsWeb
 from dramatiq_slots.ops.web.app import CONTENT_SECURITY_POLICY
+from dramatiq_slots.ops.web.standalone import IDLE, LIFETIME, MAX_SESSIONS, LocalOperator
 from tests.support.planted import DEAD_TOKEN, LIVE_TOKEN, hold, ms_ago, plant_busy_queue, report, tokens
 from tests.support.servers import ENGINES
 from tests.support.waiting import wait_until
-from tests.support.web import WebClient, csrf_of, served
+from tests.support.web import WebClient, served
 from tests.support.worker_groups import CAPPED_QUEUE, KEYED_QUEUE, WorkerFleet, runtime_key
 
 #: The user the test hooks let act.
@@ -104,14 +106,20 @@ def test_the_page_is_a_shell_with_strict_headers_and_its_own_script_only(page: W
     assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "'unsafe-inline'" not in csp
     assert shell.headers["X-Content-Type-Options"] == "nosniff"
     assert shell.headers["X-Frame-Options"] == "DENY" and shell.headers["Cache-Control"] == "no-store"
-    cookie = shell.headers["Set-Cookie"]
-    assert cookie.startswith("slots_csrf=") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    assert "Path=/slots" in cookie and "Secure" not in cookie  # plain HTTP here
+    assert "Set-Cookie" not in shell.headers, "the shell carries no cookie and no token"
     html = shell.text
     scripts = re.findall(r"<script\b[^>]*>", html)
     assert scripts == ['<script src="/slots/static/slots.js" defer>'], "only the page's own script file"
     assert not re.search(r"\son[a-z]+\s*=", html) and "javascript:" not in html and "style=" not in html
-    assert len(csrf_of(html)) == 64
+    assert "csrf" not in html
+    session = page.get("/slots/api/session")
+    cookie = session.headers["Set-Cookie"]
+    assert cookie.startswith("slots_csrf=") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert "Path=/slots" in cookie and "Secure" not in cookie  # plain HTTP here
+    assert session.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    assert session.json()["user"] == "anonymous" and session.json()["allowed"] == []
+    assert re.fullmatch(r"[0-9a-f]{64}", session.json()["csrf"])
+    assert "Set-Cookie" not in page.get("/slots/api/session").headers, "set once"
 
     script = page.get("/slots/static/slots.js")
     assert script.status == 200 and script.headers["Content-Type"] == "text/javascript; charset=utf-8"
@@ -212,7 +220,6 @@ def test_the_list_is_paged_and_searched_by_queue_name_or_digest(ledger: Ledger, 
     assert listed(page)["more"] and not listed(page, page=3)["more"]
     assert listed(page, "account:42")["total"] == 0, "a runtime key's text is in no ledger's name"
     assert listed(page, "no-such-queue")["ledgers"] == []
-    assert page.get("/slots/api/ledgers?page=x").status == 400
 
 
 def test_a_ledger_paused_or_held_a_moment_ago_is_listed_at_the_next_refresh(
@@ -378,6 +385,37 @@ def test_each_json_document_has_its_fields(ledger: Ledger, acting: WebClient) ->
     assert acting.get("/slots/api/ledger?name=emails").status == 400
 
 
+def test_a_bad_parameter_is_told_what_is_allowed_and_never_an_internal_error(acting: WebClient) -> None:
+    token = acting.page_token()
+    reads = {
+        "/slots/api/ledgers?page=0": "page: a whole number from 1, got '0'",
+        "/slots/api/ledgers?page=-1": "page: a whole number from 1, got '-1'",
+        "/slots/api/ledgers?page=x": "page: a whole number from 1, got 'x'",
+        "/slots/api/ledgers?page=1234567890": "page: a whole number from 1, got '1234567890'",
+        "/slots/api/ledger": "name: give the ledger (queue:<name> or key:<digest>)",
+        "/slots/api/ledger?name=emails": "not a ledger name: 'emails' (expected queue:<queue name>",
+        "/slots/api/why": "message_id: give a message id (at most 200 characters)",
+        "/slots/api/why?message_id=" + "m" * 201: "message_id: give a message id (at most 200 characters)",
+    }
+    for path, said in reads.items():
+        reply = acting.get(path)
+        assert reply.status == 400 and reply.json()["error"].startswith(said), (path, reply.text)
+    acts = {
+        ("pause", ()): "ledger: give the ledger",
+        ("set-capacity", (("capacity", "0"),)): "capacity: from 1 to",
+        ("pause", (("duration", "nan"),)): "duration: more than 0 and at most",
+        ("pause", (("reason", "a\x00b"),)): "reason: control characters are not taken",
+        ("release", ()): "token: give the claim token",
+        ("release", (("token", "t" * 401),)): "token: a claim token of at most 400",
+    }
+    for (action, fields), said in acts.items():
+        form = {"ledger": "queue:emails", **dict(fields)} if action != "pause" or fields else {}
+        reply = acting.act(action, token, **form)
+        assert reply.status == 400 and reply.json()["error"].startswith(said), (action, reply.text)
+    for reply in [acting.get(path) for path in reads]:
+        assert "Traceback" not in reply.text and "page(" not in reply.text and "Error" not in reply.text
+
+
 def test_the_line_lists_its_messages_in_order_and_a_settling_or_labelled_ledger_says_so(
     ledger: Ledger, page: WebClient
 ) -> None:
@@ -472,8 +510,9 @@ def test_the_authorize_hook_decides_who_reads_and_who_acts(
 
     with page_of(redis_client, key_prefix, controls=True, authorize=readers_only) as web:
         assert web.get("/slots/").status == 403 and web.get("/slots/api/ledgers").status == 403
+        assert web.get("/slots/api/session").status == 403
         bob = {"X-User": "bob"}
-        token = csrf_of(web.get("/slots/", headers=bob).text)
+        token = web.page_token(bob)
         assert web.get("/slots/api/processes", headers=bob).status == 200
         assert ledger_doc_as(web, bob)["controls"]["allowed"] == []
         for action, fields in (
@@ -489,9 +528,116 @@ def test_the_authorize_hook_decides_who_reads_and_who_acts(
             assert refused.status == 403 and refused.json()["error"] == f"not authorized to {action}"
         assert controls.read() == {} and tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
         assert ("bob", "pause") in asked and ("bob", "release") in asked
-        admin = {"X-User": "admin", "X-Slots-CSRF": token}
-        done = web.post("/slots/api/actions/pause", fields={"ledger": "queue:emails"}, headers=admin)
+        # Bob's token is his: the same browser (cookie) passed as the admin cannot act with it.
+        admin = {"X-User": "admin"}
+        borrowed = web.post(
+            "/slots/api/actions/pause",
+            fields={"ledger": "queue:emails"},
+            headers={**admin, "X-Slots-CSRF": token},
+        )
+        assert borrowed.status == 403 and "wrong CSRF token" in borrowed.json()["error"]
+        assert controls.read() == {}
+        own = web.page_token(admin)
+        done = web.post(
+            "/slots/api/actions/pause",
+            fields={"ledger": "queue:emails"},
+            headers={**admin, "X-Slots-CSRF": own},
+        )
         assert done.status == 200 and controls.of(emails).paused
+
+
+def test_a_readers_token_for_a_cookie_of_his_choosing_does_not_act_for_another_user(
+    ledger: Ledger, redis_client: redis.Redis, key_prefix: str, controls: Controls
+) -> None:
+    emails = plant_busy_queue(ledger)
+
+    def by_header(environ: Any, action: str) -> str | None:
+        user = environ.get("HTTP_X_USER")
+        return user if user == "admin" or (user == "mallory" and action == "view") else None
+
+    with page_of(redis_client, key_prefix, controls=True, authorize=by_header) as web:
+        planted = "a" * 43  # a cookie value the reader chose, planted in the admin's browser
+        mallory = WebClient(web.base)
+        mallory.set_cookie("slots_csrf", planted)
+        token = mallory.page_token({"X-User": "mallory"})
+        assert mallory.cookie("slots_csrf") == planted, "the page took his cookie"
+        admin = WebClient(web.base)
+        admin.set_cookie("slots_csrf", planted)
+        refused = admin.post(
+            "/slots/api/actions/pause",
+            fields={"ledger": "queue:emails"},
+            headers={"X-User": "admin", "X-Slots-CSRF": token},
+        )
+        assert refused.status == 403 and "wrong CSRF token" in refused.json()["error"]
+        assert controls.read() == {} and tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
+        # The admin's own token for that cookie acts (the cookie alone decides nothing).
+        own = admin.page_token({"X-User": "admin"})
+        done = admin.post(
+            "/slots/api/actions/pause",
+            fields={"ledger": "queue:emails"},
+            headers={"X-User": "admin", "X-Slots-CSRF": own},
+        )
+        assert done.status == 200 and controls.of(emails).paused
+
+
+def test_a_post_from_another_origin_a_null_one_or_none_is_refused(
+    ledger: Ledger, acting: WebClient, redis_client: redis.Redis, key_prefix: str, controls: Controls
+) -> None:
+    emails = plant_busy_queue(ledger)
+    token = acting.page_token()
+    other_site, null, other_port = acting.other_origins()
+
+    def pause(**headers: str | None) -> Any:
+        return acting.post(
+            "/slots/api/actions/pause",
+            fields={"ledger": "queue:emails"},
+            headers={"X-Slots-CSRF": token, **headers},
+        )
+
+    refused = {
+        "foreign": pause(Origin=other_site),
+        "another port": pause(Origin=other_port),
+        "https": pause(Origin=acting.base.replace("http:", "https:")),
+        "null": pause(Origin=null),
+        "neither": pause(Origin=None),
+        "foreign referer": pause(Origin=None, Referer="http://evil.example/slots/"),
+        "same-site": pause(**{"Sec-Fetch-Site": "same-site"}),
+    }
+    assert {k: r.status for k, r in refused.items()} == dict.fromkeys(refused, 403)
+    assert refused["foreign"].json()["error"] == "a request from origin http://evil.example may not act here"
+    assert refused["null"].json()["error"] == "a request from origin null may not act here"
+    assert refused["neither"].json()["error"] == "a request without Origin or Referer may not act"
+    assert controls.read() == {} and tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
+    # The page's own origin, by Origin or (without one) by Referer, and one named default port.
+    assert pause(Origin=None, Referer=f"{acting.base}/slots/#ledgers").status == 200
+    assert pause(Origin=acting.base.upper().replace("HTTP://", "http://")).status == 200
+    assert controls.of(emails).paused
+
+    # Behind a proxy that changes the scheme: the origins given are the only ones taken.
+    public = "https://ops.example.com"
+    with page_of(redis_client, key_prefix, controls=True, authorize=operator, origins=[public]) as proxied:
+        own = proxied.page_token()
+        form = {"ledger": "queue:emails"}
+        served_as = proxied.post("/slots/api/actions/resume", fields=form, headers={"X-Slots-CSRF": own})
+        assert served_as.status == 403 and controls.of(emails).paused
+        assert (
+            proxied.post(
+                "/slots/api/actions/resume",
+                fields=form,
+                headers={"X-Slots-CSRF": own, "Origin": public + ":443"},
+            ).status
+            == 200
+        )
+    assert not controls.of(emails).paused
+    for bad in (
+        "https://ops.example.com",
+        ["ops.example.com"],
+        ["https://ops.example.com/slots"],
+        ["ftp://x"],
+        [],
+    ):
+        with pytest.raises(ArgumentError, match="origins"):
+            SlotsWeb(redis_client, origins=bad)
 
 
 def ledger_doc_as(web: WebClient, headers: dict[str, str]) -> dict[str, Any]:
@@ -570,6 +716,8 @@ def test_the_controls_from_the_page_change_what_redis_holds(
     refused_with("pause", "reason", reason="x" * 501)
     refused_with("pause", "duration", duration="-5")
     refused_with("resume", "duration", duration="60")  # only pause and set-capacity take one
+    refused_with("resume", "reason", reason="done")  # as the CLI's resume: who only
+    refused_with("reset-capacity", "reason", reason="done")
     assert acting.act("pause", token, ledger="emails").status == 400
     assert acting.act("pause", token).status == 400
     assert acting.act("explode", token, ledger="queue:emails").status == 404
@@ -589,18 +737,161 @@ def test_a_timed_pause_from_the_page_ends_by_itself(
     wait_until(lambda: not controls.of(emails).paused, timeout=10, what="the 1 s pause to end by itself")
 
 
-def test_release_frees_a_dead_holders_hold_and_never_a_live_ones(ledger: Ledger, acting: WebClient) -> None:
+def test_release_frees_a_dead_holders_hold_and_never_a_live_ones(
+    ledger: Ledger, acting: WebClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="dramatiq_slots.web")
     emails = plant_busy_queue(ledger)
     token = acting.page_token()
     live = acting.act("release", token, ledger="queue:emails", token=LIVE_TOKEN)
     assert live.status == 409 and "alive" in live.json()["message"]
     assert tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
-    dead = acting.act("release", token, ledger="queue:emails", token=DEAD_TOKEN)
+    dead = acting.act(
+        "release", token, ledger="queue:emails", token=DEAD_TOKEN, reason="host-9 was shut down"
+    )
     assert dead.status == 200 and dead.json()["ok"], dead.text
+    said = (
+        f"release by '{OPERATOR}' on queue:emails: removed hold '{DEAD_TOKEN}', reason 'host-9 was shut down'"
+    )
+    assert said in caplog.messages
     assert DEAD_TOKEN not in tokens(ledger, emails) and LIVE_TOKEN in tokens(ledger, emails)
-    again = acting.act("release", token, ledger="queue:emails", token=DEAD_TOKEN)
+    again = acting.act("release", token, ledger="queue:emails", token=DEAD_TOKEN, reason="worker gone")
     assert again.status == 409 and "already gone" in again.json()["message"]
     assert acting.act("release", token, ledger="queue:emails").status == 400
+
+
+# -- the standalone server's operator: a session per tab, bound to its origin -------------------------
+
+
+class Clock:
+    """The sessions' clock, moved by the test (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextlib.contextmanager
+def standalone(
+    redis_client: redis.Redis, key_prefix: str, clock: Clock
+) -> Iterator[tuple[str, LocalOperator]]:
+    """The page as ``dramatiq-slots web --controls --user alice`` serves it, on a test clock."""
+    operator = LocalOperator("alice", path="/slots", clock=clock)
+    page = SlotsWeb(redis_client, key_prefix=key_prefix, controls=True, authorize=operator.authorize)
+    with served(operator.wrap(page)) as base:
+        yield base, operator
+
+
+def test_a_stolen_cookie_jar_with_a_fresh_csrf_pair_acts_for_nobody(
+    ledger: Ledger, redis_client: redis.Redis, key_prefix: str, controls: Controls
+) -> None:
+    emails = plant_busy_queue(ledger)
+    with standalone(redis_client, key_prefix, Clock()) as (base, operator):
+        tab = WebClient(base)
+        assert tab.get("/slots/login?token=" + "x" * len(operator.token)).status == 403
+        session = tab.sign_in(base + operator.login_path())
+        token = tab.page_token()
+        assert tab.get("/slots/api/session").json()["allowed"] == list(ACTIONS)
+        assert tab.act("pause", token, ledger="queue:emails", reason="deploy").status == 200
+        pause = controls.of(emails).pause_provenance
+        assert pause is not None and (pause.by, pause.reason) == ("alice", "deploy")
+
+        # A server on another port of this host got the tab's cookies (and an old operator cookie).
+        thief = WebClient(base)
+        for cookie in tab.jar:
+            thief.set_cookie(cookie.name, cookie.value or "")
+        thief.set_cookie("slots_operator", "f" * 64)
+        assert thief.get("/slots/api/session").json()["allowed"] == []
+        fresh = thief.page_token()  # a fresh CSRF pair from the open page
+        refused = {
+            "fresh pair": thief.act("resume", fresh, ledger="queue:emails"),
+            "the tab's token": thief.act("resume", token, ledger="queue:emails"),
+        }
+        # With the session itself, from elsewhere, or with a token not made for it.
+        thief.session = session
+        refused["another port"] = thief.act_from(
+            thief.other_origins()[-1], "resume", token, ledger="queue:emails"
+        )
+        refused["token of no session"] = thief.act("resume", fresh, ledger="queue:emails")
+        port = base.rsplit(":", 1)[1]
+        elsewhere = {"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"}
+        refused["another origin of this server"] = thief.post(
+            "/slots/api/actions/resume",
+            fields={"ledger": "queue:emails"},
+            headers={**elsewhere, "X-Slots-CSRF": thief.page_token(elsewhere)},
+        )
+        assert {k: r.status for k, r in refused.items()} == dict.fromkeys(refused, 403), {
+            k: r.text for k, r in refused.items()
+        }
+        assert refused["fresh pair"].json()["error"] == "not authorized to resume"
+        assert "wrong CSRF token" in refused["token of no session"].json()["error"]
+        assert "sign in again" in refused["another origin of this server"].json()["error"]
+        assert controls.of(emails).paused and tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
+        assert tab.act("resume", token, ledger="queue:emails").status == 200
+        assert not controls.of(emails).paused
+
+
+def test_a_session_ends_an_hour_after_its_last_control_twelve_hours_after_sign_in_and_at_sign_out(
+    ledger: Ledger, redis_client: redis.Redis, key_prefix: str, controls: Controls
+) -> None:
+    emails = plant_busy_queue(ledger)
+    clock = Clock()
+    with standalone(redis_client, key_prefix, clock) as (base, operator):
+
+        def signed_in(tab: WebClient) -> bool:
+            allowed = tab.get("/slots/api/session").json()["allowed"]
+            assert allowed in ([], list(ACTIONS))
+            return bool(allowed)
+
+        def control(tab: WebClient) -> int:
+            """A control that changes nothing (resume a ledger not paused): its status."""
+            return tab.act("resume", tab.page_token(), ledger="queue:emails").status
+
+        # Watching the page (its polls, the ledger's view) does not keep a session alive.
+        watching = WebClient(base)
+        watching.sign_in(base + operator.login_path())
+        for _ in range(5):
+            clock.now += IDLE / 5 - 1
+            assert signed_in(watching) and watching.get("/slots/api/ledger?name=queue:emails").status == 200
+        clock.now += 5
+        assert not signed_in(watching) and control(watching) == 403
+        assert watching.get("/slots/api/ledgers").status == 200, "reading needs no session"
+
+        # A control does, for an hour each, up to twelve hours after the sign-in.
+        busy = WebClient(base)
+        busy.sign_in(base + operator.login_path())
+        used = 0.0
+        while used + IDLE - 1 < LIFETIME:
+            clock.now += IDLE - 1
+            used += IDLE - 1
+            assert control(busy) == 200, used
+        clock.now += LIFETIME - used
+        assert not signed_in(busy) and control(busy) == 403, "twelve hours after its sign-in"
+        assert controls.read() == {} and tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
+
+        tab = WebClient(base)
+        tab.sign_in(base + operator.login_path())
+        assert tab.get("/slots/logout").status == 405
+        foreign = tab.post("/slots/logout", headers={"Origin": "http://evil.example"})
+        assert foreign.status == 403 and signed_in(tab)
+        ended = tab.post("/slots/logout")
+        assert ended.status == 200 and ended.json()["message"] == "signed out"
+        assert not signed_in(tab)
+        refused = tab.act("pause", tab.page_token(), ledger="queue:emails")
+        assert refused.status == 403 and "sign in again" in refused.json()["error"]
+        assert tab.post("/slots/logout").json()["message"] == "no session to end"
+
+        # At most MAX_SESSIONS at once: a sign-in beyond ends the one whose last control is oldest.
+        tabs = [WebClient(base) for _ in range(MAX_SESSIONS + 1)]
+        for each in tabs[:MAX_SESSIONS]:
+            clock.now += 1
+            each.sign_in(base + operator.login_path())
+        clock.now += 1
+        assert control(tabs[0]) == 200  # tabs[1] is now the one used longest ago
+        tabs[-1].sign_in(base + operator.login_path())
+        assert not signed_in(tabs[1]) and signed_in(tabs[0]) and signed_in(tabs[-1]) and signed_in(tabs[2])
 
 
 # -- real worker processes -------------------------------------------------------------------------------

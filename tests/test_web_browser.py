@@ -34,7 +34,7 @@ from tests.support.planted import (
     tokens,
 )
 from tests.support.waiting import wait_until
-from tests.support.web import screenshot_dir, served
+from tests.support.web import WebClient, screenshot_dir, served, serving
 from tests.support.worker_groups import CAPPED_QUEUE, CAPPED_SCOPE, Backlog, WorkerFleet
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -139,9 +139,20 @@ def post_from_page(
     return status
 
 
-def page_csrf(driver: Any) -> str:
-    token: str = driver.execute_script("return document.querySelector('meta[name=slots-csrf]').content;")
+def page_csrf(driver: Any, base: str) -> str:
+    """The CSRF token the page's script gets (``<base>/slots/api/session``, asked from the page)."""
+    token: str = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0]).then(r => r.json()).then(d => done(d.csrf), e => done(String(e)));",
+        base + "/slots/api/session",
+    )
     return token
+
+
+def session_key(driver: Any) -> str | None:
+    """The sign-in session this tab keeps for the page's origin."""
+    key: str | None = driver.execute_script("return sessionStorage.getItem('slots-session');")
+    return key
 
 
 # -- what the page shows ------------------------------------------------------------------------------
@@ -346,7 +357,7 @@ def test_requests_without_the_token_from_another_site_or_refused_by_the_hook_cha
         assert post_from_page(driver, pause, body) == 403, "no CSRF token"
         assert post_from_page(driver, pause, body, csrf="f00") == 403, "a wrong token"
         assert controls.read() == {}
-        token = page_csrf(driver)
+        token = page_csrf(driver, base)
 
         # The same request from a page of another origin (another port): the browser sends no
         # cookie (SameSite=Strict), says cross-site, and may not send the token's header.
@@ -363,11 +374,77 @@ def test_requests_without_the_token_from_another_site_or_refused_by_the_hook_cha
             timeout=SHOWN,
             what="no controls for a reader",
         )
-        own = page_csrf(driver)
+        own = page_csrf(driver, other)
         assert post_from_page(driver, f"{other}/slots/api/actions/pause", body, csrf=own) == 403
         release = f"{body}&token={DEAD_TOKEN}"
         assert post_from_page(driver, f"{other}/slots/api/actions/release", release, csrf=own) == 403
     assert controls.read() == {} and tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
+
+
+def test_the_standalone_sign_in_lives_in_the_tab_and_a_stolen_cookie_jar_changes_nothing(
+    driver: Any, ledger: Ledger, redis_server: Any, redis_client: redis.Redis, key_prefix: str
+) -> None:
+    emails = plant_busy_queue(ledger)
+    controls = Controls(redis_client, key_prefix=key_prefix)
+    command = ["--url", redis_server.url, "--prefix", key_prefix, "web", "--port", "0"]
+    with serving(*command, "--controls", "--user", "alice") as started:
+        assert started.login is not None
+        page = started.base + "/slots/"
+        driver.get(started.login)
+        # The session moved from the address into the tab's sessionStorage; no cookie carries it.
+        wait_until(
+            lambda: driver.current_url == page,
+            timeout=SHOWN,
+            what="the address cleared",
+            context=lambda: f"{driver.current_url} {driver.get_log('browser')}",
+        )
+        key = session_key(driver)
+        assert key is not None and len(key) == 43
+        assert {c["name"] for c in driver.get_cookies()} <= {"slots_csrf"}
+        wait_until(lambda: texts(driver, "#who") == ["acting as aliceSign out"], timeout=SHOWN, what="who")
+        driver.refresh()  # a reload keeps the tab signed in
+        wait_until(lambda: texts(driver, "#who") == ["acting as aliceSign out"], timeout=SHOWN, what="again")
+
+        driver.get(page + "#ledger/queue%3Aemails")
+        wait_until(lambda: texts(driver, 'button[data-action="pause"]'), timeout=SHOWN, what="the panel")
+        type_into(driver, "#reason", "deploy")
+        click(driver, 'button[data-action="pause"]')
+        wait_until(lambda: controls.of(emails).paused, timeout=SHOWN, what="the pause in Redis")
+        pause = controls.of(emails).pause_provenance
+        assert pause is not None and (pause.by, pause.reason) == ("alice", "deploy")
+
+        # Another client replays the browser's whole cookie jar with a fresh CSRF pair.
+        thief = WebClient(started.base)
+        for cookie in driver.get_cookies():
+            thief.set_cookie(cookie["name"], cookie["value"])
+        resume = {"ledger": "queue:emails"}
+        assert thief.act("resume", thief.page_token(), **resume).status == 403
+        # A page of another port of this host, in the same browser: no session there, and its
+        # script's POST to the page is refused.
+        with served(SlotsWeb(redis_client, key_prefix=key_prefix, refresh=REFRESH)) as other:
+            driver.get(other + "/slots/")
+            wait_until(lambda: refreshes(driver) > 0, timeout=SHOWN, what="the other page")
+            assert session_key(driver) is None
+            url, body = started.base + "/slots/api/actions/resume", "ledger=queue%3Aemails"
+            stolen = post_from_page(driver, url, body, csrf=thief.page_token(), credentials="include")
+            assert stolen in (0, -1, 403)
+        assert controls.of(emails).paused
+
+        # Back in the tab, still signed in; signing out ends the session on the server too.
+        driver.get(page + "#ledger/queue%3Aemails")
+        click(driver, "#sign-out")
+        wait_until(lambda: session_key(driver) is None, timeout=SHOWN, what="the session out of the tab")
+        wait_until(
+            lambda: texts(driver, "#controls p.note") == ["You may not act on this page."],
+            timeout=SHOWN,
+            what="no controls once signed out",
+        )
+        assert texts(driver, "#who") == ["signed out"]
+        thief.session = key
+        ended = thief.act("resume", thief.page_token(), **resume)
+        assert ended.status == 403 and "sign in again" in ended.json()["error"]
+        assert controls.of(emails).paused and tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
+        assert started.stop()[0] == 0
 
 
 def test_release_from_the_page_frees_a_dead_holders_hold(
@@ -601,6 +678,7 @@ def test_a_settling_ledger_says_why_nothing_starts_its_label_is_found_and_its_ch
             timeout=SHOWN,
             what="the key found by its label",
         )
+        assert driver.execute_script("return location.hash;") == "#ledgers?q=acme+corporation&page=1"
 
         # Its view: the reason instead of a free capacity, and the chart growing with each refresh.
         click(driver, f"{row} a.ledger-link")

@@ -83,6 +83,9 @@ def test_the_page_mounted_in_django_is_for_staff_and_the_rest_is_djangos(
     developer.set_cookie("slots_csrf", operator.cookie("slots_csrf") or "")
     assert developer.act("pause", token, ledger="queue:emails").status == 403
     assert controls.read() == {} and tokens(ledger, emails) == {LIVE_TOKEN, DEAD_TOKEN}
+    for origin in operator.other_origins():  # the user's own token, from another origin
+        refused = operator.act_from(origin, "pause", token, ledger="queue:emails")
+        assert refused.status == 403 and "may not act here" in refused.json()["error"], refused.text
 
     assert operator.act("pause", token, ledger="queue:emails", reason="from django").status == 200
     assert controls.of(emails).paused

@@ -95,6 +95,10 @@ def test_the_page_mounted_in_flask_is_for_its_admins_and_the_rest_is_flasks(
     (shown,) = operator.get("/slots/api/ledgers").json()["ledgers"]
     assert shown["short"] == "queue:emails" and shown["in_use"] == 2
     assert operator.act("pause", None, ledger="queue:emails").status == 403, "no CSRF token"
+    for origin in operator.other_origins():  # the user's own token, from another origin
+        refused = operator.act_from(origin, "pause", token, ledger="queue:emails")
+        assert refused.status == 403 and "may not act here" in refused.json()["error"], refused.text
+
     assert controls.read() == {}
     assert operator.act("pause", token, ledger="queue:emails", reason="from flask").status == 200
     control = controls.of(emails)

@@ -2,8 +2,9 @@
 
 :func:`served` runs any WSGI app (``SlotsWeb``, a Django project with it mounted) in the
 package's own threading server (:mod:`dramatiq_slots.ops.web.server`) for the length of a
-``with``; :class:`WebClient` talks to it as a browser's script would (a cookie jar, the page's
-CSRF token read from its ``<meta>``); :func:`serving` runs ``dramatiq-slots web`` until it says where
+``with``; :class:`WebClient` talks to it as a browser's script would (a cookie jar, the CSRF
+token of ``<path>/api/session``, its own ``Origin`` on a POST, the standalone server's session in
+``X-Slots-Session`` once signed in); :func:`serving` runs ``dramatiq-slots web`` until it says where
 it serves. :func:`chrome` is Debian's headless Chromium driven by
 Selenium, for the browser tests (:func:`browser_missing` says why it cannot run).
 """
@@ -44,9 +45,10 @@ TIMEOUT = 30
 
 
 @contextlib.contextmanager
-def served(app: Any) -> Iterator[str]:
-    """``app`` served on a free port of 127.0.0.1 while the ``with`` lasts; yields its base URL."""
-    server = make_server("127.0.0.1", 0, app, quiet=True)
+def served(app: Any, **options: Any) -> Iterator[str]:
+    """``app`` served on a free port of 127.0.0.1 while the ``with`` lasts (``options`` to
+    :func:`make_server`); yields its base URL."""
+    server = make_server("127.0.0.1", 0, app, quiet=True, **options)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
@@ -77,12 +79,18 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 class WebClient:
-    """Requests to one server, with a cookie jar (as one browser); redirects are not followed."""
+    """Requests to one server, with a cookie jar (as one browser tab); redirects are not followed.
+
+    A POST carries ``Origin: <base>``, as a browser's ``fetch`` does (``headers={"Origin": None}``
+    sends none); every request carries :attr:`session` in ``X-Slots-Session`` once it is set.
+    """
 
     def __init__(self, base: str, page: str = "/slots") -> None:
         self.base = base
         #: The page's path on the server (where ``SlotsWeb`` is mounted).
         self.page = page
+        #: The standalone server's sign-in session this tab keeps (:meth:`sign_in`).
+        self.session: str | None = None
         self.jar = http.cookiejar.CookieJar()
         self._opener = urllib.request.build_opener(
             urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect()
@@ -94,11 +102,15 @@ class WebClient:
         path: str,
         *,
         fields: Mapping[str, str] | None = None,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str | None] | None = None,
         body: bytes | None = None,
     ) -> Reply:
         data = body
-        all_headers = dict(headers or {})
+        sent: dict[str, str | None] = {"Origin": self.base} if method == "POST" else {}
+        if self.session is not None:
+            sent["X-Slots-Session"] = self.session
+        sent.update(headers or {})
+        all_headers = {name: value for name, value in sent.items() if value is not None}
         if fields is not None:
             data = urllib.parse.urlencode(fields).encode()
             all_headers.setdefault("Content-Type", "application/x-www-form-urlencoded")
@@ -128,22 +140,38 @@ class WebClient:
     def cookie(self, name: str) -> str | None:
         return next((c.value for c in self.jar if c.name == name), None)
 
-    def page_token(self) -> str:
-        """Load the page (which sets the CSRF cookie) and return the CSRF token it carries."""
-        page = self.get(self.page + "/")
-        assert page.status == 200, (page.status, page.text)
-        return csrf_of(page.text)
+    def page_token(self, headers: Mapping[str, str] | None = None) -> str:
+        """The CSRF token the page's script gets (its cookie set on the first ask)."""
+        answer = self.get(self.page + "/api/session", headers=headers)
+        assert answer.status == 200, (answer.status, answer.text)
+        token: str = answer.json()["csrf"]
+        return token
+
+    def sign_in(self, login: str) -> str:
+        """Open the standalone server's sign-in URL and keep the session it answers, as the page's
+        script does; the session."""
+        parts = urllib.parse.urlsplit(login)
+        answer = self.get(f"{parts.path}?{parts.query}")
+        assert answer.status == 303, (answer.status, answer.text)
+        assert "Set-Cookie" not in answer.headers, "no cookie carries a session"
+        location = answer.headers["Location"]
+        assert location.startswith(self.page + "/#session="), location
+        self.session = location.partition("#session=")[2]
+        return self.session
 
     def act(self, action: str, csrf: str | None, /, **fields: str) -> Reply:
         """POST one control as the page's script does (the CSRF token in ``X-Slots-CSRF``)."""
-        headers = {"X-Slots-CSRF": csrf} if csrf is not None else {}
+        return self.act_from(self.base, action, csrf, **fields)
+
+    def act_from(self, origin: str | None, action: str, csrf: str | None, /, **fields: str) -> Reply:
+        """:meth:`act` from a page of ``origin`` (None: a request with no ``Origin``)."""
+        headers = {"X-Slots-CSRF": csrf, "Origin": origin}
         return self.post(f"{self.page}/api/actions/{action}", fields=fields, headers=headers)
 
-
-def csrf_of(html: str) -> str:
-    match = re.search(r'<meta name="slots-csrf" content="([0-9a-f]+)">', html)
-    assert match, "the page carries no CSRF token"
-    return match.group(1)
+    def other_origins(self) -> tuple[str, ...]:
+        """Origins that are not the page's: another site, ``null``, another port of its host."""
+        host, port = self.base.rsplit(":", 1)
+        return "http://evil.example", "null", f"{host}:{int(port) ^ 1}"
 
 
 # -- the browser ---------------------------------------------------------------------------------
@@ -245,7 +273,7 @@ def serving(*args: str, env: Mapping[str, str] | None = None) -> Iterator[Servin
             found = re.search(r"serving (http://[^/ ]+)(/\S*)/ ", line)
             if found:
                 url = found.group(1), found.group(2)
-            signed = re.search(r"sign in to act \(once per browser\): (\S+)", line)
+            signed = re.search(r"sign in to act \([^)]*\): (\S+)", line)
             if signed:
                 login = signed.group(1)
         yield Serving(process, lines, url[0], url[1], login)

@@ -1,8 +1,9 @@
 """``dramatiq-slots web``: the operators' page, served alone by a threading server of the stdlib.
 
 Reading is open to whoever reaches ``--bind``:``--port`` (127.0.0.1 by default). With
-``--controls --user NAME`` the page may act, once a browser has signed in with the token printed
-at start (:mod:`dramatiq_slots.ops.web.standalone`).
+``--controls --user NAME`` the page may act, once a browser tab has signed in with the token printed
+at start (:mod:`dramatiq_slots.ops.web.standalone`). The server is bounded: slow clients hold no
+thread (:mod:`dramatiq_slots.ops.web.server`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from ...errors import ArgumentError
 from ...ledger.client import RedisClient, redacted_address
+from ...ledger.controls import duration_text
 from ..web.app import SECURITY_HEADERS, SlotsWeb, StartResponse, WSGIApp
 from ..web.server import make_server
 from ..web.standalone import LocalOperator
@@ -77,7 +79,11 @@ def web_command(args: argparse.Namespace, client: RedisClient, parser: argparse.
     print(f"{redacted_address(client)}  prefix {args.prefix}")
     print(f"serving {url} ({mode}; Ctrl-C to stop)")
     if operator is not None:
-        print(f"sign in to act (once per browser): http://{host}:{server.server_port}{operator.login_path()}")
+        print(
+            f"sign in to act (once per browser tab; a session ends {duration_text(operator.idle)} after "
+            f"its last control, {duration_text(operator.lifetime)} at most): "
+            f"http://{host}:{server.server_port}{operator.login_path()}"
+        )
     if not is_loopback(args.bind):
         print(
             f"warning: bound to {args.bind}: whoever reaches it reads the ledgers' names and holders",

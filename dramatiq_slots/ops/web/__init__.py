@@ -9,8 +9,9 @@
 
 The modules: :mod:`.app` (``SlotsWeb``: routes, headers, authorization), :mod:`.data` (what the
 page shows, as JSON documents: the one module to extend with new fields), :mod:`.actions` (the
-controls from the page), :mod:`.csrf` (its tokens), :mod:`.server` (the stdlib threading server),
-:mod:`.standalone` (the standalone server's operator sign-in); ``static/`` holds the page's HTML,
+controls from the page), :mod:`.csrf` (what a control must show: its origin, its token),
+:mod:`.server` (the bounded stdlib server), :mod:`.standalone` (the standalone server's operator
+sign-in and sessions); ``static/`` holds the page's HTML,
 script and style sheet (no build step). docs/operations.md, "The web page", is the manual.
 
 Nothing here imports dramatiq.

@@ -32,9 +32,13 @@ SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME, RELEASE = (
     "release",
 )
 ACTIONS = (SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME, RELEASE)
-#: The actions a duration applies to (an override or a pause for a while).
+#: The actions a duration applies to (an override or a pause for a while), and those that take a
+#: reason (the others record who only, as the CLI's ``reset-capacity`` and ``resume``).
 TIMED = (SET_CAPACITY, PAUSE)
+REASONED = (SET_CAPACITY, PAUSE, RELEASE)
 MAX_REASON = 500
+#: The longest claim token taken (a token is ``host:pid:thread:n``; a host name is at most 255).
+MAX_TOKEN = 400
 #: The longest duration taken: 30 days, in seconds.
 MAX_DURATION = 30 * 24 * 3600
 
@@ -98,10 +102,12 @@ def perform(inspector: Inspector, action: str, form: Mapping[str, str], user: st
         raise ArgumentError("ledger: give the ledger (queue:<name> or key:<digest>)")
     ledger = inspector.resolve(name)
     short = inspector.keys.short(ledger)
-    if action == RELEASE:
-        return _release(inspector, ledger, short, form, user)
-
     reason = _text_field(form, "reason", MAX_REASON)
+    if reason and action not in REASONED:
+        raise ArgumentError(f"reason: only {', '.join(REASONED)} take one ({action} records who acted)")
+    if action == RELEASE:
+        return _release(inspector, ledger, short, token_field(form), user, reason)
+
     for_ms = duration_field(form)
     capacity = capacity_field(form) if action == SET_CAPACITY else None
     controls = inspector.controls
@@ -143,15 +149,28 @@ def perform(inspector: Inspector, action: str, form: Mapping[str, str], user: st
     )
 
 
-def _release(inspector: Inspector, ledger: str, short: str, form: Mapping[str, str], user: str) -> Outcome:
-    """Free one hold of a dead worker (never a live one's: no ``force`` from the page)."""
+def token_field(form: Mapping[str, str]) -> str:
     token = form.get("token", "").strip()
     if not token:
         raise ArgumentError("token: give the claim token of the hold to release")
+    if len(token) > MAX_TOKEN or any(not c.isprintable() for c in token):
+        raise ArgumentError(f"token: a claim token of at most {MAX_TOKEN} printable characters")
+    return token
+
+
+def _release(inspector: Inspector, ledger: str, short: str, token: str, user: str, reason: str) -> Outcome:
+    """Free one hold of a dead worker (never a live one's: no ``force`` from the page). Who and why
+    are logged; ``Inspector.release`` records neither yet (``recorded`` says so)."""
     released = inspector.release(ledger, [token])
     document: Document = {"ok": False, "action": RELEASE, "ledger": short, "token": token, "recorded": []}
     if released.removed:
-        logger.info("release by %r on %s: removed hold %r", user, short, token)
+        logger.info(
+            "release by %r on %s: removed hold %r%s",
+            user,
+            short,
+            token,
+            f", reason {reason!r}" if reason else "",
+        )
         return Outcome(200, {**document, "ok": True, "message": f"released {token} from {short}"})
     if released.spared:
         message = (

@@ -9,8 +9,10 @@ Routes, under its ``path`` (``/slots`` by default; docs/operations.md, "The web 
 ``/api/ledger?name=``          GET     one ledger: holders, line, controls
 ``/api/processes``             GET     the live worker processes
 ``/api/why?message_id=``       GET     where a message waits (when the Inspector can say)
+``/api/session``               GET     who this browser is, its CSRF token, what it may do
 ``/api/actions/<action>``      POST    a control: set-capacity, reset-capacity, pause, resume,
-                                       release (``controls=True`` only; CSRF token required)
+                                       release (``controls=True`` only; the page's own
+                                       origin and a CSRF token required: :mod:`.csrf`)
 =============================  ======  ===================================================
 
 Every answer carries a strict Content-Security-Policy (scripts and styles from the page's own
@@ -43,7 +45,15 @@ from ...ledger.keys import DEFAULT_KEY_PREFIX
 from ..inspection import Inspector
 from ..redis_errors import describe_redis_error
 from .actions import ACTIONS, perform, recorded
-from .csrf import COOKIE, Csrf, cookie_header
+from .csrf import (
+    COOKIE,
+    SESSION_HEADER,
+    Csrf,
+    checked_origins,
+    cookie_header,
+    origin_refusal,
+    random_secret,
+)
 from .data import PER_PAGE, Document, PageData
 
 logger = logging.getLogger("dramatiq_slots.web")
@@ -165,6 +175,9 @@ class SlotsWeb:
         one per instance. Give one secret to every process serving the page.
       allowed_hosts: the ``Host`` names the page answers (without port); None: any (the host
         application's own check does not run before the page's).
+      origins: the origins the page is served at as browsers name them
+        (``["https://ops.example.com"]``), the only ones a control is taken from; None: the
+        request's own scheme and ``Host``. Give them behind a proxy that changes either.
       refresh: seconds between two refreshes of the page.
       per_page: ledgers per page of the list.
     """
@@ -179,6 +192,7 @@ class SlotsWeb:
         authorize: Authorize | None = None,
         secret: bytes | str | None = None,
         allowed_hosts: Collection[str] | None = None,
+        origins: Collection[str] | None = None,
         refresh: float = 2.0,
         per_page: int = PER_PAGE,
     ) -> None:
@@ -205,6 +219,7 @@ class SlotsWeb:
         self.authorize = authorize
         self.allowed_hosts = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
         self.refresh = float(refresh)
+        self.origins = checked_origins(origins)
         self.csrf = Csrf(secret_bytes)
 
     # -- WSGI ------------------------------------------------------------------------------------
@@ -265,19 +280,20 @@ class SlotsWeb:
             if name not in STATIC:
                 raise Refusal(404, "not found")
             return Response(200, static_file(name), STATIC[name])
-        reads: dict[str, Callable[[Environ, Mapping[str, list[str]]], Response]] = {
+        reads: dict[str, Callable[[Environ, Mapping[str, list[str]], str], Response]] = {
             "/": self._page,
             "/api/ledgers": self._ledgers,
             "/api/ledger": self._ledger,
             "/api/processes": self._processes,
             "/api/why": self._why,
+            "/api/session": self._session,
         }
         handler = reads.get(rest)
         if handler is None:
             raise Refusal(404, "not found")
         self._only(method, "GET")
-        self._user(environ, VIEW)
-        return handler(environ, parse_qs(str(environ.get("QUERY_STRING", ""))))
+        user = self._user(environ, VIEW)
+        return handler(environ, parse_qs(str(environ.get("QUERY_STRING", ""))), user)
 
     def _check_host(self, environ: Environ) -> None:
         if self.allowed_hosts is None:
@@ -298,55 +314,72 @@ class SlotsWeb:
             raise Refusal(403, "not authorized")
         user = self.authorize(environ, action)
         if user is None:
+            if environ.get(SESSION_HEADER):
+                raise Refusal(
+                    403, f"not authorized to {action}: no live sign-in session for this origin; sign in again"
+                )
             raise Refusal(403, f"not authorized to {action}")
         return str(user)
 
     # -- the reads -------------------------------------------------------------------------------
 
-    def _page(self, environ: Environ, query: Mapping[str, list[str]]) -> Response:
-        headers = []
-        session = self.csrf.session(environ)
-        if session is None:
-            session = self.csrf.new_session()
-            secure = environ.get("wsgi.url_scheme") == "https"
-            cookie = cookie_header(COOKIE, session, path=self.base(environ) or "/", secure=secure)
-            headers.append(("Set-Cookie", cookie))
+    def _page(self, environ: Environ, query: Mapping[str, list[str]], user: str) -> Response:
         values = {
             "base": self.base(environ),
-            "csrf": self.csrf.token(session),
             "refresh": str(round(self.refresh * 1000)),
             "controls": "on" if self.controls else "off",
         }
         text = static_file("index.html").decode("utf-8")
         for name, value in values.items():
             text = text.replace("{{" + name + "}}", html.escape(value, quote=True))
-        return Response(200, text.encode("utf-8"), "text/html; charset=utf-8", headers)
+        return Response(200, text.encode("utf-8"), "text/html; charset=utf-8")
 
-    def _ledgers(self, environ: Environ, query: Mapping[str, list[str]]) -> Response:
+    def _session(self, environ: Environ, query: Mapping[str, list[str]], user: str) -> Response:
+        """Who the request is (the hook's name for a read), the CSRF token of its cookie (set here
+        when it has none) and user, and the actions it may do."""
+        headers = []
+        cookie = self.csrf.cookie(environ)
+        if cookie is None:
+            cookie = random_secret()
+            secure = environ.get("wsgi.url_scheme") == "https"
+            headers.append(
+                ("Set-Cookie", cookie_header(COOKIE, cookie, path=self.base(environ) or "/", secure=secure))
+            )
+        document = {
+            "user": user,
+            "csrf": self.csrf.token(environ, cookie, user),
+            "allowed": self._allowed(environ),
+        }
+        return json_response(200, document, headers)
+
+    def _ledgers(self, environ: Environ, query: Mapping[str, list[str]], user: str) -> Response:
         page_text = first(query, "page") or "1"
-        if not page_text.isdigit() or len(page_text) > 9:
+        if not page_text.isdigit() or len(page_text) > 9 or int(page_text) < 1:
             raise ArgumentError(f"page: a whole number from 1, got {page_text!r}")
         return json_response(200, self.data.ledgers(first(query, "q"), int(page_text)))
 
-    def _ledger(self, environ: Environ, query: Mapping[str, list[str]]) -> Response:
+    def _ledger(self, environ: Environ, query: Mapping[str, list[str]], user: str) -> Response:
         name = first(query, "name")
         if not name:
             raise ArgumentError("name: give the ledger (queue:<name> or key:<digest>)")
         document = self.data.ledger(self.inspector.resolve(name))
         document["controls"] = {
             "enabled": self.controls,
-            "allowed": [a for a in ACTIONS if self.controls and self._may(environ, a)],
+            "allowed": self._allowed(environ),
             "records": recorded(self.inspector),
         }
         return json_response(200, document)
 
-    def _may(self, environ: Environ, action: str) -> bool:
-        return self.authorize is not None and self.authorize(environ, action) is not None
+    def _allowed(self, environ: Environ) -> list[str]:
+        """The actions the request's user may do (none while the controls are off)."""
+        if not self.controls or self.authorize is None:
+            return []
+        return [a for a in ACTIONS if self.authorize(environ, a) is not None]
 
-    def _processes(self, environ: Environ, query: Mapping[str, list[str]]) -> Response:
+    def _processes(self, environ: Environ, query: Mapping[str, list[str]], user: str) -> Response:
         return json_response(200, self.data.processes())
 
-    def _why(self, environ: Environ, query: Mapping[str, list[str]]) -> Response:
+    def _why(self, environ: Environ, query: Mapping[str, list[str]], user: str) -> Response:
         message_id = first(query, "message_id").strip()
         if not message_id or len(message_id) > MAX_MESSAGE_ID:
             raise ArgumentError(f"message_id: give a message id (at most {MAX_MESSAGE_ID} characters)")
@@ -360,10 +393,13 @@ class SlotsWeb:
         if action not in ACTIONS:
             raise Refusal(404, f"no action {action!r}: one of {', '.join(ACTIONS)}")
         form = self._form(environ)
-        refusal = self.csrf.refusal(environ, form)
+        refusal = origin_refusal(environ, self.origins)
         if refusal is not None:
             raise Refusal(403, refusal)
         user = self._user(environ, action)
+        refusal = self.csrf.token_refusal(environ, form, user)
+        if refusal is not None:
+            raise Refusal(403, refusal)
         outcome = perform(self.inspector, action, form, user)
         return json_response(outcome.status, outcome.document)
 

@@ -1,34 +1,119 @@
-"""A threading WSGI server from the standard library, for ``dramatiq-slots web`` (and the tests).
+"""A bounded WSGI server from the standard library, for ``dramatiq-slots web`` (and the tests).
 
-One thread per request (the page polls, several viewers at once); request lines are logged
-without their query strings (a sign-in token travels in one).
+One thread (the one that calls :meth:`BoundedWSGIServer.serve_forever`) reads every
+connection's request, its head and its bounded body, without blocking (a ``selectors`` loop),
+each within a deadline from its accept; only complete requests go to a fixed pool of handler
+threads. A slow or silent client holds a socket until its deadline, never a thread, and when
+the connections open reach their cap the oldest one still sending is dropped for the new one:
+slow clients cannot keep a normal request out (docs/operations.md, "Serving it alone"). One
+request per connection (HTTP/1.0, as wsgiref answers); request lines are logged without their
+query strings (a sign-in token travels in one).
 
 This module imports nothing from dramatiq.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import queue
+import re
+import selectors
 import socket
-import socketserver
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
+#: Seconds a client has, from its connection's accept, to send its whole request.
+READ_TIMEOUT = 10.0
+#: Seconds a handler thread waits on a client that does not read its answer.
+WRITE_TIMEOUT = 10.0
+#: Handler threads (the page polls every 2 s per viewer; a request takes milliseconds).
+THREADS = 8
+#: Connections open at once, reading or answered; beyond, the oldest still reading is dropped.
+MAX_CONNECTIONS = 256
+#: The listen backlog (the kernel caps it at ``net.core.somaxconn``).
+BACKLOG = 128
+#: The largest request head and body taken (the page's forms are a few hundred bytes).
+MAX_HEAD = 64 * 1024
+MAX_BODY = 64 * 1024
 
-class ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_CONTENT_LENGTH = re.compile(rb"^content-length[ \t]*:[ \t]*(.*?)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)
+_TRANSFER_ENCODING = re.compile(rb"^transfer-encoding[ \t]*:", re.IGNORECASE | re.MULTILINE)
 
 
-class ThreadingWSGIServer6(ThreadingWSGIServer):
-    address_family = socket.AF_INET6
+@dataclass
+class _Reading:
+    """A connection whose request is not complete yet."""
+
+    sock: socket.socket
+    address: Any
+    deadline: float
+    data: bytearray = field(default_factory=bytearray)
+    #: The request's whole length, once its head is read.
+    length: int | None = None
+
+
+@dataclass(frozen=True)
+class Received:
+    """A complete request, handed to a handler thread."""
+
+    sock: socket.socket
+    address: Any
+    data: bytes
+
+
+class RefusedRequest(Exception):
+    """A request the reading loop answers itself with an error status."""
+
+    def __init__(self, status: int, reason: str, text: str) -> None:
+        super().__init__(text)
+        self.status, self.reason = status, reason
+
+
+def request_length(head: bytes, body_limit: int) -> int:
+    """How many bytes follow ``head`` (its ``Content-Length``); :class:`RefusedRequest` else."""
+    if _TRANSFER_ENCODING.search(head):
+        raise RefusedRequest(411, "Length Required", "send a Content-Length, not a Transfer-Encoding")
+    values = set(_CONTENT_LENGTH.findall(head))
+    if not values:
+        return 0
+    value = values.pop()
+    if values or not value.isdigit() or len(value) > 12:
+        raise RefusedRequest(400, "Bad Request", "bad Content-Length")
+    if int(value) > body_limit:
+        raise RefusedRequest(413, "Content Too Large", f"a request body is at most {body_limit} bytes")
+    return int(value)
+
+
+def answer_and_close(sock: socket.socket, status: int, reason: str, text: str) -> None:
+    """A short plain-text answer, sent without waiting (best effort), and the socket closed."""
+    body = (text + "\n").encode("utf-8")
+    head = (
+        f"HTTP/1.0 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode("ascii")
+    with contextlib.suppress(OSError):
+        sock.send(head + body)
+    sock.close()
 
 
 class RequestHandler(WSGIRequestHandler):
-    """Logs ``METHOD /path status`` to stderr (never a query string), or nothing when quiet."""
+    """One complete request (:class:`Received`) run through wsgiref; logs ``METHOD /path status``
+    to stderr (never a query string), or nothing when quiet."""
 
     quiet = False
+
+    def setup(self) -> None:
+        received: Received = self.request
+        self.connection = received.sock
+        self.rfile = io.BytesIO(received.data)
+        self.wfile = received.sock.makefile("wb")
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         if self.quiet:
@@ -46,19 +131,211 @@ class QuietRequestHandler(RequestHandler):
     quiet = True
 
 
+class BoundedWSGIServer(WSGIServer):
+    """wsgiref's server with a reading loop, a deadline per connection, a cap on connections and a
+    fixed pool of handler threads (this module's docstring)."""
+
+    allow_reuse_address = True
+    request_queue_size = BACKLOG
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[RequestHandler],
+        *,
+        threads: int = THREADS,
+        read_timeout: float = READ_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        # Made first: a failed bind closes the server (server_close) before __init__ returns.
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        super().__init__(address, handler)
+        self.socket.setblocking(False)
+        self.threads = threads
+        self.read_timeout = read_timeout
+        self.max_connections = max_connections
+        self._ready: queue.SimpleQueue[Received | None] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
+        self._lock = threading.Lock()
+        #: Requests handed to the pool and not answered yet.
+        self._answering = 0
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self._stopped.clear()
+        workers = [
+            threading.Thread(target=self._work, name=f"dramatiq-slots-web-{i}", daemon=True)
+            for i in range(self.threads)
+        ]
+        for worker in workers:
+            worker.start()
+        reading: dict[socket.socket, _Reading] = {}  # in accept order: the oldest first
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(self.socket, selectors.EVENT_READ)
+                selector.register(self._wake_r, selectors.EVENT_READ)
+                while not self._stop.is_set():
+                    timeout = poll_interval
+                    if reading:
+                        oldest = next(iter(reading.values()))
+                        timeout = min(timeout, max(0.0, oldest.deadline - time.monotonic()))
+                    for key, _ in selector.select(timeout):
+                        if key.fileobj is self.socket:
+                            self._accept(selector, reading)
+                        elif key.fileobj is self._wake_r:
+                            self._drain_wake()
+                        else:
+                            self._receive(selector, reading, key.data)
+                    self._expire(selector, reading, time.monotonic())
+        finally:
+            for pending in reading.values():
+                pending.sock.close()
+            for _ in workers:
+                self._ready.put(None)
+            self._stop.clear()
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever` and wait for it to return (from another thread)."""
+        self._stop.set()
+        self._wake()
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # already woken (its buffer full), or closed
+            self._wake_w.send(b"x")
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(OSError):
+            while self._wake_r.recv(4096):
+                pass
+
+    def _accept(self, selector: selectors.BaseSelector, reading: dict[socket.socket, _Reading]) -> None:
+        while True:
+            try:
+                sock, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # out of file descriptors, or a connection reset before its accept
+            sock.setblocking(False)
+            with self._lock:
+                full = len(reading) + self._answering >= self.max_connections
+            if full and not reading:
+                answer_and_close(sock, 503, "Service Unavailable", "the server is busy: try again")
+                continue
+            if full:
+                self._drop(selector, reading, next(iter(reading.values())), 408, "Request Timeout")
+            deadline = time.monotonic() + self.read_timeout
+            reading[sock] = pending = _Reading(sock, address, deadline)
+            selector.register(sock, selectors.EVENT_READ, pending)
+
+    def _receive(
+        self, selector: selectors.BaseSelector, reading: dict[socket.socket, _Reading], pending: _Reading
+    ) -> None:
+        try:
+            chunk = pending.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:  # the client went away
+            selector.unregister(pending.sock)
+            del reading[pending.sock]
+            pending.sock.close()
+            return
+        pending.data += chunk
+        try:
+            if pending.length is None:
+                end = _HEAD_END.search(pending.data)
+                if end is None:
+                    if len(pending.data) > MAX_HEAD:
+                        raise RefusedRequest(431, "Request Header Fields Too Large", "the head is too large")
+                    return
+                pending.length = end.end() + request_length(bytes(pending.data[: end.end()]), MAX_BODY)
+        except RefusedRequest as refused:
+            self._drop(selector, reading, pending, refused.status, refused.reason, str(refused))
+            return
+        if len(pending.data) < pending.length:
+            return
+        selector.unregister(pending.sock)
+        del reading[pending.sock]
+        with self._lock:
+            self._answering += 1
+        self._ready.put(Received(pending.sock, pending.address, bytes(pending.data[: pending.length])))
+
+    def _expire(
+        self, selector: selectors.BaseSelector, reading: dict[socket.socket, _Reading], now: float
+    ) -> None:
+        while reading:
+            oldest = next(iter(reading.values()))
+            if oldest.deadline > now:
+                return
+            self._drop(selector, reading, oldest, 408, "Request Timeout")
+
+    @staticmethod
+    def _drop(
+        selector: selectors.BaseSelector,
+        reading: dict[socket.socket, _Reading],
+        pending: _Reading,
+        status: int,
+        reason: str,
+        text: str = "the request took too long to arrive",
+    ) -> None:
+        selector.unregister(pending.sock)
+        del reading[pending.sock]
+        answer_and_close(pending.sock, status, reason, text)
+
+    # -- the pool ------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            received = self._ready.get()
+            if received is None:
+                return
+            try:
+                received.sock.setblocking(True)
+                received.sock.settimeout(WRITE_TIMEOUT)
+                self.RequestHandlerClass(received, received.address, self)  # type: ignore[arg-type]
+            except OSError:
+                pass  # the client went away, or did not read its answer in time
+            except Exception:
+                self.handle_error(received.sock, received.address)
+            finally:
+                self.shutdown_request(received.sock)
+                with self._lock:
+                    self._answering -= 1
+
+
+class BoundedWSGIServer6(BoundedWSGIServer):
+    address_family = socket.AF_INET6
+
+
 def make_server(
     host: str,
     port: int,
     app: Callable[[Any, Any], Iterable[bytes]],
     *,
     quiet: bool = False,
-) -> ThreadingWSGIServer:
+    threads: int = THREADS,
+    read_timeout: float = READ_TIMEOUT,
+) -> BoundedWSGIServer:
     """A server bound to ``host``:``port`` (0: a free port; ``server.server_port`` says which)."""
-    server_class = ThreadingWSGIServer6 if ":" in host else ThreadingWSGIServer
+    server_class = BoundedWSGIServer6 if ":" in host else BoundedWSGIServer
     handler = QuietRequestHandler if quiet else RequestHandler
-    server = server_class((host, port), handler)
+    server = server_class((host, port), handler, threads=threads, read_timeout=read_timeout)
     server.set_app(app)
     return server
 
 
-__all__ = ["ThreadingWSGIServer", "make_server"]
+__all__ = ["BoundedWSGIServer", "make_server"]

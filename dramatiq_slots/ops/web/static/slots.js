@@ -14,7 +14,6 @@
   }
 
   const BASE = meta("slots-base");
-  const CSRF = meta("slots-csrf");
   const REFRESH = Math.max(100, Number(meta("slots-refresh")) || 2000);
   const CONTROLS = meta("slots-controls") === "on";
 
@@ -109,6 +108,10 @@
     return value === null || value === undefined ? "-" : String(value);
   }
 
+  // The actions that take a reason, and those that take a duration (as the server does).
+  const REASONED = ["pause", "set-capacity", "release"];
+  const TIMED = ["pause", "set-capacity"];
+
   // How a message waits for its slot (a report's "how").
   const HOW = { in_line: "in a thread", parked: "parked", held_back: "held back (in no line)" };
 
@@ -131,36 +134,112 @@
     return inForce + " (override; declared " + orDash(ledger.declared) + ")";
   }
 
+  // -- the operator's session (dramatiq-slots web --controls) -------------------------------------
+
+  // The standalone server signs a tab in at BASE/login?token=..., which sends it on to
+  // BASE/#session=S. S is moved at once into this tab's sessionStorage, which no page of another
+  // origin reads (another port of this host included), and the address cleared; every request
+  // carries it in X-Slots-Session. No cookie carries it: a host's cookies go to all its ports.
+  const SESSION = "slots-session";
+
+  function session() {
+    try {
+      return sessionStorage.getItem(SESSION);
+    } catch (error) {
+      return null; // storage refused: signed out
+    }
+  }
+
+  function keepSession(value) {
+    try {
+      if (value) sessionStorage.setItem(SESSION, value);
+      else sessionStorage.removeItem(SESSION);
+    } catch (error) {
+      // storage refused: the tab stays signed out
+    }
+  }
+
+  const signingIn = /^#session=([A-Za-z0-9_-]{32,64})$/.exec(location.hash);
+  if (signingIn) {
+    keepSession(signingIn[1]);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+
   // -- talking to the server -----------------------------------------------------------------------
 
-  function failure(response, doc) {
-    const text = doc && doc.error ? doc.error : response.status + " " + response.statusText;
-    return new Error(text);
+  function headers(extra) {
+    const all = Object.assign({ Accept: "application/json" }, extra || {});
+    const key = session();
+    if (key) all["X-Slots-Session"] = key;
+    return all;
+  }
+
+  function answer(response) {
+    return response.json().catch(function () { return null; }).then(function (doc) {
+      return { ok: response.ok, status: response.status, document: doc || {} };
+    });
   }
 
   function getJSON(url) {
-    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } }).then(
-      function (response) {
-        return response.json().catch(function () { return null; }).then(function (doc) {
-          if (!response.ok) throw failure(response, doc);
-          return doc;
-        });
+    return fetch(url, { credentials: "same-origin", headers: headers() }).then(answer).then(function (reply) {
+      if (!reply.ok) throw new Error(reply.document.error || String(reply.status));
+      return reply.document;
+    });
+  }
+
+  // Who this tab is, its CSRF token (of its cookie, its user and its session) and what it may do:
+  // asked at start, and again at a sign-out. A session the server no longer knows is dropped.
+  let who = null;
+  let signedOut = "";
+
+  function askWho() {
+    who = getJSON(BASE + "/api/session").then(function (doc) {
+      if (session() && CONTROLS && !doc.allowed.length) {
+        keepSession(null);
+        signedOut = "signed out: the session ended";
+        return askWho();
       }
-    );
+      drawWho(doc);
+      return doc;
+    });
+    return who;
+  }
+
+  function drawWho(doc) {
+    const box = document.getElementById("who");
+    box.replaceChildren();
+    if (session()) {
+      add(box, "acting as " + doc.user, el("button", { type: "button", id: "sign-out", on: { click: signOut } }, "Sign out"));
+    } else {
+      add(box, signedOut);
+    }
+  }
+
+  function signOut() {
+    const ended = fetch(BASE + "/logout", { method: "POST", credentials: "same-origin", headers: headers() });
+    ended.catch(function () { return null; }).then(function () {
+      keepSession(null);
+      signedOut = "signed out";
+      askWho();
+      show();
+    });
   }
 
   function post(action, fields) {
     const body = new URLSearchParams(fields);
-    return fetch(BASE + "/api/actions/" + encodeURIComponent(action), {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "X-Slots-CSRF": CSRF, "Content-Type": "application/x-www-form-urlencoded" },
-      body: body.toString(),
-    }).then(function (response) {
-      return response.json().catch(function () { return {}; }).then(function (doc) {
-        return { ok: response.ok, status: response.status, document: doc || {} };
+    return who
+      .then(function (doc) {
+        return fetch(BASE + "/api/actions/" + encodeURIComponent(action), {
+          method: "POST",
+          credentials: "same-origin",
+          headers: headers({ "X-Slots-CSRF": doc.csrf, "Content-Type": "application/x-www-form-urlencoded" }),
+          body: body.toString(),
+        });
+      })
+      .then(answer)
+      .catch(function (error) {
+        return { ok: false, status: 0, document: { error: error.message } };
       });
-    });
   }
 
   // -- the refresh loop ------------------------------------------------------------------------------
@@ -281,7 +360,7 @@
       el("td", { class: "state" }, stateBadges(ledger)),
       el("td", { class: "in-use num", title: ledger.settling ? ledger.settling.text : COUNTS.in_use }, ledger.in_use + " / " + orDash(ledger.capacity)),
       el("td", { class: "line" }, lineText(ledger)),
-      el("td", { class: "trend" }, chart(history.get(ledger.short), SMALL)),
+      el("td", { class: "trend" }, chart(sampled.get(ledger.short), SMALL)),
       el("td", null, holders)
     );
   }
@@ -380,13 +459,20 @@
     const trend = el("div", { id: "trend" });
     let allowed = null;
 
+    // A control, with the reason and the duration where the action takes them.
     function act(action, fields) {
+      const all = Object.assign({ ledger: name }, fields);
+      const reason = document.getElementById("reason");
+      const duration = document.getElementById("duration");
+      if (reason && reason.value && REASONED.indexOf(action) >= 0) all.reason = reason.value;
+      if (duration && duration.value && TIMED.indexOf(action) >= 0) all.duration = duration.value;
       notice.textContent = action + "...";
       notice.className = "";
-      post(action, Object.assign({ ledger: name }, fields)).then(function (answer) {
+      post(action, all).then(function (answer) {
         notice.textContent = answer.document.message || answer.document.error || String(answer.status);
         notice.className = answer.ok ? "ok" : "refused";
         notice.dataset.status = String(answer.status);
+        if (answer.status === 403) askWho(); // a session that ended is dropped, and said so
         refreshNow();
       });
     }
@@ -413,17 +499,12 @@
         disabled: !timed,
       });
       const capacity = el("input", { id: "capacity", name: "capacity", type: "number", min: 1, placeholder: "N" });
-      function fields(extra) {
-        const out = Object.assign({ reason: reason.value }, extra || {});
-        if (duration.value) out.duration = duration.value;
-        return out;
-      }
       function button(action, text, extra) {
         if (!may(action)) return null;
         return el("button", {
           type: "button",
           dataset: { action: action },
-          on: { click: function () { act(action, fields(extra ? extra() : null)); } },
+          on: { click: function () { act(action, extra ? extra() : {}); } },
         }, text);
       }
       add(
@@ -553,7 +634,7 @@
         label.replaceChildren();
         if (ledger.key_label !== null) add(label, "key ", keyLabel(ledger.key_label));
         record(doc.at, ledger);
-        trend.replaceChildren(chart(history.get(ledger.short), LARGE), legend(history.get(ledger.short)));
+        trend.replaceChildren(chart(sampled.get(ledger.short), LARGE), legend(sampled.get(ledger.short)));
         const controlled = [];
         Object.keys(doc.control).forEach(function (key) {
           const value = doc.control[key];
@@ -695,14 +776,14 @@
   // each (an hour at the default refresh), of at most MAX_CHARTED ledgers (the oldest dropped).
   const MAX_SAMPLES = 1800;
   const MAX_CHARTED = 500;
-  const history = new Map();
+  const sampled = new Map();
 
   function record(at, ledger) {
-    let samples = history.get(ledger.short);
+    let samples = sampled.get(ledger.short);
     if (!samples) {
-      if (history.size >= MAX_CHARTED) history.delete(history.keys().next().value);
+      if (sampled.size >= MAX_CHARTED) sampled.delete(sampled.keys().next().value);
       samples = [];
-      history.set(ledger.short, samples);
+      sampled.set(ledger.short, samples);
     }
     const last = samples[samples.length - 1];
     if (last && last.at >= at) return; // the same reading, drawn twice
@@ -833,6 +914,7 @@
     document.body.dataset.controls = CONTROLS ? "on" : "off";
     document.getElementById("why-form").addEventListener("submit", ask);
     window.addEventListener("hashchange", show);
+    askWho().catch(function (error) { setError(error.message); });
     show();
   });
 })();
