@@ -542,7 +542,7 @@ def test_a_pause_for_a_while_ends_by_itself_in_status(cli: Run, ledger: Ledger) 
         (("pause", "queue:emails", "--by", ""), r"argument --by: by must be a non-empty text"),
         (("pause", "queue:emails", "--reason", " "), r"argument --reason: reason must be a non-empty text"),
         (("resume", "queue:emails", "--for", "1h"), r"unrecognized arguments: --for 1h"),
-        (("reset-capacity", "queue:emails", "--reason", "x"), r"unrecognized arguments: --reason x"),
+        (("reset-capacity", "queue:emails", "--for", "1h"), r"unrecognized arguments: --for 1h"),
         (("pause", "queue:emails", "--reason", "db\n[CRITICAL] fake"), r"argument --reason: reason may not"),
         (("pause", "queue:emails", "--by", "eve\x1b]0;x\x07"), r"argument --by: by may not hold control"),
     ],

@@ -24,8 +24,9 @@ import redis
 
 from dramatiq_slots import ArgumentError
 from dramatiq_slots.ledger import Ledger, Limit, Line
-from dramatiq_slots.ledger.controls import Controls
+from dramatiq_slots.ledger.controls import Controls, parse_cleared
 from dramatiq_slots.ledger.keys import key_digest
+from dramatiq_slots.ledger.replies import _text
 from dramatiq_slots.ledger.reports import (
     HELD_BACK,
     IN_LINE,
@@ -716,8 +717,12 @@ def test_the_controls_from_the_page_change_what_redis_holds(
     refused_with("pause", "reason", reason="x" * 501)
     refused_with("pause", "duration", duration="-5")
     refused_with("resume", "duration", duration="60")  # only pause and set-capacity take one
-    refused_with("resume", "reason", reason="done")  # as the CLI's resume: who only
-    refused_with("reset-capacity", "reason", reason="done")
+    # Ending a control records why too, as the CLI's --reason does.
+    act("pause")
+    assert act("resume", reason="migration done")["recorded"] == ["by", "reason"]
+    fields = {_text(k): _text(v) for k, v in ledger.client.hgetall(ledger.keys.controls()).items()}
+    cleared = parse_cleared(fields)[("paused", emails)]
+    assert (cleared.by, cleared.reason) == (OPERATOR, "migration done")
     assert acting.act("pause", token, ledger="emails").status == 400
     assert acting.act("pause", token).status == 400
     assert acting.act("explode", token, ledger="queue:emails").status == 404
@@ -755,6 +760,14 @@ def test_release_frees_a_dead_holders_hold_and_never_a_live_ones(
     )
     assert said in caplog.messages
     assert DEAD_TOKEN not in tokens(ledger, emails) and LIVE_TOKEN in tokens(ledger, emails)
+    # Recorded as a control is, with who and why, and shown with the ledger.
+    assert dead.json()["recorded"] == ["by", "reason"]
+    (release,) = Controls(ledger.client, key_prefix=ledger.keys.prefix).read_with_releases()[1].values()
+    assert (release.holds, release.provenance.by, release.provenance.reason) == (
+        1,
+        OPERATOR,
+        "host-9 was shut down",
+    )
     again = acting.act("release", token, ledger="queue:emails", token=DEAD_TOKEN, reason="worker gone")
     assert again.status == 409 and "already gone" in again.json()["message"]
     assert acting.act("release", token, ledger="queue:emails").status == 400

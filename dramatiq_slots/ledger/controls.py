@@ -380,9 +380,9 @@ class Controls:
             raise ArgumentError(f"capacity must be an int from 1 to {MAX_CAPACITY}, got {capacity!r}")
         return self._set(ledger, CAPACITY, str(capacity), by, reason, for_ms)
 
-    def reset_capacity(self, ledger: str, *, by: str | None = None) -> Change:
+    def reset_capacity(self, ledger: str, *, by: str | None = None, reason: str | None = None) -> Change:
         """Drop the override: the declared capacity is in force again."""
-        return self._set(ledger, CAPACITY, "", by, None, None)
+        return self._set(ledger, CAPACITY, "", by, reason, None)
 
     def pause(
         self, ledger: str, *, by: str | None = None, reason: str | None = None, for_ms: int | None = None
@@ -392,9 +392,9 @@ class Controls:
         paused ledger keeps when it was paused, and takes the new ``by``, ``reason`` and expiry."""
         return self._set(ledger, PAUSED, "1", by, reason, for_ms)
 
-    def resume(self, ledger: str, *, by: str | None = None) -> Change:
+    def resume(self, ledger: str, *, by: str | None = None, reason: str | None = None) -> Change:
         """Admit again on ``ledger``: the room is handed to the first in line at once."""
-        return self._set(ledger, PAUSED, "", by, None, None)
+        return self._set(ledger, PAUSED, "", by, reason, None)
 
     def released(self, ledger: str, holds: int, *, by: str | None = None, reason: str | None = None) -> None:
         """Record that ``holds`` holds of ``ledger`` were removed by hand (``release``), as a control

@@ -43,7 +43,9 @@ def ended_text(provenance: Provenance | None) -> str:
 
 
 def cleared_text(cleared: Provenance | None) -> str:
-    return "" if cleared is None or cleared.by is None else f" by {cleared.by}"
+    if cleared is None or cleared.by is None:
+        return ""
+    return f" by {cleared.by}" + ("" if cleared.reason is None else f" (reason: {cleared.reason})")
 
 
 def control_text(name: str, seen: Seen, declared: int | None, first: bool) -> str:

@@ -253,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
             help=summary,
             description=summary[0].upper() + summary[1:] + ".",
             usage="%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes]\n       [--by TEXT]"
-            + (" [--reason TEXT] [--for DURATION]" if sets else "")
+            + (" [--reason TEXT] [--for DURATION]" if sets else " [--reason TEXT]")
             + " (LEDGER | --key TEXT)"
             + (" N" if command == "set-capacity" else ""),
             epilog=CONTROL_EPILOG,
@@ -283,10 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="TEXT",
             help="who does it, as recorded and shown (default: <OS user>@<hostname>)",
         )
+        control.add_argument(
+            "--reason", type=checked(checked_reason), metavar="TEXT", help="why, as recorded and shown"
+        )
         if sets:
-            control.add_argument(
-                "--reason", type=checked(checked_reason), metavar="TEXT", help="why, as recorded and shown"
-            )
             control.add_argument(
                 "--for",
                 dest="for_ms",

@@ -284,7 +284,7 @@ def control_command(args: argparse.Namespace, client: RedisClient, parser: argpa
     controls = inspector.controls
     ledger = one_ledger(inspector, parser, args.ledger, args.key, args.queue)
     by: str = args.by if args.by is not None else default_by()
-    reason: str | None = getattr(args, "reason", None)
+    reason: str | None = args.reason
     for_ms: int | None = getattr(args, "for_ms", None)
     view = view_of(client, inspector, ledger)
     name = clean(view.short)
@@ -321,10 +321,10 @@ def control_command(args: argparse.Namespace, client: RedisClient, parser: argpa
         if command == "set-capacity":
             return controls.set_capacity(ledger, args.capacity, by=by, reason=reason, for_ms=for_ms)
         if command == "reset-capacity":
-            return controls.reset_capacity(ledger, by=by)
+            return controls.reset_capacity(ledger, by=by, reason=reason)
         if command == "pause":
             return controls.pause(ledger, by=by, reason=reason, for_ms=for_ms)
-        return controls.resume(ledger, by=by)
+        return controls.resume(ledger, by=by, reason=reason)
 
     change: Change = talking_to(client, apply)
     after = view_of(client, inspector, ledger)

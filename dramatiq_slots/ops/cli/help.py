@@ -186,7 +186,7 @@ CONTROL_COMMANDS = {
 }
 
 
-#: The control commands that set a value (``--reason`` and ``--for``); the others clear one.
+#: The control commands that set a value (``--for``); the others clear one.
 SETTING_COMMANDS = ("set-capacity", "pause")
 
 

@@ -35,7 +35,7 @@ ACTIONS = (SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME, RELEASE)
 #: The actions a duration applies to (an override or a pause for a while), and those that take a
 #: reason (the others record who only, as the CLI's ``reset-capacity`` and ``resume``).
 TIMED = (SET_CAPACITY, PAUSE)
-REASONED = (SET_CAPACITY, PAUSE, RELEASE)
+REASONED = (SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME, RELEASE)
 MAX_REASON = 500
 #: The longest claim token taken (a token is ``host:pid:thread:n``; a host name is at most 255).
 MAX_TOKEN = 400
@@ -119,9 +119,9 @@ def perform(inspector: Inspector, action: str, form: Mapping[str, str], user: st
     }
     if for_ms is not None and action not in TIMED:
         raise ArgumentError(f"duration: only {' and '.join(TIMED)} take one")
-    extra: dict[str, Any] = {"by": user}
+    extra: dict[str, Any] = {"by": user, "reason": reason or None}
     if action in TIMED:
-        extra.update(reason=reason or None, for_ms=for_ms)
+        extra.update(for_ms=for_ms)
     args = (ledger, capacity) if capacity is not None else (ledger,)
     change = methods[action](*args, **extra)
     logger.info(
@@ -159,11 +159,16 @@ def token_field(form: Mapping[str, str]) -> str:
 
 
 def _release(inspector: Inspector, ledger: str, short: str, token: str, user: str, reason: str) -> Outcome:
-    """Free one hold of a dead worker (never a live one's: no ``force`` from the page). Who and why
-    are logged; ``Inspector.release`` records neither yet (``recorded`` says so)."""
-    released = inspector.release(ledger, [token])
+    """Free one hold of a dead worker (never a live one's: no ``force`` from the page), recorded
+    with who and why as a control is (``Inspector.release``)."""
+    released = inspector.release(ledger, [token], by=user, reason=reason or None)
+    recorded = ["by", "reason"] if reason else ["by"]
     document: Document = {"ok": False, "action": RELEASE, "ledger": short, "token": token, "recorded": []}
+    if released.removed and released.unrecorded is not None:
+        message = f"released {token} from {short}, but it was not recorded: the page's Redis user may not"
+        return Outcome(500, {**document, "message": message})
     if released.removed:
+        document["recorded"] = recorded
         logger.info(
             "release by %r on %s: removed hold %r%s",
             user,

@@ -109,7 +109,7 @@
   }
 
   // The actions that take a reason, and those that take a duration (as the server does).
-  const REASONED = ["pause", "set-capacity", "release"];
+  const REASONED = ["pause", "set-capacity", "reset-capacity", "resume", "release"];
   const TIMED = ["pause", "set-capacity"];
 
   // How a message waits for its slot (a report's "how").
