@@ -245,10 +245,8 @@ class Heartbeat:
         redis_ms = redis_ms or lost.reported_ms
         if redis_ms is not None:
             self._redis_clock = (redis_ms, sent)
-        if written is not None:
-            self._reported_at = time.monotonic()
-            if lost.reported_ms is not None:
-                self._listed = frozenset(_parts(written)[2])
+        if written is not None and lost.reported_ms is not None:
+            self._listed = frozenset(_parts(written)[2])
         if lost.handoffs and self.on_handed is not None:
             self.on_handed(lost.handoffs, sent)
         if lost.declared is not None and self.on_declared is not None and declare is not None:
@@ -632,7 +630,7 @@ class Heartbeat:
         with self._due_lock:
             if self._report_due is None:
                 return None  # the thread, or another release, is making it
-            self._report_due = None
+            self._report_due, self._reported_at = None, time.monotonic()
         try:
             key, text, ledgers = _parts(self.report())
         except BaseException:
@@ -649,16 +647,17 @@ class Heartbeat:
         """A release carried ``report`` (:meth:`due_report`): written, or still owed (the report
         was gone, or the release failed: the thread writes it whole)."""
         if report.written:
-            self._reported_at = time.monotonic()
             self.report_writes += 1
             self.carried_reports += 1
         else:
             self.report_soon()
 
     def _report_made(self) -> None:
-        """A report is being made now: whatever changed so far is in it."""
+        """A report is being made now: whatever changed so far is in it, and the next change's is
+        due a gap from now (from now, not from when its write ends: a change during the write
+        would otherwise be due at once)."""
         with self._due_lock:
-            self._report_due = None
+            self._report_due, self._reported_at = None, time.monotonic()
 
     def _text_alone(self, ledgers: tuple[str, ...]) -> bool:
         """Whether a report naming ``ledgers`` may be written as its text alone: the last whole
@@ -679,7 +678,6 @@ class Heartbeat:
         key, text, ledgers = _parts(written)
         if self._text_alone(ledgers) and self.ledger.rewrite_report(key, text):
             # Its ledgers are listed and its expiry stands from the last beat: the text alone.
-            self._reported_at = time.monotonic()
             self.report_writes += 1
             return
         sent = self.registry.monotonic()
@@ -690,7 +688,6 @@ class Heartbeat:
         except LedgerError as e:
             logger.debug("Could not write this process's report (%s); the next beat writes it.", e)
             return
-        self._reported_at = time.monotonic()
         self.report_writes += 1
         if redis_ms is not None:
             self._redis_clock = (redis_ms, sent)
