@@ -39,7 +39,6 @@ process also writes there what its broker and ledger clients sent
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -53,7 +52,6 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 from dramatiq.rate_limits import ConcurrentRateLimiter
 from dramatiq.rate_limits.backends import RedisBackend
 
-from dramatiq_slots import borrowed
 from dramatiq_slots.waiting import prefetch, visibility
 
 from .calls import CallsReporter
@@ -71,8 +69,6 @@ from .config import (
     SLOTS_COUNTED,
     SLOTS_FAIR,
     SLOTS_FIXED,
-    SLOTS_SHARE,
-    SLOTS_THREADS,
     SLOTS_UNITS,
     SLOTS_UNKEPT,
     SLOTS_WAYS,
@@ -96,9 +92,6 @@ crl = config.way in (CRL_DEFAULT, CRL_TUNED)
 
 broker = config.broker()
 if config.way in SLOTS_WAYS:
-    if config.way in (SLOTS_THREADS, SLOTS_SHARE):
-        # No gate (its touchpoint tested with no release): refused messages wait in their threads.
-        borrowed.WORK_QUEUE = dataclasses.replace(borrowed.WORK_QUEUE, until=borrowed.WORK_QUEUE.since)
     if config.way == SLOTS_COUNTED:
         prefetch.UNFETCHED_PER_QUEUE = 0  # parked messages all stay in their queue's prefetch
     if config.way == SLOTS_UNKEPT:

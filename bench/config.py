@@ -53,11 +53,8 @@ SEPARATE = "separate"
 CRL_DEFAULT = "crl-default"
 CRL_TUNED = "crl-tuned"
 SLOTS = "slots"
-#: Slots as it was before the gate, for the record of the alternatives (W6, W7 only): waiting
-#: in the worker thread (every thread may wait, or half of them: ``waiting_share`` 0.5), and the
-#: gate without taking a busy key's parked messages out of the prefetch count.
-SLOTS_THREADS = "slots-threads"
-SLOTS_SHARE = "slots-share"
+#: For the record of the alternatives (W6, W7 only): the gate without taking a busy key's parked
+#: messages out of the prefetch count.
 SLOTS_COUNTED = "slots-counted"
 #: On SQS, the gate without its visibility keeper (the package before it): a message held in the
 #: worker past its queue's visibility timeout is delivered again (W11c, W11k only).
@@ -73,8 +70,6 @@ SLOTS_UNITS = "slots-units"
 #: The ways whose app runs the Slots middleware.
 SLOTS_WAYS: tuple[str, ...] = (
     SLOTS,
-    SLOTS_THREADS,
-    SLOTS_SHARE,
     SLOTS_COUNTED,
     SLOTS_UNKEPT,
     SLOTS_FAIR,
@@ -176,7 +171,6 @@ class BenchConfig:
     defer_min_backoff: int = 50
     defer_max_backoff: int = 500
     max_wait: int = 30_000
-    waiting_share: float = 1.0
     reuse_window: int = 100
     job_ms: int = 150
     other_job_ms: int = 0
@@ -314,6 +308,5 @@ class BenchConfig:
             defer_min_backoff=self.defer_min_backoff,
             defer_max_backoff=self.defer_max_backoff,
             max_wait=self.max_wait,
-            waiting_share=self.waiting_share,
             reuse_window=self.reuse_window,
         )

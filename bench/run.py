@@ -242,8 +242,6 @@ from bench.config import (  # noqa: E402
     SLOTS_COUNTED,
     SLOTS_FAIR,
     SLOTS_FIXED,
-    SLOTS_SHARE,
-    SLOTS_THREADS,
     SLOTS_UNITS,
     SLOTS_UNKEPT,
     SLOTS_WAYS,
@@ -281,12 +279,11 @@ from dramatiq_slots.failpoints import ENV as FAILPOINT_ENV  # noqa: E402
 
 #: Slots with the middleware's defaults, spelled out (nothing is killed here, so the hold ttl
 #: only sets the heartbeat's rate: 60 s holds refreshed every 10 s). Waiting in line: up to
-#: 30 s, every thread may wait; reuse window 100 ms; deferral backoff 100..5000 ms.
+#: 30 s; reuse window 100 ms; deferral backoff 100..5000 ms.
 SLOTS_SETTINGS = {
     "hold_ttl": 60_000,
     "beat_interval": 10_000,
     "max_wait": 30_000,
-    "waiting_share": 1.0,
     "reuse_window": 100,
     "defer_min_backoff": 100,
     "defer_max_backoff": 5_000,
@@ -467,7 +464,7 @@ class Workload:
         """Why ``way`` is not run for this workload ("": it is)."""
         if self.ways and way not in self.ways:
             return f"not one of {self.name}'s ways ({', '.join(self.ways)})"
-        if way in (SLOTS_THREADS, SLOTS_SHARE, SLOTS_COUNTED, SLOTS_UNKEPT) and not self.ways:
+        if way in (SLOTS_COUNTED, SLOTS_UNKEPT) and not self.ways:
             return "the alternatives of the gate are run for W6 and W7 only"
         if way in (SLOTS_FAIR, SLOTS_FIXED, SLOTS_UNITS) and not self.ways:
             return "the options of who gets the next slot are run for W9 and W10 only"
@@ -600,7 +597,7 @@ def mixed(
         tuple((i,) for i in range(jobs)),
         other_jobs=tuple((i,) for i in range(other_jobs)),
         other_job_ms=other_job_ms,
-        ways=(NOCAP, SEPARATE, CRL_TUNED, SLOTS, SLOTS_THREADS, SLOTS_SHARE),
+        ways=(NOCAP, SEPARATE, CRL_TUNED, SLOTS),
         **kw,
     )
     free = w.threads_total - cap
@@ -634,7 +631,7 @@ def mixed(
 
 
 #: The ways of W7: the alternatives of the gate among them.
-HOT_AND_COLD_WAYS = (NOCAP, CRL_TUNED, SLOTS, SLOTS_THREADS, SLOTS_SHARE, SLOTS_COUNTED)
+HOT_AND_COLD_WAYS = (NOCAP, CRL_TUNED, SLOTS, SLOTS_COUNTED)
 
 
 def hot_and_cold(
@@ -1228,8 +1225,7 @@ def way_config(way: str, base: BenchConfig) -> BenchConfig:
         low, high = CRL_TUNED_BACKOFF
         return base.replace(way=way, slots=False, crl_min_backoff=low, crl_max_backoff=high)
     if way in SLOTS_WAYS:
-        settings = {**SLOTS_SETTINGS, "waiting_share": 0.5} if way == SLOTS_SHARE else SLOTS_SETTINGS
-        return base.replace(way=way, slots=True, **settings)
+        return base.replace(way=way, slots=True, **SLOTS_SETTINGS)
     raise ValueError(f"unknown way {way!r}; known: {', '.join(WAYS)}")
 
 

@@ -217,7 +217,7 @@ def _poisson(lam: float, cap: int) -> tuple[float, float, float]:
 
 
 def model(s: Scenario, c: Costs) -> dict[str, Any]:
-    """Steady state: every thread holds a message and runs it or waits in line (waiting_share 1)."""
+    """Steady state: every thread has a message, which runs or waits in line for its slot."""
     n = s.hosts * s.threads
     if s.ledgers == 1:
         running, busy_keys, handed, pair_free = float(min(n, s.cap)), 1.0, float(n > s.cap), c.pair_hot

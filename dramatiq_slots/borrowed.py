@@ -128,8 +128,8 @@ WORK_QUEUE = Touchpoint(
         "which requeues item.message), join() and unfinished_tasks (Worker.join), so an object of "
         "another class with these serves in its place"
     ),
-    outside="the gate is not installed: refused messages wait in their worker threads, at most "
-    "waiting_share of them",
+    outside="the gate is not installed: a message refused a slot is deferred (as with max_wait=0) "
+    "instead of waiting in line",
     names=("work_queue", "message"),
 )
 

@@ -34,11 +34,6 @@ slots = Slots(
     hold_ttl=settings.SLOTS_HOLD_TTL_MS,
     beat_interval=settings.SLOTS_BEAT_INTERVAL_MS,
     max_wait=settings.SLOTS_MAX_WAIT_MS,
-    # Used only on a dramatiq release the gate is not tested with (a WARNING at boot says so),
-    # where a refused message waits in its worker thread: these workers serve every queue of
-    # the app, so at most this share of their threads may wait for a partner_api slot. With the
-    # gate (dramatiq 2.2.x) no thread waits, and this has no effect (docs/options.md).
-    waiting_share=settings.SLOTS_WAITING_SHARE,
 )
 broker.add_middleware(slots, before=TimeLimit)
 

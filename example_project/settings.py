@@ -18,8 +18,6 @@ Variable                           Default                    What it sets
 ``SLOTS_BEAT_INTERVAL_MS``         hold_ttl / 6               How often each worker refreshes its holds.
 ``SLOTS_MAX_WAIT_MS``              30000                      How long a message waits in line before it is
                                                               deferred.
-``SLOTS_WAITING_SHARE``            0.5                        Without the gate only (an untested dramatiq):
-                                                              share of a worker's threads that may wait.
 ``PARTNER_API_CAPACITY``           3                          Concurrent calls the shipping partner allows.
 ``DRAMATIQ_PROMETHEUS``            0                          1: add dramatiq's Prometheus middleware
                                                               (metrics on port ``dramatiq_prom_port``, 9191).
@@ -59,19 +57,6 @@ def _required_int(name: str, default: int, *, minimum: int = 1) -> int:
     return default if value is None else value
 
 
-def _share(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r}: expected a number from 0 to 1") from None
-    if not 0 <= value <= 1:
-        raise ValueError(f"environment variable {name}={raw!r}: expected a number from 0 to 1")
-    return value
-
-
 REDIS_URL = _text("REDIS_URL", "redis://localhost:6379/0")
 DRAMATIQ_NAMESPACE = _text("DRAMATIQ_NAMESPACE", "dramatiq")
 DRAMATIQ_HEARTBEAT_TIMEOUT_MS = _required_int("DRAMATIQ_HEARTBEAT_TIMEOUT_MS", 60_000)
@@ -84,6 +69,5 @@ SLOTS_HOLD_TTL_MS = _required_int("SLOTS_HOLD_TTL_MS", 60_000)
 SLOTS_BEAT_INTERVAL_MS = _int("SLOTS_BEAT_INTERVAL_MS", None)
 #: 0: never wait in line, defer at once.
 SLOTS_MAX_WAIT_MS = _required_int("SLOTS_MAX_WAIT_MS", 30_000, minimum=0)
-SLOTS_WAITING_SHARE = _share("SLOTS_WAITING_SHARE", 0.5)
 
 PARTNER_API_CAPACITY = _required_int("PARTNER_API_CAPACITY", 3)

@@ -2,7 +2,7 @@
 
 The clock is :class:`tests.support.fake_clock.FakeClock`: it answers every wait at once and
 moves its own time on by the timeout (or by nothing, when the event it waits on is set), so the
-re-ask schedule, the ``max_wait`` bound, the late-reply guard and the outage pause are read off
+late-reply guard and the outage pause are read off
 the clock instead of being waited for.
 """
 
@@ -18,61 +18,6 @@ from dramatiq_slots.waiting.admits import Answer, Request
 from dramatiq_slots.worker.claims import Hold
 from dramatiq_slots.worker.wakeups import PARKED, Waiter
 from tests.support.fake_clock import make, request_for
-
-
-def test_a_waiter_asks_again_after_2_4_8_8_s_and_withdraws_at_max_wait(ledger: Ledger) -> None:
-    admission, clock = make(ledger, max_wait=30_000)
-    queue = Limit(ledger.keys.queue("q"), 1)
-    assert ledger.enter("other:1:1:1", [queue], ttl_ms=60_000).admitted
-    asks: list[int] = []
-    original = ledger.enter
-
-    def counting_enter(*args: object, **kwargs: object) -> Entered:
-        asks.append(int(kwargs["line"]))  # type: ignore[call-overload]
-        return original(*args, **kwargs)  # type: ignore[arg-type]
-
-    ledger.enter = counting_enter  # type: ignore[method-assign]
-    answer = admission.wait_in_line(Hold("me:1:1:1", (queue,)), request_for(queue), Waiter())
-    assert not answer.entered.admitted
-    assert clock.waits == [2.0, 4.0, 8.0, 8.0, 8.0]  # 30 s in all, then the deadline
-    assert asks == [Line.JOIN, Line.KEEP, Line.KEEP, Line.KEEP, Line.KEEP, Line.KEEP]
-    assert ledger.line(queue.ledger) == []  # withdrawn at the deadline
-
-
-def test_a_wake_up_with_a_handed_slot_admits_without_asking_and_keeps_the_expirys_age(ledger: Ledger) -> None:
-    admission, clock = make(ledger, max_wait=30_000)
-    queue = Limit(ledger.keys.queue("q"), 1)
-    assert ledger.enter("other:1:1:1", [queue], ttl_ms=60_000).admitted
-    waiter = Waiter()
-
-    def release_and_wake() -> None:
-        _, handoffs = ledger.leave("other:1:1:1", [queue], ttl_ms=60_000, age_ms=1_500, own_process="me:1")
-        (handoff,) = handoffs
-        # What SlotsProcess.hand_over does for a claim of the releaser's own process.
-        waiter.handed, waiter.written_at = handoff.ledger, clock.now - handoff.age_ms / 1000
-        waiter.event.set()
-
-    clock.during[1] = release_and_wake  # during the second wait
-    answer = admission.wait_in_line(Hold("me:1:1:1", (queue,)), request_for(queue), waiter)
-    assert answer.entered == Entered(admitted=True, replayed=True)
-    assert answer.written_at == pytest.approx(clock.now - 1.5)
-    assert clock.waits == [2.0, 4.0]
-    assert {h.token for h in ledger.holders(queue.ledger)} == {"me:1:1:1"}
-    assert ledger.line(queue.ledger) == []
-
-
-def test_a_claim_handed_one_slot_of_two_gives_it_back_while_the_other_is_busy(ledger: Ledger) -> None:
-    admission, clock = make(ledger, max_wait=4_000)
-    queue, key = Limit(ledger.keys.queue("q"), 1), Limit(ledger.keys.runtime_key("k"), 1)
-    assert ledger.enter("other:1:1:1", [queue], ttl_ms=60_000).admitted
-    assert ledger.enter("busy:1:1:1", [key], ttl_ms=60_000).admitted
-    # The queue's slot is handed over while the key stays busy: asking again, the claim
-    # is refused by the key and holds none of the two (all or nothing), in the key's line.
-    clock.during[0] = lambda: ledger.leave("other:1:1:1", [queue], ttl_ms=60_000, own_process="me:1") and None
-    answer = admission.wait_in_line(Hold("me:1:1:1", (queue, key)), request_for(queue, key), Waiter())
-    assert answer.entered.admitted is False and answer.entered.refused_by == key.ledger
-    assert ledger.in_use(queue.ledger) == 0  # the handed slot was given back
-    assert ledger.line(queue.ledger) == [] and ledger.line(key.ledger) == []
 
 
 @pytest.mark.parametrize(("late_ms", "trusted"), [(50_000, True), (50_001, False)])
@@ -127,14 +72,14 @@ def test_a_message_caught_by_an_outage_of_ledger_and_broker_tries_again_once_the
     admission, clock = make(ledger, max_wait=0)
     process = admission.process
     queue = Limit(ledger.keys.queue("q"), 1)
-    claim, down = admission.claim, [True]
+    enter, down = admission._enter, [True]
 
-    def claim_in_outage(hold: Hold, request: Request) -> Answer:
+    def enter_in_outage(hold: Hold, request: Request, line: Line, step: str) -> Answer:
         if down.pop() if down else False:
             raise LedgerUnavailable("ledger enter failed: unreachable")
-        return claim(hold, request)
+        return enter(hold, request, line, step)
 
-    monkeypatch.setattr(admission, "claim", claim_in_outage)
+    monkeypatch.setattr(admission, "_enter", enter_in_outage)
     deferrals: list[str] = []
 
     def defer(delay_ms: int, reason: str) -> BaseException:
@@ -173,7 +118,7 @@ def test_a_wake_up_that_arrives_late_is_read_by_the_expiry_it_carries(ledger: Le
     (handoff,) = handoffs
     expiry = int(ledger.client.zscore(queue.ledger, hold.token) or 0)
     message = f"{hold.token} {expiry} {handoff.fence} {queue.ledger}"
-    waiter = process.wakeups.expect(hold.token, Waiter(thread=PARKED))
+    waiter = process.wakeups.expect(hold.token, Waiter())
 
     process.wakeups.handle(message)  # on time
     answer = admission.handed(request_for(queue), waiter)
@@ -189,7 +134,7 @@ def test_a_wake_up_that_arrives_late_is_read_by_the_expiry_it_carries(ledger: Le
 
 def test_a_wake_up_before_any_beat_read_the_redis_clock_makes_its_claim_ask(ledger: Ledger) -> None:
     admission, _ = make(ledger)
-    waiter = admission.process.wakeups.expect("me:1:1:2", Waiter(thread=PARKED))
+    waiter = admission.process.wakeups.expect("me:1:1:2", Waiter())
     admission.process.wakeups.handle(f"me:1:1:2 99999999999999 1 {ledger.keys.queue('q')}")
     assert waiter.handed is not None and waiter.written_at is None
     assert admission.handed(request_for(Limit(ledger.keys.queue("q"), 1)), waiter) is None

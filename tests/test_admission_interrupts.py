@@ -13,7 +13,6 @@ from __future__ import annotations
 import dis
 import functools
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,11 +29,11 @@ from dramatiq.middleware import Interrupt, Middleware, TimeLimit
 import dramatiq_slots
 from dramatiq_slots import Slots
 from dramatiq_slots.failpoints import interrupt_with
-from dramatiq_slots.ledger import Ledger, Limit, Line, Member, Withdrawn
+from dramatiq_slots.ledger import Ledger, Limit, Line, Member
 from dramatiq_slots.middleware.deferral import MessageDeferred
 from dramatiq_slots.waiting.admits import Request
 from dramatiq_slots.waiting.gate import Gate
-from dramatiq_slots.worker.claims import Hold, new_token, this_process
+from dramatiq_slots.worker.claims import Hold, this_process
 from tests.support.fake_clock import make, request_for
 from tests.support.in_process import RunRecorder, running_worker, stop_threads
 from tests.support.waiting import wait_until
@@ -106,8 +105,8 @@ def test_waiting_in_line_never_counts_against_time_limit_whatever_the_middleware
 
 # -- (b) an exception at each blocking point, then wherever one can land -----------------------
 
-#: The message being admitted, and another message of this process that holds the slot.
-KEY, OTHER = 1, 2
+#: The message being admitted.
+KEY = 1
 FOREIGN = "elsewhere:1:1:1"
 
 
@@ -118,51 +117,15 @@ class Harness:
         self.ledger = ledger
         self.admission, self.clock = make(ledger, **settings)
         self.process = self.admission.process
-        # No threads: the test beats by hand; a release in this process wakes its waiter directly.
+        # No threads: the test beats by hand.
         monkeypatch.setattr(self.process.heartbeat, "start", lambda: None)
         monkeypatch.setattr(self.process.heartbeat, "ensure_started", lambda: None)
         monkeypatch.setattr(self.process.wakeups, "start", lambda: None)
-        self.process.waiting_share.reset(4)
         #: While set, the test itself calls Slots' code (another message's release): no interrupt.
         self.quiet = False
 
     def admit(self, request: Request) -> Hold:
         return self.admission.admit(request, KEY, deferrals=0, defer=lambda ms, why: MessageDeferred(why))
-
-    def hold_for_another_message(self, *limits: Limit) -> None:
-        """Another message of this process, on another worker thread, holds ``limits``."""
-        hold = Hold(new_token(), limits)
-        assert self.ledger.enter(hold.token, limits, ttl_ms=60_000).admitted
-        self._on_another_thread(lambda: self.process.running(OTHER, hold, self.clock.monotonic()))
-
-    def release_other(self) -> None:
-        """That message ends, on its thread: its release hands the slot to our waiter and wakes it."""
-        self.quiet = True
-        try:
-            self._on_another_thread(lambda: self.process.finished(OTHER))
-        finally:
-            self.quiet = False
-
-    @staticmethod
-    def _on_another_thread(work: Callable[[], None]) -> None:
-        thread = threading.Thread(target=work)
-        thread.start()
-        thread.join(10)
-        assert not thread.is_alive()
-
-    def hand_over_silently(self, token: str, limit: Limit) -> None:
-        """``token`` leaves, handing its slot to our waiter without waking it (a lost wake-up)."""
-        self.ledger.leave(token, [limit], ttl_ms=60_000, own_process=this_process())
-
-    def before_withdrawing(self, monkeypatch: pytest.MonkeyPatch, happen: Callable[[], None]) -> None:
-        """``happen`` between the waiter's last re-ask and its withdrawal."""
-        withdraw = self.ledger.withdraw
-
-        def withdraw_after(*args: Any, **kwargs: Any) -> Withdrawn:
-            happen()
-            return withdraw(*args, **kwargs)
-
-        monkeypatch.setattr(self.ledger, "withdraw", withdraw_after)
 
     def after_the_exception(self, *, in_release: bool = False) -> None:
         """What dramatiq does next, then one beat."""
@@ -182,7 +145,6 @@ class Harness:
             assert self.ledger.line(limit.ledger) == [], f"line entries left for {limit.ledger}"
         assert len(self.process.registry) == 0, self.process.registry.snapshot()
         assert not self.process.wakeups._waiting, "a waiter left registered"
-        assert self.process.waiting_share is not None and len(self.process.waiting_share) == 0
 
 
 def _text(value: object) -> str:
@@ -195,48 +157,17 @@ class Interrupted(Interrupt):
 
 def _scenario(h: Harness, monkeypatch: pytest.MonkeyPatch, name: str) -> tuple[Request, tuple[Limit, ...]]:
     """Set up one way through admission; the request it admits and the limits it touches."""
-    queue, key = Limit(h.ledger.keys.queue("q"), 1), Limit(h.ledger.keys.runtime_key("k"), 1)
+    queue = Limit(h.ledger.keys.queue("q"), 1)
     if name == "admitted at once":
         return request_for(queue), (queue,)
-    if name == "handed a slot, woken":
-        h.hold_for_another_message(queue)
-        h.clock.during[0] = h.release_other
-        return request_for(queue), (queue,)
     assert h.ledger.enter(FOREIGN, [queue], ttl_ms=60_000).admitted
-    if name == "refused, in line":
+    if name == "refused":
         return request_for(queue), (queue,)
-    if name == "a slot freed, found by a re-ask":
-        h.clock.during[0] = lambda: h.ledger.leave(FOREIGN, [queue], ttl_ms=60_000) and None
-        return request_for(queue), (queue,)
-    if name == "handed a slot, not woken, withdraws":
-        h.before_withdrawing(monkeypatch, lambda: h.hand_over_silently(FOREIGN, queue))
-        return request_for(queue), (queue,)
-    assert h.ledger.enter("busy:1:1:1", [key], ttl_ms=60_000).admitted
-    if name == "handed one slot of two, gives it back":
-        h.before_withdrawing(monkeypatch, lambda: h.hand_over_silently(FOREIGN, queue))
-        return request_for(queue, key), (queue, key)
-    if name == "handed one slot of two, takes the other":
-
-        def both_free() -> None:
-            h.hand_over_silently(FOREIGN, queue)
-            h.ledger.leave("busy:1:1:1", [key], ttl_ms=60_000)
-
-        h.before_withdrawing(monkeypatch, both_free)
-        return request_for(queue, key), (queue, key)
     raise AssertionError(name)
 
 
 #: (blocking point, the way through admission that reaches it)
-POINTS = [
-    ("enter", "admitted at once"),
-    ("enter", "refused, in line"),
-    ("wait", "handed a slot, woken"),
-    ("wait", "refused, in line"),
-    ("re-ask", "a slot freed, found by a re-ask"),
-    ("re-ask", "refused, in line"),
-    ("withdraw", "handed a slot, not woken, withdraws"),
-    ("give-back", "handed one slot of two, takes the other"),
-]
+POINTS = [("enter", "admitted at once"), ("enter", "refused")]
 
 
 @pytest.mark.parametrize(("point", "way"), POINTS, ids=[f"{p}: {w}" for p, w in POINTS])
@@ -347,9 +278,8 @@ class AsyncInterrupt:
 #: Ways through admission swept point by point (between them, each step of admission and
 #: release is reached), and whether the sweep runs the release rather than the admission.
 SWEPT = [
-    ("handed a slot, woken", False),
-    ("handed one slot of two, takes the other", False),
-    ("handed one slot of two, gives it back", False),
+    ("admitted at once", False),
+    ("refused", False),
     ("a lingering hold", False),
     ("admitted at once", True),
     ("a lingering hold", True),
@@ -403,11 +333,8 @@ def test_an_exception_wherever_it_lands_in_admission_or_release_leaves_nothing_a
                     assert all(h.ledger.client.zscore(limit.ledger, hold.token) for limit in limits)
                     h.process.finished(KEY)
                     h.process.heartbeat.tick()
-            # Not leaks: a lingering hold still lingers (in its window, in the ledger), the
-            # other message still runs (the exception came before it ended).
+            # Not a leak: a lingering hold still lingers (in its window, in the ledger).
             h.process.lingering.release_all()
-            if OTHER in h.process._running:
-                h.release_other()
             h.assert_nothing_left(*limits)
             return interrupt
 
@@ -476,7 +403,7 @@ class _Worker:
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="models CPython 3.11's bytecode")
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("way", ["admitted at once", "refused, in line"])
+@pytest.mark.parametrize("way", ["admitted at once", "refused"])
 def test_an_exception_wherever_it_lands_in_the_gate_loses_no_message_and_leaves_nothing(
     redis_client: redis.Redis, key_prefix: str, monkeypatch: pytest.MonkeyPatch, way: str
 ) -> None:

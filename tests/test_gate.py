@@ -49,10 +49,10 @@ def hold_elsewhere(slots: Slots, limit: Limit, ttl_ms: int = 30_000) -> None:
     assert slots.ledger.enter(ELSEWHERE, [limit], ttl_ms=ttl_ms, line=Line.NONE).admitted
 
 
-def test_the_gate_is_installed_and_the_waiting_share_is_not_used(
+def test_the_gate_is_installed_and_every_worker_thread_reads_it(
     broker: RedisBroker, add_slots: SlotsFactory
 ) -> None:
-    add_slots(waiting_share=0.0)
+    add_slots()
 
     @dramatiq.actor(queue_name="capped", queue_capacity=1)
     def job() -> None: ...
@@ -212,18 +212,19 @@ def _failing_boot_check(monkeypatch: pytest.MonkeyPatch) -> None:
 FALLBACKS: dict[str, tuple[Callable[[pytest.MonkeyPatch], object], str]] = {
     "an untested dramatiq": (
         lambda monkeypatch: untested(monkeypatch, borrowed.WORK_QUEUE),
-        "refused messages wait in their worker threads",
+        "a message refused a slot is deferred (as with max_wait=0) instead of waiting in line",
     ),
     "a failed boot check": (
         _failing_boot_check,
         "The gated work queue failed its boot check in this process (AttributeError: 'GatedWorkQueue' "
-        "object has no attribute 'not_empty'): refused messages wait in their worker threads",
+        "object has no attribute 'not_empty'): the gate is not installed, so a message refused a slot is "
+        "deferred (as with max_wait=0) instead of waiting in line",
     ),
 }
 
 
 @pytest.mark.parametrize("cause", FALLBACKS)
-def test_without_the_gate_messages_wait_in_their_threads_and_a_warning_says_why(
+def test_without_the_gate_a_refused_message_is_deferred_and_a_warning_says_why(
     broker: RedisBroker,
     add_slots: SlotsFactory,
     probe: Probe,
@@ -236,17 +237,22 @@ def test_without_the_gate_messages_wait_in_their_threads_and_a_warning_says_why(
     slots = add_slots()
     limit = Limit(slots.keys.queue("capped"), 1)
 
+    broker.add_middleware(dramatiq.middleware.CurrentMessage())
+
     @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
     def capped() -> None:
-        probe.record("capped")
+        probe.record("capped", deferrals())
 
     hold_elsewhere(slots, limit)
     with running_worker(broker, threads=1) as worker:
         assert not isinstance(worker.work_queue, GatedWorkQueue)
         capped.send()
-        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 1, timeout=10, what="the message in line")
+        wait_until(lambda: slots.process.recent.snapshot()[0], timeout=10, what="the message's deferral")
+        assert slots.ledger.line(limit.ledger) == [], "no thread waits in line, and nothing parks"
         slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
         probe.wait_runs(1)
+    (ran_after,) = probe.by_label["capped"]
+    assert ran_after >= 1, "it ran as a deferred copy"
     assert warning in caplog.text
 
 

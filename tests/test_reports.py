@@ -19,7 +19,7 @@ import dramatiq
 import pytest
 from dramatiq.brokers.redis import RedisBroker
 
-from dramatiq_slots import Controls, borrowed
+from dramatiq_slots import Controls
 from dramatiq_slots.ledger import Limit
 from dramatiq_slots.ledger.reports import MAX_KEY_LABEL, RECENT_DEFERRALS, ProcessReport
 from dramatiq_slots.ops.inspection import (
@@ -33,7 +33,6 @@ from dramatiq_slots.ops.inspection import (
 )
 from dramatiq_slots.worker.claims import Hold, HoldRegistry, this_process
 from dramatiq_slots.worker.waits import Event, Recent
-from tests.support.borrowed import untested
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.waiting import wait_until
 
@@ -218,10 +217,9 @@ def test_waiting_is_told_apart_next_to_the_brokers_depth_and_why_says_where_each
         assert unknown[0].queues["told"].ready == 1
 
 
-def test_a_message_waiting_in_its_thread_is_in_line_at_its_place(
-    broker: RedisBroker, add_slots: SlotsFactory, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+def test_parked_messages_are_in_line_at_their_places(
+    broker: RedisBroker, add_slots: SlotsFactory, key_prefix: str
 ) -> None:
-    untested(monkeypatch, borrowed.WORK_QUEUE)  # no gate: a refused message waits in its thread
     slots = add_slots()
     gate = threading.Event()
     job = blocking_actor("threads", gate, queue_capacity=1)
@@ -232,16 +230,16 @@ def test_a_message_waiting_in_its_thread_is_in_line_at_its_place(
         assert job.started.acquire(timeout=10)
         second, third = job.send(1), job.send(2)
         wait_until(
-            lambda: view_of(inspector, queue).in_line == 2,
+            lambda: view_of(inspector, queue).parked == 2,
             timeout=10,
-            what="two claims waiting in threads",
+            what="two parked messages",
         )
         view = view_of(inspector, queue)
-        assert (view.waiting, view.parked, view.held_back) == (2, 0, 0)
+        assert (view.waiting, view.in_line, view.held_back) == (2, 0, 0)
         places = {}
         for message in (second, third):
             why = inspector.why(message.message_id)
-            assert isinstance(why, WhyWaiting) and why.state == "in_line", why
+            assert isinstance(why, WhyWaiting) and why.state == "parked", why
             assert why.of == 2 and why.token and [h.message_id for h in why.holders] == [first.message_id]
             places[message.message_id] = (why.place, why.ahead)
         # Served in send order: the second is first in line, the third behind it.

@@ -1,4 +1,4 @@
-"""Waiting in line: FIFO handoff with real Workers, the wait bound, the waiting share, shutdown."""
+"""Waiting in line: FIFO handoff with real Workers, the wait bound, shutdown, the wake channel."""
 
 from __future__ import annotations
 
@@ -13,14 +13,13 @@ import pytest
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-from dramatiq_slots import Slots, borrowed
+from dramatiq_slots import Slots
 from dramatiq_slots.ledger import Limit, Line
 from dramatiq_slots.middleware.deferral import DEFERRALS
 from dramatiq_slots.waiting import parking
 from dramatiq_slots.waiting.places import PLACE
 from dramatiq_slots.worker.claims import new_token, this_process
 from dramatiq_slots.worker.wakeups import Wakeups
-from tests.support.borrowed import untested
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import SlotsFactory, running_worker
 from tests.support.waiting import wait_until
@@ -163,31 +162,6 @@ def test_a_message_waits_at_most_max_wait_then_is_deferred(
     assert probe.peak["line"] == 1
 
 
-def test_without_the_gate_waiting_share_bounds_the_threads_in_line(
-    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # An untested dramatiq: refused messages wait in their threads, at most waiting_share of them.
-    untested(monkeypatch, borrowed.WORK_QUEUE)
-    slots, release, blocker, job, line = line_setup(broker, add_slots, probe, waiting_share=0.5)
-    most = 0
-    with running_worker(broker, threads=4):
-        blocker.send()
-        wait_until(
-            lambda: slots.in_use("line") == 1, timeout=10.0, what="the blocker to hold the line's slot"
-        )
-        for i in range(4):
-            job.send(i)
-        deadline = time.monotonic() + 2
-        while time.monotonic() < deadline:
-            most = max(most, len(slots.ledger.line(line)))
-            time.sleep(0.01)
-        release.set()
-        probe.wait_runs(1 + 2 * 4, timeout=30)
-    assert most == 2, "4 threads x 0.5 may wait; the rest are deferred"
-    assert sum(1 for d in probe.by_label["deferrals"] if d > 0) >= 1
-    assert probe.peak["line"] == 1
-
-
 def test_shutdown_takes_waiters_out_of_line_without_losing_them(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
 ) -> None:
@@ -294,12 +268,6 @@ def test_the_wake_channel_delivers_and_wakes_everyone_on_subscribe(redis_client:
     finally:
         wakeups.stop()
     assert not wakeups.running
-
-
-@pytest.mark.parametrize("share", [-0.1, 1.5, "half", True])
-def test_waiting_share_must_be_a_fraction(share: Any) -> None:
-    with pytest.raises(ValueError, match=r"Slots\(waiting_share=\.\.\.\): must be a number from 0 to 1"):
-        Slots(waiting_share=share)
 
 
 @pytest.mark.parametrize("wait", [-1, 1.5, True])

@@ -2,10 +2,9 @@
 
 One attempt is one claim with a fresh token. It takes a lingering hold of the
 same limits when there is one (:mod:`dramatiq_slots.worker.lingering`); otherwise it
-*enters* the ledgers (``enter.lua``). A refused claim that may wait joins the
-refusing ledger's line and waits, in its worker thread, until a release hands
-it the slot (a wake-up, :mod:`dramatiq_slots.worker.wakeups`) or it asks again
-(after 2 s, doubling to 8 s), for at most ``max_wait``; then it withdraws. An
+*enters* the ledgers (``enter.lua``). A message that must wait does so parked by the gate
+(:mod:`dramatiq_slots.waiting.gate`), never in a worker thread: :meth:`Admission.admit`, which
+runs in the worker thread, admits or defers. An
 admitted hold is *distrusted* when its expiry may lapse before the first beat
 (the late-reply guard) or too few replicas have it (``wait_replicas``): it is
 released again. What is not admitted is deferred by the caller's ``defer``.
@@ -25,7 +24,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import redis
 from dramatiq.errors import BrokerConnectionError
@@ -34,13 +32,11 @@ from dramatiq.middleware import MiddlewareError
 from ..errors import LedgerError, LedgerUnavailable, SlotsError
 from ..failpoints import reach
 from ..ledger.replies import Entered, Limit, Line
-from ..ledger.reports import IN_LINE
-from ..waiting.admits import REASK_MAX_S, REASK_S, Answer, Dropped, InLine, Refused, Request
+from ..waiting.admits import Answer, Dropped, InLine, Refused, Request
 from ..worker.claims import Hold
 from ..worker.clock import Clock
 from ..worker.lingering import roomy
 from ..worker.process import SlotsProcess
-from ..worker.waits import Wait
 from ..worker.wakeups import PARKED, Waiter
 from .backoff import backoff_ms
 from .options import BUSY_CODES
@@ -135,7 +131,7 @@ class Admission:
             hold = request.hold(request.claim_token())
             refused: Sequence[Limit]
             try:
-                answer = self.claim(hold, request)
+                answer = self._enter(hold, request, Line.NONE, "enter")
             except LedgerUnavailable as e:
                 # The script may have run before the reply was lost (redis-py's
                 # own retries of this call replayed the same token; they are
@@ -205,33 +201,6 @@ class Admission:
             process.metrics.deferred(refused, request.actor)  # counted on the ledger(s) that refused
             process.deferred(request.message_id, request.actor, request.queue, refused_by, delay, reason)
             raise deferred
-
-    def claim(self, hold: Hold, request: Request) -> Answer:
-        """Enter; when refused and a thread may wait, wait in line for a release to hand over a slot.
-
-        The claim is in doubt from before its first ``enter`` until its outcome
-        is on record: held (``running``), owed, or settled (it holds nothing and
-        is in no line). An exception that ends it anywhere leaves it in doubt,
-        and admit() then owes it.
-        """
-        process = self.process
-        gate = process.waiting_share
-        if process.stopping.is_set() or not gate.enter():
-            # May not wait: the same admission, without joining a line.
-            return self._enter(hold, request, Line.NONE, "enter")
-        wakeups = process.wakeups
-        try:
-            wakeups.start()  # no-op once listening in this process
-            # Registered before the claim joins a line, so no wake-up is missed. Until
-            # the claim is held, a wake-up that finds it gone finds it in doubt, and
-            # leaves its slot alone (SlotsProcess.owe_handed).
-            waiter = wakeups.expect(hold.token)
-            return self.wait_in_line(hold, request, waiter)
-        finally:
-            wakeups.stop_expecting(hold.token)
-            gate.leave()
-            if process.thread_waits.remove(hold.token):
-                process.changed()
 
     def _enter(
         self, hold: Hold, request: Request, line: Line, step: str, *, owner: int | None = None
@@ -336,58 +305,6 @@ class Admission:
         entered = self._enter(hold, request, Line.NONE, "give-back", owner=PARKED).entered
         return hold.fenced(entered.fences, entered.capacities) if entered.admitted else None
 
-    def wait_in_line(self, hold: Hold, request: Request, waiter: Waiter) -> Answer:
-        """Join the line and wait there until admitted, ``max_wait`` passed, or the worker stops."""
-        clock, ledger = self.clock, self.process.ledger
-        answer = self._enter(hold, request, Line.JOIN, "enter")
-        since = clock.monotonic()
-        deadline = since + self.settings.max_wait / 1000
-        pause = REASK_S
-        waits_on: str | None = None
-        while not answer.entered.admitted and answer.entered.in_line:
-            if answer.entered.refused_by != waits_on:  # in line, for the report
-                waits_on = answer.entered.refused_by
-                self.process.thread_waits.add(
-                    Wait(
-                        request.message_id,
-                        request.actor,
-                        request.queue,
-                        waits_on or "",
-                        IN_LINE,
-                        since,
-                        hold.token,
-                        request.capacity_on(waits_on),
-                        request.key_label_on(waits_on),
-                    )
-                )
-                self.process.changed()
-            if self.waits_on(answer.entered.refused_by, told=answer.entered.paused):
-                deadline = clock.monotonic() + self.settings.max_wait / 1000
-            remaining = deadline - clock.monotonic()
-            if remaining <= 0 or self.process.stopping.is_set():
-                withdrawn = ledger.withdraw(hold.token, request.limits, ttl_ms=self.settings.hold_ttl)
-                reach("withdraw")
-                if withdrawn.held == len(request.limits):
-                    return Answer(Entered(admitted=True, replayed=True, fences=withdrawn.fences), None)
-                if withdrawn.held == 0:
-                    self.process.registry.clear_doubt(hold.token)  # out of every line, holding nothing
-                    return Answer(replace(answer.entered, in_line=False), None)
-                # Handed one slot of several: take the rest now, or give it back.
-                return self._enter(hold, request, Line.NONE, "give-back")
-            woken = clock.wait(waiter.event, min(remaining, pause))
-            reach("wait")
-            waiter.event.clear()
-            if not woken:
-                pause = min(pause * 2, REASK_MAX_S)
-            handed = self.handed(request, waiter)
-            if handed is not None:
-                return handed
-            # Woken without a slot (reconnect, shutdown), or by a slot of one
-            # ledger out of several, or nothing came: ask again, keeping our place.
-            waiter.handed = None
-            answer = self._enter(hold, request, Line.KEEP, "re-ask")
-        return answer
-
     def waits_on(self, refused_by: str | None, *, told: bool = False) -> bool:
         """Whether ``max_wait`` is suspended for a message waiting for ledger ``refused_by``: the ledger is
         paused (``told`` by the answer of an ask, or as this process's last beat read it), and then
@@ -487,8 +404,6 @@ def busy_reason(request: Request, refused_by: str | None) -> str:
 __all__ = [
     "BROKER_DOWN",
     "OUTAGE_RETRY_MAX_MS",
-    "REASK_MAX_S",
-    "REASK_S",
     "Admission",
     "AdmissionError",
     "Answer",

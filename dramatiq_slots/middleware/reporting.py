@@ -142,10 +142,7 @@ class Reporter:
 
     def _waits(self) -> list[Wait]:
         gate = self._gate()
-        found = self.process.thread_waits.waits()
-        if gate is not None:
-            found += gate.waits()
-        return sorted(found, key=lambda w: w.since)
+        return [] if gate is None else sorted(gate.waits(), key=lambda w: w.since)
 
     @staticmethod
     def _event(event: Event, ms: Callable[[float], int]) -> ReportedEvent:

@@ -50,7 +50,6 @@ class Settings:
     defer_max_backoff: int
     queue_capacities: Mapping[str, int]
     max_wait: int
-    waiting_share: float
     reuse_window: int
     wait_replicas: int
     wait_replicas_timeout: int
@@ -91,12 +90,6 @@ class Settings:
         opt.at_most_third(opt.positive_int(self.beat_ms, where), hold_ttl, where)
         opt.backoff_bounds(self.defer_min_backoff, self.defer_max_backoff, "Slots")
         opt.non_negative_int(self.max_wait, _setting("max_wait"))
-        share = self.waiting_share
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not (0 <= share <= 1):
-            raise opt.ConfigurationError(
-                f"{_setting('waiting_share')}: must be a number from 0 to 1, got {share!r}"
-            )
-        set_(self, "waiting_share", float(share))
         where = _setting("reuse_window")
         opt.at_most_third(opt.non_negative_int(self.reuse_window, where), hold_ttl, where)
         opt.non_negative_int(self.wait_replicas, _setting("wait_replicas"))

@@ -14,8 +14,8 @@ whole picture, CONTRIBUTING.md the module map):
   deferred message (:class:`~.skips.QuietDeferrals`).
 
 The pieces are made here once, each given its collaborators when it is made (the process its
-metrics, wait gate, declarations and the gate's "a hold ended" through :meth:`Slots._hold_ended`);
-a worker boot sizes the wait gate, picks the metrics and makes the gate of that run.
+metrics, declarations and the gate's "a hold ended" through :meth:`Slots._hold_ended`);
+a worker boot picks the metrics and makes the gate of that run.
 
 Trap designed around: dramatiq swallows any exception raised by a
 ``before_process_message`` hook unless it is a ``MiddlewareError``, and then
@@ -53,7 +53,6 @@ from ..worker.claims import Hold, HoldRegistry
 from ..worker.heartbeat import Heartbeat
 from ..worker.interrupts import HoldLost, wrapped_by
 from ..worker.process import SlotsProcess
-from ..worker.waiting_share import WaitingShare
 from ..worker.wakeups import Wakeups
 from . import options as opt
 from .admission import Admission, AdmissionError
@@ -97,7 +96,6 @@ class Slots(Middleware):
         defer_max_backoff: int = 5_000,
         queue_capacities: Mapping[str, int] | None = None,
         max_wait: int = 30_000,
-        waiting_share: float = 1.0,
         reuse_window: int = 100,
         wait_replicas: int = 0,
         wait_replicas_timeout: int = 100,
@@ -117,7 +115,6 @@ class Slots(Middleware):
             defer_max_backoff=defer_max_backoff,
             queue_capacities=queue_capacities or {},
             max_wait=max_wait,
-            waiting_share=waiting_share,
             reuse_window=reuse_window,
             wait_replicas=wait_replicas,
             wait_replicas_timeout=wait_replicas_timeout,
@@ -131,16 +128,15 @@ class Slots(Middleware):
         self.declarations = Declarations(self.settings)
         self._broker: dramatiq.Broker | None = None
         self._places = PlaceClock()
-        #: The gate of the worker this process runs (None: none, or it waits in its threads).
+        #: The gate of the worker this process runs (None: none; a message that must wait is deferred).
         self._gate: Gate | None = None
-        #: What a boot chooses: the metrics in force, and how many threads may wait in line.
+        #: The metrics in force (a boot chooses them).
         self.metrics_in_force = MetricsInForce()
         self.process = SlotsProcess(
             self.settings,
             self._new_ledger,
             report=self._report,
             metrics=self.metrics_in_force,
-            waiting_share=WaitingShare(0),
             declared=self._declared,
             on_ended=self._hold_ended,
             homes=self.declarations.homes,
@@ -305,7 +301,7 @@ class Slots(Middleware):
         # (in reverse order: after the after hooks of the middleware added after Slots),
         # so a backlog is being processed by then. Everything the first message needs is
         # ready here: the metrics (dramatiq's Prometheus made its own, and set
-        # prometheus_client's multiprocess folder, at process boot), the wait gate, the
+        # prometheus_client's multiprocess folder, at process boot), the gate, the
         # scripts, the heartbeat and the wake channel (docs/design.md, "Heartbeat").
         self._broker = broker
         process = self.process
@@ -315,7 +311,6 @@ class Slots(Middleware):
             self.metrics_in_force.use(metrics_for(broker.middleware, self.keys))
         process.metrics.forget_dead_processes()
         self._gate = None
-        process.waiting_share.reset(0)
         self.reporter.threads = borrowed.worker_threads(worker)
         if not self.declarations.limited:
             return
@@ -331,19 +326,16 @@ class Slots(Middleware):
                     skipped_first=lambda message: borrowed.too_old(age_limits, broker, message),
                 )
                 self._gate.install()
-            else:
-                if why:  # else the touchpoint's WARNING said why
-                    logger.warning(
-                        "%s: refused messages wait in their worker threads (waiting_share=%s).",
-                        why,
-                        self.settings.waiting_share,
-                    )
-                threads = borrowed.worker_threads(worker)
-                process.waiting_share.reset(max(0, int(threads * self.settings.waiting_share)))
+            elif why:  # else the touchpoint's WARNING said why
+                logger.warning(
+                    "%s: the gate is not installed, so a message refused a slot is deferred (as with "
+                    "max_wait=0) instead of waiting in line.",
+                    why,
+                )
         self._check_ledger_server()
         # One beat now, in this thread: the process report is there before its first hold.
         process.heartbeat.boot()
-        if process.waiting_share.places > 0 or self._gate is not None:
+        if self._gate is not None:
             process.wakeups.start()
             # A claim in line before the subscription is up would be skipped by a release.
             process.wakeups.listening.wait(_LISTEN_WAIT_S)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from ..errors import LedgerError, LedgerUnavailable
 from ..worker.claims import Hold
 from ..worker.metrics import Metrics
-from ..worker.wakeups import PARKED, Waiter
+from ..worker.wakeups import Waiter
 from . import places
 from .admits import REASK_MAX_S, REASK_S, Admits, Answer, Request
 
@@ -104,7 +104,7 @@ class Parking:
 
     def waiter(self) -> Waiter:
         """A waiter for a claim about to be parked (its wake-ups come here)."""
-        return Waiter(thread=PARKED, on_wake=self._woken)
+        return Waiter(on_wake=self._woken)
 
     def count_in(self, request: Request) -> None:
         """Count a claim about to be parked on its ledgers now (``park(..., counted=True)`` follows)."""

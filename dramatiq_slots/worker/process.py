@@ -12,7 +12,7 @@ the heartbeat sends it again on its next beat. So is every claim an
 exception took out of its admission, wherever it landed (:meth:`SlotsProcess.owe_doubts`).
 
 Everything it is told comes in through its constructor: the settings it reads
-(:class:`ProcessSettings`, which the middleware's settings are), the metrics, the wait gate,
+(:class:`ProcessSettings`, which the middleware's settings are), the metrics,
 what it declares and whom it tells that a hold ended. It imports nothing from the folders
 above (``tests/test_layers.py``).
 """
@@ -37,8 +37,7 @@ from .interrupts import Bodies
 from .lingering import LingeringHolds
 from .metrics import Metrics
 from .texts import control_text
-from .waiting_share import WaitingShare
-from .waits import Event, Recent, ThreadWaits
+from .waits import Event, Recent
 from .wakeups import Wakeups
 
 logger = logging.getLogger("dramatiq_slots.process")
@@ -66,7 +65,6 @@ class SlotsProcess:
       report: this process's report for ``dramatiq-slots status`` (what ``Heartbeat`` takes).
       clock: what admission and the hold registry read (:mod:`.clock`).
       metrics: where the process and its heartbeat count (no-op by default).
-      waiting_share: which threads may wait in line, in the thread (none, until a boot opens it).
       declared: the queue capacities this process declares, sent with every beat.
       on_ended: called with each hold whose job ended here (the gate lets a held-back message
         try again).
@@ -80,7 +78,6 @@ class SlotsProcess:
         report: Callable[[], ReportWrite | tuple[str, str]] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         metrics: Metrics | None = None,
-        waiting_share: WaitingShare | None = None,
         declared: Callable[[], Sequence[Limit]] = list,
         on_ended: Callable[[Hold], None] | None = None,
         homes: Callable[[], Sequence[str]] = list,
@@ -102,8 +99,6 @@ class SlotsProcess:
         self.metrics = metrics if metrics is not None else Metrics()
         #: Set from worker shutdown to the next boot: nothing new waits in line.
         self.stopping = threading.Event()
-        #: Which threads wait in line, up to how many (its places: 0, none may).
-        self.waiting_share = waiting_share if waiting_share is not None else WaitingShare(0)
         #: Jobs stopped because their hold was lost (on_lost_hold="interrupt").
         self.interrupted = 0
         self._on_ended = on_ended
@@ -119,9 +114,7 @@ class SlotsProcess:
         #: The claim token of each running message, and its thread, by ``id(message)``.
         self._running: dict[int, tuple[str, int]] = {}
         self._running_lock = threading.Lock()
-        #: For the report: the claims waiting in line in a worker thread, and the newest
-        #: deferrals, drops and admissions (:mod:`.waits`).
-        self.thread_waits = ThreadWaits()
+        #: For the report: the newest deferrals, drops and admissions (:mod:`.waits`).
         self.recent = Recent()
         track(self)
 
@@ -370,10 +363,6 @@ class SlotsProcess:
     def owe_doubts(self) -> None:
         """Owe a release (leave and withdraw) of each claim this thread was admitting and left
         unsettled: an exception ended its admission, wherever it landed."""
-        # This thread waits no more, whatever stopped it.
-        self.waiting_share.leave()
-        if self._wakeups is not None:
-            self._wakeups.forget_thread()
         owed = self.registry.owe_doubts(threading.get_ident())
         if not owed:
             return
@@ -384,8 +373,8 @@ class SlotsProcess:
     def leftovers(self) -> None:
         """Before this thread admits a message: end whatever its previous message left on record.
 
-        A worker thread runs one message at a time, so a claim, a place among
-        the waiting threads or a running hold of this thread is left over from
+        A worker thread runs one message at a time, so a claim or a running hold of
+        this thread is left over from
         an end that an exception cut short (where dramatiq runs no hook again).
         """
         self.owe_doubts()

@@ -3,9 +3,8 @@
 The process report (:mod:`dramatiq_slots.ledger.reports`) says, for ``dramatiq-slots why`` and
 ``status``, where each waiting message of the process is and what its recent messages did.
 The gate's parked and held-back messages are read from the gate itself when the report is made;
-what has no other record is kept here: the claims waiting in line in a worker thread
-(:class:`ThreadWaits`) and the newest deferrals, drops and admissions, in rings of a fixed size
-(:class:`Recent`). Every time here is the process's monotonic clock; the report turns it into
+what has no other record is kept here: the newest deferrals, drops and admissions, in rings
+of a fixed size (:class:`Recent`). Every time here is the process's monotonic clock; the report turns it into
 the Redis clock.
 """
 
@@ -49,27 +48,6 @@ class Event:
     at: float
     until: float | None = None
     reason: str = ""
-
-
-class ThreadWaits:
-    """The claims of this process waiting in line in their worker threads, by claim token."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._waits: dict[str, Wait] = {}
-
-    def add(self, wait: Wait) -> None:
-        with self._lock:
-            self._waits[wait.token] = wait
-
-    def remove(self, token: str) -> bool:
-        """Forget the wait of ``token``; whether it was on record."""
-        with self._lock:
-            return self._waits.pop(token, None) is not None
-
-    def waits(self) -> list[Wait]:
-        with self._lock:
-            return list(self._waits.values())
 
 
 class Recent:

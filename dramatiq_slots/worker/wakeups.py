@@ -7,15 +7,15 @@ first and then publishes ``"<token> <expiry> <fence> <ledger>"`` on the channel 
 claim's process (``<expiry>``: the handed hold's, in ms by the Redis clock, read with
 ``expiry_to_written`` into when it was written: a message can arrive late;
 ``<fence>``: the claim's fencing token on that ledger); this
-thread sets the :class:`threading.Event` its waiting thread blocks on. The
-waiting thread then holds the slot without asking Redis again.
+thread wakes the claim's :class:`Waiter`, and the parked message is ready to run with the
+slot, without asking Redis again.
 
 Why Pub/Sub and not a list per waiter: ``PUBLISH`` answers how many
 subscribers received the message, so a release that finds nobody listening
 (the waiter's process died) takes the hold back and serves the next claim in
 line, and a message leaves nothing behind in Redis, where a list pushed for a
 dead waiter would stay until it expired. It also costs no command on the
-waiting side: a thread blocks on an Event, not on a Redis call.
+waiting side: nothing polls Redis while a claim waits.
 
 Pub/Sub is at-most-once: a message published while this connection is down
 is lost. Waiters therefore also ask the ledger again on their own every few
@@ -77,7 +77,8 @@ _POLL_S = 0.5
 _STOP = ""
 
 
-#: The "thread" of a claim parked in line (:mod:`dramatiq_slots.waiting.parking`): no thread waits for it.
+#: The owner, in the hold registry, of a claim parked in line (:mod:`dramatiq_slots.waiting.parking`): no
+#: thread waits for it.
 PARKED = 0
 
 
@@ -86,20 +87,18 @@ class Waiter:
 
     ``written_at``: when the handed hold's expiry was written (monotonic, at the earliest;
     None: not known, the claim must ask). ``on_wake``: called (in the waking thread) after
-    ``event`` is set, for a claim no thread blocks on (a parked one).
+    ``event`` is set (no thread blocks on a parked claim).
     """
 
-    __slots__ = ("event", "fence", "handed", "on_wake", "thread", "token", "written_at")
+    __slots__ = ("event", "fence", "handed", "on_wake", "token", "written_at")
 
-    def __init__(self, thread: int | None = None, on_wake: Callable[[Waiter], None] | None = None) -> None:
+    def __init__(self, on_wake: Callable[[Waiter], None] | None = None) -> None:
         self.event = threading.Event()
         self.handed: str | None = None
         self.written_at: float | None = None
         #: The fencing token the handed slot came with (0: not told).
         self.fence = 0
         self.on_wake = on_wake
-        #: The thread that waits (:data:`PARKED`: none).
-        self.thread = threading.get_ident() if thread is None else thread
         #: The claim it waits for, once :meth:`Wakeups.expect` registered it.
         self.token = ""
 
@@ -164,8 +163,6 @@ class Wakeups:
         self.on_control = on_control
         self._lock = threading.Lock()
         self._waiting: dict[str, Waiter] = {}
-        #: The tokens of the waiters a thread blocks on (not parked ones), by thread.
-        self._by_thread: dict[int, set[str]] = {}
         self._pid = forks.pid()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -184,29 +181,11 @@ class Wakeups:
         waiter.token = token
         with self._lock:
             self._waiting[token] = waiter
-            if waiter.thread != PARKED:
-                self._by_thread.setdefault(waiter.thread, set()).add(token)
         return waiter
 
     def stop_expecting(self, token: str) -> None:
         with self._lock:
-            waiter = self._waiting.pop(token, None)
-            if waiter is not None and waiter.thread != PARKED:
-                tokens = self._by_thread.get(waiter.thread)
-                if tokens is not None:
-                    tokens.discard(token)
-                    if not tokens:
-                        del self._by_thread[waiter.thread]
-
-    def forget_thread(self) -> None:
-        """Forget what this thread still expects: its wait ended without forgetting it (an exception).
-
-        Called before every admission: it looks at this thread's own waiters only, never at
-        the parked ones (there may be many)."""
-        me = threading.get_ident()
-        with self._lock:
-            for token in self._by_thread.pop(me, set()):
-                self._waiting.pop(token, None)
+            self._waiting.pop(token, None)
 
     def wake_all(self) -> None:
         """Wake every waiting claim of this process, to ask the ledger again (or withdraw)."""
@@ -248,7 +227,6 @@ class Wakeups:
             # A forked child: the parent's thread and waiters are not ours.
             self._lock = threading.Lock()
             self._waiting = {}
-            self._by_thread = {}
             self._pid = pid
             self.listening = threading.Event()
         with self._lock:

@@ -361,8 +361,7 @@ class Demo:
             "SLOTS_HOLD_TTL_MS": str(c.hold_ttl),
             "SLOTS_BEAT_INTERVAL_MS": str(c.beat_interval),
             "SLOTS_MAX_WAIT_MS": "30000",
-            # The two settings that shape what the demo shows; yours, when set (try SLOTS_WAITING_SHARE=1).
-            "SLOTS_WAITING_SHARE": os.environ.get("SLOTS_WAITING_SHARE") or "0.5",
+            # The setting that shapes what the demo shows; yours, when set.
             "PARTNER_API_CAPACITY": os.environ.get("PARTNER_API_CAPACITY") or "3",
             "dramatiq_worker_timeout": str(c.worker_timeout),
             PROBE_URL_ENV: url,

@@ -137,7 +137,6 @@ class AppConfig:
     defer_min_backoff: int = 50
     defer_max_backoff: int = 500
     max_wait: int = 30_000
-    waiting_share: float = 1.0
     reuse_window: int = 100
     job_ms: int = 150
     #: Broker: a worker silent this long is dead, and its unacked messages are requeued.
@@ -263,7 +262,6 @@ class AppConfig:
             defer_min_backoff=self.defer_min_backoff,
             defer_max_backoff=self.defer_max_backoff,
             max_wait=self.max_wait,
-            waiting_share=self.waiting_share,
             reuse_window=self.reuse_window,
             on_lost_hold=self.on_lost_hold,
         )
