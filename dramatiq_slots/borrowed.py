@@ -92,8 +92,13 @@ class Touchpoint:
         return release(self.since) <= release(version or installed(self.package)) < release(self.until)
 
     def check(self) -> bool:
-        """:meth:`tested`; when not, this touchpoint's WARNING is logged (once per process)."""
+        """:meth:`tested`; when not, this touchpoint's WARNING is logged (once per process). Called
+        per message by some: the answer is kept on the touchpoint (a stand-in is a new object)."""
+        known: bool | None = self.__dict__.get("_checked")
+        if known is not None:
+            return known
         if self.tested():
+            object.__setattr__(self, "_checked", True)
             return True
         with _warned_lock:
             first = self not in _warned

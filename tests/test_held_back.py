@@ -20,7 +20,7 @@ A, B = "{p}:queue:a", "{p}:queue:b"
 def request(place: int, *ledgers: str, priority: int = 0, capacity: int = 1) -> Request:
     return Request(
         limits=tuple(Limit(ledger, capacity) for ledger in ledgers),
-        label=f"job({place})",
+        message_id=str(place),
         actor="job",
         min_backoff=100,
         max_backoff=1_000,

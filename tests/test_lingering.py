@@ -154,8 +154,7 @@ def _take_over_at(ledger: Ledger, queue: Limit, at: int) -> tuple[int, bool]:
 
     def each_line(frame: FrameType, event: str, arg: object) -> Any:
         nonlocal lines
-        # Not while finished() holds the lock of the running messages (reuse takes it).
-        if event == "line" and lines == at and not process._running_lock.locked():
+        if event == "line" and lines == at:
             other = threading.Thread(target=take_over)
             other.start()
             other.join(10)

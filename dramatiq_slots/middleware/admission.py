@@ -94,19 +94,17 @@ class Admission:
     def reuse(self, request: Request, message_key: int) -> Hold | None:
         """A lingering hold of the same limits, now the message's (on record as running), if any
         (never for a message with a group or several units: its group's shares count each claim)."""
+        # Not on a paused ledger either: a control's change ends lingering there at once
+        # (SlotsProcess.control_changed, and follow), and enter admits no new hold there.
         process = self.process
-        if (
-            not self.settings.reuse_window
-            or request.suffix
-            or process.controls.paused(limit.ledger for limit in request.limits)
-        ):
+        if not self.settings.reuse_window or request.suffix:
             return None
         lingering = process.lingering.reuse(request.limits, claim=process.registry.doubt)
         if lingering is None:
             return None
         # Its expiry's age is still on record (lingering does not forget it).
         hold = request.hold(lingering.token, limits=lingering.limits, capacities=lingering.capacities)
-        process.running(message_key, hold, None)
+        process.running(message_key, hold, None, reused=True)
         return hold
 
     def _admit(

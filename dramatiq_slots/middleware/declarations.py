@@ -15,6 +15,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from dramatiq import Message
+
 from ..ledger import placement
 from ..ledger.controls import MAX_CAPACITY
 from ..ledger.keys import KeySpace, group_digest, key_digest
@@ -22,7 +24,7 @@ from ..ledger.replies import Limit
 from ..ledger.reports import key_label as reported_label
 from ..ledger.reports import printable
 from ..waiting.admits import Request
-from ..waiting.places import place_of
+from ..waiting.places import PLACE, place_of
 from . import options as opt
 from .settings import Settings, queue_capacity_where
 
@@ -201,25 +203,40 @@ class Declarations:
         message_timestamp: int,
     ) -> Request | None:
         """The limits one message is under, or None (uncapped: no Redis command at all)."""
+        message: Message[Any] = Message(
+            queue_name,
+            actor.actor_name,
+            args,
+            dict(kwargs),
+            dict(options),
+            message_id=message_id,
+            message_timestamp=message_timestamp,
+        )
+        return self.request_of(actor, message)
+
+    def request_of(self, actor: opt.ActorSlots, message: Any) -> Request | None:
+        """:meth:`request` of a dramatiq ``Message`` (or its proxy): per message, it reads only what
+        its actor's options make depend on the message."""
+        queue_name, options = message.queue_name, message.options
         queue_capacity = self.queue_capacity(queue_name)
         fixed: dict[str, Any] | None
         if opt.ACTOR_OPTIONS.isdisjoint(options) and not actor.uses_arguments:
             # Nothing of it depends on the message: made once per actor, queue and capacity.
             known = self._fixed.get((actor.actor_name, queue_name))
             if known is None or known[0] is not actor or known[1] != queue_capacity:
-                made = self._fixed_part(actor, queue_name, queue_capacity, options, args, kwargs)
+                made = self._fixed_part(actor, queue_name, queue_capacity, options, (), {})
                 known = self._fixed[actor.actor_name, queue_name] = (actor, queue_capacity, made)
             fixed = known[2]
         else:
-            fixed = self._fixed_part(actor, queue_name, queue_capacity, options, args, kwargs)
+            fixed = self._fixed_part(actor, queue_name, queue_capacity, options, message.args, message.kwargs)
         if fixed is None:
             return None
+        message_id = message.message_id
+        place = options.get(PLACE)
         return Request(
             **fixed,
-            # A sender names its message: what it chose is escaped before it reaches a log line.
-            label=f"{actor.actor_name}({message_id if message_id.isprintable() else printable(message_id)})",
             message_id=message_id,
-            place=place_of(options, message_timestamp),
+            place=place if type(place) is int and place > 0 else place_of(options, message.message_timestamp),
             listed=message_id if fixed["line_full"] == "refuse" else "",
         )
 

@@ -260,15 +260,7 @@ class Slots(Middleware):
         """``when_line_full="refuse"``: put the message on its limits' backlogs, or refuse the send
         (:class:`LineFull`) when one holds ``max_waiting`` messages already. A ledger that does not
         answer lets the message through (its line is bounded at the worker all the same)."""
-        request = self.declarations.request(
-            config,
-            message_id=message.message_id,
-            queue_name=message.queue_name,
-            options=message.options,
-            args=tuple(message.args),
-            kwargs=message.kwargs,
-            message_timestamp=message.message_timestamp,
-        )
+        request = self.declarations.request_of(config, message)
         if request is None or not request.max_waiting:
             return
         try:
@@ -323,7 +315,9 @@ class Slots(Middleware):
                     self.admission,
                     lambda message: self._request(broker, message),
                     worker,
-                    skipped_first=lambda message: borrowed.too_old(age_limits, broker, message),
+                    skipped_first=(lambda message: borrowed.too_old(age_limits, broker, message))
+                    if age_limits
+                    else None,
                 )
                 self._gate.install()
             elif why:  # else the touchpoint's WARNING said why
@@ -449,14 +443,9 @@ class Slots(Middleware):
         return config
 
     def _request(self, broker: dramatiq.Broker, message: MessageProxy) -> Request | None:
-        return self.declarations.request(
-            self._actor(broker, message.actor_name),
-            message_id=message.message_id,
-            queue_name=message.queue_name,
-            options=message.options,
-            args=message.args,
-            kwargs=message.kwargs,
-            message_timestamp=message.message_timestamp,
+        name = message.actor_name
+        return self.declarations.request_of(
+            self.declarations.actor(name) or self._actor(broker, name), message
         )
 
     def before_process_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:

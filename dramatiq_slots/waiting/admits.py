@@ -16,6 +16,7 @@ from typing import Protocol
 
 from ..ledger.keys import KeySpace
 from ..ledger.replies import Entered, Limit, Line, member_suffix
+from ..ledger.reports import printable
 from ..worker.claims import Hold, new_token
 from ..worker.clock import Clock
 from ..worker.process import SlotsProcess
@@ -29,13 +30,11 @@ REASK_S = 2.0
 REASK_MAX_S = 8.0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, eq=False)
 class Request:
     """One message's claim on its limits, as admission needs it."""
 
     limits: tuple[Limit, ...]
-    #: ``actor(message id)``, for log lines and reports.
-    label: str
     actor: str
     #: Backoff bounds of a deferral (ms): message > actor > setting.
     min_backoff: int
@@ -71,6 +70,13 @@ class Request:
     listed: str = ""
     #: ``(ledger, label)`` of its runtime keys, with ``Slots(key_labels=...)`` on (for reports).
     key_labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        """``actor(message id)``, for log lines and reports (a sender names its message: what it
+        chose is escaped before it reaches a log line)."""
+        message_id = self.message_id
+        return f"{self.actor}({message_id if message_id.isprintable() else printable(message_id)})"
 
     @property
     def score(self) -> int:

@@ -49,7 +49,8 @@ class Gate:
 
     ``request``: the limits of a message (None: uncapped), raising on bad options.
     ``skipped_first``: whether a middleware placed before Slots skips a message now (an
-    AgeLimit): such a message takes no slot and no place in line, its thread takes it at once.
+    AgeLimit): such a message takes no slot and no place in line, its thread takes it at once (None:
+    none does).
     """
 
     def __init__(
@@ -58,12 +59,12 @@ class Gate:
         request: Callable[[Any], Request | None],
         worker: Any,
         *,
-        skipped_first: Callable[[Any], bool] = lambda message: False,
+        skipped_first: Callable[[Any], bool] | None = None,
     ) -> None:
         self.admission = admission
         self.process = admission.process
         self.request = request
-        self.skipped_first = skipped_first
+        self._skipped_first = skipped_first
         self.worker = worker
         self.queue = GatedWorkQueue(self)
         self.parking = Parking(admission, self._out_of_parking, on_tick=self._tick)
@@ -120,7 +121,7 @@ class Gate:
             request = self.request(message)
         except Exception:
             return True  # before_process_message fails it with its error
-        if request is None or self.skipped_first(message):
+        if request is None or (self._skipped_first is not None and self._skipped_first(message)):
             return True  # uncapped, or skipped before Slots' hook runs: no slot, no line
         if self.process.stopping.is_set():
             self.queue.set_aside(item)
@@ -257,6 +258,10 @@ class Gate:
         middleware before Slots skips it now (its age limit passed while it waited)."""
         return self.paused() or self.skipped_first(borrowed.message_of(item))
 
+    def skipped_first(self, message: Any) -> bool:
+        """Whether a middleware placed before Slots skips ``message`` now (an AgeLimit)."""
+        return self._skipped_first is not None and self._skipped_first(message)
+
     def give_back(self, item: Any, ticket: Ticket) -> None:
         """The hold handed to a ready message it will not use is released (the next in line gets
         it), and the message goes back into the queue: admitted again once a paused worker
@@ -354,7 +359,8 @@ class Gate:
 
     def hold_ended(self, hold: Hold) -> None:
         """A claim of this process on ``hold``'s ledgers ended: one held-back message may try again."""
-        self._retry(self.holding.next_for(hold.ledgers))
+        if self.holding.any():
+            self._retry(self.holding.next_for(hold.ledgers))
 
     def _retry(self, entries: list[HeldBack]) -> None:
         for entry in entries:

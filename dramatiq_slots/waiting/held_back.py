@@ -161,6 +161,10 @@ class HoldingBack:
                 heapq.heapify(heap)
                 self._on[ledger] = heap
 
+    def any(self) -> bool:
+        """Whether anything is held back (read without the lock, as a hint: per job's end)."""
+        return bool(self._held_back)
+
     def holds(self, item: Any) -> bool:
         """Whether the message of ``item`` is held back."""
         with self._lock:
@@ -178,6 +182,8 @@ class HoldingBack:
     def retried(self, item: Any) -> list[HeldBack]:
         """``item`` (given back by :meth:`next_for` or this) was admitted, parked or held back again:
         the held-back messages to admit again now, if any."""
+        if not self._in_flight:
+            return []  # per admission: none given back (read without the lock, as a hint)
         with self._lock:
             if self._in_flight.pop(id(item), None) is None:
                 return []

@@ -102,6 +102,8 @@ class Prefetch:
     def settled(self, message: Any) -> None:
         """``message`` was acked or nacked: on RabbitMQ its consumer may now renew (an older
         generation's ack gives the current one no room)."""
+        if not self._waiting:
+            return  # per ack: no delivery waits (read without the lock, as a hint)
         deliveries = borrowed.tracked_deliveries(self.worker, message.queue_name)
         if deliveries is None:
             return

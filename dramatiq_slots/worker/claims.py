@@ -75,7 +75,7 @@ def this_process() -> str:
     return _this_process[1]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: made per message, and a frozen init costs per field
 class Hold:
     """A claim this process holds: its token and its limits (one member on each of their ledgers)."""
 
@@ -146,8 +146,10 @@ class HoldRegistry:
         self._lock = threading.RLock()
         self._held: dict[str, Hold] = {}
         self._owed: dict[str, Hold] = {}
-        #: Claims being admitted: token -> (the claim, the thread admitting it).
+        #: Claims being admitted: token -> (the claim, the thread admitting it); per thread, the
+        #: tokens it put in doubt (a hint: :meth:`owe_doubts` of one thread reads no other's).
         self._doubts: dict[str, tuple[Hold, int]] = {}
+        self._mine = threading.local()
         #: When each hold's expiry was last written (monotonic s), where known.
         self._written: dict[str, float] = {}
         #: When each hold was taken (:attr:`monotonic` s), for reports.
@@ -241,6 +243,11 @@ class HoldRegistry:
         ``owner``: who decides it, when not this thread (a parked claim's
         :data:`~dramatiq_slots.worker.wakeups.PARKED`: no thread's :meth:`owe_doubts` owes it).
         """
+        if owner is None:
+            mine = getattr(self._mine, "tokens", None)
+            if mine is None:
+                mine = self._mine.tokens = set()
+            mine.add(hold.token)  # before the record: an exception between the two leaves a hint only
         with self._lock:
             self._doubts[hold.token] = (hold, threading.get_ident() if owner is None else owner)
 
@@ -256,15 +263,24 @@ class HoldRegistry:
         admission, or the worker stopped). A claim held meanwhile is only
         settled: its hold is on record.
         """
-        owed = []
+        owed: list[Hold] = []
+        mine: set[str] | None = None
+        if thread is not None and thread == threading.get_ident():
+            mine = getattr(self._mine, "tokens", None)
+            if not mine:
+                return owed  # this thread put nothing in doubt since it last looked
+        tokens = list(self._doubts if mine is None else mine)
         with self._lock:
-            for token, (hold, owner) in list(self._doubts.items()):
-                if thread is not None and owner != thread:
+            for token in tokens:
+                hold, owner = self._doubts.get(token, (None, None))
+                if hold is None or (thread is not None and owner != thread):
                     continue
                 if not self._is_held(token):
                     self._owed[token] = hold
                     owed.append(hold)
                 del self._doubts[token]
+        if mine is not None:
+            mine.difference_update(tokens)  # after: an exception before it leaves the hints
         return owed
 
     def owe_doubt(self, token: str) -> Hold | None:

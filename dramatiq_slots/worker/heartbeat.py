@@ -610,8 +610,8 @@ class Heartbeat:
         writes the report alone soon, at once after a quiet spell, else :data:`REPORT_GAP_S` after
         the last report (changes meanwhile go together). No-op without the thread: its first beat
         writes the report."""
-        if self.report is None or not self.running:
-            return
+        if self._report_due is not None or self.report is None or not self.running:
+            return  # already due (read without the lock: the thread writes what is said by then)
         with self._due_lock:
             if self._report_due is not None:
                 return  # already due: the thread writes what the report says by then

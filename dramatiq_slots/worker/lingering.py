@@ -114,11 +114,15 @@ class LingeringHolds:
         """
         with self._cond:
             self._check_fork()
-            if any(idle.token == hold.token for _, idle in self._idle.get(hold.limits, ())):
-                if on_linger is not None:
-                    on_linger(hold)
-                return True
-            ends = self._windows.pop(hold.token, (0.0, ()))[0]
+            window = self._windows.pop(hold.token, None)
+            if window is None:
+                # Not in use: lingering already (a job's end run twice), or not reusable.
+                if any(idle.token == hold.token for _, idle in self._idle.get(hold.limits, ())):
+                    if on_linger is not None:
+                        on_linger(hold)
+                    return True
+                return False
+            ends = window[0]
             if self._stop or ends <= time.monotonic():
                 return False
             self._idle.setdefault(hold.limits, []).append((ends, hold))
@@ -218,7 +222,8 @@ class LingeringHolds:
     # -- the thread -------------------------------------------------------
 
     def _ensure_thread(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
+        thread = self._thread
+        if thread is None or not thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="dramatiq-slots-lingering", daemon=True)
             self._thread.start()
 

@@ -109,11 +109,11 @@ class SlotsProcess:
         self._disagreements: dict[str, tuple[int, ...]] = {}
         #: Whether the last beat found the ledgers settling (lib/epoch.lua).
         self._settling = False
-        #: Why each message the gate's admission dropped (on_busy) is dropped, by ``id(message)``.
-        self._drops: dict[int, str] = {}
-        #: The claim token of each running message, and its thread, by ``id(message)``.
-        self._running: dict[int, tuple[str, int]] = {}
-        self._running_lock = threading.Lock()
+        #: Per worker thread (each runs one message at a time, and dramatiq calls every hook of a
+        #: message in the thread that runs it): ``running``, ``(id(message), claim token)`` of
+        #: the message it runs under a hold; ``drop``, ``(id(message), why)`` of the message the
+        #: gate's admission dropped (on_busy), which its ``before_process_message`` skips.
+        self._here = threading.local()
         #: For the report: the newest deferrals, drops and admissions (:mod:`.waits`).
         self.recent = Recent()
         track(self)
@@ -273,45 +273,47 @@ class SlotsProcess:
 
     # -- a job's hold ---------------------------------------------------------
 
-    def running(self, message_key: int, hold: Hold, written_at: float | None) -> None:
-        """Record the hold of a message about to run (``written_at``: see :meth:`HoldRegistry.add`)."""
+    def running(
+        self, message_key: int, hold: Hold, written_at: float | None, *, reused: bool = False
+    ) -> None:
+        """Record the hold of a message about to run (``written_at``: see :meth:`HoldRegistry.add`;
+        ``reused``: a lingering hold, on record already)."""
         # Its message first, then held (and no longer in doubt): whatever an exception
         # interrupts, finished() or owe_doubts() finds the claim.
-        with self._running_lock:
-            self._running[message_key] = (hold.token, threading.get_ident())
+        self._here.running = (message_key, hold.token)
         self.registry.add(hold, written_at=written_at)
         if hold.strict:
             self.bodies.bind(hold.token)
         self.metrics.admitted(hold)
-        self.heartbeat.ensure_started()
+        if not reused:  # a reused hold's heartbeat runs: it refreshed it before it lingered
+            self.heartbeat.ensure_started()
         self.recent.admitted(
-            Event(hold.message_id, hold.actor, hold.queue, hold.ledgers[0], self.clock.monotonic())
+            Event(hold.message_id, hold.actor, hold.queue, hold.limits[0].ledger, self.clock.monotonic())
         )
         self.changed()
         reach("after-admit")
 
     def held_here(self) -> Hold | None:
         """The hold of the message this thread runs now (None: none, or one under no limit)."""
-        me = threading.get_ident()
-        with self._running_lock:
-            token = next((token for token, thread in self._running.values() if thread == me), None)
-        return None if token is None else self.registry.hold(token)
+        running = getattr(self._here, "running", None)
+        return None if running is None else self.registry.hold(running[1])
 
     def drop_later(self, message_key: int, reason: str) -> None:
         """The gate dropped this message: ``before_process_message`` skips it (:meth:`take_drop`)."""
-        with self._running_lock:
-            self._drops[message_key] = reason
+        self._here.drop = (message_key, reason)
 
     def take_drop(self, message_key: int) -> str | None:
         """Why the gate dropped this message (None: it did not); forgets it."""
-        with self._running_lock:
-            return self._drops.pop(message_key, None)
+        drop: tuple[int, str] | None = getattr(self._here, "drop", None)
+        if drop is None or drop[0] != message_key:
+            return None
+        self._here.drop = None
+        return drop[1]
 
     def runs_here(self, message_key: int) -> bool:
         """Whether the message's hold is on record as running in this thread (the gate admitted it)."""
-        with self._running_lock:
-            entry = self._running.get(message_key)
-        return entry is not None and entry[1] == threading.get_ident()
+        running = getattr(self._here, "running", None)
+        return running is not None and running[0] == message_key
 
     def finished(self, message_key: int) -> None:
         """The message's job ended (or it was skipped): release its hold, or keep it lingering.
@@ -320,11 +322,10 @@ class SlotsProcess:
         runs ``after_process_message`` again when one escapes it).
         """
         self.owe_doubts()  # an admission of this thread that an exception ended
-        with self._running_lock:
-            entry = self._running.get(message_key)
-        if entry is None:
+        running = getattr(self._here, "running", None)
+        if running is None or running[0] != message_key:
             return
-        token = entry[0]
+        token = running[1]
         hold = self.registry.hold(token)
         if hold is None or hold.strict:  # a strict hold (or one given up as lost) was bound
             self.bodies.unbind()
@@ -353,8 +354,10 @@ class SlotsProcess:
                 logger.exception("Could not hand the end of %s on.", hold.label)
 
     def _ended(self, message_key: int, hold: Hold | None) -> None:
-        with self._running_lock:
-            ended = self._running.pop(message_key, None) is not None
+        running = getattr(self._here, "running", None)
+        ended = running is not None and running[0] == message_key
+        if ended:
+            self._here.running = None
         if ended and hold is not None:
             self.metrics.finished(hold)
         if ended:
@@ -378,11 +381,9 @@ class SlotsProcess:
         an end that an exception cut short (where dramatiq runs no hook again).
         """
         self.owe_doubts()
-        me = threading.get_ident()
-        with self._running_lock:
-            stale = [key for key, (_, thread) in self._running.items() if thread == me]
-        for key in stale:
-            self.finished(key)
+        running = getattr(self._here, "running", None)
+        if running is not None:
+            self.finished(running[0])
 
     # -- ending holds -----------------------------------------------------------
 

@@ -36,7 +36,7 @@ class Wait:
     key_label: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Event:
     """A deferral, a drop or an admission of one message (see :class:`~.reports.ReportedEvent`)."""
 
@@ -68,13 +68,12 @@ class Recent:
             self._dropped.append(event)
 
     def admitted(self, event: Event) -> None:
-        with self._lock:
-            self._admitted.append(event)
+        self._admitted.append(event)  # per message: a deque's append needs no lock
 
     def snapshot(self) -> tuple[list[Event], list[Event], list[Event]]:
         """``(deferred, dropped, admitted)``, oldest first."""
         with self._lock:
-            return list(self._deferred), list(self._dropped), list(self._admitted)
+            return list(self._deferred), list(self._dropped), list(self._admitted.copy())
 
 
 def first_ledger(ledgers: Iterable[str]) -> str:

@@ -60,5 +60,5 @@ def make(ledger: Ledger, **settings: int) -> tuple[Admission, FakeClock]:
 def request_for(*limits: Limit, place: int = 1) -> Request:
     """The request of one message ``job(1)`` of actor ``job`` for ``limits``."""
     return Request(
-        limits=limits, label="job(1)", actor="job", min_backoff=100, max_backoff=5_000, place=place
+        limits=limits, actor="job", message_id="1", min_backoff=100, max_backoff=5_000, place=place
     )

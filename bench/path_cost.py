@@ -1,0 +1,155 @@
+"""The worker's CPU per message that Slots adds on the message path, side by side in one run.
+
+One worker process (a fresh interpreter per run) takes ``--messages`` no-op messages from a
+``RedisBroker`` queue filled beforehand, on ``--threads`` worker threads; the ledger on the same
+server, at the defaults (no settling by hand: a fresh server). Ways, run in turn ``--repeats``
+times: ``nocap`` (no Slots at all), ``reuse`` (cap 50, the defaults: an uncontended message reuses
+a lingering hold), ``fresh`` (cap 50, ``reuse_window=0``: every message takes a fresh hold: one
+``enter`` and one ``leave``). Per run: the worker threads' own CPU (``time.thread_time`` summed
+over them: the message path) and the whole process's, each per message; the report gives each
+way's median and its extra over ``nocap``.
+
+    PYTHONPATH=. .venv/bin/python -m bench.path_cost [--messages 3000] [--threads 1] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+WAYS = ("nocap", "reuse", "fresh")
+CAP = 50
+
+#: The worker process: ``python -m bench.path_cost --run WAY`` with the settings in the environment.
+_RUN = "--run"
+
+
+def run_one(way: str, url: str, messages: int, threads: int, namespace: str) -> dict[str, float]:
+    """One worker process's figures (in this process: the child's side)."""
+    import threading
+
+    import dramatiq
+    from dramatiq.brokers.redis import RedisBroker
+    from dramatiq.middleware import Middleware, TimeLimit
+
+    broker = RedisBroker(url=url, namespace=namespace)
+    if way != "nocap":
+        from dramatiq_slots import Slots
+
+        settings: dict[str, Any] = {"reuse_window": 0} if way == "fresh" else {}
+        broker.add_middleware(Slots(url=url, key_prefix=f"{namespace}-slots", **settings), before=TimeLimit)
+
+    done = threading.Event()
+    lock = threading.Lock()
+    counts = {"processed": 0, "thread_cpu": 0.0}
+
+    class Counting(Middleware):
+        def after_process_message(self, broker, message, *, result=None, exception=None):  # type: ignore[no-untyped-def]
+            with lock:
+                counts["processed"] += 1
+                if counts["processed"] >= messages:
+                    done.set()
+
+        def before_worker_thread_shutdown(self, broker, thread):  # type: ignore[no-untyped-def]
+            with lock:
+                counts["thread_cpu"] += time.thread_time()
+
+    broker.add_middleware(Counting())
+    dramatiq.set_broker(broker)
+
+    options: dict[str, Any] = {} if way == "nocap" else {"queue_capacity": CAP}
+
+    @dramatiq.actor(queue_name="path", max_retries=0, **options)
+    def noop() -> None:
+        pass
+
+    for _ in range(messages):
+        noop.send()
+    worker = dramatiq.Worker(broker, worker_threads=threads, worker_timeout=100)
+    started_cpu, started = time.process_time(), time.monotonic()
+    worker.start()
+    if not done.wait(300):
+        raise SystemExit(f"{way}: only {counts['processed']} of {messages} processed")
+    process_cpu, elapsed = time.process_time() - started_cpu, time.monotonic() - started
+    worker.stop()
+    broker.client.flushdb()
+    return {
+        "thread_cpu_us": counts["thread_cpu"] * 1e6 / messages,
+        "process_cpu_us": process_cpu * 1e6 / messages,
+        "jobs_per_s": messages / elapsed,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=3_000)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ways", default=",".join(WAYS), help="comma-separated, nocap first (default: all)")
+    parser.add_argument("--url", help="a Redis of yours to use (default: a private server)")
+    parser.add_argument(_RUN, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run:
+        figures = run_one(args.run, args.url, args.messages, args.threads, os.environ["PATH_COST_NS"])
+        print(json.dumps(figures))
+        return 0
+    server, url = None, args.url
+    if url is None:  # a private server over TCP, as users run it
+        import socket
+
+        from dramatiq_slots.testing.server import find_server
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        command = [find_server(), "--port", str(port), "--save", "", "--appendonly", "no"]
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        url = f"redis://127.0.0.1:{port}/0"
+        import redis
+
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis.from_url(url).ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    ways = [way for way in args.ways.split(",") if way]
+    if ways[0] != "nocap" or not set(ways) <= set(WAYS):
+        parser.error(f"--ways: nocap first, then any of {', '.join(WAYS[1:])}")
+    runs: dict[str, list[dict[str, float]]] = {way: [] for way in ways}
+    try:
+        for repeat in range(args.repeats):
+            for way in ways:
+                env = {**os.environ, "PATH_COST_NS": f"path-{repeat}-{way}-{time.time_ns()}"}
+                command = [sys.executable, "-m", "bench.path_cost", _RUN, way, "--url", url]
+                command += ["--messages", str(args.messages), "--threads", str(args.threads)]
+                out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+                runs[way].append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
+    print(f"{args.messages} no-op messages, {args.threads} worker thread(s), {args.repeats} runs per way")
+    base = {k: statistics.median(r[k] for r in runs["nocap"]) for k in runs["nocap"][0]}
+    for way in ways:
+        med = {k: statistics.median(r[k] for r in runs[way]) for k in runs[way][0]}
+        print(
+            f"{way:6}  worker threads {med['thread_cpu_us']:7.1f} us/msg (+{med['thread_cpu_us'] - base['thread_cpu_us']:6.1f})"
+            f"  process {med['process_cpu_us']:7.1f} us/msg (+{med['process_cpu_us'] - base['process_cpu_us']:6.1f})"
+            f"  {med['jobs_per_s']:7.0f} jobs/s ({med['jobs_per_s'] / base['jobs_per_s']:.2f}x nocap)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
