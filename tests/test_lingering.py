@@ -149,16 +149,22 @@ def _take_over_at(ledger: Ledger, queue: Limit, at: int) -> tuple[int, bool]:
     reused: list[Hold | None] = []
     lines = 0
 
+    took, ends = threading.Event(), threading.Event()
+
     def take_over() -> None:
+        # The next message, on another worker thread, which runs every hook of it.
         reused.append(admission.reuse(request, 2))
+        took.set()
+        if ends.wait(10) and reused[0] is not None:
+            process.finished(2)  # the next job's end
+
+    other = threading.Thread(target=take_over)
 
     def each_line(frame: FrameType, event: str, arg: object) -> Any:
         nonlocal lines
         if event == "line" and lines == at:
-            other = threading.Thread(target=take_over)
             other.start()
-            other.join(10)
-            assert not other.is_alive(), f"line {at}: the takeover did not end"
+            assert took.wait(10), f"line {at}: the takeover did not end"
         lines += event == "line"
         return each_line
 
@@ -176,7 +182,10 @@ def _take_over_at(ledger: Ledger, queue: Limit, at: int) -> tuple[int, bool]:
         taken = bool(reused) and reused[0] is not None
         if taken:
             assert process.registry.is_held(hold.token), f"taken over at line {at}: held, not on record"
-            process.finished(2)  # the next job's end
+        ends.set()
+        if other.ident is not None:
+            other.join(10)
+            assert not other.is_alive()
         process.lingering.release_all()
         process.lingering.join()
         assert ledger.holders(queue.ledger) == [], f"taken over at line {at}: left in the ledger"
