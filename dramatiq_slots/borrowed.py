@@ -3,9 +3,9 @@
 Each *touchpoint* is a :class:`Touchpoint` (the dramatiq releases it is tested with, what the
 package does on any other; the comment above it says what it uses) and the few small functions
 below it; no other module of the package touches those internals (``tests/test_borrowed.py``
-reads them all and fails if one does). Outside its range a touchpoint takes its fallback, or, where there is none, goes on
-as on a tested release; either way it logs one WARNING per process saying so
-(:meth:`Touchpoint.check`). ``tests/test_borrowed.py`` has one contract test per touchpoint,
+reads them all and fails if one does). Outside its range a touchpoint takes its fallback, or,
+where there is none, goes on as on a tested release; either way it logs one WARNING per process
+saying so (:meth:`Touchpoint.check`). ``tests/test_borrowed.py`` has one contract test per touchpoint,
 run against the installed dramatiq; CI runs them on the oldest and the newest release
 ``pyproject.toml`` allows. docs/design.md ("What it borrows from dramatiq") has the list.
 
@@ -114,11 +114,11 @@ _warned_lock = threading.Lock()
 
 # -- the worker's work queue ----------------------------------------------------------------
 
-# Uses Worker.work_queue, a PriorityQueue (gevent's, once gevent has patched the standard
-# library) of _WorkQueueItem(priority, message) that the worker's threads take by reference when they are
-# made, after before_worker_boot; of it the worker calls only put (consumers), get(timeout=...) and
-# task_done() (WorkerThread.run), get_nowait (Worker.stop's drain, which requeues item.message), join()
-# and unfinished_tasks (Worker.join), so an object of another class with these serves in its place.
+# Uses Worker.work_queue, a PriorityQueue (gevent's, once gevent has patched the standard library) of
+# _WorkQueueItem(priority, message) that the worker's threads take by reference when they are made, after
+# before_worker_boot; of it the worker calls only put (consumers), get(timeout=...) and task_done()
+# (WorkerThread.run), get_nowait (Worker.stop's drain, which requeues item.message), join() and
+# unfinished_tasks (Worker.join), so an object of another class with these serves in its place.
 WORK_QUEUE = Touchpoint(
     "work queue",
     ("work_queue", "message"),
@@ -164,9 +164,9 @@ def worker_threads(worker: object) -> int:
 
 # -- a paused worker --------------------------------------------------------------------------
 
-# Uses Worker.workers, the worker's WorkerThreads, each with its paused flag: Worker.pause
-# sets it on every thread before waiting for them (no hook is emitted), Worker.resume clears it; a paused
-# thread no longer takes from the work queue.
+# Uses Worker.workers, the worker's WorkerThreads, each with its paused flag: Worker.pause sets it on every
+# thread before waiting for them (no hook is emitted), Worker.resume clears it; a paused thread no longer
+# takes from the work queue.
 # Not "paused": the package's own word for a paused ledger (the threads' flag is read here only).
 WORKER_PAUSE = Touchpoint(
     "worker pause",
@@ -187,8 +187,8 @@ def worker_paused(worker: object) -> bool:
 
 # -- the consumers' prefetch counts ---------------------------------------------------------
 
-# Uses Worker.consumers[queue].consumer.queued_message_ids, the Redis consumer's set of
-# fetched, unacked message ids, which counts against its prefetch (ack and nack discard from it).
+# Uses Worker.consumers[queue].consumer.queued_message_ids, the Redis consumer's set of fetched, unacked
+# message ids, which counts against its prefetch (ack and nack discard from it).
 PREFETCH = Touchpoint(
     "prefetch count",
     ("consumers", "consumer", "queued_message_ids"),
@@ -241,10 +241,11 @@ def _in_consumer_thread(worker: object, queue_name: str) -> tuple[Any, Any]:
     return thread, consumer
 
 
-def _broker_class(module: str, name: str) -> Any:
-    """A broker package's class (a type), if the package is in use (imported by whoever uses
-    it); else None."""
-    return getattr(sys.modules.get(module), name, None)
+def _is_a(consumer: object, module: str, name: str) -> bool:
+    """Whether ``consumer`` is of a broker package's class ``module.name`` (the package is not
+    imported here: one nobody imported has made no consumer)."""
+    kind = getattr(sys.modules.get(module), name, None)
+    return isinstance(kind, type) and isinstance(consumer, kind)
 
 
 class PrefetchCount:
@@ -327,8 +328,7 @@ def follow_counts(worker: object, queue_name: str) -> None:
     if consumer is None:
         return
     buffer = getattr(consumer, "messages", None)
-    kind = _broker_class("dramatiq_sqs.broker", "SQSConsumer")
-    if isinstance(buffer, _SqsBuffer) or kind is None or not isinstance(consumer, kind):
+    if isinstance(buffer, _SqsBuffer) or not _is_a(consumer, "dramatiq_sqs.broker", "SQSConsumer"):
         return
     if type(buffer) is collections.deque and SQS_PREFETCH.check():
         consumer.messages = _SqsBuffer(buffer, _SqsCount(worker, queue_name, consumer))
@@ -344,19 +344,17 @@ def prefetch_count(worker: object, queue_name: str) -> PrefetchCount | None:
     buffer = getattr(consumer, "messages", None)
     if isinstance(buffer, _SqsBuffer):
         return buffer.tally
-    kind = _broker_class("dramatiq_postgres.broker", "PostgresConsumer")
-    if kind is not None and isinstance(consumer, kind) and POSTGRES_PREFETCH.check():
+    if _is_a(consumer, "dramatiq_postgres.broker", "PostgresConsumer") and POSTGRES_PREFETCH.check():
         return PrefetchCount(worker, queue_name, consumer, consumer.in_processing, consumer.wakeup)
     return None
 
 
 # -- SQS messages' visibility ------------------------------------------------------------------
 
-# Uses each message an SQSConsumer delivers, a _SQSMessage whose
-# _sqs_message is the boto3 Message it was received as (its receipt_handle, its queue_url and its
-# meta.client, whose change_message_visibility_batch is called), and SQSConsumer.visibility_timeout, the
-# VisibilityTimeout its receive asks for (None: the queue's own, read with the client of
-# SQSConsumer.queue).
+# Uses each message an SQSConsumer delivers, a _SQSMessage whose _sqs_message is the boto3 Message it was
+# received as (its receipt_handle, its queue_url and its meta.client, whose change_message_visibility_batch
+# is called), and SQSConsumer.visibility_timeout, the VisibilityTimeout its receive asks for (None: the
+# queue's own, read with the client of SQSConsumer.queue).
 SQS_VISIBILITY = Touchpoint(
     "dramatiq-sqs message visibility",
     ("_sqs_message", "visibility_timeout", "receipt_handle", "queue_url"),
@@ -383,8 +381,7 @@ def sqs_visibility(worker: object, queue_name: str) -> int | None:
     """The visibility timeout (s) the SQS consumer of ``queue_name`` receives with: its broker's
     ``visibility_timeout``, else its queue's own attribute (one request); None: not an SQS consumer."""
     consumer: Any = _consumer(worker, queue_name)
-    kind = _broker_class("dramatiq_sqs.broker", "SQSConsumer")
-    if consumer is None or kind is None or not isinstance(consumer, kind):
+    if not _is_a(consumer, "dramatiq_sqs.broker", "SQSConsumer"):
         return None
     SQS_VISIBILITY.check()
     asked = getattr(consumer, "visibility_timeout", None)
@@ -448,12 +445,12 @@ def extend_visibility(leases: Iterable[SqsLease]) -> Extended:
 
 # -- the RabbitMQ consumer's deliveries ----------------------------------------------------
 
-# Uses Worker.consumers[queue], a ConsumerThread (its prefetch and
-# worker_timeout) whose RabbitMQ consumer, made in that thread, set basic_qos(prefetch_count=prefetch) on
-# its pika channel and reads its iterator, channel.consume(queue, inactivity_timeout=worker_timeout /
-# 1000), at every __next__; its known_tags (delivered, not yet acked or nacked), each message's _tag, and
-# its connection's add_callback_threadsafe, where the acks run; and pika's BlockingChannel.cancel(), which
-# ends that generator, giving back what it had not yielded.
+# Uses Worker.consumers[queue], a ConsumerThread (its prefetch and worker_timeout) whose RabbitMQ consumer,
+# made in that thread, set basic_qos(prefetch_count=prefetch) on its pika channel and reads its iterator,
+# channel.consume(queue, inactivity_timeout=worker_timeout / 1000), at every __next__; its known_tags
+# (delivered, not yet acked or nacked), each message's _tag, and its connection's add_callback_threadsafe,
+# where the acks run; and pika's BlockingChannel.cancel(), which ends that generator, giving back what it
+# had not yielded.
 RABBIT_DELIVERIES = Touchpoint(
     "RabbitMQ consumer's deliveries",
     ("known_tags", "iterator", "worker_timeout", "add_callback_threadsafe"),
@@ -477,6 +474,7 @@ class Deliveries:
 
     def __init__(self, consumer: Any, thread: Any, due: Callable[[Deliveries], bool]) -> None:
         self._consumer = consumer
+        self._queue = str(consumer.queue_name)
         self._due = due
         #: The consumer's prefetch (per consumer, so per generation).
         self.prefetch = int(thread.prefetch)
@@ -522,10 +520,6 @@ class Deliveries:
         except Exception:  # closed or closing: this consumer is being replaced
             logger.debug("A poke of the consumer of %r found its connection closed.", self._queue)
 
-    @property
-    def _queue(self) -> str:
-        return str(self._consumer.queue_name)
-
     def _asks(self) -> bool:
         try:
             return self._due(self)
@@ -570,8 +564,7 @@ def track_deliveries(worker: object, queue_name: str, due: Callable[[Deliveries]
     current = getattr(consumer, "iterator", None)
     if isinstance(current, Deliveries):
         return current
-    kind = _broker_class("dramatiq.brokers.rabbitmq", "_RabbitmqConsumer")
-    if kind is None or not isinstance(consumer, kind) or not RABBIT_DELIVERIES.check():
+    if not _is_a(consumer, "dramatiq.brokers.rabbitmq", "_RabbitmqConsumer") or not RABBIT_DELIVERIES.check():
         return None
     deliveries = Deliveries(consumer, thread, due)
     setattr(consumer, "iterator", deliveries)  # noqa: B010 -- its __next__ reads it at every call
@@ -617,9 +610,8 @@ def replace_thread_logger(thread: object, wrap: Callable[[logging.Logger], objec
 
 # -- TimeLimit's hooks, called out of band --------------------------------------------------
 
-# Uses TimeLimit.after_process_message(broker, message), which disarms the calling
-# thread's timer, and TimeLimit.before_process_message(broker, message), which arms it afresh with the
-# message's time limit.
+# Uses TimeLimit.after_process_message(broker, message), which disarms the calling thread's timer, and
+# TimeLimit.before_process_message(broker, message), which arms it afresh with the message's time limit.
 TIME_LIMIT = Touchpoint(
     "TimeLimit hooks",
     ("after_process_message", "before_process_message"),
@@ -665,9 +657,9 @@ def restart_time_limits(timers: Iterable[TimeLimit], broker: dramatiq.Broker, me
 
 # -- AgeLimit's rule, before Slots ------------------------------------------------------------
 
-# Uses AgeLimit.max_age and its rule in before_process_message: the message's max_age
-# option, else the actor's, else the middleware's; a message whose age (now - message_timestamp, ms) is at
-# least that is failed and skipped.
+# Uses AgeLimit.max_age and its rule in before_process_message: the message's max_age option, else the
+# actor's, else the middleware's; a message whose age (now - message_timestamp, ms) is at least that is
+# failed and skipped.
 AGE_LIMIT = Touchpoint(
     "AgeLimit rule",
     ("max_age",),
@@ -699,9 +691,8 @@ def too_old(limits: Iterable[AgeLimit], broker: dramatiq.Broker, message: Any) -
 
 # -- the actor's function, wrapped ----------------------------------------------------------
 
-# Uses Actor.fn, read for its signature and replaced after declaration: Actor.__call__
-# calls self.fn at each call, in the worker thread, and an async actor's fn is already its synchronous
-# bridge to the event loop.
+# Uses Actor.fn, read for its signature and replaced after declaration: Actor.__call__ calls self.fn at each
+# call, in the worker thread, and an async actor's fn is already its synchronous bridge to the event loop.
 ACTOR_FN = Touchpoint(
     "actor's function",
     ("fn",),
@@ -724,9 +715,8 @@ def rewrap_actor(actor: dramatiq.Actor[Any, Any], wrap: Callable[[Callable[..., 
 
 # -- dramatiq's Prometheus ------------------------------------------------------------------
 
-# Uses dramatiq.middleware.prometheus.Prometheus, found in sys.modules (importing the
-# module creates its database folder), and PROMETHEUS_MULTIPROC_DIR, which its after_process_boot sets
-# before any worker boots.
+# Uses dramatiq.middleware.prometheus.Prometheus, found in sys.modules (importing the module creates its
+# database folder), and PROMETHEUS_MULTIPROC_DIR, which its after_process_boot sets before any worker boots.
 PROMETHEUS = Touchpoint(
     "Prometheus lookup",
     ("dramatiq.middleware.prometheus",),
@@ -782,9 +772,9 @@ def count_skipped(prometheus: Any, broker: dramatiq.Broker, message: Any) -> Non
 
 # -- Results --------------------------------------------------------------------------------
 
-# Uses Results.backend, Results.store_results and Results.result_ttl, read in the order
-# Results looks its options up (message option, actor option, its own default), and
-# Results.after_skip_message, which stores None unless the message's store_results option is off.
+# Uses Results.backend, Results.store_results and Results.result_ttl, read in the order Results looks its
+# options up (message option, actor option, its own default), and Results.after_skip_message, which stores
+# None unless the message's store_results option is off.
 RESULTS = Touchpoint(
     "Results internals",
     ("backend", "store_results", "result_ttl", "store_exception", "dramatiq.results"),
@@ -828,8 +818,7 @@ def global_broker() -> dramatiq.Broker | None:
 
 # -- the Redis broker's connection ----------------------------------------------------------
 
-# Uses RedisBroker.client, the redis-py client the broker sends its own commands
-# with.
+# Uses RedisBroker.client, the redis-py client the broker sends its own commands with.
 REDIS_CLIENT = Touchpoint(
     "Redis broker's client",
     ("dramatiq.brokers",),
@@ -848,9 +837,9 @@ def broker_client(broker: object) -> redis.Redis | None:
 
 # -- the Redis broker's queue keys ----------------------------------------------------------
 
-# Uses RedisBroker.namespace and the keys its dispatch script keeps per queue:
-# the list <namespace>:<queue> of the ids no worker has taken, the hash <namespace>:<queue>.msgs of every
-# message not acked yet, and the same for its delay queue (dramatiq.common.dq_name).
+# Uses RedisBroker.namespace and the keys its dispatch script keeps per queue: the list <namespace>:<queue>
+# of the ids no worker has taken, the hash <namespace>:<queue>.msgs of every message not acked yet, and the
+# same for its delay queue (dramatiq.common.dq_name).
 REDIS_QUEUES = Touchpoint(
     "Redis broker's queue keys",
     ("namespace", "dramatiq.common"),
