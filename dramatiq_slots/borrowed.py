@@ -862,11 +862,8 @@ def redis_queue_depths(broker: object, queue_names: Iterable[str]) -> dict[str, 
         pipe.llen(queue)
         pipe.hlen(f"{broker.namespace}:{dq_name(name)}.msgs")
         pipe.hlen(f"{queue}.msgs")
-    replies = pipe.execute()
-    return {
-        name: (int(replies[3 * i]), int(replies[3 * i + 1]), int(replies[3 * i + 2]))
-        for i, name in enumerate(names)
-    }
+    replies = [int(reply) for reply in pipe.execute()]
+    return {name: (replies[3 * i], replies[3 * i + 1], replies[3 * i + 2]) for i, name in enumerate(names)}
 
 
 #: Every touchpoint above, each with its contract test in tests/test_borrowed.py.
