@@ -133,8 +133,7 @@ def _record(text: str | None) -> Provenance | None:
         return None
     try:
         data = json.loads(text)
-        at = data.get("at")
-        by, reason = data.get("by"), data.get("reason")
+        by, at, reason = data.get("by"), data.get("at"), data.get("reason")
         # Escaped as read, too: a record not written by control.lua (another tool, an older one)
         # may hold what control.lua refuses.
         return Provenance(
@@ -282,11 +281,6 @@ def checked_reason(reason: object) -> str:
     return "" if reason is None else _text_argument("reason", reason, MAX_REASON)
 
 
-def checked_for_ms(for_ms: object) -> int:
-    """``for_ms`` as ``control.lua`` takes it (0: until changed)."""
-    return 0 if for_ms is None else _whole("for_ms", for_ms, MAX_DURATION_MS, " (ms)")
-
-
 def _whole(name: str, value: object, most: int, unit: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
         raise ArgumentError(f"{name} must be an int from 1 to {most}{unit}, got {value!r}")
@@ -398,7 +392,9 @@ class Controls:
 
     def _set(self, ledger: str, which: str, value: str, by: object, reason: object, for_ms: object) -> Change:
         ledger = self._checked(ledger)
-        who, why, duration = checked_by(by), checked_reason(reason), checked_for_ms(for_ms)
+        who, why = checked_by(by), checked_reason(reason)
+        # 0: until changed.
+        duration = 0 if for_ms is None else _whole("for_ms", for_ms, MAX_DURATION_MS, " (ms)")
         before = self.of(ledger)
         self._write(ledger, which, value, who, why, duration)
         return Change(ledger, before, self.of(ledger))
