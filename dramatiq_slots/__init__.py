@@ -22,65 +22,67 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from .errors import ArgumentError, LedgerArgumentError, LedgerError, LedgerUnavailable, SlotsError
-    from .ledger.client import URL_ENV
-    from .ledger.controls import Control, Controls, Provenance
-    from .ledger.keys import DEFAULT_KEY_PREFIX, KeySpace
-    from .ledger.ledger import Ledger
-    from .ledger.replies import Holder, Limit
-    from .middleware.admission import AdmissionError
-    from .middleware.deferral import DEFERRALS, MessageDeferred
-    from .middleware.drops import MessageDropped
-    from .middleware.options import (
-        MAX_KEYS_PER_MESSAGE,
-        MAX_RUNTIME_KEY_BYTES,
-        ConfigurationError,
-        LineFull,
-        RuntimeKeyError,
-    )
-    from .middleware.slots import Slots
-    from .worker.current import CurrentHold, current_hold
-    from .worker.interrupts import HoldLost
+if TYPE_CHECKING:  # ``X as X``: each name is exported (mypy's explicit re-export)
+    from .errors import ArgumentError as ArgumentError
+    from .errors import LedgerArgumentError as LedgerArgumentError
+    from .errors import LedgerError as LedgerError
+    from .errors import LedgerUnavailable as LedgerUnavailable
+    from .errors import SlotsError as SlotsError
+    from .ledger.client import URL_ENV as URL_ENV
+    from .ledger.controls import Control as Control
+    from .ledger.controls import Controls as Controls
+    from .ledger.controls import Provenance as Provenance
+    from .ledger.keys import DEFAULT_KEY_PREFIX as DEFAULT_KEY_PREFIX
+    from .ledger.keys import KeySpace as KeySpace
+    from .ledger.ledger import Ledger as Ledger
+    from .ledger.replies import Holder as Holder
+    from .ledger.replies import Limit as Limit
+    from .middleware.admission import AdmissionError as AdmissionError
+    from .middleware.deferral import DEFERRALS as DEFERRALS
+    from .middleware.deferral import MessageDeferred as MessageDeferred
+    from .middleware.drops import MessageDropped as MessageDropped
+    from .middleware.options import MAX_KEYS_PER_MESSAGE as MAX_KEYS_PER_MESSAGE
+    from .middleware.options import MAX_RUNTIME_KEY_BYTES as MAX_RUNTIME_KEY_BYTES
+    from .middleware.options import ConfigurationError as ConfigurationError
+    from .middleware.options import LineFull as LineFull
+    from .middleware.options import RuntimeKeyError as RuntimeKeyError
+    from .middleware.slots import Slots as Slots
+    from .worker.current import CurrentHold as CurrentHold
+    from .worker.current import current_hold as current_hold
+    from .worker.interrupts import HoldLost as HoldLost
 
 __version__ = "0.1.0.dev0"
 
-#: Where each public name lives (imported when first asked for).
+#: Where the public names live, by module (each imported when first asked for).
 _PUBLIC = {
-    "DEFAULT_KEY_PREFIX": ".ledger.keys",
-    "DEFERRALS": ".middleware.deferral",
-    "MAX_KEYS_PER_MESSAGE": ".middleware.options",
-    "MAX_RUNTIME_KEY_BYTES": ".middleware.options",
-    "URL_ENV": ".ledger.client",
-    "AdmissionError": ".middleware.admission",
-    "ArgumentError": ".errors",
-    "ConfigurationError": ".middleware.options",
-    "Control": ".ledger.controls",
-    "Controls": ".ledger.controls",
-    "Provenance": ".ledger.controls",
-    "CurrentHold": ".worker.current",
-    "HoldLost": ".worker.interrupts",
-    "Holder": ".ledger.replies",
-    "KeySpace": ".ledger.keys",
-    "Ledger": ".ledger.ledger",
-    "LedgerArgumentError": ".errors",
-    "LedgerError": ".errors",
-    "LedgerUnavailable": ".errors",
-    "Limit": ".ledger.replies",
-    "LineFull": ".middleware.options",
-    "MessageDeferred": ".middleware.deferral",
-    "MessageDropped": ".middleware.drops",
-    "RuntimeKeyError": ".middleware.options",
-    "Slots": ".middleware.slots",
-    "SlotsError": ".errors",
-    "current_hold": ".worker.current",
+    ".errors": ("ArgumentError", "LedgerArgumentError", "LedgerError", "LedgerUnavailable", "SlotsError"),
+    ".ledger.client": ("URL_ENV",),
+    ".ledger.controls": ("Control", "Controls", "Provenance"),
+    ".ledger.keys": ("DEFAULT_KEY_PREFIX", "KeySpace"),
+    ".ledger.ledger": ("Ledger",),
+    ".ledger.replies": ("Holder", "Limit"),
+    ".middleware.admission": ("AdmissionError",),
+    ".middleware.deferral": ("DEFERRALS", "MessageDeferred"),
+    ".middleware.drops": ("MessageDropped",),
+    ".middleware.options": (
+        "MAX_KEYS_PER_MESSAGE",
+        "MAX_RUNTIME_KEY_BYTES",
+        "ConfigurationError",
+        "LineFull",
+        "RuntimeKeyError",
+    ),
+    ".middleware.slots": ("Slots",),
+    ".worker.current": ("CurrentHold", "current_hold"),
+    ".worker.interrupts": ("HoldLost",),
 }
+_HOMES = {name: module for module, names in _PUBLIC.items() for name in names}
+__all__ = ["__version__", *sorted(_HOMES)]
 
 
 def __getattr__(name: str) -> Any:
     """A public name, imported now (see the module docstring); else a submodule, as an import of
     the package used to make every submodule it imported an attribute."""
-    home = _PUBLIC.get(name)
+    home = _HOMES.get(name)
     if home is not None:
         value = getattr(importlib.import_module(home, __name__), name)
         globals()[name] = value
@@ -96,36 +98,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
-
-
-__all__ = [
-    "DEFAULT_KEY_PREFIX",
-    "DEFERRALS",
-    "MAX_KEYS_PER_MESSAGE",
-    "MAX_RUNTIME_KEY_BYTES",
-    "URL_ENV",
-    "AdmissionError",
-    "ArgumentError",
-    "ConfigurationError",
-    "Control",
-    "Controls",
-    "CurrentHold",
-    "HoldLost",
-    "Holder",
-    "KeySpace",
-    "Ledger",
-    "LedgerArgumentError",
-    "LedgerError",
-    "LedgerUnavailable",
-    "Limit",
-    "LineFull",
-    "MessageDeferred",
-    "MessageDropped",
-    "Provenance",
-    "RuntimeKeyError",
-    "Slots",
-    "SlotsError",
-    "__version__",
-    "current_hold",
-]
+    return sorted({*globals(), *_HOMES})

@@ -1,11 +1,11 @@
 """Everything dramatiq-slots borrows from dramatiq's non-public internals, in one place.
 
-Each *touchpoint* is a :class:`Touchpoint` (what it uses, the dramatiq releases it is tested
-with, what the package does on any other) and the few small functions below it; no other module
-of the package touches those internals (``tests/test_borrowed.py`` reads them all and fails if
-one does). Outside its range a touchpoint takes its fallback, or, where there is none, goes on
-as on a tested release; either way it logs one WARNING per process saying so
-(:meth:`Touchpoint.check`). ``tests/test_borrowed.py`` has one contract test per touchpoint,
+Each *touchpoint* is a :class:`Touchpoint` (the dramatiq releases it is tested with, what the
+package does on any other; the comment above it says what it uses) and the few small functions
+below it; no other module of the package touches those internals (``tests/test_borrowed.py``
+reads them all and fails if one does). Outside its range a touchpoint takes its fallback, or,
+where there is none, goes on as on a tested release; either way it logs one WARNING per process
+saying so (:meth:`Touchpoint.check`). ``tests/test_borrowed.py`` has one contract test per touchpoint,
 run against the installed dramatiq; CI runs them on the oldest and the newest release
 ``pyproject.toml`` allows. docs/design.md ("What it borrows from dramatiq") has the list.
 
@@ -53,16 +53,12 @@ def release(version: str) -> tuple[int, ...]:
     return numbers + (0,) * (3 - len(numbers))
 
 
+@functools.lru_cache(maxsize=8)
 def installed(package: str = "dramatiq") -> str:
     """The installed version of dramatiq (or of ``package``, a broker package; ``"0"`` when it
     is not installed)."""
     if package == "dramatiq":
         return str(dramatiq.__version__)
-    return _distribution_version(package)
-
-
-@functools.lru_cache(maxsize=8)
-def _distribution_version(package: str) -> str:
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -71,18 +67,18 @@ def _distribution_version(package: str) -> str:
 
 @dataclass(frozen=True)
 class Touchpoint:
-    """One use of a dramatiq internal: what it uses, where it is tested, what happens elsewhere.
+    """One use of a dramatiq internal: where it is tested, what happens elsewhere (the comment
+    above each says what it uses).
 
     ``names``: the dramatiq attributes, option keys and modules it touches (no other module of
-    the package may); ``since``/``until``: the releases it is tested with (``until`` excluded),
-    of ``package`` (dramatiq, or the broker package whose internals it uses); ``outside``: what
-    the package does on any other release.
+    the package may); ``outside``: what the package does on any other release; ``since``/``until``:
+    the releases it is tested with (``until`` excluded), of ``package`` (dramatiq, or the broker
+    package whose internals it uses).
     """
 
     name: str
-    uses: str
-    outside: str
     names: tuple[str, ...]
+    outside: str
     since: str = OLDEST
     until: str = UNTIL
     package: str = "dramatiq"
@@ -123,19 +119,16 @@ _warned_lock = threading.Lock()
 
 # -- the worker's work queue ----------------------------------------------------------------
 
+# Uses Worker.work_queue, a PriorityQueue (gevent's, once gevent has patched the standard library) of
+# _WorkQueueItem(priority, message) that the worker's threads take by reference when they are made, after
+# before_worker_boot; of it the worker calls only put (consumers), get(timeout=...) and task_done()
+# (WorkerThread.run), get_nowait (Worker.stop's drain, which requeues item.message), join() and
+# unfinished_tasks (Worker.join), so an object of another class with these serves in its place.
 WORK_QUEUE = Touchpoint(
     "work queue",
-    uses=(
-        "Worker.work_queue, a PriorityQueue (gevent's, once gevent has patched the standard "
-        "library) of _WorkQueueItem(priority, message) that the worker's threads take by reference "
-        "when they are made, after before_worker_boot; of it the worker calls only put (consumers), "
-        "get(timeout=...) and task_done() (WorkerThread.run), get_nowait (Worker.stop's drain, "
-        "which requeues item.message), join() and unfinished_tasks (Worker.join), so an object of "
-        "another class with these serves in its place"
-    ),
-    outside="the gate is not installed: a message refused a slot is deferred (as with max_wait=0) "
-    "instead of waiting in line",
-    names=("work_queue", "message"),
+    ("work_queue", "message"),
+    "the gate is not installed: a message refused a slot is deferred (as with max_wait=0) instead of "
+    "waiting in line",
 )
 
 
@@ -161,11 +154,11 @@ def message_of(item: Any) -> Any:
 
 # -- the worker's thread count --------------------------------------------------------------
 
+# Uses Worker.worker_threads, the number of worker threads Worker.start makes.
 WORKER_THREADS = Touchpoint(
     "worker thread count",
-    uses="Worker.worker_threads, the number of worker threads Worker.start makes",
-    outside="it is read all the same (1 if the attribute is gone)",
-    names=("worker_threads",),
+    ("worker_threads",),
+    "it is read all the same (1 if the attribute is gone)",
 )
 
 
@@ -177,17 +170,15 @@ def worker_threads(worker: object) -> int:
 
 # -- a paused worker --------------------------------------------------------------------------
 
+# Uses Worker.workers, the worker's WorkerThreads, each with its paused flag: Worker.pause sets it on every
+# thread before waiting for them (no hook is emitted), Worker.resume clears it; a paused thread no longer
+# takes from the work queue.
+# Not "paused": the package's own word for a paused ledger (the threads' flag is read here only).
 WORKER_PAUSE = Touchpoint(
     "worker pause",
-    uses=(
-        "Worker.workers, the worker's WorkerThreads, each with its paused flag: Worker.pause sets "
-        "it on every thread before waiting for them (no hook is emitted), Worker.resume clears it; "
-        "a paused thread no longer takes from the work queue"
-    ),
-    outside="a paused worker is not seen: a slot handed to one of its parked messages waits for "
-    "a thread until it resumes",
-    # Not "paused": the package's own word for a paused ledger (the threads' flag is read here only).
-    names=("workers",),
+    ("workers",),
+    "a paused worker is not seen: a slot handed to one of its parked messages waits for a thread until it"
+    " resumes",
 )
 
 
@@ -202,50 +193,39 @@ def worker_paused(worker: object) -> bool:
 
 # -- the consumers' prefetch counts ---------------------------------------------------------
 
+# Uses Worker.consumers[queue].consumer.queued_message_ids, the Redis consumer's set of fetched, unacked
+# message ids, which counts against its prefetch (ack and nack discard from it).
 PREFETCH = Touchpoint(
     "prefetch count",
-    uses=(
-        "Worker.consumers[queue].consumer.queued_message_ids, the Redis consumer's set of fetched, "
-        "unacked message ids, which counts against its prefetch (ack and nack discard from it)"
-    ),
-    outside="a message waiting for a runtime key (or its group's turn) keeps counting in its queue's "
-    "prefetch, as one waiting for a queue's capacity does",
-    names=("consumers", "consumer", "queued_message_ids"),
+    ("consumers", "consumer", "queued_message_ids"),
+    "a message waiting for a runtime key (or its group's turn) keeps counting in its queue's prefetch, as"
+    " one waiting for a queue's capacity does",
 )
 
-#: The tested dramatiq-postgres and dramatiq-sqs releases (``since``, ``until``).
-POSTGRES_RELEASES = ("1.4.0", "1.5")
-SQS_RELEASES = ("0.4.4", "0.5")
+#: The tested releases of the broker packages some touchpoints use: ``(since, until, package)``.
+POSTGRES = ("1.4.0", "1.5", "dramatiq-postgres")
+SQS = ("0.4.4", "0.5", "dramatiq-sqs")
 
+# Uses dramatiq_postgres.broker.PostgresConsumer.in_processing, its set of claimed, unacked message ids,
+# which it subtracts from its prefetch before it claims more (ack and nack discard from it), and its wakeup
+# Event, which ends its wait before the next claim.
 POSTGRES_PREFETCH = Touchpoint(
     "dramatiq-postgres consumer's prefetch count",
-    uses=(
-        "dramatiq_postgres.broker.PostgresConsumer.in_processing, its set of claimed, unacked message "
-        "ids, which it subtracts from its prefetch before it claims more (ack and nack discard from "
-        "it), and its wakeup Event, which ends its wait before the next claim"
-    ),
-    outside="a message waiting for a runtime key (or its group's turn) keeps counting in its queue's "
-    "prefetch on PostgreSQL",
-    names=("in_processing", "wakeup", "dramatiq_postgres.broker"),
-    since=POSTGRES_RELEASES[0],
-    until=POSTGRES_RELEASES[1],
-    package="dramatiq-postgres",
+    ("in_processing", "wakeup", "dramatiq_postgres.broker"),
+    "a message waiting for a runtime key (or its group's turn) keeps counting in its queue's prefetch on "
+    "PostgreSQL",
+    *POSTGRES,
 )
 
+# Uses dramatiq_sqs.broker.SQSConsumer.message_refc, its count of received, unacked messages, which it
+# compares with its prefetch before it receives more (ack, nack and requeue subtract from it), and
+# SQSConsumer.messages, the deque of received messages whose popleft its __next__ calls first, in the
+# consumer's own thread (where the count is changed).
 SQS_PREFETCH = Touchpoint(
     "dramatiq-sqs consumer's prefetch count",
-    uses=(
-        "dramatiq_sqs.broker.SQSConsumer.message_refc, its count of received, unacked messages, which "
-        "it compares with its prefetch before it receives more (ack, nack and requeue subtract from "
-        "it), and SQSConsumer.messages, the deque of received messages whose popleft its __next__ "
-        "calls first, in the consumer's own thread (where the count is changed)"
-    ),
-    outside="a message waiting for a runtime key (or its group's turn) keeps counting in its queue's "
-    "prefetch on SQS",
-    names=("message_refc", "messages", "dramatiq_sqs.broker"),
-    since=SQS_RELEASES[0],
-    until=SQS_RELEASES[1],
-    package="dramatiq-sqs",
+    ("message_refc", "messages", "dramatiq_sqs.broker"),
+    "a message waiting for a runtime key (or its group's turn) keeps counting in its queue's prefetch on SQS",
+    *SQS,
 )
 
 
@@ -267,20 +247,29 @@ def _in_consumer_thread(worker: object, queue_name: str) -> tuple[Any, Any]:
     return thread, consumer
 
 
-def _broker_class(module: str, name: str) -> Any:
-    """A broker package's class (a type), if the package is in use (imported by whoever uses
-    it); else None."""
-    return getattr(sys.modules.get(module), name, None)
+def _is_a(consumer: object, module: str, name: str) -> bool:
+    """Whether ``consumer`` is of a broker package's class ``module.name`` (the package is not
+    imported here: one nobody imported has made no consumer)."""
+    kind = getattr(sys.modules.get(module), name, None)
+    return isinstance(kind, type) and isinstance(consumer, kind)
 
 
 class PrefetchCount:
     """How one consumer counts its outstanding messages against its prefetch: the gate takes a
-    waiting message out of that count, and puts it back once it leaves waiting (before its ack)."""
+    waiting message out of that count, and puts it back once it leaves waiting (before its ack).
 
-    def __init__(self, worker: object, queue_name: str, consumer: Any) -> None:
+    This one counts a set of message ids, ``ids`` (Redis: ``queued_message_ids``; PostgreSQL:
+    ``in_processing``, whose consumer is woken to claim at once); SQS's is :class:`_SqsCount`.
+    """
+
+    def __init__(
+        self, worker: object, queue_name: str, consumer: Any, ids: set[str] | None = None, wakeup: Any = None
+    ) -> None:
         self.worker = worker
         self.queue_name = queue_name
         self.consumer = consumer
+        self.ids: set[str] = set() if ids is None else ids
+        self.wakeup = wakeup
 
     def serves(self) -> bool:
         """Whether its consumer still serves its queue (a restarted one never fetched the message)."""
@@ -288,30 +277,12 @@ class PrefetchCount:
 
     def uncount(self, message_id: str) -> None:
         """``message_id`` no longer counts (it stays unacked)."""
-        raise NotImplementedError
-
-    def count_again(self, message_id: str) -> None:
-        """``message_id`` counts again, if the consumer still serves its queue."""
-        raise NotImplementedError
-
-
-class _CountedIds(PrefetchCount):
-    """A consumer that counts a set of message ids (Redis: ``queued_message_ids``; PostgreSQL:
-    ``in_processing``, whose consumer is woken to claim at once)."""
-
-    def __init__(
-        self, worker: object, queue_name: str, consumer: Any, ids: set[str], *, wakeup: Any = None
-    ) -> None:
-        super().__init__(worker, queue_name, consumer)
-        self.ids = ids
-        self.wakeup = wakeup
-
-    def uncount(self, message_id: str) -> None:
         self.ids.discard(message_id)
         if self.wakeup is not None:
             self.wakeup.set()
 
     def count_again(self, message_id: str) -> None:
+        """``message_id`` counts again, if the consumer still serves its queue."""
         if self.serves():
             self.ids.add(message_id)
 
@@ -363,8 +334,7 @@ def follow_counts(worker: object, queue_name: str) -> None:
     if consumer is None:
         return
     buffer = getattr(consumer, "messages", None)
-    kind = _broker_class("dramatiq_sqs.broker", "SQSConsumer")
-    if isinstance(buffer, _SqsBuffer) or kind is None or not isinstance(consumer, kind):
+    if isinstance(buffer, _SqsBuffer) or not _is_a(consumer, "dramatiq_sqs.broker", "SQSConsumer"):
         return
     if type(buffer) is collections.deque and SQS_PREFETCH.check():
         consumer.messages = _SqsBuffer(buffer, _SqsCount(worker, queue_name, consumer))
@@ -376,32 +346,26 @@ def prefetch_count(worker: object, queue_name: str) -> PrefetchCount | None:
     consumer: Any = _consumer(worker, queue_name)
     ids = getattr(consumer, "queued_message_ids", None)
     if isinstance(ids, set):
-        return _CountedIds(worker, queue_name, consumer, ids) if PREFETCH.check() else None
+        return PrefetchCount(worker, queue_name, consumer, ids) if PREFETCH.check() else None
     buffer = getattr(consumer, "messages", None)
     if isinstance(buffer, _SqsBuffer):
         return buffer.tally
-    kind = _broker_class("dramatiq_postgres.broker", "PostgresConsumer")
-    if kind is not None and isinstance(consumer, kind) and POSTGRES_PREFETCH.check():
-        return _CountedIds(worker, queue_name, consumer, consumer.in_processing, wakeup=consumer.wakeup)
+    if _is_a(consumer, "dramatiq_postgres.broker", "PostgresConsumer") and POSTGRES_PREFETCH.check():
+        return PrefetchCount(worker, queue_name, consumer, consumer.in_processing, consumer.wakeup)
     return None
 
 
 # -- SQS messages' visibility ------------------------------------------------------------------
 
+# Uses each message an SQSConsumer delivers, a _SQSMessage whose _sqs_message is the boto3 Message it was
+# received as (its receipt_handle, its queue_url and its meta.client, whose change_message_visibility_batch
+# is called), and SQSConsumer.visibility_timeout, the VisibilityTimeout its receive asks for (None: the
+# queue's own, read with the client of SQSConsumer.queue).
 SQS_VISIBILITY = Touchpoint(
     "dramatiq-sqs message visibility",
-    uses=(
-        "each message an SQSConsumer delivers, a _SQSMessage whose _sqs_message is the boto3 Message it "
-        "was received as (its receipt_handle, its queue_url and its meta.client, whose "
-        "change_message_visibility_batch is called), and SQSConsumer.visibility_timeout, the "
-        "VisibilityTimeout its receive asks for (None: the queue's own, read with the client of "
-        "SQSConsumer.queue)"
-    ),
-    outside="it is used all the same",
-    names=("_sqs_message", "visibility_timeout", "receipt_handle", "queue_url"),
-    since=SQS_RELEASES[0],
-    until=SQS_RELEASES[1],
-    package="dramatiq-sqs",
+    ("_sqs_message", "visibility_timeout", "receipt_handle", "queue_url"),
+    "it is used all the same",
+    *SQS,
 )
 
 #: The most entries SQS takes in one ``ChangeMessageVisibilityBatch``.
@@ -423,8 +387,7 @@ def sqs_visibility(worker: object, queue_name: str) -> int | None:
     """The visibility timeout (s) the SQS consumer of ``queue_name`` receives with: its broker's
     ``visibility_timeout``, else its queue's own attribute (one request); None: not an SQS consumer."""
     consumer: Any = _consumer(worker, queue_name)
-    kind = _broker_class("dramatiq_sqs.broker", "SQSConsumer")
-    if consumer is None or kind is None or not isinstance(consumer, kind):
+    if not _is_a(consumer, "dramatiq_sqs.broker", "SQSConsumer"):
         return None
     SQS_VISIBILITY.check()
     asked = getattr(consumer, "visibility_timeout", None)
@@ -488,19 +451,17 @@ def extend_visibility(leases: Iterable[SqsLease]) -> Extended:
 
 # -- the RabbitMQ consumer's deliveries ----------------------------------------------------
 
+# Uses Worker.consumers[queue], a ConsumerThread (its prefetch and worker_timeout) whose RabbitMQ consumer,
+# made in that thread, set basic_qos(prefetch_count=prefetch) on its pika channel and reads its iterator,
+# channel.consume(queue, inactivity_timeout=worker_timeout / 1000), at every __next__; its known_tags
+# (delivered, not yet acked or nacked), each message's _tag, and its connection's add_callback_threadsafe,
+# where the acks run; and pika's BlockingChannel.cancel(), which ends that generator, giving back what it
+# had not yielded.
 RABBIT_DELIVERIES = Touchpoint(
     "RabbitMQ consumer's deliveries",
-    uses=(
-        "Worker.consumers[queue], a ConsumerThread (its prefetch and worker_timeout) whose RabbitMQ "
-        "consumer, made in that thread, set basic_qos(prefetch_count=prefetch) on its pika channel "
-        "and reads its iterator, channel.consume(queue, inactivity_timeout=worker_timeout / 1000), "
-        "at every __next__; its known_tags (delivered, not yet acked or nacked), each message's _tag, "
-        "and its connection's add_callback_threadsafe, where the acks run; and pika's "
-        "BlockingChannel.cancel(), which ends that generator, giving back what it had not yielded"
-    ),
-    outside="a message waiting for a runtime key (or its group's turn) keeps its place in its queue's "
-    "prefetch on RabbitMQ: a busy key (or a tenant's backlog) can keep the rest of its queue waiting",
-    names=("known_tags", "iterator", "worker_timeout", "add_callback_threadsafe"),
+    ("known_tags", "iterator", "worker_timeout", "add_callback_threadsafe"),
+    "a message waiting for a runtime key (or its group's turn) keeps its place in its queue's prefetch on"
+    " RabbitMQ: a busy key (or a tenant's backlog) can keep the rest of its queue waiting",
 )
 
 
@@ -519,6 +480,7 @@ class Deliveries:
 
     def __init__(self, consumer: Any, thread: Any, due: Callable[[Deliveries], bool]) -> None:
         self._consumer = consumer
+        self._queue = str(consumer.queue_name)
         self._due = due
         #: The consumer's prefetch (per consumer, so per generation).
         self.prefetch = int(thread.prefetch)
@@ -564,10 +526,6 @@ class Deliveries:
         except Exception:  # closed or closing: this consumer is being replaced
             logger.debug("A poke of the consumer of %r found its connection closed.", self._queue)
 
-    @property
-    def _queue(self) -> str:
-        return str(self._consumer.queue_name)
-
     def _asks(self) -> bool:
         try:
             return self._due(self)
@@ -612,8 +570,7 @@ def track_deliveries(worker: object, queue_name: str, due: Callable[[Deliveries]
     current = getattr(consumer, "iterator", None)
     if isinstance(current, Deliveries):
         return current
-    kind = _broker_class("dramatiq.brokers.rabbitmq", "_RabbitmqConsumer")
-    if kind is None or not isinstance(consumer, kind) or not RABBIT_DELIVERIES.check():
+    if not _is_a(consumer, "dramatiq.brokers.rabbitmq", "_RabbitmqConsumer") or not RABBIT_DELIVERIES.check():
         return None
     deliveries = Deliveries(consumer, thread, due)
     setattr(consumer, "iterator", deliveries)  # noqa: B010 -- its __next__ reads it at every call
@@ -635,15 +592,12 @@ def delivery_tag(message: Any) -> int | None:
 
 # -- the worker thread's skip WARNING -------------------------------------------------------
 
+# Uses WorkerThread.logger, the Logger on which WorkerThread.process_message logs
+# logger.warning(SKIP_WARNING, message) for every SkipMessage, message being the proxy the hooks saw.
 SKIP_LOG = Touchpoint(
     "worker thread's logger",
-    uses=(
-        "WorkerThread.logger, the Logger on which WorkerThread.process_message logs "
-        "logger.warning(SKIP_WARNING, message) for every SkipMessage, message being the proxy "
-        "the hooks saw"
-    ),
-    outside="dramatiq's skip WARNING is logged for every deferral too",
-    names=("logger",),
+    ("logger",),
+    "dramatiq's skip WARNING is logged for every deferral too",
 )
 
 #: The WARNING dramatiq's ``WorkerThread.process_message`` logs for every ``SkipMessage``.
@@ -662,16 +616,13 @@ def replace_thread_logger(thread: object, wrap: Callable[[logging.Logger], objec
 
 # -- TimeLimit's hooks, called out of band --------------------------------------------------
 
+# Uses TimeLimit.after_process_message(broker, message), which disarms the calling thread's timer, and
+# TimeLimit.before_process_message(broker, message), which arms it afresh with the message's time limit.
 TIME_LIMIT = Touchpoint(
     "TimeLimit hooks",
-    uses=(
-        "TimeLimit.after_process_message(broker, message), which disarms the calling thread's "
-        "timer, and TimeLimit.before_process_message(broker, message), which arms it afresh "
-        "with the message's time limit"
-    ),
-    outside="they are not called: a TimeLimit before Slots counts the wait for a slot in the "
-    "job's time limit (add Slots with before=TimeLimit)",
-    names=("after_process_message", "before_process_message"),
+    ("after_process_message", "before_process_message"),
+    "they are not called: a TimeLimit before Slots counts the wait for a slot in the job's time limit "
+    "(add Slots with before=TimeLimit)",
 )
 
 
@@ -712,16 +663,13 @@ def restart_time_limits(timers: Iterable[TimeLimit], broker: dramatiq.Broker, me
 
 # -- AgeLimit's rule, before Slots ------------------------------------------------------------
 
+# Uses AgeLimit.max_age and its rule in before_process_message: the message's max_age option, else the
+# actor's, else the middleware's; a message whose age (now - message_timestamp, ms) is at least that is
+# failed and skipped.
 AGE_LIMIT = Touchpoint(
     "AgeLimit rule",
-    uses=(
-        "AgeLimit.max_age and its rule in before_process_message: the message's max_age option, "
-        "else the actor's, else the middleware's; a message whose age (now - message_timestamp, "
-        "ms) is at least that is failed and skipped"
-    ),
-    outside="the gate does not look: a message an AgeLimit before Slots skips may wait in line "
-    "for a slot first",
-    names=("max_age",),
+    ("max_age",),
+    "the gate does not look: a message an AgeLimit before Slots skips may wait in line for a slot first",
 )
 
 
@@ -749,16 +697,13 @@ def too_old(limits: Iterable[AgeLimit], broker: dramatiq.Broker, message: Any) -
 
 # -- the actor's function, wrapped ----------------------------------------------------------
 
+# Uses Actor.fn, read for its signature and replaced after declaration: Actor.__call__ calls self.fn at each
+# call, in the worker thread, and an async actor's fn is already its synchronous bridge to the event loop.
 ACTOR_FN = Touchpoint(
     "actor's function",
-    uses=(
-        "Actor.fn, read for its signature and replaced after declaration: Actor.__call__ calls "
-        "self.fn at each call, in the worker thread, and an async actor's fn is already its "
-        "synchronous bridge to the event loop"
-    ),
-    outside="strict actors are wrapped all the same: on_lost_hold='interrupt' may fail to stop "
-    "a job whose hold is lost",
-    names=("fn",),
+    ("fn",),
+    "strict actors are wrapped all the same: on_lost_hold='interrupt' may fail to stop a job whose hold "
+    "is lost",
 )
 
 
@@ -776,15 +721,12 @@ def rewrap_actor(actor: dramatiq.Actor[Any, Any], wrap: Callable[[Callable[..., 
 
 # -- dramatiq's Prometheus ------------------------------------------------------------------
 
+# Uses dramatiq.middleware.prometheus.Prometheus, found in sys.modules (importing the module creates its
+# database folder), and PROMETHEUS_MULTIPROC_DIR, which its after_process_boot sets before any worker boots.
 PROMETHEUS = Touchpoint(
     "Prometheus lookup",
-    uses=(
-        "dramatiq.middleware.prometheus.Prometheus, found in sys.modules (importing the module "
-        "creates its database folder), and PROMETHEUS_MULTIPROC_DIR, which its "
-        "after_process_boot sets before any worker boots"
-    ),
-    outside="it is looked up all the same",
-    names=("dramatiq.middleware.prometheus",),
+    ("dramatiq.middleware.prometheus",),
+    "it is looked up all the same",
 )
 
 
@@ -803,16 +745,14 @@ def prometheus_multiproc_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
+# Uses Prometheus.before_process_message, which counts a message in progress, and
+# Prometheus.after_skip_message (its after_process_message), which uncounts it, called out of band for a
+# message Slots skips before a later Prometheus saw it.
 PROMETHEUS_HOOKS = Touchpoint(
     "Prometheus hooks",
-    uses=(
-        "Prometheus.before_process_message, which counts a message in progress, and "
-        "Prometheus.after_skip_message (its after_process_message), which uncounts it, called "
-        "out of band for a message Slots skips before a later Prometheus saw it"
-    ),
-    outside="they are not called: a Prometheus after Slots may count a deferred or dropped "
-    "message out of progress without having counted it in (its in-progress gauge drifts)",
-    names=("after_skip_message",),
+    ("after_skip_message",),
+    "they are not called: a Prometheus after Slots may count a deferred or dropped message out of "
+    "progress without having counted it in (its in-progress gauge drifts)",
 )
 
 
@@ -838,16 +778,13 @@ def count_skipped(prometheus: Any, broker: dramatiq.Broker, message: Any) -> Non
 
 # -- Results --------------------------------------------------------------------------------
 
+# Uses Results.backend, Results.store_results and Results.result_ttl, read in the order Results looks its
+# options up (message option, actor option, its own default), and Results.after_skip_message, which stores
+# None unless the message's store_results option is off.
 RESULTS = Touchpoint(
     "Results internals",
-    uses=(
-        "Results.backend, Results.store_results and Results.result_ttl, read in the order "
-        "Results looks its options up (message option, actor option, its own default), and "
-        "Results.after_skip_message, which stores None unless the message's store_results "
-        "option is off"
-    ),
-    outside="they are used all the same",
-    names=("backend", "store_results", "result_ttl", "store_exception", "dramatiq.results"),
+    ("backend", "store_results", "result_ttl", "store_exception", "dramatiq.results"),
+    "they are used all the same",
 )
 
 
@@ -870,11 +807,11 @@ def store_no_result(message: Any) -> None:
 
 # -- the global broker ----------------------------------------------------------------------
 
+# Uses dramatiq.broker.global_broker, read without get_broker(), which would make a broker.
 GLOBAL_BROKER = Touchpoint(
     "global broker",
-    uses="dramatiq.broker.global_broker, read without get_broker(), which would make a broker",
-    outside="it is read all the same (none if it is gone)",
-    names=("global_broker",),
+    ("global_broker",),
+    "it is read all the same (none if it is gone)",
 )
 
 
@@ -887,11 +824,11 @@ def global_broker() -> dramatiq.Broker | None:
 
 # -- the Redis broker's connection ----------------------------------------------------------
 
+# Uses RedisBroker.client, the redis-py client the broker sends its own commands with.
 REDIS_CLIENT = Touchpoint(
     "Redis broker's client",
-    uses="RedisBroker.client, the redis-py client the broker sends its own commands with",
-    outside="it is used all the same",
-    names=("dramatiq.brokers",),
+    ("dramatiq.brokers",),
+    "it is used all the same",
 )
 
 
@@ -906,15 +843,13 @@ def broker_client(broker: object) -> redis.Redis | None:
 
 # -- the Redis broker's queue keys ----------------------------------------------------------
 
+# Uses RedisBroker.namespace and the keys its dispatch script keeps per queue: the list <namespace>:<queue>
+# of the ids no worker has taken, the hash <namespace>:<queue>.msgs of every message not acked yet, and the
+# same for its delay queue (dramatiq.common.dq_name).
 REDIS_QUEUES = Touchpoint(
     "Redis broker's queue keys",
-    uses=(
-        "RedisBroker.namespace and the keys its dispatch script keeps per queue: the list "
-        "<namespace>:<queue> of the ids no worker has taken, the hash <namespace>:<queue>.msgs of "
-        "every message not acked yet, and the same for its delay queue (dramatiq.common.dq_name)"
-    ),
-    outside="they are read all the same: a queue's depth in the process reports may be wrong",
-    names=("namespace", "dramatiq.common"),
+    ("namespace", "dramatiq.common"),
+    "they are read all the same: a queue's depth in the process reports may be wrong",
 )
 
 
@@ -933,31 +868,9 @@ def redis_queue_depths(broker: object, queue_names: Iterable[str]) -> dict[str, 
         pipe.llen(queue)
         pipe.hlen(f"{broker.namespace}:{dq_name(name)}.msgs")
         pipe.hlen(f"{queue}.msgs")
-    replies = pipe.execute()
-    return {
-        name: (int(replies[3 * i]), int(replies[3 * i + 1]), int(replies[3 * i + 2]))
-        for i, name in enumerate(names)
-    }
+    replies = [int(reply) for reply in pipe.execute()]
+    return {name: (replies[3 * i], replies[3 * i + 1], replies[3 * i + 2]) for i, name in enumerate(names)}
 
 
-#: Every touchpoint, each with its contract test in tests/test_borrowed.py.
-TOUCHPOINTS: tuple[Touchpoint, ...] = (
-    WORK_QUEUE,
-    WORKER_THREADS,
-    WORKER_PAUSE,
-    PREFETCH,
-    RABBIT_DELIVERIES,
-    SKIP_LOG,
-    TIME_LIMIT,
-    AGE_LIMIT,
-    ACTOR_FN,
-    PROMETHEUS,
-    PROMETHEUS_HOOKS,
-    RESULTS,
-    GLOBAL_BROKER,
-    REDIS_CLIENT,
-    REDIS_QUEUES,
-    POSTGRES_PREFETCH,
-    SQS_PREFETCH,
-    SQS_VISIBILITY,
-)
+#: Every touchpoint above, each with its contract test in tests/test_borrowed.py.
+TOUCHPOINTS = tuple(value for value in list(globals().values()) if isinstance(value, Touchpoint))

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 
 ENV = "DRAMATIQ_SLOTS_FAILPOINT"
 POINTS = ("after-admit", "after-defer-enqueue", "before-release", "after-release")
@@ -45,20 +46,17 @@ BLOCKING = ("enter", "wait", "re-ask", "withdraw", "give-back", "release")
 EXIT_CODE = 86
 
 
-def _exit_at(armed: str) -> Callable[[str], None]:
-    def exit_there(point: str) -> None:
-        if point == armed:
-            # One unbuffered line on stderr, so a test can tell this exit from any other.
-            os.write(2, f"dramatiq-slots failpoint {point}: exiting with {EXIT_CODE}\n".encode())
-            os._exit(EXIT_CODE)
-
-    return exit_there
+def _exit_at(armed: str, point: str) -> None:
+    if point == armed:
+        # One unbuffered line on stderr, so a test can tell this exit from any other.
+        os.write(2, f"dramatiq-slots failpoint {point}: exiting with {EXIT_CODE}\n".encode())
+        os._exit(EXIT_CODE)
 
 
 #: What each step reached calls: None (disarmed), the exit of the failpoint armed in the
 #: environment (read once at import: a worker process gets its environment at spawn), or a
 #: test's callback. :func:`reach` sits on the path of every capped message.
-_armed: Callable[[str], None] | None = _exit_at(os.environ[ENV]) if os.environ.get(ENV) else None
+_armed: Callable[[str], None] | None = partial(_exit_at, os.environ[ENV]) if os.environ.get(ENV) else None
 
 
 def reach(point: str) -> None:

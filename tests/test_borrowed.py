@@ -78,7 +78,8 @@ def contract(touchpoint: Touchpoint) -> Iterator[None]:
         pytest.fail(
             f"{touchpoint.package} {borrowed.installed(touchpoint.package)} no longer does what "
             "dramatiq_slots/borrowed.py's "
-            f"touchpoint {touchpoint.name!r} relies on ({touchpoint.uses}): {type(e).__name__}: {e}",
+            f"touchpoint {touchpoint.name!r} relies on (the comment above it says what): "
+            f"{type(e).__name__}: {e}",
             pytrace=True,
         )
 

@@ -69,14 +69,14 @@ def imports(path: Path) -> list[tuple[str, list[str], int]]:
 
 
 def public_homes() -> dict[str, str]:
-    """``dramatiq_slots.__init__``'s table of where each public name lives."""
+    """Where each public name lives: ``dramatiq_slots.__init__``'s table of them by module."""
     tree = ast.parse((PACKAGE / "__init__.py").read_text("utf-8"))
     for node in tree.body:
         if isinstance(node, ast.AnnAssign | ast.Assign):
             targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
             if any(isinstance(t, ast.Name) and t.id == "_PUBLIC" for t in targets):
                 value: Any = ast.literal_eval(node.value)  # type: ignore[arg-type]
-                return {name: home.lstrip(".") for name, home in value.items()}
+                return {name: home.lstrip(".") for home, names in value.items() for name in names}
     raise AssertionError("dramatiq_slots/__init__.py has no _PUBLIC table")
 
 

@@ -51,9 +51,7 @@ def redacted_address(client: Any) -> str:
         return f"sentinel {pool.service_name}/{kwargs.get('db', 0)} via {sentinels}"
     if "path" in kwargs:
         return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
-    host = kwargs.get("host", "?")
-    port = kwargs.get("port", "?")
-    return f"{host}:{port}/{kwargs.get('db', 0)}"
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
 
 
 def _host_port(host: object, port: object) -> str:

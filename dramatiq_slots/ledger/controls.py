@@ -42,7 +42,7 @@ import re
 import socket
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import ArgumentError
@@ -63,8 +63,6 @@ MAX_REASON = 500
 
 CAPACITY = "capacity"
 PAUSED = "paused"
-META = "meta"
-CLEARED = "cleared"
 RELEASED = "released"
 
 
@@ -94,9 +92,7 @@ class Provenance:
     @property
     def duration(self) -> float | None:
         """How long it was set for (s), as asked: ``until - at``; None without an expiry."""
-        if self.until is None or self.at is None:
-            return None
-        return self.until - self.at
+        return None if self.until is None or self.at is None else self.until - self.at
 
     def seconds_left(self, now: float) -> float | None:
         """Seconds until it expires at Redis clock ``now`` (s; 0 once expired, None: no expiry)."""
@@ -137,8 +133,7 @@ def _record(text: str | None) -> Provenance | None:
         return None
     try:
         data = json.loads(text)
-        at = data.get("at")
-        by, reason = data.get("by"), data.get("reason")
+        by, at, reason = data.get("by"), data.get("at"), data.get("reason")
         # Escaped as read, too: a record not written by control.lua (another tool, an older one)
         # may hold what control.lua refuses.
         return Provenance(
@@ -154,7 +149,7 @@ def parse_controls(fields: Mapping[str, str], now_ms: int | None) -> dict[str, C
     """The controls in force, by ledger, from the hash's fields and values as read at Redis clock
     ``now_ms`` (an expired one is absent; None: none is taken as expired). Fields it cannot read
     are skipped."""
-    found: dict[str, dict[str, tuple[int, Provenance]]] = {}
+    controls: dict[str, Control] = {}
     for name, text in fields.items():
         which, _, ledger = name.partition(":")
         value = _value(text) if which in (CAPACITY, PAUSED) and ledger else None
@@ -164,19 +159,14 @@ def parse_controls(fields: Mapping[str, str], now_ms: int | None) -> dict[str, C
         expired = until is not None and now_ms is not None and until <= now_ms
         if expired or (which == CAPACITY and number < 1):
             continue
-        made = _record(fields.get(f"{META}:{name}")) or Provenance(None)
+        made = _record(fields.get(f"meta:{name}")) or Provenance(None)
         provenance = Provenance(made.by, made.at, made.reason, None if until is None else until / 1000)
-        found.setdefault(ledger, {})[which] = (number, provenance)
-    controls = {}
-    for ledger in sorted(found):
-        capacity, paused = found[ledger].get(CAPACITY), found[ledger].get(PAUSED)
-        controls[ledger] = Control(
-            capacity=None if capacity is None else capacity[0],
-            paused_at=None if paused is None else paused[0] / 1000,
-            override_provenance=None if capacity is None else capacity[1],
-            pause_provenance=None if paused is None else paused[1],
-        )
-    return controls
+        before = controls.get(ledger, Control())
+        if which == CAPACITY:
+            controls[ledger] = replace(before, capacity=number, override_provenance=provenance)
+        else:
+            controls[ledger] = replace(before, paused_at=number / 1000, pause_provenance=provenance)
+    return dict(sorted(controls.items()))
 
 
 def parse_cleared(fields: Mapping[str, str]) -> dict[tuple[str, str], Provenance]:
@@ -186,7 +176,7 @@ def parse_cleared(fields: Mapping[str, str]) -> dict[tuple[str, str], Provenance
     for name, text in fields.items():
         kind, _, rest = name.partition(":")
         which, _, ledger = rest.partition(":")
-        record = _record(text) if kind == CLEARED and which in (CAPACITY, PAUSED) and ledger else None
+        record = _record(text) if kind == "cleared" and which in (CAPACITY, PAUSED) and ledger else None
         if record is not None:
             found[(which, ledger)] = record
     return found
@@ -291,13 +281,10 @@ def checked_reason(reason: object) -> str:
     return "" if reason is None else _text_argument("reason", reason, MAX_REASON)
 
 
-def checked_for_ms(for_ms: object) -> int:
-    """``for_ms`` as ``control.lua`` takes it (0: until changed)."""
-    if for_ms is None:
-        return 0
-    if isinstance(for_ms, bool) or not isinstance(for_ms, int) or not 1 <= for_ms <= MAX_DURATION_MS:
-        raise ArgumentError(f"for_ms must be an int from 1 to {MAX_DURATION_MS} (ms), got {for_ms!r}")
-    return for_ms
+def _whole(name: str, value: object, most: int, unit: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise ArgumentError(f"{name} must be an int from 1 to {most}{unit}, got {value!r}")
+    return value
 
 
 class Controls:
@@ -376,9 +363,9 @@ class Controls:
     ) -> Change:
         """Override ``ledger``'s capacity on every worker, until :meth:`reset_capacity` or, with
         ``for_ms``, until that many ms from now by the Redis clock."""
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or not 1 <= capacity <= MAX_CAPACITY:
-            raise ArgumentError(f"capacity must be an int from 1 to {MAX_CAPACITY}, got {capacity!r}")
-        return self._set(ledger, CAPACITY, str(capacity), by, reason, for_ms)
+        return self._set(
+            ledger, CAPACITY, str(_whole("capacity", capacity, MAX_CAPACITY)), by, reason, for_ms
+        )
 
     def reset_capacity(self, ledger: str, *, by: str | None = None, reason: str | None = None) -> Change:
         """Drop the override: the declared capacity is in force again."""
@@ -400,13 +387,14 @@ class Controls:
         """Record that ``holds`` holds of ``ledger`` were removed by hand (``release``), as a control
         is recorded: by whom, when (the Redis clock) and why; kept a day. The workers beat at once
         (the channel), which hands the freed slots to the first in line."""
-        if isinstance(holds, bool) or not isinstance(holds, int) or not 1 <= holds <= MAX_CAPACITY:
-            raise ArgumentError(f"holds must be an int from 1 to {MAX_CAPACITY}, got {holds!r}")
-        self._write(self._checked(ledger), RELEASED, str(holds), checked_by(by), checked_reason(reason), 0)
+        count = _whole("holds", holds, MAX_CAPACITY)
+        self._write(self._checked(ledger), RELEASED, str(count), checked_by(by), checked_reason(reason), 0)
 
     def _set(self, ledger: str, which: str, value: str, by: object, reason: object, for_ms: object) -> Change:
         ledger = self._checked(ledger)
-        who, why, duration = checked_by(by), checked_reason(reason), checked_for_ms(for_ms)
+        who, why = checked_by(by), checked_reason(reason)
+        # 0: until changed.
+        duration = 0 if for_ms is None else _whole("for_ms", for_ms, MAX_DURATION_MS, " (ms)")
         before = self.of(ledger)
         self._write(ledger, which, value, who, why, duration)
         return Change(ledger, before, self.of(ledger))
@@ -432,13 +420,10 @@ class Controls:
 
 
 @dataclass(frozen=True)
-class Seen:
+class Seen(Change):
     """A change of one ledger's controls, as one beat found it: before and after, the Redis clock
     of the read (s), and who cleared a control that ended (None: it expired, or is not known)."""
 
-    ledger: str
-    before: Control
-    after: Control
     now: float | None = None
     override_cleared: Provenance | None = None
     pause_cleared: Provenance | None = None
@@ -517,22 +502,3 @@ def _cleared_since(cleared: Provenance | None, made: Provenance | None) -> Prove
     if made.until is not None and cleared.at >= made.until:
         return None
     return cleared
-
-
-__all__ = [
-    "MAX_CAPACITY",
-    "MAX_DURATION_MS",
-    "Change",
-    "Control",
-    "Controls",
-    "ControlsSeen",
-    "Provenance",
-    "Release",
-    "Seen",
-    "default_by",
-    "duration_text",
-    "parse_cleared",
-    "parse_controls",
-    "parse_duration",
-    "parse_released",
-]

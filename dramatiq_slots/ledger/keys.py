@@ -210,13 +210,16 @@ class KeySpace:
 
     def _placed(self, ledger: str) -> tuple[str, LedgerKind, str]:
         """``(tag, kind, name)`` of a ledger under this prefix's tag or one of its homes."""
-        tag = self._head(ledger)
-        if tag is not None:
-            if ledger.startswith(":queue:", len(tag)):
-                return tag, "queue", ledger[len(tag) + len(":queue:") :]
-            if ledger.startswith(":key:", len(tag)):
-                return tag, "key", ledger[len(tag) + len(":key:") :]
-        raise ArgumentError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
+        placed = self.parse_placed(ledger)
+        if placed is None:
+            raise ArgumentError(f"not a ledger under prefix {self.prefix!r}: {ledger!r}")
+        home, kind, name = placed
+        return self.home_tag(home), kind, name
+
+    def _kept(self, what: str, ledger: str) -> str:
+        """The name of ``what`` is kept for ``ledger``, in its home: ``<tag>:<what>:<kind>:<name>``."""
+        tag, kind, name = self._placed(ledger)
+        return f"{tag}:{what}:{kind}:{name}"
 
     def line(self, ledger: str) -> str:
         """The line of a ledger (its claims waiting for a slot)."""
@@ -235,30 +238,25 @@ class KeySpace:
 
     def declared(self, ledger: str) -> str:
         """The set of capacities live worker processes declare for ``ledger``."""
-        tag, kind, name = self._placed(ledger)
-        return f"{tag}:declared:{kind}:{name}"
+        return self._kept("declared", ledger)
 
     def fence(self, ledger: str) -> str:
         """The key of a ledger's last fencing token."""
-        tag, kind, name = self._placed(ledger)
-        return f"{tag}:fence:{kind}:{name}"
+        return self._kept("fence", ledger)
 
     def shares(self, ledger: str) -> str:
         """The hash of the units each fair-share group holds on a ledger (``lib/turns.lua``)."""
-        tag, kind, name = self._placed(ledger)
-        return f"{tag}:shares:{kind}:{name}"
+        return self._kept("shares", ledger)
 
     def turns(self, ledger: str) -> str:
         """The turns of a ledger's waiting groups (``lib/turns.lua``); a group's line is this name,
         ``|`` and the group's id."""
-        tag, kind, name = self._placed(ledger)
-        return f"{tag}:turns:{kind}:{name}"
+        return self._kept("turns", ledger)
 
     def backlog(self, ledger: str, group: str = "") -> str:
         """The messages sent and not yet admitted on a ledger (of one fair-share group), for
         ``when_line_full="refuse"`` (``backlog.lua``)."""
-        tag, kind, name = self._placed(ledger)
-        return f"{tag}:backlog:{kind}:{name}" + (f"|{group}" if group else "")
+        return self._kept("backlog", ledger) + (f"|{group}" if group else "")
 
     def group_line(self, ledger: str, group: str) -> str:
         """The line of one fair-share group on a ledger (the ledger's line for no group)."""
@@ -276,7 +274,10 @@ class KeySpace:
 
     def home_of(self, ledger: str) -> str:
         """The home of a ledger key of this prefix (``""``: the prefix's own tag)."""
-        tag = self.tag_of(ledger)
+        return self._home(self.tag_of(ledger))
+
+    def _home(self, tag: str) -> str:
+        """The home of one of this prefix's tags (``""``: its own)."""
         return tag[len(self.tag) : -1] if tag != self.tag else ""
 
     def wake_channel_prefix(self, home: str = "") -> str:
@@ -356,9 +357,8 @@ class KeySpace:
         tag = self._head(ledger)
         if tag is None:
             return None
-        home = tag[len(self.tag) : -1] if tag != self.tag else ""
         for kind in ("queue", "key"):
             head = f"{tag}:{kind}:"
             if ledger.startswith(head):
-                return home, kind, ledger[len(head) :]
+                return self._home(tag), kind, ledger[len(head) :]
         return None

@@ -50,8 +50,6 @@ Placement: TypeAlias = Literal["prefix", "queue"] | Mapping[str, str]
 #: What a queue or group name cannot hold: the braces end or open a hash tag, ``|`` parts a home.
 _FORBIDDEN = "{}|"
 
-_WHAT = 'placement must be "prefix", "queue" or a mapping of queue names to group names'
-
 
 def _check_name(what: str, name: object) -> str:
     if not isinstance(name, str) or not name:
@@ -70,9 +68,7 @@ def checked(placement: object, *, prefix: str | None = None) -> Placement:
     every name a non-empty str without ``{``, ``}`` or ``|``; with ``prefix``, a prefix that can
     head a home's tag (no ``|`` unless the placement is ``"prefix"``). ArgumentError otherwise."""
     result: Placement
-    if isinstance(placement, str):
-        if placement not in (PREFIX, QUEUE):
-            raise ArgumentError(f"{_WHAT}, got {placement!r}")
+    if placement in (PREFIX, QUEUE):
         result = PREFIX if placement == PREFIX else QUEUE
     elif isinstance(placement, Mapping):
         result = {
@@ -82,7 +78,10 @@ def checked(placement: object, *, prefix: str | None = None) -> Placement:
             for queue, group in placement.items()
         }
     else:
-        raise ArgumentError(f"{_WHAT}, got {placement!r}")
+        raise ArgumentError(
+            'placement must be "prefix", "queue" or a mapping of queue names to group names, '
+            f"got {placement!r}"
+        )
     if prefix is not None:
         KeySpace(prefix)  # a non-empty str without braces
         if result != PREFIX and "|" in prefix:
@@ -109,7 +108,7 @@ def home_of(placement: Placement, queue: str, digest: str | None = None) -> str:
             raise ArgumentError(f"queue {queue!r} is placed EACH_KEY: only its runtime keys have homes")
         return f"k:{int(digest[:8], 16) % KEY_HOMES:02d}"
     if isinstance(placement, Mapping) and queue in placement:
-        return "g:" + _check_name(f"the group of queue {queue!r}", placement[queue])
+        return "g:" + placement[queue]  # checked by checked()
     return "q:" + _check_name("a queue name under placement", queue)
 
 

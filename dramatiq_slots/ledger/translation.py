@@ -59,23 +59,21 @@ def translated(client: RedisClient, operation: str) -> Iterator[None]:
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as e:
-        raise LedgerUnavailable(
-            f"ledger {operation} failed: Redis at {redacted_address(client)} "
-            f"is unreachable ({type(e).__name__}: {e})"
-        ) from e
+        raise _unavailable(client, operation, f"is unreachable ({type(e).__name__}: {e})") from e
     except _CLUSTER_IN_FLUX as e:
         # A slot moving (its keys split: TRYAGAIN until redis-py's redirections run
         # out), a failover, a slot nobody serves yet: the cluster will answer again.
-        raise LedgerUnavailable(
-            f"ledger {operation} failed: Redis at {redacted_address(client)} "
-            f"cannot serve the ledger's slot now ({type(e).__name__}: {e})"
+        raise _unavailable(
+            client, operation, f"cannot serve the ledger's slot now ({type(e).__name__}: {e})"
         ) from e
     except redis.ResponseError as e:
         if refused_for_now(e):
-            raise LedgerUnavailable(
-                f"ledger {operation} failed: Redis at {redacted_address(client)} refused: {e}"
-            ) from e
+            raise _unavailable(client, operation, f"refused: {e}") from e
         raise LedgerError(f"ledger {operation} failed: {e}") from e
+
+
+def _unavailable(client: RedisClient, operation: str, what: str) -> LedgerUnavailable:
+    return LedgerUnavailable(f"ledger {operation} failed: Redis at {redacted_address(client)} {what}")
 
 
 #: A script's error reply for a malformed argument, ``SLOTS_ARG <j> <name>`` (``lua/lib/args.lua``),

