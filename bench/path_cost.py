@@ -88,7 +88,9 @@ def run_one(way: str, url: str, messages: int, threads: int, namespace: str) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--messages", type=int, default=3_000)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
@@ -143,9 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = {k: statistics.median(r[k] for r in runs["nocap"]) for k in runs["nocap"][0]}
     for way in ways:
         med = {k: statistics.median(r[k] for r in runs[way]) for k in runs[way][0]}
+        threads, process = med["thread_cpu_us"], med["process_cpu_us"]
         print(
-            f"{way:6}  worker threads {med['thread_cpu_us']:7.1f} us/msg (+{med['thread_cpu_us'] - base['thread_cpu_us']:6.1f})"
-            f"  process {med['process_cpu_us']:7.1f} us/msg (+{med['process_cpu_us'] - base['process_cpu_us']:6.1f})"
+            f"{way:6}  worker threads {threads:7.1f} us/msg (+{threads - base['thread_cpu_us']:6.1f})"
+            f"  process {process:7.1f} us/msg (+{process - base['process_cpu_us']:6.1f})"
             f"  {med['jobs_per_s']:7.0f} jobs/s ({med['jobs_per_s'] / base['jobs_per_s']:.2f}x nocap)"
         )
     return 0

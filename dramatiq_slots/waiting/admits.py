@@ -30,7 +30,7 @@ REASK_S = 2.0
 REASK_MAX_S = 8.0
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True)  # not frozen: made per message, and a frozen init costs per field
 class Request:
     """One message's claim on its limits, as admission needs it."""
 
