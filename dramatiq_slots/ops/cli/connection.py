@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import redis
@@ -27,6 +27,8 @@ from ...errors import ArgumentError, LedgerError
 from ...ledger.client import URL_ENV, RedisClient, redacted_address
 from ..redis_errors import describe_redis_error
 from .exits import Failure
+
+T = TypeVar("T")
 
 #: Where the ledger's Redis is read from when ``--url`` is not given, first found wins.
 #: The workers' own variable first: a broker in REDIS_URL and a ledger elsewhere must not mislead.
@@ -256,7 +258,7 @@ def sentinel_address(text: str) -> tuple[str, int]:
     return unquote(host), int(port)
 
 
-def talking_to(client: RedisClient, action: Callable[[], Any]) -> Any:
+def talking_to(client: RedisClient, action: Callable[[], T]) -> T:
     """``action()``, with Redis errors turned into a :class:`Failure` naming the server."""
     try:
         return action()
