@@ -21,8 +21,7 @@ from .exits import EXIT_NOTHING_DONE, EXIT_OK, PROG, Failure, err
 from .help import LIVE_REFUSAL
 from .render import (
     clean,
-    control_line,
-    control_lines,
+    control_text,
     declared_text,
     holder_line,
     json_document,
@@ -279,9 +278,7 @@ def control_command(args: argparse.Namespace, client: RedisClient, parser: argpa
         done = view.paused and unchanged(view.pause_provenance, by, reason, for_ms)
     else:
         wanted, done = "admitting again", not view.paused
-    print(control_line(view))
-    for line in control_lines(view):
-        print(f"  {line}")
+    print(control_text(view))
     if done:
         print(f"nothing to change: {name} is already so")
         return EXIT_NOTHING_DONE
@@ -303,9 +300,7 @@ def control_command(args: argparse.Namespace, client: RedisClient, parser: argpa
 
     change = talking_to(client, apply)
     after = talking_to(client, lambda: inspector.ledgers([ledger])[0])
-    print(control_line(after))
-    for line in control_lines(after):
-        print(f"  {line}")
+    print(control_text(after))
     if command == "reset-capacity" and change.changed:
         print(f"in force now: {declared_text(after)}")
     if not change.changed:

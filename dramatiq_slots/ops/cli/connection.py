@@ -24,7 +24,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from ...errors import ArgumentError, LedgerError
-from ...ledger.client import URL_ENV, RedisClient, redacted_address
+from ...ledger.client import URL_ENV, RedisClient, _host_port, redacted_address
 from ..redis_errors import describe_redis_error
 from .exits import Failure
 
@@ -141,7 +141,10 @@ def cluster_client(url: str, source: str) -> RedisCluster:
         if options.get("db", 0) != 0:
             raise ArgumentError("a Redis Cluster has database 0 only")
         parts = urlsplit(plain)
-        address = redacted_cluster(parts.hostname or "localhost", parts.port or DEFAULT_CLUSTER_PORT)
+        # As redacted_address names a cluster reached through one node.
+        address = "cluster via " + _host_port(
+            parts.hostname or "localhost", parts.port or DEFAULT_CLUSTER_PORT
+        )
     except ValueError as e:
         raise Failure(f"bad Redis URL (from {source}): {e}") from e
     try:
@@ -154,11 +157,6 @@ def cluster_client(url: str, source: str) -> RedisCluster:
         # The client reads the slot map as it is made: this is the first conversation.
         raise Failure(describe_redis_error(e, address)) from e
     return client
-
-
-def redacted_cluster(host: str, port: int) -> str:
-    """How :func:`~dramatiq_slots.ledger.client.redacted_address` names a cluster reached through one node."""
-    return f"cluster via [{host}]:{port}" if ":" in host else f"cluster via {host}:{port}"
 
 
 def sentinel_client(url: str, source: str) -> redis.Redis:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ...ledger.controls import Provenance, Release, duration_text
+from ...ledger.controls import Provenance, duration_text
 from ...ledger.reports import QueueDepth, printable
 from ..inspection import (
     HolderView,
@@ -131,28 +131,19 @@ def provenance_text(what: str, provenance: Provenance, now: float | None, lasts:
 
 
 def control_lines(view: LedgerView) -> list[str]:
-    """One line per control of a ledger: who set it, when, why, until when."""
-    lines = []
+    """One line per control of a ledger: who set it, when, why, until when; and the last release
+    by hand (a day's)."""
+    lines: list[str] = []
+    now = view.read_at
     if view.override is not None and view.override_provenance is not None:
-        lines.append(
-            provenance_text(
-                f"override {view.override} set",
-                view.override_provenance,
-                view.read_at,
-                "until reset-capacity",
-            )
-        )
+        what = f"override {view.override} set"
+        lines.append(provenance_text(what, view.override_provenance, now, "until reset-capacity"))
     if view.paused and view.pause_provenance is not None:
-        lines.append(provenance_text("paused", view.pause_provenance, view.read_at, "until resume"))
+        lines.append(provenance_text("paused", view.pause_provenance, now, "until resume"))
     if view.released is not None:
-        lines.append(released_text(view.released, view.read_at))
+        what = f"released {view.released.holds} hold(s) by hand"
+        lines.append(provenance_text(what, view.released.provenance, now, "").removesuffix(", "))
     return lines
-
-
-def released_text(released: Release, now: float | None) -> str:
-    """``released 2 hold(s) by alice@h 3m ago for 'dead host'``: the last release by hand (a day's)."""
-    text = provenance_text(f"released {released.holds} hold(s) by hand", released.provenance, now, "")
-    return text.removesuffix(", ")
 
 
 def render_table(
@@ -272,13 +263,12 @@ def declared_text(view: LedgerView) -> str:
     return "the capacity the workers declare (queue_capacity; no live worker caps this queue now)"
 
 
-def control_line(view: LedgerView) -> str:
-    """One ledger's controls and use, for the control commands."""
+def control_text(view: LedgerView) -> str:
+    """One ledger's controls and use, for the control commands: a line, then one per control."""
     paused = "  PAUSED" if view.paused else ""
-    return (
-        f"{clean(view.short)}: capacity {capacity_text(view)}, in use {view.in_use}, "
-        f"waiting {view.waiting}{paused}"
-    )
+    use = f"in use {view.in_use}, waiting {view.waiting}{paused}"
+    head = f"{clean(view.short)}: capacity {capacity_text(view)}, {use}"
+    return "\n".join([head, *(f"  {line}" for line in control_lines(view))])
 
 
 # -- why ---------------------------------------------------------------------------------------

@@ -105,9 +105,9 @@ def answer_and_close(sock: socket.socket, status: int, reason: str, text: str) -
 
 class RequestHandler(WSGIRequestHandler):
     """One complete request (:class:`Received`) run through wsgiref; logs ``METHOD /path status``
-    to stderr (never a query string), or nothing when quiet."""
+    to stderr (never a query string), or nothing when its server is quiet."""
 
-    quiet = False
+    server: BoundedWSGIServer
 
     def setup(self) -> None:
         received: Received = self.request
@@ -116,19 +116,15 @@ class RequestHandler(WSGIRequestHandler):
         self.wfile = received.sock.makefile("wb")
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        if self.quiet:
+        if self.server.quiet:
             return
         method, _, rest = (self.requestline or "").partition(" ")
         path = rest.split(" ")[0].split("?")[0]
         sys.stderr.write(f"{self.address_string()} {method} {path} {code}\n")
 
     def log_message(self, format: str, *args: Any) -> None:
-        if not self.quiet:
+        if not self.server.quiet:
             super().log_message(format, *args)
-
-
-class QuietRequestHandler(RequestHandler):
-    quiet = True
 
 
 class BoundedWSGIServer(WSGIServer):
@@ -137,6 +133,8 @@ class BoundedWSGIServer(WSGIServer):
 
     allow_reuse_address = True
     request_queue_size = BACKLOG
+    #: Whether no request is logged.
+    quiet = False
 
     def __init__(
         self,
@@ -332,9 +330,9 @@ def make_server(
 ) -> BoundedWSGIServer:
     """A server bound to ``host``:``port`` (0: a free port; ``server.server_port`` says which)."""
     server_class = BoundedWSGIServer6 if ":" in host else BoundedWSGIServer
-    handler = QuietRequestHandler if quiet else RequestHandler
-    server = server_class((host, port), handler, threads=threads, read_timeout=read_timeout)
+    server = server_class((host, port), RequestHandler, threads=threads, read_timeout=read_timeout)
     server.set_app(app)
+    server.quiet = quiet
     return server
 
 
