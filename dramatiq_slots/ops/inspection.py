@@ -28,8 +28,9 @@ This module imports nothing from dramatiq.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from redis.cluster import RedisCluster
@@ -38,14 +39,13 @@ from ..errors import ArgumentError, LedgerError
 from ..ledger import placement
 from ..ledger.client import RedisClient
 from ..ledger.controls import Control, Controls, Provenance, Release, checked_by, checked_reason
-from ..ledger.keys import DEFAULT_KEY_PREFIX, KeySpace, LedgerKind, key_digest
+from ..ledger.keys import DEFAULT_KEY_PREFIX, DIGEST_HEX, KeySpace, LedgerKind
 from ..ledger.ledger import Ledger
 from ..ledger.replies import Epoch, Holder, Limit, Surveyed, _text, process_part
 from ..ledger.reports import (
     HELD_BACK,
     IN_LINE,
     PARKED,
-    REPORT_VERSION,
     ProcessReport,
     QueueDepth,
     ReportedEvent,
@@ -120,20 +120,19 @@ class Settling:
     #: True: after the ledger's Redis lost its data; False: a first start; None: its epoch does
     #: not say (made by workers of an older version).
     lost: bool | None
-
-    @property
-    def text(self) -> str:
-        """``settling after the ledger lost its data, 12 s left``, ``settling (first start), 0.4 s
-        left``, ``settling, 3.0 s left``."""
-        cause = {True: " after the ledger lost its data", False: " (first start)", None: ""}[self.lost]
-        left = self.seconds_left
-        return f"settling{cause}, {left:.1f} s left" if left < 10 else f"settling{cause}, {left:.0f} s left"
+    #: ``settling after the ledger lost its data, 12 s left``, ``settling (first start), 0.4 s
+    #: left``, ``settling, 3.0 s left``.
+    text: str
 
     @classmethod
     def of(cls, epoch: Epoch | None, now: float) -> Settling | None:
         """The settling ``epoch`` says at Redis clock ``now`` (s); None: settled, or no epoch."""
-        left = epoch.settling_ms(now * 1000) if epoch is not None else 0
-        return cls(round(left / 1000, 3), epoch.lost) if epoch is not None and left > 0 else None
+        left = round(epoch.settling_ms(now * 1000) / 1000, 3) if epoch is not None else 0
+        if epoch is None or left <= 0:
+            return None
+        cause = {True: " after the ledger lost its data", False: " (first start)", None: ""}[epoch.lost]
+        shown = f"{left:.1f}" if left < 10 else f"{left:.0f}"
+        return cls(left, epoch.lost, f"settling{cause}, {shown} s left")
 
 
 @dataclass(frozen=True)
@@ -344,7 +343,7 @@ class WhyUnknown:
 Why = WhyRunning | WhyWaiting | WhyDeferred | WhyDropped | WhyUnknown
 
 
-def _token_parts(token: str) -> tuple[str, int | None, int | None]:
+def token_parts(token: str) -> tuple[str, int | None, int | None]:
     """``(host, pid, thread)`` of a claim token ``<host>:<pid>:<thread>:<n>``."""
     parts = token.rsplit(":", 3)
     if len(parts) != 4:
@@ -353,15 +352,20 @@ def _token_parts(token: str) -> tuple[str, int | None, int | None]:
     return host, int(pid) if pid.isdigit() else None, int(thread) if thread.isdigit() else None
 
 
-def _process_parts(process: str) -> tuple[str, int | None]:
+def process_parts(process: str) -> tuple[str, int | None]:
     """``(host, pid)`` of ``<host>:<pid>``."""
     host, _, pid = process.rpartition(":")
     return (host, int(pid)) if pid.isdigit() else (process, None)
 
 
-def _seconds(now: float, at_ms: int) -> float:
+def seconds_since(now: float, at_ms: int) -> float:
     """Seconds from ``at_ms`` (Redis clock) to ``now`` (s), never below 0."""
     return round(max(0.0, now - at_ms / 1000), 3)
+
+
+def _about(what: ReportedHold | ReportedWait | ReportedEvent, host: str, pid: int | None) -> dict[str, Any]:
+    """The fields of :class:`WhyKnown` of a message its process (``host``, ``pid``) reports."""
+    return {"message_id": what.message_id, "actor": what.actor, "queue": what.queue, "host": host, "pid": pid}
 
 
 class Inspector:
@@ -393,22 +397,16 @@ class Inspector:
         """
         if self.keys.parse(name) is not None:
             return name
-        kind, sep, rest = name.partition(":")
-        if sep and rest and kind == "queue":
-            return self.keys.queue(rest, home=self.queue_home(rest))
+        kind, _, rest = name.partition(":")
         digest = rest.partition("@")[0]
-        if sep and kind == "key" and len(digest) == len(key_digest("")) and _is_hex(digest):
-            found = self.keys.from_short(name)
+        if kind == "queue" or (kind == "key" and len(digest) == DIGEST_HEX and _is_hex(digest)):
+            found = self.keys.from_short(name, home=lambda queue: self._homes()(queue))
             if found is not None:
                 return found
         raise ArgumentError(
             f"not a ledger name: {name!r} (expected queue:<queue name>, key:<32 hex digits>[@<home>] "
             f"or a key under {self.keys.tag})"
         )
-
-    def queue_home(self, queue: str) -> str:
-        """The home of ``queue``'s cap ledger under the placement the workers recorded."""
-        return placement.cap_home(self.ledger.placement(), queue)
 
     def key_ledger(self, key: str, *, queue: str | None = None) -> str:
         """The ledger of a runtime key, from its text (and, under a placement, the queue of its
@@ -425,15 +423,10 @@ class Inspector:
             if not listed:
                 return {}
             found = [self.keys.process(p) for p in listed]
-            values = (
-                [self.client.get(k) for k in found] if _is_cluster(self.client) else self.client.mget(found)
-            )
-        reports: dict[str, ProcessReport] = {}
-        for value in values:
-            report = ProcessReport.from_json(value) if value is not None else None
-            if report is not None:
-                reports[report.process] = report
-        return reports
+            cluster = isinstance(self.client, RedisCluster)
+            values = [self.client.get(k) for k in found] if cluster else self.client.mget(found)
+        reports = [ProcessReport.from_json(value) for value in values if value is not None]
+        return {report.process: report for report in reports if report is not None}
 
     def ledgers(
         self,
@@ -450,14 +443,11 @@ class Inspector:
         """
         reports = self.processes() if reports is None else reports
         controls, releases = self.controls.read_with_releases()
-        if names is not None:
-            keys = sorted(set(names))
-        else:
+        if names is None:
             reported = {wait.ledger for r in reports.values() for wait in r.waits}
-            keys = sorted(
-                k for k in {*self.ledger.ledgers(), *controls, *reported} if self.keys.parse(k) is not None
-            )
-        views = self._views(keys, reports, controls, releases, line=line)
+            every = {*self.ledger.ledgers(), *controls, *reported}
+            names = (k for k in every if self.keys.parse(k) is not None)
+        views = self._views(sorted(set(names)), reports, controls, releases, line=line)
         return sorted(views, key=lambda v: (v.kind != "queue", v.name))
 
     def _views(
@@ -478,16 +468,14 @@ class Inspector:
         if not keys:
             return []
         read, epochs = self.ledger.survey(keys, line=line, epochs=True)
-        now = self._now()  # one clock reading for every age on the page
-        facts = _Facts(reports)
+        facts = _Facts(reports, self._now())  # one clock reading for every age on the page
         return [
             self._view(
                 ledger,
                 read[ledger],
                 facts,
-                now,
                 controls.get(ledger, Control()),
-                Settling.of(epochs[self.keys.tag_of(ledger)], now),
+                Settling.of(epochs[self.keys.tag_of(ledger)], facts.now),
                 releases.get(ledger),
             )
             for ledger in keys
@@ -498,7 +486,6 @@ class Inspector:
         ledger: str,
         read: Surveyed,
         facts: _Facts,
-        now: float,
         control: Control,
         settling: Settling | None,
         released: Release | None,
@@ -506,8 +493,8 @@ class Inspector:
         placed = self.keys.parse_placed(ledger)
         assert placed is not None  # checked by _views
         home, kind, name = placed
-        holders = [facts.holder(holder, ledger, now) for holder in read.holders]
-        waits = facts.waits_on(ledger, now, [token for token, _ in read.line])
+        holders = [facts.holder(holder, ledger) for holder in read.holders]
+        waits = facts.waits_on(ledger, [token for token, _ in read.line])
         by_token = {w.token: w for w in waits if w.token}
         capacities = facts.capacities(ledger)
         declared = max(capacities) if capacities else None
@@ -529,14 +516,14 @@ class Inspector:
             override_provenance=control.override_provenance,
             pause_provenance=control.pause_provenance,
             released=released,
-            read_at=now,
+            read_at=facts.now,
             in_line=sum(1 for w in waits if w.how == IN_LINE),
             parked=sum(1 for w in waits if w.how == PARKED),
             held_back=sum(1 for w in waits if w.how == HELD_BACK),
             oldest_wait=max((w.waited for w in waits), default=None),
             waits=waits,
             capacities=tuple(sorted(capacities)),
-            queue_depth=facts.depth(name) if kind == "queue" else None,
+            queue_depth=facts.depths.get(name) if kind == "queue" else None,
             key_label=facts.key_labels.get(ledger),
             settling=settling,
             line=[LineClaim(token, place, by_token.get(token)) for token, place in read.line],
@@ -620,20 +607,14 @@ class Inspector:
                     total = len(pinned) + max(0, int(self.client.zcard(names)) - len(listed_queues))
                 more = more or len(found) > want
                 rows += found[:want]
-        recorded = self.ledger.placement()
-
-        def home(queue: str) -> str:
-            return placement.cap_home(recorded, queue)
-
+        home = self._homes()
         ledgers = [k for k in (self.keys.from_short(short, home=home) for short in rows) if k is not None]
-        return LedgerPage(
-            ledgers=self._views(ledgers, reports, controls, releases, line=line),
-            offset=offset,
-            limit=limit,
-            search=search,
-            total=total,
-            more=more,
-        )
+        views = self._views(ledgers, reports, controls, releases, line=line)
+        return LedgerPage(views, offset, limit, search, total, more)
+
+    def _homes(self) -> Callable[[str], str]:
+        """The home of each queue's cap ledger under the placement the workers recorded (read now)."""
+        return partial(placement.cap_home, self.ledger.placement())
 
     def _lex(self, key: str, start: str, offset: int | None = None, count: int | None = None) -> list[bytes]:
         """The members of the lexicographic index ``key`` that start with ``start`` (``ZRANGE BYLEX``,
@@ -653,14 +634,13 @@ class Inspector:
         if not isinstance(message_id, str) or not message_id:
             raise ArgumentError(f"why(message_id=...) must be a non-empty str, got {message_id!r}")
         reports = self.processes()
-        facts = _Facts(reports)
+        facts = _Facts(reports, self._now())
         running = [(r, h) for r in reports.values() for h in r.holds if h.message_id == message_id]
         if running:
-            return self._running(*running[0])
+            return self._running(*running[0], facts.now)
         waiting = [(r, w) for r in reports.values() for w in r.waits if w.message_id == message_id]
         if waiting:
             return self._waiting(*waiting[0], facts)
-        now = self._now()
         events = [
             (event.at_ms, kind, r, event)
             for r in reports.values()
@@ -671,64 +651,42 @@ class Inspector:
         if not events:
             return WhyUnknown(message_id, queues=facts.depths)
         _, kind, report, event = max(events, key=lambda e: e[0])
-        host, pid = _process_parts(report.process)
-        about: dict[str, Any] = {
-            "message_id": message_id,
-            "actor": event.actor,
-            "queue": event.queue,
-            "host": host,
-            "pid": pid,
-            "ledger": self.keys.short(event.ledger) if event.ledger else "",
-            "ago": _seconds(now, event.at_ms),
-            "reason": event.reason,
-        }
+        about = _about(event, *process_parts(report.process))
+        ledger = self.keys.short(event.ledger) if event.ledger else ""
+        ago = seconds_since(facts.now, event.at_ms)
         if kind == "dropped":
-            return WhyDropped(**about)
+            return WhyDropped(**about, ledger=ledger, ago=ago, reason=event.reason)
         return WhyDeferred(
             **about,
+            ledger=ledger,
+            ago=ago,
+            reason=event.reason,
             until=event.until_ms / 1000,
-            due_in=round(event.until_ms / 1000 - now, 3),
-            queue_depth=facts.depth(event.queue),
+            due_in=round(event.until_ms / 1000 - facts.now, 3),
+            queue_depth=facts.depths.get(event.queue),
         )
 
-    def _running(self, report: ProcessReport, hold: ReportedHold) -> WhyRunning:
+    def _running(self, report: ProcessReport, hold: ReportedHold, now: float) -> WhyRunning:
         read, _ = self.ledger.survey(sorted(hold.ledgers))
-        now = self._now()
-        host, pid, thread = _token_parts(hold.token)
+        host, pid, thread = token_parts(hold.token)
         holds = []
         for ledger, capacity in sorted(hold.ledgers.items()):
             holders = read[ledger].holders
             left = next((h.seconds_left for h in holders if h.token == hold.token), None)
             label = report.key_labels.get(ledger)
             holds.append(WhyHold(self.keys.short(ledger), capacity, len(holders), left, label))
-        return WhyRunning(
-            message_id=hold.message_id,
-            actor=hold.actor,
-            queue=hold.queue,
-            host=host,
-            pid=pid,
-            thread=thread,
-            token=hold.token,
-            age=_seconds(now, hold.since_ms),
-            holds=holds,
-        )
+        age = seconds_since(now, hold.since_ms)
+        return WhyRunning(**_about(hold, host, pid), thread=thread, token=hold.token, age=age, holds=holds)
 
     def _waiting(self, report: ProcessReport, wait: ReportedWait, facts: _Facts) -> WhyWaiting:
-        ledger = wait.ledger
-        where = self.ledger.place(ledger, wait.token, ahead=AHEAD) if wait.token else None
-        view = self._views([ledger], facts.reports, *self.controls.read_with_releases())[0]
-        now = self._now()
-        host, pid = _process_parts(report.process)
+        where = self.ledger.place(wait.ledger, wait.token, ahead=AHEAD) if wait.token else None
+        view = self._views([wait.ledger], facts.reports, *self.controls.read_with_releases())[0]
         place, of, first = where if where is not None else (None, view.waiting, [])
         return WhyWaiting(
-            message_id=wait.message_id,
-            actor=wait.actor,
-            queue=wait.queue,
-            host=host,
-            pid=pid,
+            **_about(wait, *process_parts(report.process)),
             state=wait.how,
-            ledger=self.keys.short(ledger),
-            waited=_seconds(now, wait.since_ms),
+            ledger=self.keys.short(wait.ledger),
+            waited=seconds_since(facts.now, wait.since_ms),
             token=wait.token,
             place=place,
             of=of,
@@ -776,9 +734,7 @@ class Inspector:
             holder = holders.get(token)
             if holder is not None and holder.process_alive and not force:
                 released.spared.append(holder)
-                continue
-            count, _ = self.ledger.leave(token, [limit], ttl_ms=hold_ttl)
-            if count:
+            elif self.ledger.leave(token, [limit], ttl_ms=hold_ttl)[0]:
                 released.removed.append(token)
         if released.removed:
             try:
@@ -789,10 +745,11 @@ class Inspector:
 
 
 class _Facts:
-    """What the live reports say, indexed for the views of one reading."""
+    """What the live reports say, indexed for the views of one reading at Redis clock ``now``."""
 
-    def __init__(self, reports: Mapping[str, ProcessReport]) -> None:
+    def __init__(self, reports: Mapping[str, ProcessReport], now: float) -> None:
         self.reports = reports
+        self.now = now
         self._holds = {h.token: (r, h) for r in reports.values() for h in r.holds}
         self._lingering = {token for r in reports.values() for token in r.lingering}
         #: What each ledger's reported holds declare there.
@@ -813,8 +770,8 @@ class _Facts:
                 if queue not in self.depths or depth.at_ms > self.depths[queue].at_ms:
                     self.depths[queue] = depth
 
-    def holder(self, holder: Holder, ledger: str, now: float) -> HolderView:
-        host, pid, thread = _token_parts(holder.token)
+    def holder(self, holder: Holder, ledger: str) -> HolderView:
+        host, pid, thread = token_parts(holder.token)
         report, hold = self._holds.get(holder.token, (None, None))
         alive = report is not None or process_part(holder.token) in self.reports
         return HolderView(
@@ -823,7 +780,7 @@ class _Facts:
             pid=pid,
             thread=thread,
             seconds_left=holder.seconds_left,
-            age=_seconds(now, hold.since_ms) if hold is not None else None,
+            age=seconds_since(self.now, hold.since_ms) if hold is not None else None,
             actor=hold.actor if hold is not None else None,
             label=hold.label if hold is not None else None,
             process_alive=alive,
@@ -835,25 +792,22 @@ class _Facts:
             lingering=holder.token in self._lingering,
         )
 
-    def waits_on(self, ledger: str, now: float, line: Sequence[str] = ()) -> list[WaitView]:
+    def waits_on(self, ledger: str, line: Sequence[str] = ()) -> list[WaitView]:
         """The messages reported waiting for ``ledger``: those whose claims are among the first of
         its ``line`` in that order, then the others, the longest wait first."""
-        views = []
-        for report, wait in self._waits.get(ledger, []):
-            host, pid = _process_parts(report.process)
-            views.append(
-                WaitView(
-                    wait.message_id,
-                    wait.actor,
-                    wait.queue,
-                    wait.how,
-                    host,
-                    pid,
-                    _seconds(now, wait.since_ms),
-                    wait.token,
-                    wait.capacity,
-                )
+        views = [
+            WaitView(
+                wait.message_id,
+                wait.actor,
+                wait.queue,
+                wait.how,
+                *process_parts(report.process),
+                seconds_since(self.now, wait.since_ms),
+                wait.token,
+                wait.capacity,
             )
+            for report, wait in self._waits.get(ledger, [])
+        ]
         order = {token: i for i, token in enumerate(line)}
         return sorted(views, key=lambda w: (order.get(w.token, len(order)), -w.waited))
 
@@ -868,9 +822,6 @@ class _Facts:
         """The capacity live processes declare for a queue ledger (the largest, if they disagree)."""
         seen = [r.capacities[ledger] for r in self.reports.values() if ledger in r.capacities]
         return max(seen) if seen else None
-
-    def depth(self, queue: str) -> QueueDepth | None:
-        return self.depths.get(queue)
 
     def label_of(self, token: str) -> str:
         """The message of a claim in line, where its process reports it (else its token)."""
@@ -894,10 +845,6 @@ def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdef" for c in text)
 
 
-def _is_cluster(client: RedisClient) -> bool:
-    return isinstance(client, RedisCluster)
-
-
 def age_text(seconds: float | None) -> str:
     """``12.3s``, ``4m05s``, ``2h03m``: a hold's age for a table (``-`` when unknown)."""
     if seconds is None:
@@ -913,16 +860,13 @@ def age_text(seconds: float | None) -> str:
 
 __all__ = [
     "MAX_PAGE",
-    "REPORT_VERSION",
     "HolderView",
     "Inspector",
     "LedgerPage",
     "LedgerView",
     "LineClaim",
     "ProcessReport",
-    "QueueDepth",
     "Released",
-    "ReportedEvent",
     "ReportedHold",
     "ReportedWait",
     "Settling",

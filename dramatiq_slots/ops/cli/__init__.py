@@ -44,7 +44,7 @@ from ...ledger.keys import KeySpace
 from .arguments import build_parser
 from .commands import control_command, release_command, settle_command, status_command, why_command
 from .connection import PASSWORD_ON_COMMAND_LINE, connect, pick_url, scrub, url_secrets
-from .exits import EXIT_INTERRUPTED, EXIT_NOTHING_DONE, PROG, Failure, err
+from .exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NOTHING_DONE, PROG, Failure, err
 from .help import CONTROL_COMMANDS
 
 
@@ -80,10 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return release_command(args, client, args.command_parser)
         finally:
             client.close()
-    except Failure as e:
+    except (Failure, ArgumentError) as e:  # an ArgumentError: a bad ledger name, or key
         sys.stdout.flush()
         err(f"{PROG}: {scrub(str(e), secrets)}")
-        return e.code
+        return e.code if isinstance(e, Failure) else EXIT_ERROR
     except KeyboardInterrupt:
         err("")
         return EXIT_INTERRUPTED

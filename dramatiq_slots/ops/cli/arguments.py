@@ -11,19 +11,9 @@ from ...errors import ArgumentError
 from ...ledger.client import URL_ENV
 from ...ledger.controls import MAX_CAPACITY, checked_by, checked_reason, parse_duration
 from ...ledger.keys import DEFAULT_KEY_PREFIX
+from . import help as texts
 from .connection import DEFAULT_URL
 from .exits import PROG
-from .help import (
-    CONTROL_COMMANDS,
-    CONTROL_EPILOG,
-    MAIN_EPILOG,
-    RELEASE_EPILOG,
-    SETTING_COMMANDS,
-    SETTLE_EPILOG,
-    STATUS_EPILOG,
-    WEB_EPILOG,
-    WHY_EPILOG,
-)
 
 DEFAULT_WATCH_INTERVAL = 2.0
 DEFAULT_BIND = "127.0.0.1"
@@ -36,26 +26,39 @@ QUEUE_HELP = (
 )
 
 
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
+def number(
+    kind: Callable[[str], Any], what: str, valid: Callable[[Any], bool], wrong: str
+) -> Callable[[str], Any]:
+    """An argparse type: the text as a ``kind``; a usage error ``not a <what>: '<text>'`` for one that
+    is none, and ``wrong`` (its ``{text!r}`` the text) for one that is not ``valid``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {what}: {text!r}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(wrong.format(text=text))
+        return value
+
+    return parse
 
 
-def capacity_argument(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= MAX_CAPACITY:
-        raise argparse.ArgumentTypeError(
-            f"a capacity is from 1 to {MAX_CAPACITY}, got {text!r} (pause admits nothing new)"
-        )
-    return value
+positive_seconds = number(
+    float,
+    "number of seconds",
+    lambda v: 0 < v < float("inf"),
+    "must be a positive number of seconds, got {text!r}",
+)
+capacity_argument = number(
+    int,
+    "whole number",
+    lambda v: 1 <= v <= MAX_CAPACITY,
+    f"a capacity is from 1 to {MAX_CAPACITY}, got {{text!r}} (pause admits nothing new)",
+)
+port_argument = number(
+    int, "port number", lambda v: 0 <= v <= 65535, "a port is from 0 to 65535 (0: any free one), got {text!r}"
+)
 
 
 def checked(check: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -72,14 +75,17 @@ def checked(check: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
-def port_argument(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is from 0 to 65535 (0: any free one), got {text!r}")
-    return value
+def add_provenance(parser: argparse.ArgumentParser) -> None:
+    """``--by`` and ``--reason``: who acts and why, as the release and the controls record them."""
+    parser.add_argument(
+        "--by",
+        type=checked(checked_by),
+        metavar="TEXT",
+        help="who does it, as recorded and shown (default: <OS user>@<hostname>)",
+    )
+    parser.add_argument(
+        "--reason", type=checked(checked_reason), metavar="TEXT", help="why, as recorded and shown"
+    )
 
 
 def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -134,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Show and free the holds of dramatiq-slots ledgers (queue capacities, runtime keys), and "
             "set their operators' controls; serve the operators' web page."
         ),
-        epilog=MAIN_EPILOG,
+        epilog=texts.MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
@@ -150,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Show every ledger under the key prefix: its capacity, holds in use, claims waiting in line,\n"
             "and each holder."
         ),
-        epilog=STATUS_EPILOG,
+        epilog=texts.STATUS_EPILOG,
     )
     status.add_argument(
         "ledgers", nargs="*", metavar="LEDGER", help="show only these ledgers (queue:<name>, key:<digest>)"
@@ -162,11 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TEXT",
         help="show the ledger of this runtime key (what unique_at_runtime_key returns); repeatable",
     )
-    status.add_argument(
-        "--queue",
-        metavar="NAME",
-        help=QUEUE_HELP,
-    )
+    status.add_argument("--queue", metavar="NAME", help=QUEUE_HELP)
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.add_argument(
         "--watch",
@@ -187,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
             "running with its holds; waiting for a ledger (in line, parked or held back, on which host,\n"
             "at which place, behind whom); deferred until when; dropped; or not known."
         ),
-        epilog=WHY_EPILOG,
+        epilog=texts.WHY_EPILOG,
     )
     why.add_argument("message_id", metavar="MESSAGE_ID", help="the message's id (message.message_id)")
     why.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -204,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
             "%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes] [--force]\n"
             "       [--by TEXT] [--reason TEXT] (LEDGER | --key TEXT) (TOKEN [TOKEN ...] | --all)"
         ),
-        epilog=RELEASE_EPILOG,
+        epilog=texts.RELEASE_EPILOG,
     )
     release.add_argument(
         "names",
@@ -216,21 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument(
         "--key", metavar="TEXT", help="the ledger of this runtime key (then every word is a TOKEN)"
     )
-    release.add_argument(
-        "--queue",
-        metavar="NAME",
-        help=QUEUE_HELP,
-    )
+    release.add_argument("--queue", metavar="NAME", help=QUEUE_HELP)
     release.add_argument("--all", action="store_true", help="remove every hold of the ledger")
-    release.add_argument(
-        "--by",
-        type=checked(checked_by),
-        metavar="TEXT",
-        help="who does it, as recorded and shown (default: <OS user>@<hostname>)",
-    )
-    release.add_argument(
-        "--reason", type=checked(checked_reason), metavar="TEXT", help="why, as recorded and shown"
-    )
+    add_provenance(release)
     release.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     release.add_argument(
         "--force", action="store_true", help="remove holds of live worker processes too (see below)"
@@ -241,12 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
         "settle",
         help="end the settling that follows a loss of the ledger's data",
         description="End now the settling of the ledgers that follows a loss of their Redis's data.",
-        epilog=SETTLE_EPILOG,
+        epilog=texts.SETTLE_EPILOG,
     )
     settle.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
 
-    for command, summary in CONTROL_COMMANDS.items():
-        sets = command in SETTING_COMMANDS
+    for command, summary in texts.CONTROL_COMMANDS.items():
+        sets = command in texts.SETTING_COMMANDS
         control = add_subcommand(
             commands,
             command,
@@ -256,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
             + (" [--reason TEXT] [--for DURATION]" if sets else " [--reason TEXT]")
             + " (LEDGER | --key TEXT)"
             + (" N" if command == "set-capacity" else ""),
-            epilog=CONTROL_EPILOG,
+            epilog=texts.CONTROL_EPILOG,
         )
         control.add_argument(
             "ledger",
@@ -271,21 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
         control.add_argument(
             "--key", metavar="TEXT", help="the ledger of this runtime key (instead of LEDGER)"
         )
-        control.add_argument(
-            "--queue",
-            metavar="NAME",
-            help=QUEUE_HELP,
-        )
+        control.add_argument("--queue", metavar="NAME", help=QUEUE_HELP)
         control.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-        control.add_argument(
-            "--by",
-            type=checked(checked_by),
-            metavar="TEXT",
-            help="who does it, as recorded and shown (default: <OS user>@<hostname>)",
-        )
-        control.add_argument(
-            "--reason", type=checked(checked_reason), metavar="TEXT", help="why, as recorded and shown"
-        )
+        add_provenance(control)
         if sets:
             control.add_argument(
                 "--for",
@@ -303,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Serve the operators' web page: every ledger, its holders and line, the worker processes,\n"
             "refreshed live; with --controls, the controls too."
         ),
-        epilog=WEB_EPILOG,
+        epilog=texts.WEB_EPILOG,
     )
     web.add_argument(
         "--bind",

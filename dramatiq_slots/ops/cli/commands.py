@@ -8,95 +8,72 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 
-from ...errors import ArgumentError
 from ...ledger.client import RedisClient, redacted_address
 from ...ledger.controls import Change, Provenance, default_by, duration_text
-from ..inspection import Inspector, LedgerView, Released, Why, WhyUnknown
+from ..inspection import Inspector, WhyUnknown
 from .connection import scrub, talking_to
 from .exits import EXIT_NOTHING_DONE, EXIT_OK, PROG, Failure, err
 from .help import LIVE_REFUSAL
 from .render import (
     clean,
-    control_line,
-    control_lines,
+    control_text,
     declared_text,
     holder_line,
+    json_document,
     local_time,
     render_table,
     settling_line,
-    status_document,
-    why_document,
+    status_ledgers,
     why_lines,
 )
 
 # -- the steps the commands share ------------------------------------------------------------
 
 
-def resolved(inspector: Inspector, name: str) -> str:
-    """The ledger key of a name as status prints it (or a full key); a :class:`Failure` for any other
-    (or when the server, which records where a queue's ledgers live, does not answer)."""
-    try:
-        key: str = talking_to(inspector.client, lambda: inspector.resolve(name))
-    except ArgumentError as e:
-        raise Failure(str(e)) from e
-    return key
+def ledger_of(
+    inspector: Inspector, name: str | None, key: str | None = None, queue: str | None = None
+) -> str:
+    """The ledger key of a name as status prints it (or a full key), or of the runtime key ``key``
+    (of the messages of ``queue``); an ArgumentError for any other (or when the server, which records
+    where a queue's ledgers live, does not answer: a :class:`Failure`)."""
+    if key is not None:
+        return talking_to(inspector.client, lambda: inspector.key_ledger(key, queue=queue))
+    return talking_to(inspector.client, lambda: inspector.resolve(name or ""))
 
 
 def one_ledger(
-    inspector: Inspector,
-    parser: argparse.ArgumentParser,
-    name: str | None,
-    key: str | None,
-    queue: str | None = None,
+    inspector: Inspector, parser: argparse.ArgumentParser, args: argparse.Namespace, name: str | None
 ) -> str:
     """The one ledger a command acts on: ``LEDGER``, or the ledger of ``--key TEXT`` (of the
     messages of ``--queue NAME``); a usage error for neither or both."""
-    if (name is None) == (key is None):
+    if (name is None) == (args.key is None):
         parser.error("give the LEDGER (as status prints it) or --key TEXT")
-    return key_ledger(inspector, key, queue) if key is not None else resolved(inspector, name or "")
-
-
-def key_ledger(inspector: Inspector, key: str, queue: str | None) -> str:
-    """The ledger of a runtime key's text; a :class:`Failure` when it needs ``--queue``."""
-    try:
-        ledger: str = talking_to(inspector.client, lambda: inspector.key_ledger(key, queue=queue))
-    except ArgumentError as e:
-        raise Failure(str(e)) from e
-    return ledger
-
-
-def view_of(client: RedisClient, inspector: Inspector, ledger: str) -> LedgerView:
-    view: LedgerView = talking_to(client, lambda: inspector.ledgers([ledger])[0])
-    return view
+    return ledger_of(inspector, name, args.key, args.queue)
 
 
 def confirmed(yes: bool, question: str, *, nothing: str, act: str) -> bool:
-    """Whether to go ahead: ``--yes``, or a yes on the terminal. Otherwise ``nothing`` is said on
-    stderr (without a terminal: how ``--yes`` would ``act`` without asking)."""
+    """Whether to go ahead: ``--yes``, or a yes on the terminal (question on stderr, answer from
+    stdin; only y/yes is a yes). Otherwise ``nothing`` is said on stderr (without a terminal: how
+    ``--yes`` would ``act`` without asking)."""
     if yes:
         return True
     if not sys.stdin.isatty():
         err(f"{nothing}: stdin is not a terminal to confirm on; pass --yes to {act} without asking")
         return False
-    if not confirm(question):
-        err(nothing)
-        return False
-    return True
-
-
-def confirm(question: str) -> bool:
-    """Ask on the terminal (question on stderr, answer from stdin); only y/yes is a yes."""
     sys.stderr.write(f"{question} [y/N] ")
     sys.stderr.flush()
     answer = sys.stdin.readline()
     if not answer.endswith("\n"):  # end of input: no answer
         sys.stderr.write("\n")
-    return answer.strip().lower() in ("y", "yes")
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    err(nothing)
+    return False
 
 
 # -- status ------------------------------------------------------------------------------------
@@ -105,19 +82,17 @@ def confirm(question: str) -> bool:
 def status_command(args: argparse.Namespace, client: RedisClient) -> int:
     inspector = Inspector(client, key_prefix=args.prefix)
     address = redacted_address(client)
-    keys_by_ledger = {key_ledger(inspector, text, args.queue): text for text in args.key}
+    keys_by_ledger = {ledger_of(inspector, None, text, args.queue): text for text in args.key}
     names: list[str] | None = None
     if args.ledgers or args.key:
-        names = [resolved(inspector, name) for name in args.ledgers]
-        names += list(keys_by_ledger)
+        names = [ledger_of(inspector, name) for name in args.ledgers] + list(keys_by_ledger)
 
     def render(one_line: bool) -> str:
         views = talking_to(client, lambda: inspector.ledgers(names))
         at = time.time()
         if args.json:
-            document = status_document(views, address=address, prefix=args.prefix, at=at)
-            text = json.dumps(document, indent=None if one_line else 2)
-            return text + "\n"
+            body = {"ledgers": status_ledgers(views)}
+            return json_document(address, args.prefix, at, body, indent=None if one_line else 2) + "\n"
         return render_table(views, address=address, prefix=args.prefix, at=at, keys_by_ledger=keys_by_ledger)
 
     if args.watch is None:
@@ -168,10 +143,11 @@ def watch(
 
 def why_command(args: argparse.Namespace, client: RedisClient) -> int:
     inspector = Inspector(client, key_prefix=args.prefix)
-    why: Why = talking_to(client, lambda: inspector.why(args.message_id))
+    why = talking_to(client, lambda: inspector.why(args.message_id))
     if args.json:
-        document = why_document(why, address=redacted_address(client), prefix=args.prefix, at=time.time())
-        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        data = asdict(why)  # ``state`` first
+        body = {"state": data.pop("state"), **data}
+        sys.stdout.write(json_document(redacted_address(client), args.prefix, time.time(), body) + "\n")
     else:
         sys.stdout.write("\n".join(why_lines(why)) + "\n")
     sys.stdout.flush()
@@ -185,16 +161,14 @@ def release_command(args: argparse.Namespace, client: RedisClient, parser: argpa
     inspector = Inspector(client, key_prefix=args.prefix)
     words: list[str] = list(args.names)
     # With --key every word is a TOKEN; without it, the first is the LEDGER.
-    ledger = one_ledger(
-        inspector, parser, words[0] if words and args.key is None else None, args.key, args.queue
-    )
+    ledger = one_ledger(inspector, parser, args, words[0] if words and args.key is None else None)
     tokens = words if args.key is not None else words[1:]
     if args.all and tokens:
         parser.error("give TOKENs or --all, not both")
     if not args.all and not tokens:
         parser.error("give the TOKEN(s) of the holds to remove, or --all")
 
-    view = view_of(client, inspector, ledger)
+    view = talking_to(client, lambda: inspector.ledgers([ledger])[0])
     name = clean(view.short)
     present = {h.token: h for h in view.holders}
     if args.all:
@@ -226,7 +200,7 @@ def release_command(args: argparse.Namespace, client: RedisClient, parser: argpa
     if not confirmed(args.yes, f"Remove {len(chosen)} hold(s)?", nothing="nothing removed", act="remove"):
         return EXIT_NOTHING_DONE
 
-    released: Released = talking_to(
+    released = talking_to(
         client,
         lambda: inspector.release(
             ledger, [h.token for h in chosen], force=args.force, by=args.by, reason=args.reason
@@ -282,11 +256,11 @@ def settle_command(args: argparse.Namespace, client: RedisClient) -> int:
 def control_command(args: argparse.Namespace, client: RedisClient, parser: argparse.ArgumentParser) -> int:
     inspector = Inspector(client, key_prefix=args.prefix)
     controls = inspector.controls
-    ledger = one_ledger(inspector, parser, args.ledger, args.key, args.queue)
+    ledger = one_ledger(inspector, parser, args, args.ledger)
     by: str = args.by if args.by is not None else default_by()
     reason: str | None = args.reason
     for_ms: int | None = getattr(args, "for_ms", None)
-    view = view_of(client, inspector, ledger)
+    view = talking_to(client, lambda: inspector.ledgers([ledger])[0])
     name = clean(view.short)
     command = args.command
     if command == "set-capacity":
@@ -304,9 +278,7 @@ def control_command(args: argparse.Namespace, client: RedisClient, parser: argpa
         done = view.paused and unchanged(view.pause_provenance, by, reason, for_ms)
     else:
         wanted, done = "admitting again", not view.paused
-    print(control_line(view))
-    for line in control_lines(view):
-        print(f"  {line}")
+    print(control_text(view))
     if done:
         print(f"nothing to change: {name} is already so")
         return EXIT_NOTHING_DONE
@@ -326,11 +298,9 @@ def control_command(args: argparse.Namespace, client: RedisClient, parser: argpa
             return controls.pause(ledger, by=by, reason=reason, for_ms=for_ms)
         return controls.resume(ledger, by=by, reason=reason)
 
-    change: Change = talking_to(client, apply)
-    after = view_of(client, inspector, ledger)
-    print(control_line(after))
-    for line in control_lines(after):
-        print(f"  {line}")
+    change = talking_to(client, apply)
+    after = talking_to(client, lambda: inspector.ledgers([ledger])[0])
+    print(control_text(after))
     if command == "reset-capacity" and change.changed:
         print(f"in force now: {declared_text(after)}")
     if not change.changed:

@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import redis
@@ -24,9 +24,11 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from ...errors import ArgumentError, LedgerError
-from ...ledger.client import URL_ENV, RedisClient, redacted_address
+from ...ledger.client import URL_ENV, RedisClient, _host_port, redacted_address
 from ..redis_errors import describe_redis_error
 from .exits import Failure
+
+T = TypeVar("T")
 
 #: Where the ledger's Redis is read from when ``--url`` is not given, first found wins.
 #: The workers' own variable first: a broker in REDIS_URL and a ledger elsewhere must not mislead.
@@ -139,7 +141,10 @@ def cluster_client(url: str, source: str) -> RedisCluster:
         if options.get("db", 0) != 0:
             raise ArgumentError("a Redis Cluster has database 0 only")
         parts = urlsplit(plain)
-        address = redacted_cluster(parts.hostname or "localhost", parts.port or DEFAULT_CLUSTER_PORT)
+        # As redacted_address names a cluster reached through one node.
+        address = "cluster via " + _host_port(
+            parts.hostname or "localhost", parts.port or DEFAULT_CLUSTER_PORT
+        )
     except ValueError as e:
         raise Failure(f"bad Redis URL (from {source}): {e}") from e
     try:
@@ -152,11 +157,6 @@ def cluster_client(url: str, source: str) -> RedisCluster:
         # The client reads the slot map as it is made: this is the first conversation.
         raise Failure(describe_redis_error(e, address)) from e
     return client
-
-
-def redacted_cluster(host: str, port: int) -> str:
-    """How :func:`~dramatiq_slots.ledger.client.redacted_address` names a cluster reached through one node."""
-    return f"cluster via [{host}]:{port}" if ":" in host else f"cluster via {host}:{port}"
 
 
 def sentinel_client(url: str, source: str) -> redis.Redis:
@@ -256,7 +256,7 @@ def sentinel_address(text: str) -> tuple[str, int]:
     return unquote(host), int(port)
 
 
-def talking_to(client: RedisClient, action: Callable[[], Any]) -> Any:
+def talking_to(client: RedisClient, action: Callable[[], T]) -> T:
     """``action()``, with Redis errors turned into a :class:`Failure` naming the server."""
     try:
         return action()

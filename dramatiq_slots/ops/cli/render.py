@@ -6,45 +6,35 @@ Names, hosts and message labels come from Redis, where any client may have writt
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from ...ledger.controls import Provenance, Release, duration_text
-from ...ledger.reports import printable
+from ...ledger.controls import Provenance, duration_text
+from ...ledger.reports import QueueDepth, printable
 from ..inspection import (
     HolderView,
     LedgerView,
-    QueueDepth,
     Settling,
     Why,
     WhyDeferred,
-    WhyDropped,
     WhyRunning,
     WhyUnknown,
     WhyWaiting,
     age_text,
 )
 
-
-def clean(text: object) -> str:
-    """``text`` safe for a terminal: control characters shown as escapes.
-
-    Names, hosts and message labels come from Redis, where any client may
-    have written them; none may move the cursor or retitle a terminal.
-    """
-    return printable(text)
+#: ``text`` safe for a terminal: control characters shown as escapes (names, hosts and message labels
+#: come from Redis, where any client may have written them; none may move the cursor or retitle it).
+clean = printable
 
 
 def ledger_name(short: str, key_label: str | None) -> str:
     """``queue:emails``, ``key:<digest> "account:42"``: a ledger as the command names it, with its
     runtime key's label where the reports carry one (``Slots(key_labels=...)``)."""
     return clean(short) if key_label is None else f'{clean(short)} "{clean(key_label)}"'
-
-
-def seconds_text(seconds: float) -> str:
-    return f"{seconds:.1f}s"
 
 
 def local_time(at: float) -> str:
@@ -60,7 +50,7 @@ def holder_row(holder: HolderView) -> tuple[str, ...]:
         "-" if holder.pid is None else str(holder.pid),
         "-" if holder.thread is None else str(holder.thread),
         age_text(holder.age),
-        seconds_text(holder.seconds_left),
+        f"{holder.seconds_left:.1f}s",
         _message_text(holder),
         "yes" if holder.process_alive else "no",
         str(holder.units),
@@ -141,28 +131,19 @@ def provenance_text(what: str, provenance: Provenance, now: float | None, lasts:
 
 
 def control_lines(view: LedgerView) -> list[str]:
-    """One line per control of a ledger: who set it, when, why, until when."""
-    lines = []
+    """One line per control of a ledger: who set it, when, why, until when; and the last release
+    by hand (a day's)."""
+    lines: list[str] = []
+    now = view.read_at
     if view.override is not None and view.override_provenance is not None:
-        lines.append(
-            provenance_text(
-                f"override {view.override} set",
-                view.override_provenance,
-                view.read_at,
-                "until reset-capacity",
-            )
-        )
+        what = f"override {view.override} set"
+        lines.append(provenance_text(what, view.override_provenance, now, "until reset-capacity"))
     if view.paused and view.pause_provenance is not None:
-        lines.append(provenance_text("paused", view.pause_provenance, view.read_at, "until resume"))
+        lines.append(provenance_text("paused", view.pause_provenance, now, "until resume"))
     if view.released is not None:
-        lines.append(released_text(view.released, view.read_at))
+        what = f"released {view.released.holds} hold(s) by hand"
+        lines.append(provenance_text(what, view.released.provenance, now, "").removesuffix(", "))
     return lines
-
-
-def released_text(released: Release, now: float | None) -> str:
-    """``released 2 hold(s) by alice@h 3m ago for 'dead host'``: the last release by hand (a day's)."""
-    text = provenance_text(f"released {released.holds} hold(s) by hand", released.provenance, now, "")
-    return text.removesuffix(", ")
 
 
 def render_table(
@@ -173,24 +154,30 @@ def render_table(
     if not views:
         lines.append(f"no ledger holds anything under prefix {clean(prefix)}")
         return "\n".join(lines) + "\n"
-    rows = [holder_row(h) for v in views for h in v.holders]
-    widths = [max(len(r[i]) for r in [HOLDER_COLUMNS, *rows]) for i in range(len(HOLDER_COLUMNS))]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-
+    every = [holder_row(h) for v in views for h in v.holders]  # one width per column for all
     for view in views:
         lines += ["", ledger_heading(view, keys_by_ledger)]
         if view.settling is not None:
             lines.append(f"  {settling_line(view.settling)}")
         lines += [f"  {line}" for line in control_lines(view)]
         if view.holders:
-            lines.append(line(HOLDER_COLUMNS))
-            lines += [line(holder_row(h)) for h in view.holders]
+            lines += table(HOLDER_COLUMNS, [holder_row(h) for h in view.holders], every)
         else:
             lines.append("  (no holds)")
         lines += wait_lines(view)
     return "\n".join(lines) + "\n"
+
+
+def table(
+    columns: Sequence[str], rows: Sequence[Sequence[str]], every: Sequence[Sequence[str]] = ()
+) -> list[str]:
+    """The lines of a table: its ``columns``, then its ``rows``, each column as wide as its widest
+    cell (among ``every`` row when given)."""
+    widths = [max(len(r[i]) for r in [columns, *(every or rows)]) for i in range(len(columns))]
+    return [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [columns, *rows]
+    ]
 
 
 #: The most waiting messages the table lists per ledger.
@@ -218,40 +205,32 @@ def wait_lines(view: LedgerView) -> list[str]:
         )
         for w in waits[:WAITS_SHOWN]
     ]
-    widths = [max(len(r[i]) for r in [WAIT_COLUMNS, *rows]) for i in range(len(WAIT_COLUMNS))]
-    out = [
-        "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-        for cells in [WAIT_COLUMNS, *rows]
-    ]
+    out = table(WAIT_COLUMNS, rows)
     if len(waits) > WAITS_SHOWN:
         out.append(f"  ... and {len(waits) - WAITS_SHOWN} more waiting")
     return out
 
 
-def status_document(views: Sequence[LedgerView], *, address: str, prefix: str, at: float) -> dict[str, Any]:
-    """What ``status --json`` prints: every key always present, null when unknown."""
+def status_ledgers(views: Sequence[LedgerView]) -> list[dict[str, Any]]:
+    """The ledgers of what ``status --json`` prints: every key always present, null when unknown.
+    A control's provenance gains its ``age`` and ``seconds_left`` at the Redis clock it was read by
+    (null when unknown or, for ``seconds_left``, without an expiry)."""
     ledgers = []
     for view in views:
-        data = asdict(view)
+        data, now = asdict(view), view.read_at
         holders = data.pop("holders")
         for name in ("override_provenance", "pause_provenance"):
             provenance: Provenance | None = getattr(view, name)
             if provenance is not None:
-                data[name] = {**data[name], **provenance_clock(provenance, view.read_at)}
+                left = None if now is None else provenance.seconds_left(now)
+                age = (
+                    None if provenance.at is None or now is None else round(max(0.0, now - provenance.at), 3)
+                )
+                data[name].update(age=age, seconds_left=None if left is None else round(left, 3))
         if view.queue_depth is not None:
             data["queue_depth"]["taken"] = view.queue_depth.taken
-        if view.settling is not None:
-            data["settling"]["text"] = view.settling.text
         ledgers.append({**data, "short": view.short, "holders": holders})
-    return {"server": address, "prefix": prefix, "at": round(at, 3), "ledgers": ledgers}
-
-
-def provenance_clock(provenance: Provenance, now: float | None) -> dict[str, float | None]:
-    """A control's ``age`` and ``seconds_left`` at Redis clock ``now`` (null when unknown or, for
-    ``seconds_left``, without an expiry)."""
-    age = None if provenance.at is None or now is None else round(max(0.0, now - provenance.at), 3)
-    left = None if now is None else provenance.seconds_left(now)
-    return {"age": age, "seconds_left": None if left is None else round(left, 3)}
+    return ledgers
 
 
 def _message_text(holder: HolderView, unknown: str = "-") -> str:
@@ -266,7 +245,7 @@ def holder_line(holder: HolderView) -> str:
     alive = "process alive" if holder.process_alive else "process not reporting"
     return (
         f"  {clean(holder.token)}  ({clean(holder.host)} pid {pid}, {label}, {alive}, "
-        f"age {age_text(holder.age)}, {seconds_text(holder.seconds_left)} left)"
+        f"age {age_text(holder.age)}, {holder.seconds_left:.1f}s left)"
     )
 
 
@@ -284,13 +263,12 @@ def declared_text(view: LedgerView) -> str:
     return "the capacity the workers declare (queue_capacity; no live worker caps this queue now)"
 
 
-def control_line(view: LedgerView) -> str:
-    """One ledger's controls and use, for the control commands."""
+def control_text(view: LedgerView) -> str:
+    """One ledger's controls and use, for the control commands: a line, then one per control."""
     paused = "  PAUSED" if view.paused else ""
-    return (
-        f"{clean(view.short)}: capacity {capacity_text(view)}, in use {view.in_use}, "
-        f"waiting {view.waiting}{paused}"
-    )
+    use = f"in use {view.in_use}, waiting {view.waiting}{paused}"
+    head = f"{clean(view.short)}: capacity {capacity_text(view)}, {use}"
+    return "\n".join([head, *(f"  {line}" for line in control_lines(view))])
 
 
 # -- why ---------------------------------------------------------------------------------------
@@ -362,15 +340,11 @@ def why_lines(why: Why) -> list[str]:
         if why.queue_depth is not None:
             lines.append(f"  queue {clean(why.queue)}: {depth_text(why.queue_depth)}")
         return lines
-    assert isinstance(why, WhyDropped)
     return [
         f"{head}: dropped by {where} {age_text(why.ago)} ago {what}: {clean(why.reason)}; acked, never run"
     ]
 
 
-def why_document(why: Why, *, address: str, prefix: str, at: float) -> dict[str, Any]:
-    """What ``why --json`` prints: the answer's fields, ``state`` first."""
-    data = asdict(why)
-    if isinstance(why, WhyWaiting) and why.settling is not None:
-        data["settling"]["text"] = why.settling.text
-    return {"server": address, "prefix": prefix, "at": round(at, 3), "state": data.pop("state"), **data}
+def json_document(address: str, prefix: str, at: float, body: dict[str, Any], indent: int | None = 2) -> str:
+    """What ``--json`` prints: the server, the prefix and the time, then ``body``."""
+    return json.dumps({"server": address, "prefix": prefix, "at": round(at, 3), **body}, indent=indent)

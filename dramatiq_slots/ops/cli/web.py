@@ -16,7 +16,6 @@ import threading
 from types import FrameType
 from typing import Any
 
-from ...errors import ArgumentError
 from ...ledger.client import RedisClient, redacted_address
 from ...ledger.controls import duration_text
 from ..web.app import SECURITY_HEADERS, SlotsWeb, StartResponse, WSGIApp
@@ -49,22 +48,17 @@ def web_command(args: argparse.Namespace, client: RedisClient, parser: argparse.
     if args.controls and args.user is None:
         parser.error("--controls needs --user NAME: the operator the page acts (and records) as")
     host = url_host(args.bind)
-    operator = None
-    try:
-        if args.controls:
-            operator = LocalOperator(args.user, path=PAGE_PATH)
-        # Bound to this host only: answer only the names of this host (no DNS rebinding).
-        allowed = {*LOOPBACK_NAMES, host.lower()} if is_loopback(args.bind) else None
-        app = SlotsWeb(
-            client,
-            key_prefix=args.prefix,
-            path=PAGE_PATH,
-            controls=args.controls,
-            authorize=operator.authorize if operator is not None else None,
-            allowed_hosts=allowed,
-        )
-    except ArgumentError as e:
-        raise Failure(str(e)) from e
+    operator = LocalOperator(args.user, path=PAGE_PATH) if args.controls else None
+    # Bound to this host only: answer only the names of this host (no DNS rebinding).
+    allowed = {*LOOPBACK_NAMES, host.lower()} if is_loopback(args.bind) else None
+    app = SlotsWeb(
+        client,
+        key_prefix=args.prefix,
+        path=PAGE_PATH,
+        controls=args.controls,
+        authorize=operator.authorize if operator is not None else None,
+        allowed_hosts=allowed,
+    )
     talking_to(client, app.data.header)  # the first conversation: a wrong URL fails here
 
     wsgi = app.wrap(redirect_to(PAGE_PATH + "/"))

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from ...errors import ArgumentError
-from ...ledger.controls import MAX_CAPACITY, Change
+from ...ledger.controls import MAX_CAPACITY
 from ..inspection import Inspector
 from .data import Document, control_document
 
@@ -32,40 +31,18 @@ SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME, RELEASE = (
     "release",
 )
 ACTIONS = (SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME, RELEASE)
-#: The actions a duration applies to (an override or a pause for a while), and those that take a
-#: reason (the others record who only, as the CLI's ``reset-capacity`` and ``resume``).
+#: The actions a duration applies to (an override or a pause for a while); every action takes a
+#: reason.
 TIMED = (SET_CAPACITY, PAUSE)
-REASONED = (SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME, RELEASE)
 MAX_REASON = 500
 #: The longest claim token taken (a token is ``host:pid:thread:n``; a host name is at most 255).
 MAX_TOKEN = 400
 #: The longest duration taken: 30 days, in seconds.
 MAX_DURATION = 30 * 24 * 3600
 
-#: The provenance ``Controls`` may take, by its keyword.
+#: The provenance ``Controls`` may take, by its keyword: what the controls record of who acts, for
+#: the page to say.
 PROVENANCE = ("by", "reason", "for_ms")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What an action did: the HTTP status, and the JSON document answered."""
-
-    status: int
-    document: Document
-
-
-def recorded(inspector: Inspector) -> list[str]:
-    """What the controls record of who acts (``by``, ``reason``, ``for_ms``), for the page to say."""
-    return list(PROVENANCE)
-
-
-def _text_field(form: Mapping[str, str], name: str, limit: int) -> str:
-    value = form.get(name, "").strip()
-    if len(value) > limit:
-        raise ArgumentError(f"{name}: at most {limit} characters, got {len(value)}")
-    if any(not c.isprintable() for c in value):
-        raise ArgumentError(f"{name}: control characters are not taken")
-    return value
 
 
 def capacity_field(form: Mapping[str, str]) -> int:
@@ -93,62 +70,6 @@ def duration_field(form: Mapping[str, str]) -> int | None:
     return max(1, round(seconds * 1000))
 
 
-def perform(inspector: Inspector, action: str, form: Mapping[str, str], user: str) -> Outcome:
-    """Do ``action`` as ``user``; :class:`ArgumentError` for a form it cannot take (nothing done)."""
-    if action not in ACTIONS:
-        raise ArgumentError(f"no action {action!r}: one of {', '.join(ACTIONS)}")
-    name = form.get("ledger", "").strip()
-    if not name:
-        raise ArgumentError("ledger: give the ledger (queue:<name> or key:<digest>)")
-    ledger = inspector.resolve(name)
-    short = inspector.keys.short(ledger)
-    reason = _text_field(form, "reason", MAX_REASON)
-    if reason and action not in REASONED:
-        raise ArgumentError(f"reason: only {', '.join(REASONED)} take one ({action} records who acted)")
-    if action == RELEASE:
-        return _release(inspector, ledger, short, token_field(form), user, reason)
-
-    for_ms = duration_field(form)
-    capacity = capacity_field(form) if action == SET_CAPACITY else None
-    controls = inspector.controls
-    methods: dict[str, Callable[..., Change]] = {
-        SET_CAPACITY: controls.set_capacity,
-        RESET_CAPACITY: controls.reset_capacity,
-        PAUSE: controls.pause,
-        RESUME: controls.resume,
-    }
-    if for_ms is not None and action not in TIMED:
-        raise ArgumentError(f"duration: only {' and '.join(TIMED)} take one")
-    extra: dict[str, Any] = {"by": user, "reason": reason or None}
-    if action in TIMED:
-        extra.update(for_ms=for_ms)
-    args = (ledger, capacity) if capacity is not None else (ledger,)
-    change = methods[action](*args, **extra)
-    logger.info(
-        "%s by %r on %s: %s -> %s%s%s",
-        action,
-        user,
-        short,
-        change.before,
-        change.after,
-        f", reason {reason!r}" if reason else "",
-        f", for {for_ms} ms" if for_ms is not None else "",
-    )
-    return Outcome(
-        200,
-        {
-            "ok": True,
-            "action": action,
-            "ledger": short,
-            "changed": change.changed,
-            "before": control_document(change.before),
-            "after": control_document(change.after),
-            "recorded": sorted(k for k, v in extra.items() if v is not None),
-            "message": f"{action} {short}: " + ("done" if change.changed else "it was already so"),
-        },
-    )
-
-
 def token_field(form: Mapping[str, str]) -> str:
     token = form.get("token", "").strip()
     if not token:
@@ -158,32 +79,81 @@ def token_field(form: Mapping[str, str]) -> str:
     return token
 
 
-def _release(inspector: Inspector, ledger: str, short: str, token: str, user: str, reason: str) -> Outcome:
+def perform(inspector: Inspector, action: str, form: Mapping[str, str], user: str) -> tuple[int, Document]:
+    """Do ``action`` (one of :data:`ACTIONS`) as ``user``: the HTTP status and the JSON document to
+    answer; :class:`ArgumentError` for a form it cannot take (nothing done)."""
+    name = form.get("ledger", "").strip()
+    if not name:
+        raise ArgumentError("ledger: give the ledger (queue:<name> or key:<digest>)")
+    ledger = inspector.resolve(name)
+    short = inspector.keys.short(ledger)
+    reason = form.get("reason", "").strip()
+    if len(reason) > MAX_REASON:
+        raise ArgumentError(f"reason: at most {MAX_REASON} characters, got {len(reason)}")
+    if any(not c.isprintable() for c in reason):
+        raise ArgumentError("reason: control characters are not taken")
+    if action == RELEASE:
+        return _release(inspector, ledger, short, token_field(form), user, reason)
+
+    for_ms = duration_field(form)
+    if for_ms is not None and action not in TIMED:
+        raise ArgumentError(f"duration: only {' and '.join(TIMED)} take one")
+    extra: dict[str, Any] = {"by": user, "reason": reason or None}
+    if action in TIMED:
+        extra.update(for_ms=for_ms)
+    controls = inspector.controls
+    if action == SET_CAPACITY:
+        change = controls.set_capacity(ledger, capacity_field(form), **extra)
+    elif action == RESET_CAPACITY:
+        change = controls.reset_capacity(ledger, **extra)
+    elif action == PAUSE:
+        change = controls.pause(ledger, **extra)
+    else:
+        change = controls.resume(ledger, **extra)
+    lasting = f", for {for_ms} ms" if for_ms is not None else ""
+    details = f", reason {reason!r}" if reason else ""
+    logger.info(
+        "%s by %r on %s: %s -> %s%s%s", action, user, short, change.before, change.after, details, lasting
+    )
+    return 200, {
+        "ok": True,
+        "action": action,
+        "ledger": short,
+        "changed": change.changed,
+        "before": control_document(change.before),
+        "after": control_document(change.after),
+        "recorded": sorted(k for k, v in extra.items() if v is not None),
+        "message": f"{action} {short}: " + ("done" if change.changed else "it was already so"),
+    }
+
+
+def _release(
+    inspector: Inspector, ledger: str, short: str, token: str, user: str, reason: str
+) -> tuple[int, Document]:
     """Free one hold of a dead worker (never a live one's: no ``force`` from the page), recorded
     with who and why as a control is (``Inspector.release``)."""
     released = inspector.release(ledger, [token], by=user, reason=reason or None)
-    recorded = ["by", "reason"] if reason else ["by"]
     document: Document = {"ok": False, "action": RELEASE, "ledger": short, "token": token, "recorded": []}
     if released.removed and released.unrecorded is not None:
         message = f"released {token} from {short}, but it was not recorded: the page's Redis user may not"
-        return Outcome(500, {**document, "message": message})
+        return 500, {**document, "message": message}
     if released.removed:
-        document["recorded"] = recorded
-        logger.info(
-            "release by %r on %s: removed hold %r%s",
-            user,
-            short,
-            token,
-            f", reason {reason!r}" if reason else "",
-        )
-        return Outcome(200, {**document, "ok": True, "message": f"released {token} from {short}"})
+        details = f", reason {reason!r}" if reason else ""
+        logger.info("release by %r on %s: removed hold %r%s", user, short, token, details)
+        recorded = ["by", "reason"] if reason else ["by"]
+        return 200, {
+            **document,
+            "ok": True,
+            "recorded": recorded,
+            "message": f"released {token} from {short}",
+        }
     if released.spared:
         message = (
             f"not released: the process of {token} is alive, and its next heartbeat would put the "
             "hold back; stop that worker or let its job end"
         )
-        return Outcome(409, {**document, "message": message})
-    return Outcome(409, {**document, "message": f"no hold {token} in {short} (already gone)"})
+        return 409, {**document, "message": message}
+    return 409, {**document, "message": f"no hold {token} in {short} (already gone)"}
 
 
-__all__ = ["ACTIONS", "PROVENANCE", "Outcome", "perform", "recorded"]
+__all__ = ["ACTIONS", "PROVENANCE", "perform"]

@@ -32,6 +32,7 @@ import secrets
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from http import HTTPStatus
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
@@ -44,21 +45,15 @@ from ...ledger.client import RedisClient, redacted_address
 from ...ledger.keys import DEFAULT_KEY_PREFIX
 from ..inspection import Inspector
 from ..redis_errors import describe_redis_error
-from .actions import ACTIONS, perform, recorded
-from .csrf import (
-    COOKIE,
-    SESSION_HEADER,
-    Csrf,
-    checked_origins,
-    cookie_header,
-    origin_refusal,
-    random_secret,
-)
+from .actions import ACTIONS, PROVENANCE, perform
+from .csrf import COOKIE, SESSION_HEADER, Csrf, checked_origins, cookie_header, origin_refusal, random_secret
 from .data import PER_PAGE, Document, PageData
 
 logger = logging.getLogger("dramatiq_slots.web")
 
 Environ = Mapping[str, Any]
+#: A query string's fields, the first value of each.
+Query = Mapping[str, str]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Any, StartResponse], Iterable[bytes]]
 #: ``authorize(environ, action) -> user name, or None (refused)``; ``action`` is :data:`VIEW` for
@@ -84,24 +79,9 @@ SECURITY_HEADERS = [
     ("Cross-Origin-Resource-Policy", "same-origin"),
     ("Cache-Control", "no-store"),
 ]
-STATIC = {
-    "slots.js": "text/javascript; charset=utf-8",
-    "slots.css": "text/css; charset=utf-8",
-}
-REASONS = {
-    200: "OK",
-    303: "See Other",
-    308: "Permanent Redirect",
-    400: "Bad Request",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    409: "Conflict",
-    413: "Content Too Large",
-    415: "Unsupported Media Type",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
+STATIC = {"slots.js": "text/javascript; charset=utf-8", "slots.css": "text/css; charset=utf-8"}
+#: The reason phrases HTTPStatus names otherwise (RFC 9110's; Python 3.13's too).
+REASONS = {413: "Content Too Large"}
 
 
 class Refusal(SlotsError):
@@ -127,7 +107,7 @@ class Response:
             *SECURITY_HEADERS,
             *self.headers,
         ]
-        start_response(f"{self.status} {REASONS.get(self.status, 'Error')}", headers)
+        start_response(f"{self.status} {REASONS.get(self.status) or HTTPStatus(self.status).phrase}", headers)
         return [self.body]
 
 
@@ -150,11 +130,6 @@ def host_name(host: str) -> str:
         return host[: host.find("]") + 1]
     name, sep, port = host.rpartition(":")
     return name if sep and port.isdigit() else host
-
-
-def first(query: Mapping[str, list[str]], name: str) -> str:
-    values = query.get(name)
-    return values[0] if values else ""
 
 
 class SlotsWeb:
@@ -280,7 +255,7 @@ class SlotsWeb:
             if name not in STATIC:
                 raise Refusal(404, "not found")
             return Response(200, static_file(name), STATIC[name])
-        reads: dict[str, Callable[[Environ, Mapping[str, list[str]], str], Response]] = {
+        reads: dict[str, Callable[[Environ, Query, str], Response]] = {
             "/": self._page,
             "/api/ledgers": self._ledgers,
             "/api/ledger": self._ledger,
@@ -293,7 +268,8 @@ class SlotsWeb:
             raise Refusal(404, "not found")
         self._only(method, "GET")
         user = self._user(environ, VIEW)
-        return handler(environ, parse_qs(str(environ.get("QUERY_STRING", ""))), user)
+        query = {name: values[0] for name, values in parse_qs(str(environ.get("QUERY_STRING", ""))).items()}
+        return handler(environ, query, user)
 
     def _check_host(self, environ: Environ) -> None:
         if self.allowed_hosts is None:
@@ -323,7 +299,7 @@ class SlotsWeb:
 
     # -- the reads -------------------------------------------------------------------------------
 
-    def _page(self, environ: Environ, query: Mapping[str, list[str]], user: str) -> Response:
+    def _page(self, environ: Environ, query: Query, user: str) -> Response:
         values = {
             "base": self.base(environ),
             "refresh": str(round(self.refresh * 1000)),
@@ -334,7 +310,7 @@ class SlotsWeb:
             text = text.replace("{{" + name + "}}", html.escape(value, quote=True))
         return Response(200, text.encode("utf-8"), "text/html; charset=utf-8")
 
-    def _session(self, environ: Environ, query: Mapping[str, list[str]], user: str) -> Response:
+    def _session(self, environ: Environ, query: Query, user: str) -> Response:
         """Who the request is (the hook's name for a read), the CSRF token of its cookie (set here
         when it has none) and user, and the actions it may do."""
         headers = []
@@ -352,21 +328,21 @@ class SlotsWeb:
         }
         return json_response(200, document, headers)
 
-    def _ledgers(self, environ: Environ, query: Mapping[str, list[str]], user: str) -> Response:
-        page_text = first(query, "page") or "1"
+    def _ledgers(self, environ: Environ, query: Query, user: str) -> Response:
+        page_text = query.get("page") or "1"
         if not page_text.isdigit() or len(page_text) > 9 or int(page_text) < 1:
             raise ArgumentError(f"page: a whole number from 1, got {page_text!r}")
-        return json_response(200, self.data.ledgers(first(query, "q"), int(page_text)))
+        return json_response(200, self.data.ledgers(query.get("q", ""), int(page_text)))
 
-    def _ledger(self, environ: Environ, query: Mapping[str, list[str]], user: str) -> Response:
-        name = first(query, "name")
+    def _ledger(self, environ: Environ, query: Query, user: str) -> Response:
+        name = query.get("name", "")
         if not name:
             raise ArgumentError("name: give the ledger (queue:<name> or key:<digest>)")
         document = self.data.ledger(self.inspector.resolve(name))
         document["controls"] = {
             "enabled": self.controls,
             "allowed": self._allowed(environ),
-            "records": recorded(self.inspector),
+            "records": list(PROVENANCE),
         }
         return json_response(200, document)
 
@@ -376,11 +352,11 @@ class SlotsWeb:
             return []
         return [a for a in ACTIONS if self.authorize(environ, a) is not None]
 
-    def _processes(self, environ: Environ, query: Mapping[str, list[str]], user: str) -> Response:
+    def _processes(self, environ: Environ, query: Query, user: str) -> Response:
         return json_response(200, self.data.processes())
 
-    def _why(self, environ: Environ, query: Mapping[str, list[str]], user: str) -> Response:
-        message_id = first(query, "message_id").strip()
+    def _why(self, environ: Environ, query: Query, user: str) -> Response:
+        message_id = query.get("message_id", "").strip()
         if not message_id or len(message_id) > MAX_MESSAGE_ID:
             raise ArgumentError(f"message_id: give a message id (at most {MAX_MESSAGE_ID} characters)")
         return json_response(200, self.data.why(message_id))
@@ -400,8 +376,7 @@ class SlotsWeb:
         refusal = self.csrf.token_refusal(environ, form, user)
         if refusal is not None:
             raise Refusal(403, refusal)
-        outcome = perform(self.inspector, action, form, user)
-        return json_response(outcome.status, outcome.document)
+        return json_response(*perform(self.inspector, action, form, user))
 
     @staticmethod
     def _form(environ: Environ) -> dict[str, str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ...ledger.client import redacted_address
@@ -24,7 +24,15 @@ from ...ledger.controls import Control
 from ...ledger.keys import KeySpace
 from ...ledger.replies import process_part
 from ...ledger.reports import HELD_BACK, IN_LINE, PARKED, ProcessReport, QueueDepth, ReportedEvent
-from ..inspection import HolderView, Inspector, LedgerView, LineClaim, Settling, WaitView
+from ..inspection import (
+    HolderView,
+    Inspector,
+    LedgerView,
+    LineClaim,
+    process_parts,
+    seconds_since,
+    token_parts,
+)
 
 #: Ledgers per page of the list.
 PER_PAGE = 50
@@ -54,8 +62,6 @@ class PageData:
         self.keys = inspector.keys
         self.per_page = per_page
 
-    # -- the shared parts ------------------------------------------------------------------
-
     def header(self) -> Document:
         """What every document starts with: the server (redacted), the prefix, the Redis clock."""
         return {
@@ -63,14 +69,6 @@ class PageData:
             "prefix": self.keys.prefix,
             "at": round(self.inspector._now(), 3),
         }
-
-    def _views(self, names: Sequence[str], line: int) -> tuple[list[LedgerView], dict[str, ProcessReport]]:
-        """Views of these ledgers, in this order (the first ``line`` claims of each line read), with
-        the live reports they were read with."""
-        reports = self.inspector.processes()
-        return self.inspector.ledgers(names, reports=reports, line=line), reports
-
-    # -- the documents --------------------------------------------------------------------------
 
     def ledgers(self, query: str = "", page: int = 1) -> Document:
         """One page of the ledger list: the ledgers whose name or digest starts with ``query``
@@ -97,13 +95,16 @@ class PageData:
         """One ledger in full: every holder, the first claims of its line with their messages where
         reported, the messages held back for it, its controls."""
         header = self.header()
-        (view,), reports = self._views([ledger], LINE_SHOWN)
+        reports = self.inspector.processes()
+        (view,) = self.inspector.ledgers([ledger], reports=reports, line=LINE_SHOWN)
         waiting_in = {t: p for p, r in reports.items() for t in r.waiting}
         return {
             **header,
             "ledger": ledger_document(view, now=header["at"], holders=None),
             "line": [line_document(claim, now=header["at"], reported=waiting_in) for claim in view.line],
-            "held_back": [wait_document(w) for w in view.waits if w.how == HELD_BACK],
+            "held_back": [
+                fields(w, "message_id actor how host pid waited") for w in view.waits if w.how == HELD_BACK
+            ],
             "control": control_document(self.inspector.controls.of(ledger)),
         }
 
@@ -125,99 +126,55 @@ class PageData:
 # -- the documents, field by field -------------------------------------------------------------------
 
 
+def fields(value: object | None, names: str) -> Document:
+    """``{name: value.name}`` for each of the space-separated ``names`` (each one null when
+    ``value`` is None)."""
+    return {name: None if value is None else getattr(value, name) for name in names.split()}
+
+
 def holder_document(holder: HolderView) -> Document:
     """One holder: where it runs, which message (``actor(message id)``: never its arguments)."""
     return {
-        "token": holder.token,
-        "host": holder.host,
-        "pid": holder.pid,
-        "thread": holder.thread,
-        "actor": holder.actor,
-        "label": holder.label,
-        "age": holder.age,
+        **fields(holder, "token host pid thread actor label age"),
         "seconds_left": round(holder.seconds_left, 3),
         "process": process_part(holder.token),
-        "process_alive": holder.process_alive,
-        "units": holder.units,
-        "group": holder.group,
-        "lingering": holder.lingering,
+        **fields(holder, "process_alive units group lingering"),
     }
 
 
 def ledger_document(view: LedgerView, *, now: float, holders: int | None) -> Document:
-    """One ledger: its capacities, pause, settling, holds in use, line and (up to ``holders``)
-    holders."""
+    """One ledger: its capacities, pause, settling (``seconds_left``, ``lost``: true after a data
+    loss, false on a first start, null when not said; the ``text`` the page shows), holds in use,
+    line and (up to ``holders``) holders. A queue's depth in the broker as a worker read it:
+    ``ready`` (not taken by any worker yet), ``taken`` (taken by workers, not acked yet),
+    ``delayed``, and ``unacked`` (ready + taken)."""
     shown = view.holders if holders is None else view.holders[:holders]
     head = view.line[0] if view.line else None
+    depth: QueueDepth | None = view.queue_depth
     return {
-        "ledger": view.ledger,
-        "short": view.short,
-        "kind": view.kind,
-        "name": view.name,
-        "key_label": view.key_label,
-        "capacity": view.capacity,
-        "declared": view.declared,
-        "override": view.override,
-        "paused": view.paused,
-        "paused_at": view.paused_at,
-        "settling": settling_document(view.settling),
-        "in_use": view.in_use,
-        "waiting": view.waiting,
+        **fields(view, "ledger short kind name key_label capacity declared override paused paused_at"),
+        "settling": plain(view.settling),
         #: What the live processes report of the waiting: in line in a thread, parked, held back.
-        "in_line": view.in_line,
-        "parked": view.parked,
-        "held_back": view.held_back,
+        **fields(view, "in_use waiting in_line parked held_back"),
         #: Seconds since the first message in line was sent (its place), by the Redis clock.
         "oldest_wait": None if head is None else round(max(0.0, now - head.place / 1e6), 3),
-        "queue_depth": depth_document(view.queue_depth),
+        "queue_depth": None if depth is None else fields(depth, "ready taken delayed unacked"),
         "holders": [holder_document(h) for h in shown],
         "holders_more": len(view.holders) - len(shown),
     }
 
 
-def settling_document(settling: Settling | None) -> Document | None:
-    """Whether the ledger's home settles: ``seconds_left``, ``lost`` (true: after a data loss; false:
-    a first start; null: not said) and the ``text`` the page shows; null when it does not."""
-    if settling is None:
-        return None
-    return {"seconds_left": settling.seconds_left, "lost": settling.lost, "text": settling.text}
-
-
-def depth_document(depth: QueueDepth | None) -> Document | None:
-    """A queue's depth in the broker as a worker read it: ``ready`` (not taken by any worker yet),
-    ``taken`` (taken by workers, not acked yet), ``delayed``, and ``unacked`` (ready + taken)."""
-    if depth is None:
-        return None
-    return {"ready": depth.ready, "taken": depth.taken, "delayed": depth.delayed, "unacked": depth.unacked}
-
-
 def line_document(claim: LineClaim, *, now: float, reported: Mapping[str, str]) -> Document:
     """One claim in line: its process, when its message was sent, whether its process reports it,
     and its message (``message_id``, ``actor``, ``how`` it waits: null where not reported)."""
-    parts = claim.token.rsplit(":", 3)
-    wait = claim.wait
     return {
         "token": claim.token,
-        "host": parts[0] if len(parts) == 4 else claim.token,
+        "host": token_parts(claim.token)[0],
         "process": process_part(claim.token),
         "place": claim.place,
         "waited": round(max(0.0, now - claim.place / 1e6), 3),
         "reported_by": reported.get(claim.token),
-        "message_id": None if wait is None else wait.message_id,
-        "actor": None if wait is None else wait.actor,
-        "how": None if wait is None else wait.how,
-    }
-
-
-def wait_document(wait: WaitView) -> Document:
-    """A message a live process reports waiting for the ledger (held back: in no line)."""
-    return {
-        "message_id": wait.message_id,
-        "actor": wait.actor,
-        "how": wait.how,
-        "host": wait.host,
-        "pid": wait.pid,
-        "waited": wait.waited,
+        **fields(claim.wait, "message_id actor how"),
     }
 
 
@@ -228,53 +185,40 @@ def control_document(control: Control) -> Document:
 
 def process_document(report: ProcessReport, keys: KeySpace, *, now: float) -> Document:
     """One worker process: its settings, holds and waiting claims, ledgers by their short names."""
-    host, _, pid = report.process.rpartition(":")
+    host, pid = process_parts(report.process)
     return {
         "process": report.process,
         "host": host,
-        "pid": int(pid) if pid.isdigit() else None,
+        "pid": pid,
         "reported_ago": round(max(0.0, now - report.at), 3),
-        "hold_ttl": report.hold_ttl,
-        "beat_interval": report.beat_interval,
-        "on_lost_hold": report.on_lost_hold,
+        **fields(report, "hold_ttl beat_interval on_lost_hold"),
         "capacities": {keys.short(k): v for k, v in sorted(report.capacities.items())},
         #: The labels of the runtime keys it names (``Slots(key_labels=...)``), by short name.
         "key_labels": {keys.short(k): v for k, v in sorted(report.key_labels.items()) if keys.parse(k)},
         "holds": [
             {
-                "token": h.token,
-                "actor": h.actor,
-                "label": h.label,
-                "age": round(max(0.0, now - h.since_ms / 1000), 3),
+                **fields(h, "token actor label"),
+                "age": seconds_since(now, h.since_ms),
                 "ledgers": {keys.short(k): v for k, v in sorted(h.ledgers.items())},
             }
             for h in report.holds
         ],
-        "owed": len(report.owed),
-        "waiting": len(report.waiting),
-        "lingering": len(report.lingering),
-        "parked": sum(1 for w in report.waits if w.how == PARKED),
-        "held_back": sum(1 for w in report.waits if w.how == HELD_BACK),
-        "in_line": sum(1 for w in report.waits if w.how == IN_LINE),
+        **{name: len(getattr(report, name)) for name in ("owed", "waiting", "lingering")},
+        #: How many of its messages wait parked, held back, in line (in a thread).
+        **{how: sum(1 for w in report.waits if w.how == how) for how in (PARKED, HELD_BACK, IN_LINE)},
         "waits": [
             {
-                "message_id": w.message_id,
-                "actor": w.actor,
-                "queue": w.queue,
-                "ledger": keys.short(w.ledger) if keys.parse(w.ledger) else w.ledger,
+                **fields(w, "message_id actor queue"),
+                "ledger": keys.short(w.ledger),
                 "how": w.how,
-                "waited": round(max(0.0, now - w.since_ms / 1000), 3),
+                "waited": seconds_since(now, w.since_ms),
             }
             for w in report.waits
         ],
         "waits_left_out": report.waits_left_out,
         "recent": {
-            name: [event_document(e, keys, now=now) for e in reversed(events)]
-            for name, events in (
-                ("admitted", report.admitted),
-                ("deferred", report.deferred),
-                ("dropped", report.dropped),
-            )
+            name: [event_document(e, keys, now=now) for e in reversed(getattr(report, name))]
+            for name in ("admitted", "deferred", "dropped")
         },
     }
 
@@ -282,11 +226,9 @@ def process_document(report: ProcessReport, keys: KeySpace, *, now: float) -> Do
 def event_document(event: ReportedEvent, keys: KeySpace, *, now: float) -> Document:
     """A recent admission, deferral or drop (newest first in the page); times as ages, s."""
     return {
-        "message_id": event.message_id,
-        "actor": event.actor,
-        "queue": event.queue,
-        "ledger": keys.short(event.ledger) if keys.parse(event.ledger) else event.ledger,
-        "ago": round(max(0.0, now - event.at_ms / 1000), 3),
+        **fields(event, "message_id actor queue"),
+        "ledger": keys.short(event.ledger),
+        "ago": seconds_since(now, event.at_ms),
         "due_in": round(event.until_ms / 1000 - now, 3) if event.until_ms else None,
         "reason": event.reason,
     }
@@ -307,17 +249,4 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
-__all__ = [
-    "HOLDERS_IN_LIST",
-    "LINE_SHOWN",
-    "PER_PAGE",
-    "PageData",
-    "control_document",
-    "depth_document",
-    "holder_document",
-    "ledger_document",
-    "line_document",
-    "process_document",
-    "settling_document",
-    "wait_document",
-]
+__all__ = ["PER_PAGE", "Document", "PageData", "control_document"]

@@ -48,8 +48,9 @@ _TRANSFER_ENCODING = re.compile(rb"^transfer-encoding[ \t]*:", re.IGNORECASE | r
 
 
 @dataclass
-class _Reading:
-    """A connection whose request is not complete yet."""
+class Connection:
+    """A connection and its request: read by the loop until it is complete, then handed to a handler
+    thread."""
 
     sock: socket.socket
     address: Any
@@ -57,15 +58,6 @@ class _Reading:
     data: bytearray = field(default_factory=bytearray)
     #: The request's whole length, once its head is read.
     length: int | None = None
-
-
-@dataclass(frozen=True)
-class Received:
-    """A complete request, handed to a handler thread."""
-
-    sock: socket.socket
-    address: Any
-    data: bytes
 
 
 class RefusedRequest(Exception):
@@ -104,31 +96,27 @@ def answer_and_close(sock: socket.socket, status: int, reason: str, text: str) -
 
 
 class RequestHandler(WSGIRequestHandler):
-    """One complete request (:class:`Received`) run through wsgiref; logs ``METHOD /path status``
-    to stderr (never a query string), or nothing when quiet."""
+    """One complete request (a :class:`Connection`) run through wsgiref; logs ``METHOD /path status``
+    to stderr (never a query string), or nothing when its server is quiet."""
 
-    quiet = False
+    server: BoundedWSGIServer
 
     def setup(self) -> None:
-        received: Received = self.request
+        received: Connection = self.request
         self.connection = received.sock
         self.rfile = io.BytesIO(received.data)
         self.wfile = received.sock.makefile("wb")
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        if self.quiet:
+        if self.server.quiet:
             return
         method, _, rest = (self.requestline or "").partition(" ")
         path = rest.split(" ")[0].split("?")[0]
         sys.stderr.write(f"{self.address_string()} {method} {path} {code}\n")
 
     def log_message(self, format: str, *args: Any) -> None:
-        if not self.quiet:
+        if not self.server.quiet:
             super().log_message(format, *args)
-
-
-class QuietRequestHandler(RequestHandler):
-    quiet = True
 
 
 class BoundedWSGIServer(WSGIServer):
@@ -137,6 +125,8 @@ class BoundedWSGIServer(WSGIServer):
 
     allow_reuse_address = True
     request_queue_size = BACKLOG
+    #: Whether no request is logged.
+    quiet = False
 
     def __init__(
         self,
@@ -156,7 +146,7 @@ class BoundedWSGIServer(WSGIServer):
         self.threads = threads
         self.read_timeout = read_timeout
         self.max_connections = max_connections
-        self._ready: queue.SimpleQueue[Received | None] = queue.SimpleQueue()
+        self._ready: queue.SimpleQueue[Connection | None] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()
@@ -174,7 +164,7 @@ class BoundedWSGIServer(WSGIServer):
         ]
         for worker in workers:
             worker.start()
-        reading: dict[socket.socket, _Reading] = {}  # in accept order: the oldest first
+        reading: dict[socket.socket, Connection] = {}  # in accept order: the oldest first
         try:
             with selectors.DefaultSelector() as selector:
                 selector.register(self.socket, selectors.EVENT_READ)
@@ -220,7 +210,7 @@ class BoundedWSGIServer(WSGIServer):
             while self._wake_r.recv(4096):
                 pass
 
-    def _accept(self, selector: selectors.BaseSelector, reading: dict[socket.socket, _Reading]) -> None:
+    def _accept(self, selector: selectors.BaseSelector, reading: dict[socket.socket, Connection]) -> None:
         while True:
             try:
                 sock, address = self.socket.accept()
@@ -237,11 +227,11 @@ class BoundedWSGIServer(WSGIServer):
             if full:
                 self._drop(selector, reading, next(iter(reading.values())), 408, "Request Timeout")
             deadline = time.monotonic() + self.read_timeout
-            reading[sock] = pending = _Reading(sock, address, deadline)
+            reading[sock] = pending = Connection(sock, address, deadline)
             selector.register(sock, selectors.EVENT_READ, pending)
 
     def _receive(
-        self, selector: selectors.BaseSelector, reading: dict[socket.socket, _Reading], pending: _Reading
+        self, selector: selectors.BaseSelector, reading: dict[socket.socket, Connection], pending: Connection
     ) -> None:
         try:
             chunk = pending.sock.recv(65536)
@@ -272,10 +262,11 @@ class BoundedWSGIServer(WSGIServer):
         del reading[pending.sock]
         with self._lock:
             self._answering += 1
-        self._ready.put(Received(pending.sock, pending.address, bytes(pending.data[: pending.length])))
+        del pending.data[pending.length :]
+        self._ready.put(pending)
 
     def _expire(
-        self, selector: selectors.BaseSelector, reading: dict[socket.socket, _Reading], now: float
+        self, selector: selectors.BaseSelector, reading: dict[socket.socket, Connection], now: float
     ) -> None:
         while reading:
             oldest = next(iter(reading.values()))
@@ -286,8 +277,8 @@ class BoundedWSGIServer(WSGIServer):
     @staticmethod
     def _drop(
         selector: selectors.BaseSelector,
-        reading: dict[socket.socket, _Reading],
-        pending: _Reading,
+        reading: dict[socket.socket, Connection],
+        pending: Connection,
         status: int,
         reason: str,
         text: str = "the request took too long to arrive",
@@ -332,9 +323,9 @@ def make_server(
 ) -> BoundedWSGIServer:
     """A server bound to ``host``:``port`` (0: a free port; ``server.server_port`` says which)."""
     server_class = BoundedWSGIServer6 if ":" in host else BoundedWSGIServer
-    handler = QuietRequestHandler if quiet else RequestHandler
-    server = server_class((host, port), handler, threads=threads, read_timeout=read_timeout)
+    server = server_class((host, port), RequestHandler, threads=threads, read_timeout=read_timeout)
     server.set_app(app)
+    server.quiet = quiet
     return server
 
 
