@@ -77,6 +77,9 @@ from .translation import refused_for_now, translated
 
 R = TypeVar("R")
 
+#: The most call shapes a ledger keeps laid out (a worker's actors, and its recent runtime keys).
+_SHAPES = 1_024
+
 
 class Ledger:
     """Holds in Redis sorted sets, one script per operation (see docs/design.md, "Glossary").
@@ -114,6 +117,8 @@ class Ledger:
         # Registered per client, not in module globals: each Script caches
         # its SHA and reloads itself on this client after NOSCRIPT.
         self._scripts = register(client)
+        #: The calls of enter and leave laid out per shape (:meth:`_shaped`).
+        self._shapes: dict[tuple[Any, ...], Call[Any]] = {}
 
     def preload(self) -> None:
         """Load every script into Redis now (worker boot), so no first call pays a NOSCRIPT round trip."""
@@ -176,6 +181,18 @@ class Ledger:
     def _queue(self, pipe: Any, call: Call[Any]) -> None:
         """Queue ``call`` on ``pipe`` (see :meth:`_pipelined`); :meth:`Call.answer` reads its reply."""
         pipe.evalsha(self._scripts[call.spec.name].sha, len(call.keys), *call.keys, *call.args)
+
+    def _shaped(self, shape: tuple[Any, ...], laid_out: Callable[[], Call[R]]) -> Call[R]:
+        """The call of ``shape`` (its script, its ledgers and what else decides its layout), laid out
+        once: a worker sends a few shapes over and over (one per actor, but a runtime key's). At
+        most :data:`_SHAPES` are kept; past that they are laid out afresh."""
+        known = self._shapes.get(shape)
+        if known is None:
+            known = laid_out()
+            if len(self._shapes) >= _SHAPES:
+                self._shapes.clear()
+            self._shapes[shape] = known
+        return known
 
     def _runs(self, limits: Sequence[Limit], *, fence: bool = True) -> dict[str, Any]:
         """The KEYS runs ``ledger``, ``line``, ``shares``, ``turns`` and (with ``fence``) ``fence`` of
@@ -246,26 +263,34 @@ class Ledger:
         if len(bounds) != len(limits):
             raise ArgumentError("enter needs one max_waiting bound per limit")
         group = group_of(token)
-        tag = self._tag(limits)
-        call = ENTER.call(
-            keys={
-                **self._runs(limits),
-                "controls": f"{tag}:controls",
-                "epoch": f"{tag}:epoch",
-                "backlog": [self.keys.backlog(limit.ledger, group) for limit in limits],
-            },
-            args={
-                "token": token,
-                "ttl": ttl_ms,
-                "line": int(line),
-                "place": place,
-                "capacity": [limit.capacity for limit in limits],
-                "busy": codes,
-                "settle": settle_ms,
-                "known": self.known.get(f"{tag}:epoch", 0),
-                "waiting": bounds,
-                "listed": listed,
-            },
+
+        def laid_out() -> Call[Entered]:
+            tag = self._tag(limits)
+            return ENTER.call(
+                keys={
+                    **self._runs(limits),
+                    "controls": f"{tag}:controls",
+                    "epoch": f"{tag}:epoch",
+                    "backlog": [self.keys.backlog(limit.ledger, group) for limit in limits],
+                },
+                args={
+                    **dict.fromkeys(("token", "listed"), ""),
+                    **dict.fromkeys(("ttl", "line", "place", "settle", "known"), 0),
+                    "capacity": [limit.capacity for limit in limits],
+                    "busy": codes,
+                    "waiting": bounds,
+                },
+            )
+
+        shaped = self._shaped(("enter", tuple(limits), group, tuple(codes), tuple(bounds)), laid_out)
+        call = shaped.bound(
+            token=token,
+            ttl=ttl_ms,
+            line=int(line),
+            place=place,
+            settle=settle_ms,
+            known=self.known.get(shaped.named_keys["epoch"], 0),
+            listed=listed,
         )
         with self._translated("enter"):
             if not self.replicas:
@@ -316,17 +341,21 @@ class Ledger:
         if not limits:
             return Left(0)
         age = -1 if age_ms is None or age_ms * 2 > ttl_ms else max(0, int(age_ms))
-        tag = self._tag(limits)
-        call = LEAVE.call(
-            keys={**self._runs(limits), "controls": f"{tag}:controls"},
-            args={
-                "token": token,
-                "channel": self._channel(tag),
-                "ttl": ttl_ms,
-                "age": age,
-                "own": own_process,
-                "capacity": [limit.capacity for limit in limits],
-            },
+
+        def laid_out() -> Call[Left]:
+            tag = self._tag(limits)
+            return LEAVE.call(
+                keys={**self._runs(limits), "controls": f"{tag}:controls"},
+                args={
+                    **dict.fromkeys(("token", "own"), ""),
+                    **dict.fromkeys(("ttl", "age"), 0),
+                    "channel": self._channel(tag),
+                    "capacity": [limit.capacity for limit in limits],
+                },
+            )
+
+        call = self._shaped(("leave", tuple(limits)), laid_out).bound(
+            token=token, ttl=ttl_ms, age=age, own=own_process
         )
         if report is None or isinstance(self.client, RedisCluster):
             with self._translated("leave"):

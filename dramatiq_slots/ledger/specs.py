@@ -175,7 +175,21 @@ class ScriptSpec(Generic[R]):
             named_keys=named_keys,
             named_args=named_args,
             ledgers=tuple(ledgers if ledgers is not None else named_keys.get("ledger", ())),
+            singles=_singles(self.args, counts),
         )
+
+
+def _singles(fields: Sequence[Field], counts: Mapping[str, int]) -> dict[str, int]:
+    """Where each single ARGV field is in a call laid out with these counts (0-based)."""
+    at, found = 0, {}
+    for f in fields:
+        if f.per is None:
+            if f.count is None:
+                found[f.names[0]] = at
+            at += 1
+        else:
+            at += len(f.names) * counts[f.per]
+    return found
 
 
 def _lay_out(fields: Sequence[Field], values: Mapping[str, Any], counts: Mapping[str, int]) -> list[Any]:
@@ -208,6 +222,19 @@ class Call(Generic[R]):
     named_keys: dict[str, Any]
     named_args: dict[str, Any]
     ledgers: tuple[str, ...] = ()
+    #: Where each single ARGV field is in :attr:`args` (:meth:`bound`).
+    singles: dict[str, int] = field(default_factory=dict)
+
+    def bound(self, **values: Any) -> Call[R]:
+        """This call with other values of single ARGV fields: a call is laid out once per shape
+        (its ledgers, their capacities...) and sent with each claim's own token, place..."""
+        args = list(self.args)
+        for name, value in values.items():
+            args[self.singles[name]] = value
+        named = {**self.named_args, **values}
+        return Call(
+            self.spec, self.keys, args, self.counts, self.named_keys, named, self.ledgers, self.singles
+        )
 
     def ledger(self, index: Any) -> str:
         """The ledger a reply's index ``i`` (from 1) names."""
