@@ -110,6 +110,8 @@ bench: $(STAMP)
 ifeq ($(findstring --only,$(BENCH_ARGS)),)
 	$(BIN)/python bench/controls.py $(if $(findstring --quick,$(BENCH_ARGS)),--cycles 2)
 	$(BIN)/python bench/inspection.py $(if $(findstring --quick,$(BENCH_ARGS)),$(INSPECTION_QUICK))
+	$(BIN)/python -m bench.path_cost $(if $(findstring --quick,$(BENCH_ARGS)),--messages 500 --repeats 1)
+	$(BIN)/python -m bench.path_cost --threads 8 $(if $(findstring --quick,$(BENCH_ARGS)),--messages 500 --repeats 1)
 endif
 
 bench-scale: $(STAMP)
