@@ -29,7 +29,6 @@ from dramatiq_slots.ledger.keys import key_digest
 from dramatiq_slots.ledger.replies import _text
 from dramatiq_slots.ledger.reports import (
     HELD_BACK,
-    IN_LINE,
     PARKED,
     QueueDepth,
     ReportedEvent,
@@ -300,7 +299,7 @@ def test_a_refresh_reads_the_page_and_not_every_ledger_of_the_prefix(
 HEADER = {"server", "prefix", "at"}
 LEDGER = {
     "ledger", "short", "kind", "name", "key_label", "capacity", "declared", "override", "paused",
-    "paused_at", "settling", "in_use", "waiting", "in_line", "parked", "held_back", "oldest_wait",
+    "paused_at", "settling", "in_use", "waiting", "parked", "held_back", "oldest_wait",
     "queue_depth", "holders", "holders_more",
 }  # fmt: skip
 HOLDER = {
@@ -309,7 +308,7 @@ HOLDER = {
 }  # fmt: skip
 PROCESS = {
     "process", "host", "pid", "reported_ago", "hold_ttl", "beat_interval", "on_lost_hold", "capacities",
-    "key_labels", "holds", "owed", "waiting", "lingering", "parked", "held_back", "in_line", "waits",
+    "key_labels", "holds", "owed", "waiting", "lingering", "parked", "held_back", "waits",
     "waits_left_out", "recent",
 }  # fmt: skip
 
@@ -324,7 +323,7 @@ def test_the_processes_view_shows_what_each_process_keeps_waiting_and_its_recent
     deferred = ReportedEvent("m-1", "send", "emails", emails, ms_ago(3), until_ms=ms_ago(-30))
     report(ledger, "web-5:55", waits=[parked, held], deferred=[deferred], capacities={emails: 1})
     (process,) = page.get("/slots/api/processes").json()["processes"]
-    assert (process["parked"], process["held_back"], process["in_line"]) == (1, 1, 0)
+    assert (process["parked"], process["held_back"]) == (1, 1)
     assert [(w["message_id"], w["how"], w["ledger"]) for w in process["waits"]] == [
         ("m-2", PARKED, "queue:emails"),
         ("m-3", HELD_BACK, "queue:emails"),
@@ -429,7 +428,7 @@ def test_the_line_lists_its_messages_in_order_and_a_settling_or_labelled_ledger_
         assert ledger.enter(token, [Limit(account, 1)], ttl_ms=60_000, line=Line.JOIN, place=place).in_line
     waits = [
         ReportedWait("m-2", "sync", "emails", account, PARKED, ms_ago(9), "web-1:4242:2:2", 1),
-        ReportedWait("m-3", "sync", "emails", account, IN_LINE, ms_ago(1), "web-1:4242:3:3", 1),
+        ReportedWait("m-3", "sync", "emails", account, PARKED, ms_ago(1), "web-1:4242:3:3", 1),
         ReportedWait("m-4", "sync", "emails", account, HELD_BACK, ms_ago(2)),
     ]
     depth = QueueDepth(ready=19, delayed=2, unacked=25, at_ms=ms_ago(1))
@@ -449,7 +448,7 @@ def test_the_line_lists_its_messages_in_order_and_a_settling_or_labelled_ledger_
     assert [d["short"] for d in listed(page, "acme (eu")["ledgers"]] == [short]
     detail = ledger_doc(page, short)
     assert [(c["message_id"], c["actor"], c["how"]) for c in detail["line"]] == [
-        ("m-3", "sync", IN_LINE),
+        ("m-3", "sync", PARKED),
         ("m-2", "sync", PARKED),
         (None, None, None),  # a dead process's claim: nobody reports it
     ]

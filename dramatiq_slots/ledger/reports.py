@@ -37,11 +37,10 @@ RECENT_DEFERRALS = 100
 RECENT_DROPS = 20
 RECENT_ADMISSIONS = 20
 
-#: How a message waits for its slot (:attr:`ReportedWait.how`): its claim in the ledger's line,
-#: in a worker thread (``in_line``) or parked in the worker's memory without a thread (``parked``);
-#: or held back in the worker's memory, in no line (``held_back``).
-IN_LINE, PARKED, HELD_BACK = "in_line", "parked", "held_back"
-WAYS = (IN_LINE, PARKED, HELD_BACK)
+#: How a message waits for its slot (:attr:`ReportedWait.how`): in the worker's memory without a
+#: thread, its claim in the ledger's line (``parked``) or in no line (``held_back``).
+PARKED, HELD_BACK = "parked", "held_back"
+WAYS = (PARKED, HELD_BACK)
 
 #: The most characters of a runtime key's label (``Slots(key_labels=...)``) a report carries.
 MAX_KEY_LABEL = 100
@@ -91,7 +90,7 @@ class ReportedWait:
     queue: str
     #: The ledger it waits for (the one that refused it), and the capacity it declares there.
     ledger: str
-    #: :data:`IN_LINE`, :data:`PARKED` or :data:`HELD_BACK`.
+    #: :data:`PARKED` or :data:`HELD_BACK`.
     how: str
     #: Since when it waits (ms, Redis clock).
     since_ms: int

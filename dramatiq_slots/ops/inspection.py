@@ -44,7 +44,6 @@ from ..ledger.ledger import Ledger
 from ..ledger.replies import Epoch, Holder, Limit, Surveyed, _text, process_part
 from ..ledger.reports import (
     HELD_BACK,
-    IN_LINE,
     PARKED,
     ProcessReport,
     QueueDepth,
@@ -97,8 +96,8 @@ class WaitView:
     message_id: str
     actor: str
     queue: str
-    #: ``in_line`` (its claim in the line, in a worker thread), ``parked`` (its claim in the
-    #: line, the message in its worker's memory), ``held_back`` (in its worker's memory, in no line).
+    #: ``parked`` (its claim in the line, the message in its worker's memory), ``held_back`` (in its
+    #: worker's memory, in no line).
     how: str
     host: str
     pid: int | None
@@ -177,9 +176,8 @@ class LedgerView:
     released: Release | None = None
     #: The Redis clock when it was read (s): what a control's age and time left count from.
     read_at: float | None = None
-    #: What live processes report waiting for it: in line in a worker thread, parked (both in the
-    #: line), held back (in no line); and the longest wait among them (s).
-    in_line: int = 0
+    #: What live processes report waiting for it: parked (in the line), held back (in no line); and
+    #: the longest wait among them (s).
     parked: int = 0
     held_back: int = 0
     oldest_wait: float | None = None
@@ -276,8 +274,8 @@ class WhyRunning(WhyKnown):
 
 @dataclass(frozen=True)
 class WhyWaiting(WhyKnown):
-    """The message waits for a slot of ``ledger``: ``state`` is how (``in_line``, ``parked``,
-    ``held_back``). In line (or parked, whose claim is in the line too): at ``place`` of ``of``,
+    """The message waits for a slot of ``ledger``: ``state`` is how (``parked``, ``held_back``).
+    Parked (its claim in the line): at ``place`` of ``of``,
     behind ``ahead`` (the first claims before it: their messages where reported, else their
     tokens); ``holders`` hold the ledger's slots."""
 
@@ -517,7 +515,6 @@ class Inspector:
             pause_provenance=control.pause_provenance,
             released=released,
             read_at=facts.now,
-            in_line=sum(1 for w in waits if w.how == IN_LINE),
             parked=sum(1 for w in waits if w.how == PARKED),
             held_back=sum(1 for w in waits if w.how == HELD_BACK),
             oldest_wait=max((w.waited for w in waits), default=None),

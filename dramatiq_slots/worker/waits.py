@@ -26,7 +26,7 @@ class Wait:
     actor: str
     queue: str
     ledger: str
-    #: ``in_line``, ``parked`` or ``held_back`` (:data:`~.reports.WAYS`).
+    #: ``parked`` or ``held_back`` (:data:`~.reports.WAYS`).
     how: str
     #: Since when it waits (monotonic s).
     since: float

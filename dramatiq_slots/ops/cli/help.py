@@ -60,8 +60,8 @@ M)", see set-capacity), else the one live workers declare (- when none does): a 
 from any live worker that caps it, a runtime key's from the reported holds and waiting
 messages of that key (each one's tier; "(tiers 1, 3)" when they differ).
 "waiting N in line" counts the claims in the ledger's line, of which the live workers
-report some parked (in the worker's memory, no thread held) and some in a thread; "held
-back" ones wait in a worker's memory in no line (beyond what a worker lines up). Below the
+report the parked ones (in the worker's memory, no thread held; the others are of workers
+not reporting any more); "held back" ones wait in a worker's memory in no line (beyond what a worker lines up). Below the
 holders, the waiting messages the workers report (10 of them): in line order where they
 are among the first 10 claims in line (PLACE), then the others, the longest wait first.
 "queue NAME" gives a capped queue's depth in the broker as a worker last read it (a
@@ -79,7 +79,7 @@ says why and for how long.
 --json prints one document: {{"server", "prefix", "at", "ledgers": [{{"ledger", "kind",
 "name", "short", "key_label", "capacity", "in_use", "waiting", "declared", "override",
 "paused", "paused_at", "override_provenance", "pause_provenance", "settling":
-{{"seconds_left", "lost", "text"}}, "read_at", "in_line", "parked", "held_back",
+{{"seconds_left", "lost", "text"}}, "read_at", "parked", "held_back",
 "oldest_wait", "capacities", "home", "queue_depth": {{"ready", "taken", "delayed",
 "unacked", "at_ms"}}, "waits": [{{"message_id", "actor", "queue", "how", "host", "pid",
 "waited", "token", "capacity"}}], "line": [{{"token", "place", "wait"}}], "holders":

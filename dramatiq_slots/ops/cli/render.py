@@ -75,10 +75,9 @@ def tiers_text(view: LedgerView) -> str:
 
 
 def waiting_text(view: LedgerView) -> str:
-    """``waiting 4 in line (3 parked, 1 in a thread), 2 held back``: what waits for the ledger, as the
-    ledger's line and the live reports tell."""
-    parts = [f"{n} {what}" for n, what in ((view.parked, "parked"), (view.in_line, "in a thread")) if n]
-    text = f"waiting {view.waiting} in line" + (f" ({', '.join(parts)})" if parts else "")
+    """``waiting 4 in line (3 parked), 2 held back``: what waits for the ledger, as the ledger's line and
+    the live reports tell."""
+    text = f"waiting {view.waiting} in line" + (f" ({view.parked} parked)" if view.parked else "")
     if view.held_back:
         text += f", {view.held_back} held back"
     return text
@@ -298,7 +297,7 @@ def why_lines(why: Why) -> list[str]:
             lines.append(f"  holds {name} (capacity {capacity}, {held.in_use} in use, {left})")
         return lines
     if isinstance(why, WhyWaiting):
-        how = {"in_line": "in line in a worker thread", "parked": "parked", "held_back": "held back"}
+        how = {"parked": "parked", "held_back": "held back"}
         name = ledger_name(why.ledger, why.key_label)
         lines = [
             f"{head}: waiting for {name}, {how.get(why.state, why.state)} on {where} for "

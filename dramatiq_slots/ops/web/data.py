@@ -23,7 +23,7 @@ from ...ledger.client import redacted_address
 from ...ledger.controls import Control
 from ...ledger.keys import KeySpace
 from ...ledger.replies import process_part
-from ...ledger.reports import HELD_BACK, IN_LINE, PARKED, ProcessReport, QueueDepth, ReportedEvent
+from ...ledger.reports import HELD_BACK, PARKED, ProcessReport, QueueDepth, ReportedEvent
 from ..inspection import (
     HolderView,
     Inspector,
@@ -154,8 +154,8 @@ def ledger_document(view: LedgerView, *, now: float, holders: int | None) -> Doc
     return {
         **fields(view, "ledger short kind name key_label capacity declared override paused paused_at"),
         "settling": plain(view.settling),
-        #: What the live processes report of the waiting: in line in a thread, parked, held back.
-        **fields(view, "in_use waiting in_line parked held_back"),
+        #: What the live processes report of the waiting: parked, held back.
+        **fields(view, "in_use waiting parked held_back"),
         #: Seconds since the first message in line was sent (its place), by the Redis clock.
         "oldest_wait": None if head is None else round(max(0.0, now - head.place / 1e6), 3),
         "queue_depth": None if depth is None else fields(depth, "ready taken delayed unacked"),
@@ -204,8 +204,8 @@ def process_document(report: ProcessReport, keys: KeySpace, *, now: float) -> Do
             for h in report.holds
         ],
         **{name: len(getattr(report, name)) for name in ("owed", "waiting", "lingering")},
-        #: How many of its messages wait parked, held back, in line (in a thread).
-        **{how: sum(1 for w in report.waits if w.how == how) for how in (PARKED, HELD_BACK, IN_LINE)},
+        #: How many of its messages wait parked, held back.
+        **{how: sum(1 for w in report.waits if w.how == how) for how in (PARKED, HELD_BACK)},
         "waits": [
             {
                 **fields(w, "message_id actor queue"),

@@ -113,14 +113,13 @@
   const TIMED = ["pause", "set-capacity"];
 
   // How a message waits for its slot (a report's "how").
-  const HOW = { in_line: "in a thread", parked: "parked", held_back: "held back (in no line)" };
+  const HOW = { parked: "parked", held_back: "held back (in no line)" };
 
   // What each count counts: the headings' and the cells' tooltips.
   const COUNTS = {
     in_use: "Slots held now, of the capacity in force: by running jobs, and by lingering holds a process keeps for its next message",
-    line: "Claims in the ledger's line, waiting for a slot: parked (the message in its worker's memory, no thread held) or in a thread (a worker thread waits), and those of processes no longer reporting",
+    line: "Claims in the ledger's line, waiting for a slot: parked (the message in its worker's memory, no thread held), and those of processes no longer reporting",
     held_back: "Messages a worker took from the broker and keeps in its memory in no line yet (its process lines up no more claims on the ledger)",
-    in_line: "Claims of this process in a ledger's line whose worker thread waits for the slot",
     parked: "Claims of this process in a ledger's line whose message waits in the worker's memory, holding no thread",
     running: "Slots this process holds: each a message taken by a worker thread (or a lingering hold kept for its next message)",
     owed: "Releases Redis has not confirmed yet, retried every beat",
@@ -331,12 +330,9 @@
     );
   }
 
-  // "3 in line (2 parked, 1 in a thread), 2 held back; the first sent 12.0s ago".
+  // "3 in line (2 parked), 2 held back; the first sent 12.0s ago".
   function lineText(ledger) {
-    const ways = [];
-    if (ledger.parked) ways.push(ledger.parked + " parked");
-    if (ledger.in_line) ways.push(ledger.in_line + " in a thread");
-    let text = ledger.waiting + " in line" + (ways.length ? " (" + ways.join(", ") + ")" : "");
+    let text = ledger.waiting + " in line" + (ledger.parked ? " (" + ledger.parked + " parked)" : "");
     if (ledger.held_back) text += ", " + ledger.held_back + " held back";
     if (ledger.waiting) text += "; the first sent " + age(ledger.oldest_wait) + " ago";
     return text;
@@ -600,7 +596,7 @@
       el("h3", null, "Holders"),
       table("holders-table", ["Host", "PID", "Thread", "Message", "Age", "Left", "Alive", "Token", ""], holders),
       el("h3", { title: COUNTS.line }, "Line"),
-      table("line-table", ["#", "Message", ["Waits", COUNTS.parked + "; in a thread: a worker thread waits. " + COUNTS.held_back], "Host", "Sent", "Reported by", "Token"], line)
+      table("line-table", ["#", "Message", ["Waits", COUNTS.parked + " " + COUNTS.held_back], "Host", "Sent", "Reported by", "Token"], line)
     );
 
     return {
@@ -693,7 +689,6 @@
       "ul",
       { class: "items counts" },
       countLine(p.parked, "parked", COUNTS.parked),
-      countLine(p.in_line, "in a thread", COUNTS.in_line),
       countLine(p.held_back, "held back", COUNTS.held_back)
     );
     const waits = el(
@@ -739,7 +734,7 @@
       el("h2", null, "Worker processes"),
       table(
         "processes-table",
-        ["Process", ["Running", COUNTS.running], ["Waiting for a slot", COUNTS.parked + ". In a thread: " + COUNTS.in_line + ". " + COUNTS.held_back], "Recent", "Declares"],
+        ["Process", ["Running", COUNTS.running], ["Waiting for a slot", COUNTS.parked + ". " + COUNTS.held_back], "Recent", "Declares"],
         body
       )
     );
