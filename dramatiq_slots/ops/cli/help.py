@@ -61,9 +61,10 @@ from any live worker that caps it, a runtime key's from the reported holds and w
 messages of that key (each one's tier; "(tiers 1, 3)" when they differ).
 "waiting N in line" counts the claims in the ledger's line, of which the live workers
 report the parked ones (in the worker's memory, no thread held; the others are of workers
-not reporting any more); "held back" ones wait in a worker's memory in no line (beyond what a worker lines up). Below the
-holders, the waiting messages the workers report (10 of them): in line order where they
-are among the first 10 claims in line (PLACE), then the others, the longest wait first.
+not reporting any more); "held back" ones wait in a worker's memory in no line (beyond
+what a worker lines up). Below the holders, the waiting messages the workers report (10
+of them): in line order where they are among the first 10 claims in line (PLACE), then
+the others, the longest wait first.
 "queue NAME" gives a capped queue's depth in the broker as a worker last read it (a
 RedisBroker's): ready, not taken by any worker yet; taken by workers and not acked yet
 (running, waiting for a slot, prefetched); delayed.
