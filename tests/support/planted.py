@@ -127,7 +127,7 @@ def plant_crowded(ledger: Ledger, processes: int = 3) -> tuple[str, str]:
             ReportedWait(
                 f"w{p}{i}-5d0e-4c61-9d1c-3b1f0f0a9e21", CROWDED_ACTOR, CROWDED_QUEUE, key, how, ms_ago(9)
             )
-            for i, how in enumerate(("parked", "parked", "held_back", "parked", "held_back", "parked"))
+            for i, how in enumerate(("parked", "held_back", "parked", "held_back", "parked"))
         ]
         events = [
             ReportedEvent(
