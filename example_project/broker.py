@@ -38,8 +38,8 @@ slots = Slots(
 broker.add_middleware(slots, before=TimeLimit)
 
 if settings.DRAMATIQ_PROMETHEUS:
-    # After Slots: where a message waits in its worker thread (no gate), the wait then does
-    # not count as in progress; a parked message runs no hook at all. dramatiq_slots then adds
+    # After Slots: a parked message runs no hook at all, so its wait does not count as in
+    # progress. dramatiq_slots then adds
     # its per-ledger gauges and counters (dramatiq_slots_*).
     from dramatiq.middleware.prometheus import Prometheus
 

@@ -188,7 +188,7 @@ class Ledger:
         most :data:`_SHAPES` are kept; past that they are laid out afresh."""
         known = self._shapes.get(shape)
         if known is None:
-            known = laid_out().encoded()
+            known = laid_out()
             if len(self._shapes) >= _SHAPES:
                 self._shapes.clear()
             self._shapes[shape] = known

@@ -12,7 +12,7 @@ This module imports nothing from dramatiq.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
 
@@ -179,15 +179,6 @@ class ScriptSpec(Generic[R]):
         )
 
 
-def _encoded(value: Any) -> Any:
-    """``value`` as redis-py encodes it (str as UTF-8, an int by its digits)."""
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value).encode()
-    return value
-
-
 def _singles(fields: Sequence[Field], counts: Mapping[str, int]) -> dict[str, int]:
     """Where each single ARGV field is in a call laid out with these counts (0-based)."""
     at, found = 0, {}
@@ -233,12 +224,6 @@ class Call(Generic[R]):
     ledgers: tuple[str, ...] = ()
     #: Where each single ARGV field is in :attr:`args` (:meth:`bound`).
     singles: dict[str, int] = field(default_factory=dict)
-
-    def encoded(self) -> Call[R]:
-        """This call with its KEYS and ARGV as the bytes sent (redis-py sends bytes as they are:
-        a call laid out once is encoded once)."""
-        args = [_encoded(value) for value in self.args]
-        return replace(self, keys=[_encoded(k) for k in self.keys], args=args)
 
     def bound(self, **values: Any) -> Call[R]:
         """This call with other values of single ARGV fields: a call is laid out once per shape

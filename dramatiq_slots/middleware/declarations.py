@@ -24,7 +24,7 @@ from ..ledger.replies import Limit
 from ..ledger.reports import key_label as reported_label
 from ..ledger.reports import printable
 from ..waiting.admits import Request
-from ..waiting.places import PLACE, place_of
+from ..waiting.places import place_of
 from . import options as opt
 from .settings import Settings, queue_capacity_where
 
@@ -232,11 +232,10 @@ class Declarations:
         if fixed is None:
             return None
         message_id = message.message_id
-        place = options.get(PLACE)
         return Request(
             **fixed,
             message_id=message_id,
-            place=place if type(place) is int and place > 0 else place_of(options, message.message_timestamp),
+            place=place_of(options, message.message_timestamp),
             listed=message_id if fixed["line_full"] == "refuse" else "",
         )
 
