@@ -165,7 +165,7 @@ def test_a_stopped_worker_gives_back_every_parked_message_and_leaves_no_line(
         wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 3, timeout=10, what="three in line")
         gate = slots._gate
         assert gate is not None
-        wait_until(lambda: len(gate.holding) == 3, timeout=10, what="three held back")
+        wait_until(lambda: gate.parking.held_back() == 3, timeout=10, what="three held back")
     finally:
         worker.stop()
     assert not redis_client.exists(slots.keys.line(limit.ledger)), "no line is left behind"

@@ -114,7 +114,7 @@ def test_other_keys_run_while_a_busy_keys_backlog_beyond_the_prefetch_waits(rabb
         # Every hot message waits in the worker: twice the threads in line, the rest held back.
         assert len(rabbit.slots.ledger.line(rabbit.hot.ledger)) == LINED
         gate = rabbit.gate()
-        wait_until(lambda: len(gate.holding) == HOT - LINED, timeout=10, what="the rest held back")
+        wait_until(lambda: gate.parking.held_back() == HOT - LINED, timeout=10, what="the rest held back")
         wait_until(lambda: len(deliveries.unacked()) == HOT, timeout=10, what="the cold keys acked")
         assert rabbit.ready() == 0
         rabbit.free_hot()
@@ -135,7 +135,7 @@ def test_a_consumer_holds_at_most_its_prefetch_and_the_bound_unacked(
         gate = rabbit.gate()
         # Renewed once (4 unacked, at most 6 allowed), not twice (8 unacked).
         wait_until(
-            lambda: len(gate.parking) + len(gate.holding) == 2 * PREFETCH, timeout=30, what="two generations"
+            lambda: len(gate.parking) == 2 * PREFETCH, timeout=30, what="two generations"
         )
         deliveries = borrowed.tracked_deliveries(worker, rabbit.queue)
         assert deliveries is not None and deliveries.renewals == 1
@@ -193,7 +193,7 @@ def test_on_an_untested_dramatiq_the_waiting_messages_keep_their_prefetch(
         rabbit.send(sync, cold=1)
         gate = rabbit.gate()
         wait_until(
-            lambda: len(gate.parking) + len(gate.holding) == PREFETCH, timeout=30, what="one prefetch waiting"
+            lambda: len(gate.parking) == PREFETCH, timeout=30, what="one prefetch waiting"
         )
         assert borrowed.tracked_deliveries(worker, rabbit.queue) is None
         # Today's behaviour: the prefetch is full of waiting messages; nothing more comes.
@@ -278,7 +278,7 @@ def test_a_tenants_backlog_beyond_the_prefetch_does_not_hide_later_tenants(rabbi
             export.send(f"cold{k}", 0)
         gate = rabbit.gate()
         wait_until(
-            lambda: len(gate.parking) + len(gate.holding) == HOT + COLD,
+            lambda: len(gate.parking) == HOT + COLD,
             timeout=30,
             what="every message fetched",
         )

@@ -12,8 +12,8 @@ ahead of everything else in the queue. So a thread never waits for a slot,
 and a waiting message costs no broker round trip. A process's claims on one ledger never
 outnumber its threads (twice them on a ledger of a capacity at most them), so a handed slot
 always finds a thread that is not running that ledger's jobs: a message refused beyond that is
-*held back* (:mod:`.held_back`: in memory, in no line), takes the place of a later claim of the
-process in that line, or tries again, by score, when one of them ends. A message waiting for
+*held back* (in memory, in no line), or takes the place of a later claim of the process in that
+line (:mod:`.parking` has the rule). A message waiting for
 a runtime key leaves its consumer's prefetch count (:mod:`.prefetch`); on Amazon SQS every message
 the gate holds is kept invisible to the other workers (:mod:`.visibility`).
 
@@ -30,13 +30,11 @@ from dramatiq.middleware import Interrupt
 
 from .. import borrowed
 from ..ledger.replies import Line
-from ..ledger.reports import HELD_BACK, PARKED
 from ..worker.claims import Hold
 from ..worker.waits import Wait
 from ..worker.wakeups import Waiter
 from .admits import Admits, Dropped, InLine, Refused, Request
-from .held_back import HeldBack, HoldingBack
-from .parking import Parking, Ticket, count_waiting
+from .parking import AGAIN, RUN, Parking, Ticket
 from .prefetch import Prefetch
 from .visibility import Visibility
 from .work_queue import GatedWorkQueue
@@ -67,15 +65,18 @@ class Gate:
         self._skipped_first = skipped_first
         self.worker = worker
         self.queue = GatedWorkQueue(self)
-        self.parking = Parking(admission, self._out_of_parking, on_tick=self._tick)
+        #: Claims of this process on one ledger (held, or parked in its line) never outnumber
+        #: :meth:`Parking.bound`: a slot handed to a parked message then finds a thread not
+        #: busy with that ledger's jobs. The messages refused beyond that are held back, in no line.
+        self.parking = Parking(
+            admission,
+            self._out,
+            threads=max(1, borrowed.worker_threads(worker)),
+            held_on=self.process.registry.held_on,
+            on_tick=self._tick,
+        )
         self.prefetch = Prefetch(worker, admission.settings.keys, stopping=self.process.stopping)
         self.visibility = Visibility(worker, admission.clock, wake=self._keep_soon)
-        #: Claims of this process on one ledger (held, or parked in its line) never outnumber
-        #: :meth:`HoldingBack.bound`: a slot handed to a parked message then finds a thread not
-        #: busy with that ledger's jobs. The messages refused beyond that are held back, in no line.
-        self.holding = HoldingBack(
-            max(1, borrowed.worker_threads(worker)), self._claims_here, in_line=self.parking.requests_on
-        )
 
     def install(self) -> None:
         """Put the gated queue in place of the worker's (before any thread reads it)."""
@@ -113,7 +114,7 @@ class Gate:
         finally:
             # A held-back message given back is in line now, or admitted, or held back again: the
             # next one may follow it.
-            self._retry(self.holding.retried(item))
+            self.parking.retried(item)
 
     def _admit(self, item: Any) -> bool:
         message = borrowed.message_of(item)
@@ -137,9 +138,9 @@ class Gate:
         try:
             if self.admission.reuse(request, id(message)) is not None:
                 return True  # a lingering hold of the same limits: no Redis, no line
-            reserved = self.holding.reserve(request) or self._take_place(request)
+            reserved = self.parking.reserve(request)
             # A message with an on_busy policy always asks: Redis decides whether it is dropped.
-            parked_on = None if reserved or request.busy else self._parked_on(request)
+            parked_on = None if reserved or request.busy else self.parking.parked_on(request)
             if parked_on is not None:
                 # Its line holds claims of this process already: a newcomer cannot be
                 # admitted before them (a freed slot goes to the line), so do not ask.
@@ -158,25 +159,11 @@ class Gate:
                 return True
             taken_from = self.prefetch.unfetch(message, answer.refused_by, grouped=bool(request.group))
             if isinstance(answer, Refused):
-                held = HeldBack(
-                    item, request, self.admission.clock.monotonic(), answer.refused_by, taken_from
+                self.parking.hold_back(item, request, answer.refused_by, taken_from)
+            else:
+                self.parking.park(
+                    answer.hold, request, item, made[-1], refused_by=answer.refused_by, taken_from=taken_from
                 )
-                self.holding.hold_back(held)
-                self._count(held, 1)
-                self.parking.ensure_thread()  # its max_wait is kept by the parking thread's ticks
-                return False
-            # From being admitted to parked in one step (see HoldingBack.parking).
-            self.holding.parking(request, self.parking.count_in)
-            reserved = False
-            self.parking.park(
-                answer.hold,
-                request,
-                item,
-                made[-1],
-                refused_by=answer.refused_by,
-                taken_from=taken_from,
-                counted=True,
-            )
             return False
         except Interrupt as e:
             return self._interrupted(request, made[-1] if made else None, item, e)
@@ -193,7 +180,7 @@ class Gate:
             raise
         finally:
             if reserved:
-                self.holding.unreserve(request)
+                self.parking.unreserve(request)  # nothing when it was parked
 
     def _interrupted(self, request: Request, waiter: Waiter | None, item: Any, error: Interrupt) -> bool:
         """An asynchronous exception meant for this thread's previous message (a time limit or an
@@ -209,7 +196,7 @@ class Gate:
     def _settle(self, waiter: Waiter | None, item: Any) -> bool:
         """An exception ended the admission of ``item``: whether it still needs a thread (False:
         parked or held back); what it left in doubt is owed."""
-        if (waiter is not None and self.parking.has(waiter)) or self.held_back(item):
+        if self.parking.has_item(item):
             return False  # parked or held back: it waits as any other
         if waiter is not None and waiter.token:
             self.process.wakeups.stop_expecting(waiter.token)
@@ -224,7 +211,7 @@ class Gate:
         A hold lost meanwhile (a strict one the heartbeat gave up) is not taken:
         the message is then admitted afresh by ``before_process_message``.
         """
-        if ticket is None:
+        if ticket is None or ticket.hold is None:
             return
         process = self.process
         try:
@@ -243,7 +230,7 @@ class Gate:
 
     def unready(self, ticket: Ticket) -> None:
         """A ready item is given back (shutdown), or its thread failed with it: release its hold."""
-        hold = self.process.registry.begin_release(ticket.hold.token)
+        hold = None if ticket.hold is None else self.process.registry.begin_release(ticket.hold.token)
         if hold is not None:
             self.process.release(hold)
 
@@ -275,7 +262,6 @@ class Gate:
     def _tick(self, now: float) -> float | None:
         """After every pass of the parking thread (at least every ``REASK_MAX_S``); seconds until
         the next pass is wanted (the next held message whose visibility is due)."""
-        self._expire_held_back(now)
         if self.paused():
             for item, ticket in self.queue.take_ready_holds():
                 self.give_back(item, ticket)
@@ -284,136 +270,34 @@ class Gate:
                 self.parking.let_go(ticket)  # out of its line; its thread takes it, to be skipped
         return self.visibility.keep()
 
-    def _out_of_parking(self, ticket: Ticket, admitted: bool) -> None:
+    def _out(self, ticket: Ticket, how: str) -> None:
+        """A waiting message leaves parking (:data:`~.parking.RUN`...): it counts in its consumer's
+        prefetch again, and goes back into the queue (given back, when the worker stops)."""
         self.prefetch.refetch(ticket.item, ticket.taken_from)
-        if self.process.stopping.is_set() and not admitted:
+        if how == RUN:
+            self.queue.ready(ticket.item, ticket)
+        elif self.process.stopping.is_set():
             self.queue.set_aside(ticket.item)
+        elif how == AGAIN:
+            self.queue.retry(ticket.item)
         else:
-            self.queue.ready(ticket.item, ticket if admitted else None)
-        if not admitted:
-            self.hold_ended(ticket.hold)  # one claim fewer on its ledgers here
+            self.queue.ready(ticket.item, None)
 
     def close(self) -> None:
         """Worker shutdown: every parked or held-back message leaves its line and is given back."""
         self.parking.close()
-        for entry in self.holding.take_all():
-            self._count(entry, -1)
-            self.prefetch.refetch(entry.item, entry.taken_from)
-            self.queue.set_aside(entry.item)
-
-    # -- holding back -------------------------------------------------------
-
-    def _claims_here(self, ledger: str) -> int:
-        """This process's claims on ``ledger``: holds (running, ready, lingering) and parked ones."""
-        return self.process.registry.held_on(ledger) + self.parking.on_ledger(ledger)
-
-    def _take_place(self, request: Request) -> bool:
-        """A message that comes before this process's last claim (by :func:`~.places.turn_ranks`)
-        in each line it may add no claim to takes those claims' places, and is reserved a place (as
-        :meth:`HoldingBack.reserve`): they leave their lines, and their messages are held back
-        (each comes back at its place when a claim of the process on its ledger ends). Whether it
-        was reserved a place."""
-        last: dict[int, Ticket] = {}
-        for ledger in self.holding.full(request):
-            ticket = self.parking.displaced_by(ledger, request)
-            if ticket is None:
-                return False
-            last[id(ticket)] = ticket
-        if not last:
-            return False
-        unparked: list[Ticket] = []
-
-        def make_room() -> None:
-            unparked.extend(t for t in last.values() if self.parking.unpark(t))
-
-        try:
-            return self.holding.reserve_after(request, make_room)
-        finally:
-            for ticket in unparked:
-                self.parking.leave_line(ticket, self._held_back_from_line)
-
-    def _held_back_from_line(self, ticket: Ticket) -> None:
-        """A parked claim that gave its place to a message before it: its message is held back
-        (counted in its consumer's prefetch, or not, as it was parked)."""
-        if self.process.stopping.is_set():
-            self.prefetch.refetch(ticket.item, ticket.taken_from)
-            self.queue.set_aside(ticket.item)
-            return
-        held = HeldBack(ticket.item, ticket.request, ticket.since, ticket.refused_by, ticket.taken_from)
-        self.holding.hold_back(held)
-        self._count(held, 1)
-
-    def _parked_on(self, request: Request) -> str | None:
-        """A ledger of the request on which this process has a parked claim (None: none)."""
-        return next((limit.ledger for limit in request.limits if self.parking.on_ledger(limit.ledger)), None)
-
-    def held_back(self, item: Any) -> bool:
-        return self.holding.holds(item)
 
     def waiting(self, item: Any) -> bool:
         """Whether ``item`` waits here: parked, or held back."""
-        return self.parking.has_item(item) or self.held_back(item)
+        return self.parking.has_item(item)
 
     def stopping(self) -> bool:
         return self.process.stopping.is_set()
 
     def hold_ended(self, hold: Hold) -> None:
         """A claim of this process on ``hold``'s ledgers ended: one held-back message may try again."""
-        if self.holding.any():
-            self._retry(self.holding.next_for(hold.ledgers))
-
-    def _retry(self, entries: list[HeldBack]) -> None:
-        for entry in entries:
-            self._count(entry, -1)
-            self.prefetch.refetch(entry.item, entry.taken_from)
-            if self.process.stopping.is_set():
-                self.queue.set_aside(entry.item)
-            else:
-                self.queue.retry(entry.item)
-
-    def _expire_held_back(self, now: float) -> None:
-        """Held back for ``max_wait``: the message goes the way of one that may not wait (not while
-        its ledger is paused: then its wait starts again)."""
-        bound = self.admission.settings.max_wait / 1000
-        for entry in self.holding.expired(now, bound, self.admission.waits_on):
-            self._count(entry, -1)
-            self.prefetch.refetch(entry.item, entry.taken_from)
-            self.queue.ready(entry.item, None)
-
-    def _count(self, entry: HeldBack, count: int) -> None:
-        count_waiting(self.process.metrics, entry.request, entry.refused_by, count)
-        self.process.changed()
-
-    # -- the report -----------------------------------------------------------
+        self.parking.claim_ended(hold.ledgers)
 
     def waits(self) -> list[Wait]:
         """This worker's parked and held-back messages, for the process report."""
-        found = [
-            Wait(
-                t.request.message_id,
-                t.request.actor,
-                t.request.queue,
-                t.refused_by or "",
-                PARKED,
-                t.since,
-                t.hold.token,
-                t.request.capacity_on(t.refused_by),
-                t.request.key_label_on(t.refused_by),
-            )
-            for t in self.parking.tickets()
-        ]
-        found += [
-            Wait(
-                e.request.message_id,
-                e.request.actor,
-                e.request.queue,
-                e.refused_by or "",
-                HELD_BACK,
-                e.since,
-                "",
-                e.request.capacity_on(e.refused_by),
-                e.request.key_label_on(e.refused_by),
-            )
-            for e in self.holding.entries()
-        ]
-        return found
+        return self.parking.waits()

@@ -49,7 +49,7 @@ class BusyKey:
     def waiting(self) -> int:
         """Messages the gate keeps waiting (parked or held back)."""
         gate = self.gate()
-        return len(gate.parking) + len(gate.holding)
+        return len(gate.parking)
 
 
 def with_slots(broker: dramatiq.Broker, client: redis.Redis, key_prefix: str) -> Slots:
