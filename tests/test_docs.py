@@ -546,3 +546,46 @@ def test_every_dotted_path_in_the_docs_imports() -> None:
     assert done.returncode == 0, done.stderr
     failed = json.loads(done.stdout.strip().splitlines()[-1])
     assert not failed, "\n".join(f"{paths[path]}: {path}: {why}" for path, why in failed.items())
+
+
+# -- the glossary and the code's names ---------------------------------------------------
+
+
+def glossary() -> dict[str, str]:
+    """docs/design.md's glossary: each row's bold term and its whole text."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    table = text[text.index("## Glossary") :]
+    table = table[: table.index("\n## ", 5)]
+    return {
+        match.group(1): line
+        for line in table.splitlines()
+        if (match := re.match(r"\| \*\*(.+?)\*\* \|", line)) is not None
+    }
+
+
+def test_every_code_name_the_glossary_cites_is_in_the_package() -> None:
+    """A name in backticks in the glossary (a class, a method, a script's verb) is a name of the
+    code: renamed or removed in the code, the glossary fails here until it follows."""
+    package = ROOT / "dramatiq_slots"
+    sources = (p.read_text() for p in package.rglob("*") if p.suffix in {".py", ".lua", ".js"})
+    names = set(re.findall(r"[A-Za-z_]\w*", " ".join(sources)))
+    cited = {
+        part
+        for row in glossary().values()
+        for name in re.findall(r"`([A-Za-z_][\w.]*)(?:\(\))?`", row)
+        for part in name.split(".")
+        if part not in {"py", "lua", "js", "md"}
+    }
+    assert cited, "the glossary cites the code's names"
+    assert sorted(cited - names) == []
+
+
+def test_the_states_a_claim_and_a_waiting_message_have_are_glossary_terms() -> None:
+    """The states the code gives a claim (``worker/claims.py``) and the ways a message waits
+    (``ledger/reports.py``) are words of the glossary, spelt as its terms spell them."""
+    from dramatiq_slots.ledger.reports import WAYS
+    from dramatiq_slots.worker import claims
+
+    terms = " / ".join(glossary())
+    states = [claims.DOUBT, claims.HELD, claims.LINGERING, claims.OWED, *WAYS]
+    assert [s for s in states if s.replace("_", " ") not in terms] == []

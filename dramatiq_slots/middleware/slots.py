@@ -517,7 +517,7 @@ class Slots(Middleware):
         # On RabbitMQ, room that a busy key's waiting messages keep may be renewed now.
         gate = self._gate
         if gate is not None:
-            gate.settled(message)
+            gate.acked(message)
 
     after_nack = after_ack
 

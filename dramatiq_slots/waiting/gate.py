@@ -103,9 +103,9 @@ class Gate:
         if not self.process.stopping.is_set():
             self.parking.wake()
 
-    def settled(self, message: Any) -> None:
+    def acked(self, message: Any) -> None:
         """``message`` was acked or nacked (see :mod:`.prefetch`)."""
-        self.prefetch.settled(message)
+        self.prefetch.acked(message)
 
     def admit(self, item: Any) -> bool:
         """Whether ``item`` may run now (admitted, uncapped, or for admit() to decide); else parked."""
@@ -173,9 +173,9 @@ class Gate:
             )
             return True
         except BaseException:
-            # The thread ends here (a greenlet killed): what it held for the message is settled,
+            # The thread ends here (a greenlet killed): what it held for the message is owed,
             # and the queue keeps the message for another thread (GatedWorkQueue.get).
-            if self._settle(made[-1] if made else None, item):
+            if self._cut_short(made[-1] if made else None, item):
                 self.process.finished(id(message))
             raise
         finally:
@@ -191,9 +191,9 @@ class Gate:
             type(error).__name__,
             request.label,
         )
-        return self._settle(waiter, item)
+        return self._cut_short(waiter, item)
 
-    def _settle(self, waiter: Waiter | None, item: Any) -> bool:
+    def _cut_short(self, waiter: Waiter | None, item: Any) -> bool:
         """An exception ended the admission of ``item``: whether it still needs a thread (False:
         parked or held back); what it left in doubt is owed."""
         if self.parking.has_item(item):

@@ -99,7 +99,7 @@ class Prefetch:
         if isinstance(taken_from, borrowed.PrefetchCount):
             taken_from.count_again(message.message_id)
 
-    def settled(self, message: Any) -> None:
+    def acked(self, message: Any) -> None:
         """``message`` was acked or nacked: on RabbitMQ its consumer may now renew (an older
         generation's ack gives the current one no room)."""
         if not self._waiting:

@@ -121,53 +121,59 @@ class Hold:
         return [Member(limit.ledger, self.token) for limit in self.limits]
 
 
+#: A claim's state on its process's record (:class:`HoldRegistry`).
+DOUBT, HELD, LINGERING, OWED = "in doubt", "held", "lingering", "owed"
+
+
+@dataclass(slots=True)
+class Claim:
+    """One claim of this process, on record from before its first ``enter`` until Redis confirms
+    its release: its hold(-to-be), its state, who decides it while in doubt, and when its expiry
+    was written and it was taken (monotonic s; None: unknown)."""
+
+    hold: Hold
+    state: str
+    owner: int = 0
+    written: float | None = None
+    since: float | None = None
+
+
 class HoldRegistry:
-    """The holds this process has, and releases still owed to Redis.
+    """The claims this process has: one :class:`Claim` each, in one state.
 
-    Thread-safe. ``held`` are refreshed on every beat; ``owed`` are claims
-    whose release has not been confirmed by Redis yet (it failed, the
-    ``enter``'s outcome is unknown, or a slot was handed to a claim that no
-    longer waits) and are retried on every beat, which also takes them out of
-    their lines. ``doubts`` are claims an admission is deciding: recorded
-    before their first ``enter``, settled once the outcome is on record (held,
-    or nothing held and in no line); while the thread that admits them is at
-    it, a beat only keeps their lines alive; left unsettled, :meth:`owe_doubts`
-    makes them owed (docs/design.md, "Release").
+    Thread-safe. :data:`HELD` ones are refreshed on every beat; :data:`OWED` ones are claims whose
+    release Redis has not confirmed yet (it failed, the ``enter``'s outcome is unknown, or a slot
+    was handed to a claim that no longer waits) and are retried on every beat, which also takes
+    them out of their lines. :data:`DOUBT` ones are claims an admission is deciding: recorded
+    before their first ``enter``, settled once the outcome is on record (held, or nothing held and
+    in no line); while the thread that admits them is at it, a beat only keeps their lines alive;
+    left unsettled, :meth:`owe_doubts` makes them owed (docs/design.md, "Release").
+    :data:`LINGERING` ones are kept between two jobs (:mod:`.lingering`): neither refreshed nor owed.
 
-    The lock also orders a release against a re-assert: :meth:`release_lock`
-    is held by the heartbeat while it re-adds lost holds, and
-    :meth:`begin_release` takes it, so a hold released by its job is never
-    re-created by a heartbeat that looked at it a moment earlier.
+    Every change of a claim is one assignment (its state, or its record), so an asynchronous
+    exception that lands between any two statements leaves it on record in one state or the next.
+    The lock also orders a release against a re-assert: :meth:`release_lock` is held by the
+    heartbeat while it re-adds lost holds, and :meth:`begin_release` takes it, so a hold released
+    by its job is never re-created by a heartbeat that looked at it a moment earlier.
     """
 
     def __init__(self, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         #: The time base of expiries' write times (``time.monotonic``, or a test's clock).
         self.monotonic = monotonic
         self._lock = threading.RLock()
-        self._held: dict[str, Hold] = {}
-        self._owed: dict[str, Hold] = {}
-        #: Claims being admitted: token -> (the claim, the thread admitting it); per thread, the
-        #: tokens it put in doubt (a hint: :meth:`owe_doubts` of one thread reads no other's).
-        self._doubts: dict[str, tuple[Hold, int]] = {}
+        self._claims: dict[str, Claim] = {}
+        #: Per thread, the tokens it put in doubt (a hint: :meth:`owe_doubts` of one thread reads
+        #: no other's).
         self._mine = threading.local()
-        #: When each hold's expiry was last written (monotonic s), where known.
-        self._written: dict[str, float] = {}
-        #: When each hold was taken (:attr:`monotonic` s), for reports.
-        self._since: dict[str, float] = {}
         # A forked child starts empty (its parent's holds are the parent's), and a lock held by
         # another thread at fork time would stay held forever in it: a fresh one (weakly, so a
         # registry can die). The hook runs in every child, so no method checks the pid.
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _after_fork(ref))
 
-    # Every method below is written for an exception that lands between any two of its
-    # statements (an asynchronous one, raised in the thread calling it): each step leaves
-    # the claim on some record, never on none. A token both held and owed counts as owed
-    # (a release was begun): it is neither refreshed nor re-asserted, and the confirmation
-    # of its release forgets both.
-
-    def _is_held(self, token: str) -> bool:
-        return token in self._held and token not in self._owed
+    def _in(self, token: str, state: str) -> Claim | None:
+        claim = self._claims.get(token)
+        return claim if claim is not None and claim.state == state else None
 
     def add(self, hold: Hold, *, written_at: float | None = None) -> None:
         """Record a hold taken (it is no longer in doubt, nor owed).
@@ -176,65 +182,65 @@ class HoldRegistry:
         known; an unknown one is never renewed implicitly (see :meth:`age_ms`).
         """
         with self._lock:
-            self._owed.pop(hold.token, None)
-            if hold.token not in self._held or hold.token not in self._since:
-                # Admitted now (a lingering hold reused by a new message too); again: as it was.
-                self._since[hold.token] = self.monotonic()
-            if written_at is not None:
-                self._written[hold.token] = written_at
-            self._held[hold.token] = hold
-            self._doubts.pop(hold.token, None)
+            was = self._claims.get(hold.token)
+            # Admitted now (a lingering hold reused by a new message too); again: as it was.
+            since = was.since if was is not None and was.state == HELD and was.since is not None else None
+            written = written_at if written_at is not None or was is None else was.written
+            self._claims[hold.token] = Claim(hold, HELD, 0, written, since or self.monotonic())
 
     def written(self, tokens: Sequence[str], at: float) -> None:
         """Expiries of these holds were written (refreshed, re-asserted) at ``at`` (monotonic)."""
         with self._lock:
             for token in tokens:
-                if token in self._held:
-                    self._written[token] = at
+                if (claim := self._in(token, HELD)) is not None:
+                    claim.written = at
 
     def age_ms(self, token: str) -> int | None:
         """How long ago the hold's expiry was written (whole ms, rounded up: never younger than it
         is), or None when unknown."""
-        with self._lock:
-            at = self._written.get(token)
+        claim = self._claims.get(token)
+        at = None if claim is None else claim.written
         return None if at is None else math.ceil((self.monotonic() - at) * 1000)
 
     def begin_release(self, token: str) -> Hold | None:
         """Stop refreshing a hold and owe its release; None when it is not ours (any more)."""
         with self._lock:
-            if not self._is_held(token):
+            claim = self._in(token, HELD)
+            if claim is None:
                 return None
-            hold = self._held[token]
-            self._owed[token] = hold
-            del self._held[token]
-            return hold
+            claim.state = OWED
+            return claim.hold
 
     def lose(self, token: str) -> Hold | None:
         """Drop a hold that is gone from the ledger: neither refreshed nor released any more."""
         with self._lock:
-            self._written.pop(token, None)
-            self._since.pop(token, None)
-            return self._held.pop(token, None)
+            claim = self._in(token, HELD)
+            if claim is not None:
+                del self._claims[token]
+            return None if claim is None else claim.hold
 
     def linger(self, token: str) -> None:
         """Stop refreshing a hold without owing its release (it lingers, see :mod:`.lingering`)."""
         with self._lock:
-            self._held.pop(token, None)
+            if (claim := self._in(token, HELD)) is not None:
+                claim.state = LINGERING
 
     def owe(self, hold: Hold) -> None:
         """Owe a release of ``hold`` (its members and its line entries): no longer held, nor in doubt."""
         with self._lock:
-            self._owed[hold.token] = hold
-            self._held.pop(hold.token, None)
-            self._doubts.pop(hold.token, None)
+            was = self._claims.get(hold.token)
+            if was is None:
+                self._claims[hold.token] = Claim(hold, OWED)
+            else:
+                was.hold, was.state = hold, OWED
 
     def owe_stray(self, hold: Hold) -> bool:
         """Owe a release of a slot handed to ``hold``'s token unless the token is on record; whether owed."""
         with self._lock:
-            token = hold.token
-            if token in self._held or token in self._owed or token in self._doubts:
+            was = self._claims.get(hold.token)
+            if was is not None and was.state != LINGERING:
                 return False  # held or admitted (the slot is its own), or owed for all its ledgers
-            self._owed[token] = hold
+            self.owe(hold)
             return True
 
     def doubt(self, hold: Hold, *, owner: int | None = None) -> None:
@@ -249,12 +255,18 @@ class HoldRegistry:
                 mine = self._mine.tokens = set()
             mine.add(hold.token)  # before the record: an exception between the two leaves a hint only
         with self._lock:
-            self._doubts[hold.token] = (hold, threading.get_ident() if owner is None else owner)
+            was = self._claims.get(hold.token)
+            if was is None or was.state != HELD:
+                written, since = (None, None) if was is None else (was.written, was.since)
+                self._claims[hold.token] = Claim(
+                    hold, DOUBT, threading.get_ident() if owner is None else owner, written, since
+                )
 
     def clear_doubt(self, token: str) -> None:
         """A claim in doubt holds nothing and is in no line: nothing to owe."""
         with self._lock:
-            self._doubts.pop(token, None)
+            if self._in(token, DOUBT) is not None:
+                del self._claims[token]
 
     def owe_doubts(self, thread: int | None = None) -> list[Hold]:
         """Owe a release of every claim in doubt of ``thread`` (None: of every thread); those owed.
@@ -269,16 +281,13 @@ class HoldRegistry:
             mine = getattr(self._mine, "tokens", None)
             if not mine:
                 return owed  # this thread put nothing in doubt since it last looked
-        tokens = list(self._doubts if mine is None else mine)
+        tokens = list(self._claims if mine is None else mine)
         with self._lock:
             for token in tokens:
-                hold, owner = self._doubts.get(token, (None, None))
-                if hold is None or (thread is not None and owner != thread):
-                    continue
-                if not self._is_held(token):
-                    self._owed[token] = hold
-                    owed.append(hold)
-                del self._doubts[token]
+                claim = self._in(token, DOUBT)
+                if claim is not None and (thread is None or claim.owner == thread):
+                    claim.state = OWED
+                    owed.append(claim.hold)
         if mine is not None:
             mine.difference_update(tokens)  # after: an exception before it leaves the hints
         return owed
@@ -286,84 +295,69 @@ class HoldRegistry:
     def owe_doubt(self, token: str) -> Hold | None:
         """Owe a release of the claim ``token`` if it is in doubt, whoever decides it; the hold owed."""
         with self._lock:
-            entry = self._doubts.pop(token, None)
-            if entry is None or self._is_held(token):
+            claim = self._in(token, DOUBT)
+            if claim is None:
                 return None
-            self._owed[token] = entry[0]
-            return entry[0]
+            claim.state = OWED
+            return claim.hold
 
     def paid(self, tokens: Sequence[str]) -> None:
         """Forget owed releases that Redis has now confirmed."""
         with self._lock:
             for token in tokens:
-                if token in self._owed:
-                    del self._owed[token]
-                    self._held.pop(token, None)  # a release begun and interrupted: it is gone too
-                if token not in self._held:
-                    self._written.pop(token, None)
-                    self._since.pop(token, None)
+                if self._in(token, OWED) is not None:
+                    del self._claims[token]
+
+    def _all(self, state: str) -> list[Claim]:
+        with self._lock:
+            return [claim for claim in self._claims.values() if claim.state == state]
 
     def snapshot(self) -> tuple[list[Hold], list[Hold]]:
         """``(held, owed)`` as lists, for one beat."""
         with self._lock:
-            held = [hold for token, hold in self._held.items() if token not in self._owed]
-            return held, list(self._owed.values())
+            return [c.hold for c in self._all(HELD)], [c.hold for c in self._all(OWED)]
 
     def held_on(self, ledger: str) -> int:
         """How many holds (not owed) have a member on ``ledger``."""
-        with self._lock:
-            return sum(
-                1
-                for token, hold in self._held.items()
-                if token not in self._owed and any(limit.ledger == ledger for limit in hold.limits)
-            )
+        return sum(1 for c in self._all(HELD) if any(limit.ledger == ledger for limit in c.hold.limits))
 
     def owed_unadmitted(self) -> int:
         """How many owed releases are of claims never known to be admitted (an ``enter`` whose
         answer never came): each may hold nothing at all."""
-        with self._lock:
-            return sum(1 for token in self._owed if token not in self._since)
+        return sum(1 for claim in self._all(OWED) if claim.since is None)
 
     def in_doubt(self) -> list[Hold]:
         """The claims in doubt: a beat keeps their lines alive."""
-        with self._lock:
-            return [hold for hold, _ in self._doubts.values()]
+        return [claim.hold for claim in self._all(DOUBT)]
 
     def held_since(self) -> list[tuple[Hold, float]]:
         """Every hold with when it was taken (:attr:`monotonic` s), for a process report."""
-        with self._lock:
-            now = self.monotonic()
-            return [
-                (hold, self._since.get(token, now))
-                for token, hold in self._held.items()
-                if token not in self._owed
-            ]
+        now = self.monotonic()
+        return [(c.hold, now if c.since is None else c.since) for c in self._all(HELD)]
 
     def since(self, token: str) -> float | None:
         """When a hold was taken (:attr:`monotonic` s), if it is on record."""
-        with self._lock:
-            return self._since.get(token)
+        claim = self._claims.get(token)
+        return None if claim is None else claim.since
 
     def is_held(self, token: str) -> bool:
-        with self._lock:
-            return self._is_held(token)
+        return self._in(token, HELD) is not None
 
     def is_owed(self, token: str) -> bool:
-        with self._lock:
-            return token in self._owed
+        return self._in(token, OWED) is not None
 
     def hold(self, token: str) -> Hold | None:
-        with self._lock:
-            return self._held.get(token) if self._is_held(token) else None
+        claim = self._in(token, HELD)
+        return None if claim is None else claim.hold
 
     def __len__(self) -> int:
         """Claims on record: held, owed or in doubt (the heartbeat runs while there are any)."""
         with self._lock:
-            return len(self._held.keys() | self._owed.keys() | self._doubts.keys())
+            return sum(1 for claim in self._claims.values() if claim.state != LINGERING)
 
     def _reset_after_fork(self) -> None:
         self._lock = threading.RLock()
-        self._held, self._owed, self._doubts, self._written, self._since = {}, {}, {}, {}, {}
+        self._claims = {}
 
     @contextmanager
     def release_lock(self) -> Iterator[None]:
