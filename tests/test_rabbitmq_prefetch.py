@@ -134,9 +134,7 @@ def test_a_consumer_holds_at_most_its_prefetch_and_the_bound_unacked(
         rabbit.send(sync, cold=1)
         gate = rabbit.gate()
         # Renewed once (4 unacked, at most 6 allowed), not twice (8 unacked).
-        wait_until(
-            lambda: len(gate.parking) == 2 * PREFETCH, timeout=30, what="two generations"
-        )
+        wait_until(lambda: len(gate.parking) == 2 * PREFETCH, timeout=30, what="two generations")
         deliveries = borrowed.tracked_deliveries(worker, rabbit.queue)
         assert deliveries is not None and deliveries.renewals == 1
         assert len(deliveries.unacked()) == 2 * PREFETCH <= PREFETCH + prefetch.UNFETCHED_PER_QUEUE
@@ -192,9 +190,7 @@ def test_on_an_untested_dramatiq_the_waiting_messages_keep_their_prefetch(
     with running_worker(rabbit.broker, threads=THREADS) as worker:
         rabbit.send(sync, cold=1)
         gate = rabbit.gate()
-        wait_until(
-            lambda: len(gate.parking) == PREFETCH, timeout=30, what="one prefetch waiting"
-        )
+        wait_until(lambda: len(gate.parking) == PREFETCH, timeout=30, what="one prefetch waiting")
         assert borrowed.tracked_deliveries(worker, rabbit.queue) is None
         # Today's behaviour: the prefetch is full of waiting messages; nothing more comes.
         assert rabbit.ready() == HOT - PREFETCH + 1
