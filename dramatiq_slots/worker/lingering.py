@@ -171,14 +171,18 @@ class LingeringHolds:
         return idle | {hold.token for hold in self._due}
 
     def end_on(self, ledger: str) -> None:
-        """No more reuse on ``ledger`` (an operator changed its controls): lingering holds on it
-        are released now, and holds in use on it are released when their jobs end."""
+        """No more reuse on ``ledger`` ("": on any): lingering holds on it are released now, and
+        holds in use on it are released when their jobs end."""
+
+        def on(limits: tuple[Limit, ...]) -> bool:
+            return not ledger or any(limit.ledger == ledger for limit in limits)
+
         with self._cond:
             self._check_fork()
             for token, (_, limits) in list(self._windows.items()):
-                if any(limit.ledger == ledger for limit in limits):
+                if on(limits):
                     del self._windows[token]
-            doomed = [key for key in self._idle if any(limit.ledger == ledger for limit in key)]
+            doomed = [key for key in self._idle if on(key)]
             holds = [hold for key in doomed for _, hold in self._idle.pop(key)]
             self._due.extend(holds)
         self._release_due(holds)
