@@ -385,3 +385,9 @@ def test_a_claim_that_forms_a_line_is_served_by_another_process_lingering_hold_a
     assert [r.group for r in b.probe.runs(CAPPED_SCOPE)] == ["a", "b"]
     assert lingering.token not in {h.token for h in a.holders()}
     print(f"\nMEASURE line formed: served after {took:.2f} s (window {window / 1000:.0f} s)")
+
+
+def test_the_default_window_is_a_second_or_a_third_of_hold_ttl_when_less() -> None:
+    assert Slots().settings.reuse_ms == 1_000
+    assert Slots(hold_ttl=2_000).settings.reuse_ms == 666, "a short hold_ttl is not refused for the default"
+    assert Slots(hold_ttl=2_000, reuse_window=0).settings.reuse_ms == 0
