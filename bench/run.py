@@ -279,12 +279,12 @@ from dramatiq_slots.failpoints import ENV as FAILPOINT_ENV  # noqa: E402
 
 #: Slots with the middleware's defaults, spelled out (nothing is killed here, so the hold ttl
 #: only sets the heartbeat's rate: 60 s holds refreshed every 10 s). Waiting in line: up to
-#: 30 s; reuse window 100 ms; deferral backoff 100..5000 ms.
+#: 30 s; reuse window 1 s; deferral backoff 100..5000 ms.
 SLOTS_SETTINGS = {
     "hold_ttl": 60_000,
     "beat_interval": 10_000,
     "max_wait": 30_000,
-    "reuse_window": 100,
+    "reuse_window": 1_000,
     "defer_min_backoff": 100,
     "defer_max_backoff": 5_000,
 }

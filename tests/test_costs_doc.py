@@ -134,6 +134,13 @@ def rows(client: redis.Redis, prefix: str) -> Iterator[Row]:
         holder = s.admit(full)
         first = s.token("p2")
         yield Row("`enter`, refused, joins a new line", s.measure(lambda: s.join(full, first)))
+        wide = s.limit("wide", 4)
+        for _ in range(4):
+            s.admit(wide)
+        yield Row(
+            "`enter`, refused, joins a new line of capacity 4 or more (tells the lingering holds)",
+            s.measure(lambda: s.join(wide, s.token("p2"))),
+        )
         second = s.token("p1")
         yield Row(
             "`enter`, refused, joins a line (the busy path while a backlog waits)",

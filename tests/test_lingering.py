@@ -16,7 +16,7 @@ from dramatiq.brokers.redis import RedisBroker
 from redis.cluster import RedisCluster
 
 from dramatiq_slots import Slots
-from dramatiq_slots.ledger import Ledger, Limit
+from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.middleware.deferral import MessageDeferred
 from dramatiq_slots.worker.claims import Hold
 from dramatiq_slots.worker.lingering import LingeringHolds, roomy
@@ -25,6 +25,7 @@ from tests.support.fake_clock import make, request_for
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
 from tests.support.servers import Server
 from tests.support.waiting import up_a_while, wait_until
+from tests.support.worker_groups import CAPPED_QUEUE, CAPPED_SCOPE, WorkerFleet
 
 Q = (Limit("p:queue:q", 8),)
 
@@ -193,6 +194,7 @@ def _take_over_at(ledger: Ledger, queue: Limit, at: int) -> tuple[int, bool]:
         return lines, taken
     finally:
         process.lingering.release_all()
+        process.heartbeat.stop()
         heartbeat, _ = process.started
         if heartbeat is not None:
             heartbeat.stop()
@@ -289,3 +291,103 @@ def test_no_reuse_under_contention_so_the_line_keeps_its_order(
 def test_reuse_window_is_checked(window: int, pattern: str) -> None:
     with pytest.raises(ValueError, match=rf"Slots\(reuse_window=\.\.\.\): {pattern}"):
         Slots(hold_ttl=3_000, reuse_window=window)
+
+
+@pytest.mark.parametrize("home", ["", "q:lines"])
+def test_a_line_that_forms_is_told_once_on_the_prefixs_controls_channel(
+    engine_ledger: Ledger, home: str
+) -> None:
+    """``enter`` publishes ``line <ledger>`` on ``{<prefix>}:controls`` (whatever the ledger's home)
+    when a claim joins a line nobody waited in; nothing when a line is there already (a second
+    waiter, a re-ask), nor on a ledger of capacity below 4, where no hold is ever roomy."""
+    ledger = engine_ledger
+    channel = ledger.keys.controls()
+    pubsub = ledger.client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
+    try:
+        pubsub.subscribe(channel)
+        assert (
+            wait_until(lambda: pubsub.get_message(timeout=0.1), timeout=10, what="subscribed")["type"]
+            == "subscribe"
+        )
+        wide, narrow = (
+            Limit(ledger.keys.queue("wide", home=home), 4),
+            Limit(ledger.keys.queue("narrow", home=home), 3),
+        )
+        waiters = []
+        for limit in (wide, narrow):
+            for i in range(limit.capacity):
+                assert ledger.enter(f"h:1:{i}:{limit.ledger}", [limit], ttl_ms=60_000).admitted
+            for i in range(2):
+                token = f"w:1:{i}:{limit.ledger}"
+                entered = ledger.enter(token, [limit], ttl_ms=60_000, line=Line.JOIN, place=i + 1)
+                assert entered.in_line
+                waiters.append((token, limit))
+        for token, limit in waiters:  # re-asks, still in line
+            assert ledger.enter(token, [limit], ttl_ms=60_000, line=Line.KEEP, place=1).in_line
+        ledger.client.publish(channel, "end")
+        heard: list[str] = []
+        while not heard or heard[-1] != "end":
+            message = wait_until(lambda: pubsub.get_message(timeout=0.1), timeout=10, what="the next message")
+            heard.append(message["data"].decode())
+    finally:
+        pubsub.close()
+    assert heard == [f"line {wide.ledger}", "end"]
+
+
+def test_a_line_formed_ends_lingering_there_without_a_beat_and_a_resubscription_everywhere(
+    ledger: Ledger,
+) -> None:
+    admission, _ = make(ledger, reuse_window=20_000)
+    process = admission.process
+    pokes: list[int] = []
+    process.heartbeat.poke = lambda: pokes.append(1)  # type: ignore[method-assign]
+    one, two = Limit(ledger.keys.queue("one"), 8), Limit(ledger.keys.queue("two"), 8)
+    try:
+        for key, limit in enumerate((one, two)):
+            admission.admit(request_for(limit), key, deferrals=0, defer=lambda ms, why: MessageDeferred(why))
+            process.finished(key)
+        assert len(process.lingering) == 2
+        process.control_changed(f"line {one.ledger}")  # what the wake-up thread hears
+        assert ledger.holders(one.ledger) == [] and len(ledger.holders(two.ledger)) == 1
+        assert pokes == [], "a line that forms is no control's change: no beat"
+        process.control_changed("")  # subscribed again: anything may have been missed
+        assert ledger.holders(two.ledger) == [] and len(process.lingering) == 0
+        assert pokes == [1]
+    finally:
+        process.lingering.release_all()
+        process.heartbeat.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_claim_that_forms_a_line_is_served_by_another_process_lingering_hold_at_once(
+    make_fleet: Callable[..., WorkerFleet], key_prefix: str
+) -> None:
+    # Two hosts on one ledger, each fed by a broker namespace of its own. Host a lingers on a hold
+    # admitted while the queue (cap 4) was empty, for a window of 30 s; the other 3 slots are then
+    # taken; host b's message joins the line. It runs as soon as host a hears that the line formed
+    # and gives its hold back, not when the window ends.
+    window = 30_000
+    a = make_fleet(namespace=f"{key_prefix}-a", capacity=4, reuse_window=window, hold_ttl=3 * window)
+    b = make_fleet(namespace=f"{key_prefix}-b", capacity=4)
+    groups = a.start_group("a", threads=1), b.start_group("b", threads=1)
+    a.wait_ready(*groups)
+    queue = Limit(a.ledger.keys.queue(CAPPED_QUEUE), 4)
+    first = a.send_capped(1)
+    a.wait_all_ran(first, timeout=30)
+    (lingering,) = wait_until(a.holders, timeout=10, what="host a's hold to linger")
+    for i in range(3):
+        assert a.ledger.enter(f"other:1:1:{i}", [queue], ttl_ms=3 * window).admitted
+    sent = time.monotonic()
+    second = b.send_capped(1, start=1)
+    b.wait_all_ran(second, timeout=10)
+    took = time.monotonic() - sent
+    assert [r.group for r in b.probe.runs(CAPPED_SCOPE)] == ["a", "b"]
+    assert lingering.token not in {h.token for h in a.holders()}
+    print(f"\nMEASURE line formed: served after {took:.2f} s (window {window / 1000:.0f} s)")
+
+
+def test_the_default_window_is_a_second_or_a_third_of_hold_ttl_when_less() -> None:
+    assert Slots().settings.reuse_ms == 1_000
+    assert Slots(hold_ttl=2_000).settings.reuse_ms == 666, "a short hold_ttl is not refused for the default"
+    assert Slots(hold_ttl=2_000, reuse_window=0).settings.reuse_ms == 0

@@ -279,6 +279,7 @@ class Ledger:
                     "capacity": [limit.capacity for limit in limits],
                     "busy": codes,
                     "waiting": bounds,
+                    "channel": self.keys.controls(),
                 },
             )
 

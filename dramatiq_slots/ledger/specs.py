@@ -379,6 +379,7 @@ ENTER = ScriptSpec(
         arg("known", Kind.NATURAL),
         arg("waiting", Kind.NATURAL, per="n"),
         arg("listed", Kind.TEXT),
+        arg("channel", Kind.TEXT),
     ),
     shapes=("{1, replay, m1, .., mn, c1, .., cn, f1, .., fn}", "{0, i, w, p, d, s, o}"),
     parse=_entered,

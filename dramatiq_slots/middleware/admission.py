@@ -97,7 +97,7 @@ class Admission:
         # Not on a paused ledger either: a control's change ends lingering there at once
         # (SlotsProcess.control_changed, and follow), and enter admits no new hold there.
         process = self.process
-        if not self.settings.reuse_window or request.suffix:
+        if not self.settings.reuse_ms or request.suffix:
             return None
         lingering = process.lingering.reuse(request.limits, claim=process.registry.doubt)
         if lingering is None:
@@ -334,11 +334,11 @@ class Admission:
             return distrust
         hold = hold.fenced(answer.entered.fences, answer.entered.capacities)
         if (
-            self.settings.reuse_window
+            self.settings.reuse_ms
             and not request.suffix
             and roomy(answer.entered.capacities, answer.entered.members)
         ):
-            process.lingering.reusable(hold, self.settings.reuse_window)
+            process.lingering.reusable(hold, self.settings.reuse_ms)
         process.running(message_key, hold, answer.written_at)
         return None
 

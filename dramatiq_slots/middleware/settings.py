@@ -50,7 +50,8 @@ class Settings:
     defer_max_backoff: int
     queue_capacities: Mapping[str, int]
     max_wait: int
-    reuse_window: int
+    #: None: ``min(1000, hold_ttl // 3)``.
+    reuse_window: int | None
     wait_replicas: int
     wait_replicas_timeout: int
     on_lost_hold: opt.LostHoldMode
@@ -90,8 +91,9 @@ class Settings:
         opt.at_most_third(opt.positive_int(self.beat_ms, where), hold_ttl, where)
         opt.backoff_bounds(self.defer_min_backoff, self.defer_max_backoff, "Slots")
         opt.non_negative_int(self.max_wait, _setting("max_wait"))
-        where = _setting("reuse_window")
-        opt.at_most_third(opt.non_negative_int(self.reuse_window, where), hold_ttl, where)
+        if self.reuse_window is not None:
+            where = _setting("reuse_window")
+            opt.at_most_third(opt.non_negative_int(self.reuse_window, where), hold_ttl, where)
         opt.non_negative_int(self.wait_replicas, _setting("wait_replicas"))
         opt.positive_int(self.wait_replicas_timeout, _setting("wait_replicas_timeout"))
         opt.lost_hold_mode(self.on_lost_hold, _setting("on_lost_hold"))
@@ -124,6 +126,11 @@ class Settings:
     def beat_ms(self) -> int:
         """The beat interval in force: ``beat_interval``, else ``hold_ttl // 6``."""
         return self.beat_interval if self.beat_interval is not None else max(1, self.hold_ttl // 6)
+
+    @property
+    def reuse_ms(self) -> int:
+        """The reuse window in force: ``reuse_window``, else 1 s, or ``hold_ttl // 3`` when less."""
+        return self.reuse_window if self.reuse_window is not None else min(1_000, self.hold_ttl // 3)
 
     @property
     def settle_ms(self) -> int:

@@ -96,7 +96,7 @@ class Slots(Middleware):
         defer_max_backoff: int = 5_000,
         queue_capacities: Mapping[str, int] | None = None,
         max_wait: int = 30_000,
-        reuse_window: int = 100,
+        reuse_window: int | None = None,
         wait_replicas: int = 0,
         wait_replicas_timeout: int = 100,
         on_lost_hold: opt.LostHoldMode = opt.REASSERT,

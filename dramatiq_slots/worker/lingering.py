@@ -7,18 +7,25 @@ most a quarter full (:func:`roomy`) may serve further messages of the same
 ledgers in this process, without asking Redis, for ``window`` milliseconds
 after that admission. Between two such jobs it *lingers*: it stays in the
 ledger, counted like any hold, and the next message with exactly the same
-ledgers takes it over. When the window has passed it is released at the end
-of its current job, or by this module's thread if it is lingering, and the
-next message asks Redis again, which gives a fresh view of the room.
+ledgers takes it over. When the window has passed, or a line formed on one
+of its ledgers, it is released at the end of its current job, or at once if
+it is lingering, and the next message asks Redis again, which gives a fresh
+view of the room.
 
 What this costs and bounds, by construction:
 - the cap is never exceeded: a lingering hold is a member of the ledger;
 - a process holds at most as many lingering holds as it has threads;
-- the order of a line is not kept for a reused slot: a claim that joins a
-  line while another process reuses its slot waits at most one window plus
-  one job longer than it would in strict FIFO order; and a line only forms
+- a line that forms ends lingering on its ledger at once, in every process
+  (:meth:`LingeringHolds.end_on`): ``enter.lua`` tells the controls channel,
+  and the release hands the slot to the line. A process that did not hear it
+  (Pub/Sub is at-most-once; a process without the gate does not listen; a
+  message may come before the admission it is about is marked reusable)
+  keeps the hold to the end of its window: a claim in line then waits at
+  most one window plus one job longer than in strict FIFO order. A process
+  whose subscription comes back ends all its lingering. A line only forms
   once more than three quarters of the cap were taken by others since the
   admission that made the hold reusable;
+- an idle process keeps a slot it no longer uses for at most one window;
 - a lingering hold is visible in the ledger (``status``) while it waits;
 - an operator's change to a ledger's controls ends lingering on it at once
   (:meth:`LingeringHolds.end_on`): the next message asks Redis, which applies it.
@@ -171,14 +178,18 @@ class LingeringHolds:
         return idle | {hold.token for hold in self._due}
 
     def end_on(self, ledger: str) -> None:
-        """No more reuse on ``ledger`` (an operator changed its controls): lingering holds on it
-        are released now, and holds in use on it are released when their jobs end."""
+        """No more reuse on ``ledger`` ("": on any): lingering holds on it are released now, and
+        holds in use on it are released when their jobs end."""
+
+        def on(limits: tuple[Limit, ...]) -> bool:
+            return not ledger or any(limit.ledger == ledger for limit in limits)
+
         with self._cond:
             self._check_fork()
             for token, (_, limits) in list(self._windows.items()):
-                if any(limit.ledger == ledger for limit in limits):
+                if on(limits):
                     del self._windows[token]
-            doomed = [key for key in self._idle if any(limit.ledger == ledger for limit in key)]
+            doomed = [key for key in self._idle if on(key)]
             holds = [hold for key in doomed for _, hold in self._idle.pop(key)]
             self._due.extend(holds)
         self._release_due(holds)

@@ -173,12 +173,13 @@ class SlotsProcess:
 
     # -- the operators' controls -------------------------------------------------
 
-    def control_changed(self, ledger: str) -> None:
-        """An operator changed ``ledger``'s controls (told on the controls channel; "": maybe some):
+    def control_changed(self, message: str) -> None:
+        """A message of the controls channel: ``line <ledger>``, a line formed there (enter.lua): no
+        more reuse there; else an operator changed ``<ledger>``'s controls ("": maybe any, unheard):
         no more reuse there, and a beat now, which hands a raise's room to the line."""
-        if ledger:
-            self.lingering.end_on(ledger)
-        if self._heartbeat is not None:
+        ledger = message.removeprefix("line ")
+        self.lingering.end_on(ledger)
+        if ledger == message and self._heartbeat is not None:
             self._heartbeat.poke()
 
     def follow(self, declared: Declared, mine: Sequence[Limit]) -> None:

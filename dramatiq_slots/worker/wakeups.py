@@ -41,7 +41,8 @@ a wake-up never proves a hold: :attr:`Wakeups.proven`).
 
 The same connection also listens on the operators' controls channel
 (:mod:`dramatiq_slots.ledger.controls`): each message names a ledger whose controls
-changed, and goes to ``on_control``.
+changed, or, as ``line <ledger>``, one where a line formed (``enter.lua``), and goes to
+``on_control`` (``""`` after a resubscription: anything may have been missed).
 
 :meth:`Wakeups.handle` is one message, callable without the thread.
 """
@@ -124,7 +125,7 @@ class Wakeups:
       on_stray: called with ``(token, ledger)`` for a slot handed to a claim
         nobody here waits for.
       controls_channel: the operators' controls channel; ``on_control`` is called
-        with the ledger each of its messages names.
+        with each of its messages (see the module's docstring).
       expiry_to_written: when (monotonic) a hold expiring at this Redis millisecond was
         written, at the earliest; None when it cannot tell (see :class:`Waiter`).
     """
@@ -286,7 +287,7 @@ class Wakeups:
                         # Anything published before this moment was lost.
                         self.wake_all()
                         if resubscribed and self.on_control is not None:
-                            self.on_control("")  # a control may have changed unheard: beat now
+                            self.on_control("")  # a control may have changed, a line formed, unheard
                         resubscribed = True
                     elif message.get("type") == "message":
                         if self.controls_channel is not None and _text(message.get("channel")) == (

@@ -47,6 +47,8 @@
 --                   one); 0 = no bound
 -- ARGV[3n+7]        listed (text): the message's id on its backlogs, taken off when
 --                   it is admitted or dropped; '' = on none
+-- ARGV[3n+8]        channel (text): the operators' controls channel (the prefix's,
+--                   whatever the home), where a line that forms is told
 --
 -- Returns Entered: {1, replay, m1, .., mn, c1, .., cn, f1, .., fn}
 --                       admitted; replay = 1 when the token already held every
@@ -91,6 +93,13 @@
 -- All or nothing: a claim refused on any ledger holds none of them; a slot
 -- it was handed on another ledger is given back (to whoever asks next).
 --
+-- A line forms: a claim that joins (line 1) the line of a ledger of capacity 4 or more
+-- where no claim waited (neither its line nor its turns existed) PUBLISHes 'line <ledger>'
+-- on the channel (a ledger's name begins with '{'), so that every worker process gives
+-- back the slots it keeps there between jobs (worker/lingering.py; a ledger of capacity
+-- below 4 never has one). A claim joining a line that was there already, or asking again
+-- (line 2), publishes nothing.
+--
 -- Lines expire: a claim that joins a line (or takes its place again) makes
 -- that line's key live at least ttl / 2 more (PTTL, then PEXPIRE to ttl when
 -- less is left: relative, so still no TIME on the refusal path); the beats of
@@ -99,8 +108,8 @@
 
 -- include: args
 local n = (#KEYS - 2) / 6
-if n < 1 or n ~= math.floor(n) or #ARGV ~= 3 * n + 7 then return bad(0, 'count') end
-local listed = ARGV[3 * n + 7]
+if n < 1 or n ~= math.floor(n) or #ARGV ~= 3 * n + 8 then return bad(0, 'count') end
+local listed, channel = ARGV[3 * n + 7], ARGV[3 * n + 8]
 local token, ttl, line, place = ARGV[1], integer(ARGV[2], 1), tonumber(ARGV[3]), tonumber(ARGV[4])
 if token == '' then return bad(1, 'token') end
 if not ttl then return bad(2, 'ttl') end
@@ -184,7 +193,9 @@ if refused > 0 then
         and T.waiting(R, token) >= most[refused] then
       return {0, refused, 0, paused[refused] and 1 or 0, 0, unsettled, 1}
     end
+    local formed = line == 1 and caps[refused] >= 4 and not T.waits(R)
     T.join(R, token, ARGV[4])
+    if formed then redis.call('PUBLISH', channel, 'line ' .. KEYS[refused]) end
   end
   return {0, refused, line > 0 and 1 or 0, paused[refused] and 1 or 0, 0, unsettled, 0}
 end
