@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -146,6 +148,57 @@ def test_interrupts_racing_the_end_of_bodies_never_fire_outside_them() -> None:
     assert done.is_set()
     assert counts["outside"] == 0, counts
     assert counts["inside"] > 0, counts  # the race was really run
+
+
+#: Run in a fresh interpreter: an interrupt that fired in its body, then a trace function.
+_INTERRUPTED_THEN_TRACED = """
+import sys, threading
+from dramatiq_slots.worker.interrupts import Bodies, HoldLost
+
+bodies, started, go, outcome = Bodies(), threading.Event(), threading.Event(), []
+ended, leave = threading.Event(), threading.Event()
+
+def job():
+    started.set()
+    go.wait()  # in C: the interrupt is set meanwhile, and fires as the wait returns
+
+def worker_thread():
+    bodies.bind("claim-1")
+    try:
+        bodies.wrap(job)()
+    except HoldLost:
+        outcome.append("interrupted")
+    bodies.unbind()
+    ended.set()
+    leave.wait()  # a worker thread lives on, to take the next message
+
+thread = threading.Thread(target=worker_thread)
+thread.start()
+started.wait()
+assert bodies.interrupt("claim-1")
+go.set()
+ended.wait()
+def trace(frame, event, arg):  # a debugger's, or coverage's, later in the process
+    return trace
+
+sys.settrace(trace)
+(lambda: sum(range(3)))()
+sys.settrace(None)
+leave.set()
+thread.join()
+print(*outcome, "then traced")
+"""
+
+
+def test_an_interrupt_leaves_no_signal_behind_that_would_hang_a_debugger_or_coverage() -> None:
+    """The end of an interrupted body withdraws a raise that may not have fired. Withdrawn with
+    ``PyThreadState_SetAsyncExc(NULL)`` (as it was), CPython keeps its "asynchronous exception
+    pending" signal set for good: the next trace function installed in the process hung it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_THEN_TRACED], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["interrupted", "then", "traced"]
 
 
 # -- one heartbeat tick, strict holds ---------------------------------------------------

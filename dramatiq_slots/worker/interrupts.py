@@ -59,15 +59,30 @@ def on_greenlets() -> bool:
     return bool(monkey.is_module_patched("threading"))
 
 
-def _raise_in(thread_id: int) -> bool:
-    """Set :class:`HoldLost` to be raised in a thread at its next bytecode; False if no such thread."""
+def _raise_in(thread_id: int, error: type[BaseException] = HoldLost) -> bool:
+    """Set ``error`` to be raised in a thread at its next bytecode; False if no such thread."""
     set_async = ctypes.pythonapi.PyThreadState_SetAsyncExc
-    return int(set_async(ctypes.c_ulong(thread_id), ctypes.py_object(HoldLost))) == 1
+    return int(set_async(ctypes.c_ulong(thread_id), ctypes.py_object(error))) == 1
 
 
-def _cancel_pending(thread_id: int) -> None:
-    """Withdraw an asynchronous exception set on a thread that has not raised it yet."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.c_void_p(None))
+class _Spent(BaseException):
+    """An asynchronous exception withdrawn: it fires, and is caught, where it does no harm."""
+
+
+def _spend_pending() -> None:
+    """Withdraw an asynchronous exception set on this thread that has not fired yet.
+
+    It is replaced by :class:`_Spent`, which fires here and is caught. Clearing it instead
+    (``PyThreadState_SetAsyncExc`` with NULL) leaves CPython's interpreter-wide "an asynchronous
+    exception is pending" signal set for good, and from then on any trace function
+    (``sys.settrace``: a debugger, coverage) hangs the whole process at its first call.
+    """
+    try:
+        if _raise_in(threading.get_ident(), _Spent):  # it may fire as soon as the call returns
+            for _ in range(100):  # or at a backward jump, where the interpreter looks for one
+                pass
+    except _Spent:
+        pass
 
 
 class Bodies:
@@ -141,7 +156,7 @@ class Bodies:
                         # Raised but maybe not fired (the body had just returned): it must
                         # not fire later, outside the actor call.
                         self._raised.discard(thread_id)
-                        _cancel_pending(thread_id)
+                        _spend_pending()
 
         body.__dict__["_dramatiq_slots_bodies"] = self
         return body  # type: ignore[return-value]
