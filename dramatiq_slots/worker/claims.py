@@ -145,9 +145,9 @@ class HoldRegistry:
     release Redis has not confirmed yet (it failed, the ``enter``'s outcome is unknown, or a slot
     was handed to a claim that no longer waits) and are retried on every beat, which also takes
     them out of their lines. :data:`DOUBT` ones are claims an admission is deciding: recorded
-    before their first ``enter``, settled once the outcome is on record (held, or nothing held and
+    before their first ``enter``, decided once the outcome is on record (held, or nothing held and
     in no line); while the thread that admits them is at it, a beat only keeps their lines alive;
-    left unsettled, :meth:`owe_doubts` makes them owed (docs/design.md, "Release").
+    left undecided, :meth:`owe_doubts` makes them owed (docs/design.md, "Release").
     :data:`LINGERING` ones are kept between two jobs (:mod:`.lingering`): neither refreshed nor owed.
 
     Every change of a claim is one assignment (its state, or its record), so an asynchronous
@@ -273,7 +273,7 @@ class HoldRegistry:
 
         For when that thread no longer admits them (an exception ended its
         admission, or the worker stopped). A claim held meanwhile is only
-        settled: its hold is on record.
+        decided: its hold is on record.
         """
         owed: list[Hold] = []
         mine: set[str] | None = None
@@ -342,9 +342,6 @@ class HoldRegistry:
 
     def is_held(self, token: str) -> bool:
         return self._in(token, HELD) is not None
-
-    def is_owed(self, token: str) -> bool:
-        return self._in(token, OWED) is not None
 
     def hold(self, token: str) -> Hold | None:
         claim = self._in(token, HELD)

@@ -366,7 +366,7 @@ class SlotsProcess:
 
     def owe_doubts(self) -> None:
         """Owe a release (leave and withdraw) of each claim this thread was admitting and left
-        unsettled: an exception ended its admission, wherever it landed."""
+        undecided: an exception ended its admission, wherever it landed."""
         owed = self.registry.owe_doubts(threading.get_ident())
         if not owed:
             return

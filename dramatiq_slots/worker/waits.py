@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..ledger.reports import RECENT_ADMISSIONS, RECENT_DEFERRALS, RECENT_DROPS
@@ -74,8 +73,3 @@ class Recent:
         """``(deferred, dropped, admitted)``, oldest first."""
         with self._lock:
             return list(self._deferred), list(self._dropped), list(self._admitted.copy())
-
-
-def first_ledger(ledgers: Iterable[str]) -> str:
-    """The first of ``ledgers`` ("" for none): where a message of several ledgers is listed."""
-    return next(iter(ledgers), "")

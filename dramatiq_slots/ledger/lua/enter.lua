@@ -193,7 +193,13 @@ if refused > 0 then
         and T.waiting(R, token) >= most[refused] then
       return {0, refused, 0, paused[refused] and 1 or 0, 0, unsettled, 1}
     end
-    local formed = line == 1 and caps[refused] >= 4 and not T.waits(R)
+    local formed = false
+    if line == 1 and caps[refused] >= 4 then
+      -- Neither key: nobody waits, and T.join need not ask for turns; both: turns. (Not T.waits:
+      -- with one of the two it makes T.join read the line's head.)
+      local found = redis.call('EXISTS', R.line, R.turns)
+      if found ~= 1 then R.grouped, formed = found == 2, found == 0 end
+    end
     T.join(R, token, ARGV[4])
     if formed then redis.call('PUBLISH', channel, 'line ' .. KEYS[refused]) end
   end
