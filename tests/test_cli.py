@@ -330,12 +330,24 @@ def test_help_documents_the_exit_codes() -> None:
 # -- status --watch ---------------------------------------------------------------------------
 
 
+def _ctrl_c_as_from_a_terminal() -> None:
+    """In the child, before it runs: SIGINT back to its default. A test run started in the
+    background of a shell inherits SIGINT ignored, and Python then installs no handler for it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Watched:
     """A running ``status --watch``, its stdout lines collected by a thread."""
 
     def __init__(self, args: list[str]) -> None:
+        ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         self.process = subprocess.Popen(
-            [*MODULE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=user_env()
+            [*MODULE, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=user_env(),
+            preexec_fn=_ctrl_c_as_from_a_terminal if ignored else None,  # only then: one call, rare
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
