@@ -60,6 +60,7 @@ from dramatiq.worker import CONSUMER_RESTART_DELAY_SECS, POST_PROCESS_MESSAGE_RE
 
 from .config import ACTORS, CAPPED, COALESCE, queue_scope
 from .history import COMPLETED, KILLED, RAISED, Copy, Event, Record, Run, read
+from .nemesis import LEDGER
 
 #: A run may start this long (us) after a change of its capacity under the old one: it was
 #: admitted (or handed its slot while parked) before the change, and waited for a thread.
@@ -238,7 +239,8 @@ def _attribute_rerun(
             return fault
         if fault.kind not in kinds:
             continue
-        on_its_host = fault.target == first.group or fault.kind == "broker-restart"
+        # A fault of the ledger's Redis (a restart, CLIENT PAUSE) reaches every host at once.
+        on_its_host = fault.target in (first.group, LEDGER) or fault.kind == "broker-restart"
         # The earlier run's own host, around the earlier run; or any kill or stop while the message
         # was between runs (a deferral whose ack was cut short redelivers the original).
         if (

@@ -24,6 +24,9 @@ from typing import Any, Protocol
 from .config import CAPPED, HOT_KEY, PARTNER_KEY, STRICT, SoakConfig, key_scope, queue_scope
 from .history import History
 
+#: The target of a fault of the ledger's Redis: every host at once.
+LEDGER = "ledger"
+
 logger = logging.getLogger("soak.nemesis")
 
 
@@ -127,9 +130,9 @@ def schedule(seed: int, seconds: float, config: SoakConfig, *, mean_gap_s: float
         elif kind == "blackhole":
             duration = rng.uniform(0.5, 2.5)
         elif kind in ("ledger-restart-empty", "ledger-restart-durable"):
-            target, duration = "ledger", rng.uniform(0.2, 1.0)
+            target, duration = LEDGER, rng.uniform(0.2, 1.0)
         elif kind == "client-pause":
-            target, duration = "ledger", rng.uniform(0.3, 1.5)
+            target, duration = LEDGER, rng.uniform(0.3, 1.5)
         elif kind == "broker-restart":
             target, duration = "broker", rng.uniform(0.5, 2.0)
         elif kind == "capacity-override":

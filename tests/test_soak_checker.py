@@ -13,8 +13,8 @@ import pytest
 
 from soak import checker
 from soak.config import SoakConfig
-from soak.history import COMPLETED, KILLED, Copy, Event, Record, Run, Sample, Sent, Write
-from soak.nemesis import KINDS, Nemesis, resource, schedule
+from soak.history import COMPLETED, KILLED, RAISED, Copy, Event, Record, Run, Sample, Sent, Write
+from soak.nemesis import KINDS, LEDGER, Nemesis, resource, schedule
 
 S = 1_000_000  # one second, in us
 T0 = 1_000 * S  # the soak's start
@@ -139,6 +139,21 @@ def test_an_extra_run_is_attributed_to_the_kill_that_cut_the_first_short() -> No
     verdict = h.verdict()
     assert verdict.passed, verdict.failures
     assert verdict.figures["messages"]["extra_runs_by_fault"] == {"kill": 1}
+
+
+@pytest.mark.parametrize("kind", ["ledger-restart-durable", "ledger-restart-empty", "client-pause"])
+def test_a_strict_job_stopped_while_the_ledger_was_down_is_retried_on_any_host(kind: str) -> None:
+    """A fault of the ledger's Redis reaches every host: a strict job whose hold lapsed (or was lost
+    and could not be taken back) in it raised, and its retry is no unexplained run (soak seed
+    766178341: three ledger restarts in 5 s stopped a strict job on A, retried on A)."""
+    h = History()
+    h.run(620.0, 621.9, message="m", group="A", scope=STRICT, strict=True, outcome=RAISED)
+    h.run(624.3, 624.6, message="m", group="A", scope=STRICT, strict=True)
+    assert failures(h, "messages: 1 extra run(s) no fault explains")
+    h.fault(1, kind, LEDGER, 620.8, 621.6)
+    verdict = h.verdict()
+    assert verdict.passed, verdict.failures
+    assert verdict.figures["messages"]["extra_runs_by_fault"] == {kind: 1}
 
 
 def test_an_extra_run_on_a_host_paused_past_the_brokers_heartbeat_is_attributed_to_the_pause() -> None:
