@@ -316,8 +316,8 @@ class Parking:
             self.ensure_thread()  # its max_wait (and its asks, in line) are kept by the thread
 
     def _out(self, ticket: Ticket, how: str) -> None:
-        """A ticket off the record leaves parking; a claim in line that ends lets a held-back
-        message of its ledgers try again."""
+        """A ticket off the record leaves parking (its claim expects no wake-up any more); a claim
+        in line that ends lets a held-back message of its ledgers try again."""
         self._counted(ticket, -1)
         lined = ticket.hold is not None
         if ticket.hold is not None:
@@ -423,7 +423,6 @@ class Parking:
     def _admitted(self, ticket: Ticket, answer: Answer) -> None:
         assert ticket.hold is not None
         ticket.hold = ticket.hold.fenced(answer.entered.fences, answer.entered.capacities)
-        self.process.wakeups.stop_expecting(ticket.hold.token)
         self.process.registry.add(ticket.hold, written_at=answer.written_at)
         self.process.heartbeat.ensure_started()
         self._out(ticket, RUN)

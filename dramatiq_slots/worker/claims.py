@@ -319,7 +319,12 @@ class HoldRegistry:
 
     def held_on(self, ledger: str) -> int:
         """How many holds (not owed) have a member on ``ledger``."""
-        return sum(1 for c in self._all(HELD) if any(limit.ledger == ledger for limit in c.hold.limits))
+        with self._lock:  # per admission: counted in place, no list of every hold
+            return sum(
+                1
+                for c in self._claims.values()
+                if c.state == HELD and any(limit.ledger == ledger for limit in c.hold.limits)
+            )
 
     def owed_unadmitted(self) -> int:
         """How many owed releases are of claims never known to be admitted (an ``enter`` whose
