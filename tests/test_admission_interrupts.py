@@ -334,7 +334,7 @@ def test_an_exception_wherever_it_lands_in_admission_or_release_leaves_nothing_a
                     h.process.finished(KEY)
                     h.process.heartbeat.tick()
             # Not a leak: a lingering hold still lingers (in its window, in the ledger).
-            h.process.lingering.release_all()
+            h.process.end_reuse()
             h.assert_nothing_left(*limits)
             return interrupt
 

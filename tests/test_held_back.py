@@ -158,25 +158,32 @@ def test_a_newcomer_before_the_last_claim_in_line_takes_its_place(ledger: Ledger
     place: that claim leaves the ledger's line and its message is held back (it comes back first
     when a claim ends); a newcomer after every claim in line takes none."""
     admission, _ = make(ledger, max_wait=30_000)
-    queue = Limit(ledger.keys.queue("q"), 1)
-    assert ledger.enter("other:1:1:1", [queue], ttl_ms=60_000).admitted
-    parking, out = rules(1, admission=admission)  # capacity 1, one thread: two claims at most
-    tokens, items = [], {place: f"item-{place}" for place in (10, 30)}
-    for place in items:
-        r = replace(request(place, queue.ledger), limits=(queue,))
-        assert parking.reserve(r)
-        waiter = parking.waiter()
-        answer = admission.admit_or_park(r, place, lambda w=waiter: w)  # type: ignore[misc]
-        assert isinstance(answer, InLine)
-        parking.park(answer.hold, r, items[place], waiter, refused_by=queue.ledger)
-        tokens.append(answer.hold.token)
-    assert ledger.line(queue.ledger) == tokens
-    assert not parking.reserve(replace(request(40, queue.ledger), limits=(queue,))), "after both: no place"
-    newcomer = replace(request(20, queue.ledger), limits=(queue,))
-    assert parking.reserve(newcomer)
-    assert ledger.line(queue.ledger) == tokens[:1], "the last claim left the line"
-    assert parking.held_back() == 1 and parking.has_item(items[30]) and out == []
-    parking.unreserve(newcomer)
-    parking.claim_ended([queue.ledger])
-    assert given_back(out) == ["item-30"]
-    admission.process.heartbeat.stop()
+    try:
+        queue = Limit(ledger.keys.queue("q"), 1)
+        assert ledger.enter("other:1:1:1", [queue], ttl_ms=60_000).admitted
+        parking, out = rules(1, admission=admission)  # capacity 1, one thread: two claims at most
+        tokens, items = [], {place: f"item-{place}" for place in (10, 30)}
+        for place in items:
+            r = replace(request(place, queue.ledger), limits=(queue,))
+            assert parking.reserve(r)
+            waiter = parking.waiter()
+            answer = admission.admit_or_park(r, place, lambda w=waiter: w)  # type: ignore[misc]
+            assert isinstance(answer, InLine)
+            parking.park(answer.hold, r, items[place], waiter, refused_by=queue.ledger)
+            tokens.append(answer.hold.token)
+        assert ledger.line(queue.ledger) == tokens
+        assert not parking.reserve(replace(request(40, queue.ledger), limits=(queue,))), (
+            "after both: no place"
+        )
+        newcomer = replace(request(20, queue.ledger), limits=(queue,))
+        assert parking.reserve(newcomer)
+        assert ledger.line(queue.ledger) == tokens[:1], "the last claim left the line"
+        assert parking.held_back() == 1 and parking.has_item(items[30]) and out == []
+        parking.unreserve(newcomer)
+        parking.claim_ended([queue.ledger])
+        assert given_back(out) == ["item-30"]
+    finally:  # its threads, which would outlive the test's servers
+        heartbeat, wakeups = admission.process.started
+        for thread in (heartbeat, wakeups):
+            if thread is not None:
+                thread.stop()

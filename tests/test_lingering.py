@@ -18,8 +18,9 @@ from redis.cluster import RedisCluster
 from dramatiq_slots import Slots
 from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.middleware.deferral import MessageDeferred
-from dramatiq_slots.worker.claims import Hold
-from dramatiq_slots.worker.lingering import LingeringHolds, roomy
+from dramatiq_slots.worker.claims import LINGERING, Hold, HoldRegistry
+from dramatiq_slots.worker.clock import SYSTEM_CLOCK
+from dramatiq_slots.worker.lingering import roomy
 from dramatiq_slots.worker.process import SlotsProcess
 from tests.support.fake_clock import make, request_for
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker
@@ -41,102 +42,115 @@ def test_roomy_means_every_ledger_at_most_a_quarter_full() -> None:
     assert not roomy((), ()), "no count (a handed slot): no reuse"
 
 
-def test_a_parked_hold_is_taken_by_the_next_claim_on_the_same_ledgers_within_its_window() -> None:
-    released: list[Hold] = []
-    holds = LingeringHolds(released.append)
+class Clock:
+    """The registry's monotonic time, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _held(registry: HoldRegistry, hold: Hold, window_ms: int) -> None:
+    """``hold`` admitted and running, reusable for ``window_ms``."""
+    registry.add(hold, written_at=registry.monotonic(), window_ms=window_ms)
+
+
+def test_a_lingering_hold_is_taken_by_the_next_claim_on_the_same_limits_within_its_window() -> None:
+    clock = Clock()
+    registry = HoldRegistry(monotonic=clock)
     hold = Hold("h:1:1:1", Q)
-    holds.reusable(hold, 10_000)
-    assert holds.linger(hold)
-    assert holds.reuse((Limit("p:queue:other", 8),)) is None
-    assert holds.reuse(Q) is hold
-    assert holds.reuse(Q) is None, "taken once"
-    assert holds.linger(hold), "still in its window after a reuse"
-    holds.release_all()
-    assert released == [hold]
-    assert not holds.linger(hold), "no lingering while stopped"
-    holds.resume()
+    _held(registry, hold, 10_000)
+    assert registry.linger(hold.token) == 110.0, "lingers until its window ends"
+    assert registry.tokens(LINGERING) == [hold.token] and len(registry) == 0, "on record, not beaten"
+    assert registry.reuse((Limit("p:queue:other", 8),)) is None
+    assert registry.reuse(Q) is hold
+    assert registry.reuse(Q) is None, "taken once"
+    assert registry.in_doubt() == [hold], "in doubt until its admission records it"
+    registry.add(hold)
+    assert registry.linger(hold.token) == 110.0, "still in its window after a reuse: the same window"
+    assert registry.linger(hold.token) == 110.0, "a job's end run twice: still lingering"
+    assert registry.end_reuse() == [hold], "owed, for its release now"
+    assert registry.snapshot() == ([], [hold])
+    assert registry.reuse(Q) is None
 
 
-def test_a_hold_not_marked_reusable_is_not_parked() -> None:
-    holds = LingeringHolds(lambda h: None)
-    assert not holds.linger(Hold("h:1:1:2", Q))
+def test_a_hold_without_a_window_or_past_it_does_not_linger() -> None:
+    clock = Clock()
+    registry = HoldRegistry(monotonic=clock)
+    plain, late = Hold("h:1:1:2", Q), Hold("h:1:1:3", Q)
+    _held(registry, plain, 0)
+    _held(registry, late, 50)
+    clock.now += 0.05
+    assert registry.linger(plain.token) is None and registry.linger(late.token) is None
+    assert registry.snapshot() == ([plain, late], []), "their releases are their jobs' ends'"
 
 
-def _recording() -> tuple[LingeringHolds, list[Hold], threading.Event]:
-    """Lingering holds whose releases are recorded, and an event set at the first."""
-    released = threading.Event()
-    got: list[Hold] = []
-
-    def release(hold: Hold) -> None:
-        got.append(hold)
-        released.set()
-
-    return LingeringHolds(release), got, released
+def test_no_hold_lingers_while_reuse_is_stopped() -> None:
+    registry = HoldRegistry(monotonic=Clock())
+    hold = Hold("h:1:1:4", Q)
+    _held(registry, hold, 10_000)
+    registry.reusing = False
+    assert registry.linger(hold.token) is None
 
 
-def test_a_lingering_hold_is_released_by_the_thread_when_its_window_ends() -> None:
-    holds, got, released = _recording()
-    hold = Hold("h:1:1:3", Q)
-    holds.reusable(hold, 50)
-    began = time.monotonic()
-    assert holds.linger(hold)
-    assert released.wait(5)
-    assert got == [hold] and time.monotonic() - began >= 0.04
-    assert holds.reuse(Q) is None
-    assert len(holds) == 0
+def test_a_window_that_ends_makes_the_lingering_hold_owed_and_says_when_the_next_ends() -> None:
+    clock = Clock()
+    registry = HoldRegistry(monotonic=clock)
+    soon, later, in_use = Hold("h:1:1:5", Q), Hold("h:1:1:6", (Limit("p:queue:o", 8),)), Hold("h:1:1:7", Q)
+    _held(registry, soon, 50)
+    _held(registry, later, 500)
+    _held(registry, in_use, 200)
+    assert registry.linger(soon.token) and registry.linger(later.token)
+    assert registry.expired() == ([], 100.05)
+    clock.now += 0.05
+    assert registry.expired() == ([soon], 100.2), "the window of a hold in use counts too"
+    assert registry.snapshot() == ([in_use], [soon]), "owed until Redis confirms its release"
+    assert registry.reuse(Q) is None
+    clock.now += 1
+    assert registry.expired() == ([later], None)
 
 
-def test_a_job_ending_within_the_threads_next_wake_does_not_wake_it() -> None:
-    """The thread also wakes when a window of a hold in use ends, so the end of that hold's job
-    (a linger per message) needs no notify: each would cost a thread switch."""
-    holds, got, released = _recording()
-    in_use, other = Hold("h:1:1:20", Q), Hold("h:1:1:21", (Limit("p:queue:other", 8),))
-    holds.reusable(other, 60_000)
-    holds.reusable(in_use, 3_000)
-    assert holds.linger(other)  # starts the thread, which now waits for in_use's window
-    wait_until(lambda: holds._wakes_at < float("inf"), timeout=2, what="the thread waits")
-    notified: list[int] = []
-    notify = holds._cond.notify
-
-    def counted(n: int = 1) -> None:
-        notified.append(n)
-        notify(n)
-
-    holds._cond.notify = counted  # type: ignore[method-assign]
-    assert holds.linger(in_use)
-    assert notified == [], "the thread wakes when its window ends already"
-    assert released.wait(10)
-    assert got == [in_use], "released at its window's end, by the thread"
-    holds.release_all()
-    holds.resume()
+def test_a_line_on_one_ledger_ends_reuse_there_only() -> None:
+    registry = HoldRegistry(monotonic=Clock())
+    other = (Limit("p:queue:o", 8),)
+    here, there, busy = Hold("h:1:1:8", Q), Hold("h:1:1:9", other), Hold("h:1:1:10", Q)
+    for hold in (here, there, busy):
+        _held(registry, hold, 10_000)
+    assert registry.linger(here.token) and registry.linger(there.token)
+    assert registry.end_reuse(Q[0].ledger) == [here]
+    assert registry.linger(busy.token) is None, "in use there: released at its job's end"
+    assert registry.reuse(other) is there
 
 
-def test_holds_stay_on_record_while_an_earlier_release_of_their_batch_waits_for_redis() -> None:
-    """The report lists ``tokens()``: a hold whose window ended stays there until its own release
-    has begun (then the registry owes it), even while the release before it hangs."""
-    first_began, let_go = threading.Event(), threading.Event()
-    got: list[str] = []
+def test_a_slot_handed_to_a_lingering_claim_is_its_own() -> None:
+    registry = HoldRegistry(monotonic=Clock())
+    hold = Hold("h:1:1:11", Q)
+    _held(registry, hold, 10_000)
+    assert registry.linger(hold.token)
+    assert not registry.owe_stray(Hold(hold.token, Q, "stray"))
+    assert registry.reuse(Q) is hold
 
-    def release(hold: Hold) -> None:
-        got.append(hold.token)
-        if hold.token == "h:1:1:10":
-            first_began.set()
-            assert let_go.wait(10)
 
-    holds = LingeringHolds(release)
-    first, second = Hold("h:1:1:10", Q), Hold("h:1:1:11", (Limit("p:queue:other", 8),))
-    for hold in (first, second):
-        holds.reusable(hold, 10_000)
-        assert holds.linger(hold)
-    assert holds.tokens() == ["h:1:1:10", "h:1:1:11"], "lingering: on record"
-    done = threading.Thread(target=holds.release_all)
-    done.start()
-    assert first_began.wait(10)
-    assert holds.tokens() == ["h:1:1:10", "h:1:1:11"], "the second waits behind the first: still on record"
-    let_go.set()
-    done.join(10)
-    assert got == ["h:1:1:10", "h:1:1:11"] and holds.tokens() == []
-    holds.resume()
+def test_the_heartbeat_releases_a_lingering_hold_when_its_window_ends(ledger: Ledger) -> None:
+    admission, _ = make(ledger, reuse_window=200)
+    process = admission.process
+    process.clock = SYSTEM_CLOCK  # the heartbeat's thread waits in real time
+    process.registry.monotonic = time.monotonic
+    queue = Limit(ledger.keys.queue("roomy"), 8)
+    try:
+        hold = admission.admit(request_for(queue), 1, deferrals=0, defer=lambda ms, why: MessageDeferred(why))
+        began = time.monotonic()
+        process.finished(1)
+        assert process.registry.tokens(LINGERING) == [hold.token]
+        assert [h.token for h in ledger.holders(queue.ledger)] == [hold.token], "in the ledger meanwhile"
+        wait_until(lambda: not ledger.holders(queue.ledger), timeout=10, what="its release")
+        assert time.monotonic() - began >= 0.15, "not before its window ends"
+        assert process.registry.snapshot() == ([], []) and process.registry.tokens(LINGERING) == []
+    finally:
+        process.end_reuse()
+        process.heartbeat.stop()
 
 
 def _take_over_at(ledger: Ledger, queue: Limit, at: int) -> tuple[int, bool]:
@@ -187,13 +201,12 @@ def _take_over_at(ledger: Ledger, queue: Limit, at: int) -> tuple[int, bool]:
         if other.ident is not None:
             other.join(10)
             assert not other.is_alive()
-        process.lingering.release_all()
-        process.lingering.join()
+        process.end_reuse()
         assert ledger.holders(queue.ledger) == [], f"taken over at line {at}: left in the ledger"
         assert len(process.registry) == 0
         return lines, taken
     finally:
-        process.lingering.release_all()
+        process.end_reuse()
         process.heartbeat.stop()
         heartbeat, _ = process.started
         if heartbeat is not None:
@@ -346,15 +359,15 @@ def test_a_line_formed_ends_lingering_there_without_a_beat_and_a_resubscription_
         for key, limit in enumerate((one, two)):
             admission.admit(request_for(limit), key, deferrals=0, defer=lambda ms, why: MessageDeferred(why))
             process.finished(key)
-        assert len(process.lingering) == 2
+        assert len(process.registry.tokens(LINGERING)) == 2
         process.control_changed(f"line {one.ledger}")  # what the wake-up thread hears
         assert ledger.holders(one.ledger) == [] and len(ledger.holders(two.ledger)) == 1
         assert pokes == [], "a line that forms is no control's change: no beat"
         process.control_changed("")  # subscribed again: anything may have been missed
-        assert ledger.holders(two.ledger) == [] and len(process.lingering) == 0
+        assert ledger.holders(two.ledger) == [] and process.registry.tokens(LINGERING) == []
         assert pokes == [1]
     finally:
-        process.lingering.release_all()
+        process.end_reuse()
         process.heartbeat.stop()
 
 

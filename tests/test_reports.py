@@ -308,12 +308,13 @@ def test_a_holds_admission_time_is_its_messages_a_reused_hold_starts_again() -> 
     now = [100.0]
     registry = HoldRegistry(monotonic=lambda: now[0])
     hold = Hold("h:1:1:1", (Limit("{p}:queue:q", 1),), "job(m-1)", actor="job", message_id="m-1")
-    registry.add(hold)
+    registry.add(hold, window_ms=60_000)
     now[0] = 105.0
     registry.add(hold)  # the gate's take, after parking's handoff: the same admission
     assert registry.since(hold.token) == 100.0
-    registry.linger(hold.token)  # its job ended; the hold lingers for the next message of its limits
+    assert registry.linger(hold.token)  # its job ended; it lingers for the next message of its limits
     now[0] = 107.0
+    assert registry.reuse(hold.limits) is hold
     registry.add(hold)  # reused by the next message: admitted now, for it
     assert registry.since(hold.token) == 107.0
 

@@ -1,8 +1,8 @@
 """``Worker.stop()`` with Slots takes no longer than without it.
 
-Slots runs three threads of its own in a worker process: the heartbeat, the
-wake-up subscription (which blocks in reads of up to half a second) and the
-lingering-hold releaser. Stopping a worker must not wait for any of them. The
+Slots runs two threads of its own in a worker process: the heartbeat (which
+also releases lingering holds) and the wake-up subscription (which blocks in
+reads of up to half a second). Stopping a worker must not wait for any of them. The
 test times ``Worker.stop()`` on in-process workers of two StubBrokers, one
 with Slots (a capped actor, ``max_wait`` > 0: every thread is running) and
 one without, best of three each, and checks that Slots' threads are gone
@@ -20,6 +20,7 @@ import redis
 from dramatiq.brokers.stub import StubBroker
 
 from dramatiq_slots import Slots
+from dramatiq_slots.worker.claims import LINGERING
 from tests.support.servers import RedisTarget
 from tests.support.waiting import wait_until
 
@@ -55,8 +56,10 @@ def _timed_stop(redis_url: str, key_prefix: str, *, with_slots: bool) -> float:
         job.send()
         wait_until(ran.is_set, timeout=10, what="the message to run")
         if slots is not None:
-            wait_until(lambda: len(slots.process.lingering) == 1, timeout=10, what="its hold to linger")
-            assert slots.heartbeat.running and slots.wakeups.running and slots.process.lingering.running
+            wait_until(
+                lambda: len(slots.registry.tokens(LINGERING)) == 1, timeout=10, what="its hold to linger"
+            )
+            assert slots.heartbeat.running and slots.wakeups.running
     finally:
         started = time.perf_counter()
         worker.stop()
@@ -65,7 +68,6 @@ def _timed_stop(redis_url: str, key_prefix: str, *, with_slots: bool) -> float:
         # Joined, every one of them, by the time stop() returns.
         assert not slots.heartbeat.running
         assert not slots.wakeups.running
-        assert not slots.process.lingering.running
         assert slots.registry.snapshot() == ([], [])  # the lingering hold was released
         assert slots.in_use("stopping") == 0
         slots.ledger.client.close()  # built from url=: its pool is this test's to close

@@ -99,7 +99,7 @@ class Admission:
         process = self.process
         if not self.settings.reuse_ms or request.suffix:
             return None
-        lingering = process.lingering.reuse(request.limits, claim=process.registry.doubt)
+        lingering = process.registry.reuse(request.limits)
         if lingering is None:
             return None
         # Its expiry's age is still on record (lingering does not forget it).
@@ -333,13 +333,9 @@ class Admission:
             process.release(process.registry.begin_release(hold.token) or hold)
             return distrust
         hold = hold.fenced(answer.entered.fences, answer.entered.capacities)
-        if (
-            self.settings.reuse_ms
-            and not request.suffix
-            and roomy(answer.entered.capacities, answer.entered.members)
-        ):
-            process.lingering.reusable(hold, self.settings.reuse_ms)
-        process.running(message_key, hold, answer.written_at)
+        reusable = not request.suffix and roomy(answer.entered.capacities, answer.entered.members)
+        window = self.settings.reuse_ms if reusable else 0
+        process.running(message_key, hold, answer.written_at, window_ms=window)
         return None
 
     def distrust(self, entered: Entered, written_at: float | None) -> str | None:

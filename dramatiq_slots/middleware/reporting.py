@@ -26,7 +26,7 @@ from ..ledger.reports import (
     ReportWrite,
 )
 from ..waiting.gate import Gate
-from ..worker.claims import Hold, this_process
+from ..worker.claims import LINGERING, Hold, this_process
 from ..worker.process import SlotsProcess
 from ..worker.waits import Event, Wait
 from .declarations import Declarations
@@ -93,7 +93,7 @@ class Reporter:
             holds=holds,
             owed=[hold.token for hold in process.registry.snapshot()[1]],
             waiting=[hold.token for hold in process.registry.in_doubt()],
-            lingering=process.lingering.tokens(),
+            lingering=process.registry.tokens(LINGERING),
             clock_ms=ms(now),
             clock="redis" if known is not None else "wall",
             threads=self.threads,

@@ -298,7 +298,7 @@ class Slots(Middleware):
         self._broker = broker
         process = self.process
         process.stopping.clear()
-        process.lingering.resume()
+        process.resume_reuse()
         if type(self.metrics_in_force.current) is Metrics:
             self.metrics_in_force.use(metrics_for(broker.middleware, self.keys))
         process.metrics.forget_dead_processes()
@@ -394,7 +394,7 @@ class Slots(Middleware):
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         process = self.process
         process.stopping.set()
-        process.lingering.release_all()
+        process.end_reuse()
         if self._gate is not None:
             self._gate.close()  # parked messages leave their lines; Worker.stop requeues them
         heartbeat, wakeups = process.started
@@ -407,7 +407,6 @@ class Slots(Middleware):
         heartbeat, wakeups = self.process.started
         if wakeups is not None:
             wakeups.stop()
-        self.process.lingering.join()
         if heartbeat is not None:
             heartbeat.stop()
             # No worker thread admits any more: a claim still in doubt was left by an

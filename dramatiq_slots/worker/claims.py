@@ -128,14 +128,16 @@ DOUBT, HELD, LINGERING, OWED = "in doubt", "held", "lingering", "owed"
 @dataclass(slots=True)
 class Claim:
     """One claim of this process, on record from before its first ``enter`` until Redis confirms
-    its release: its hold(-to-be), its state, who decides it while in doubt, and when its expiry
-    was written and it was taken (monotonic s; None: unknown)."""
+    its release: its hold(-to-be), its state, who decides it while in doubt, when its expiry
+    was written and it was taken, and until when it may be reused (monotonic s; None, 0: unknown,
+    not reusable)."""
 
     hold: Hold
     state: str
     owner: int = 0
     written: float | None = None
     since: float | None = None
+    window: float = 0.0
 
 
 class HoldRegistry:
@@ -148,7 +150,9 @@ class HoldRegistry:
     before their first ``enter``, decided once the outcome is on record (held, or nothing held and
     in no line); while the thread that admits them is at it, a beat only keeps their lines alive;
     left undecided, :meth:`owe_doubts` makes them owed (docs/design.md, "Release").
-    :data:`LINGERING` ones are kept between two jobs (:mod:`.lingering`): neither refreshed nor owed.
+    :data:`LINGERING` ones are kept between two jobs (:mod:`.lingering`): neither refreshed nor owed,
+    until the next message of the same limits takes one over (:meth:`reuse`) or its window ends
+    (:meth:`expired`, :meth:`end_reuse`: then owed).
 
     Every change of a claim is one assignment (its state, or its record), so an asynchronous
     exception that lands between any two statements leaves it on record in one state or the next.
@@ -162,6 +166,10 @@ class HoldRegistry:
         self.monotonic = monotonic
         self._lock = threading.RLock()
         self._claims: dict[str, Claim] = {}
+        #: The lingering claims' tokens by their limits, newest last (:meth:`reuse` takes the last).
+        self._idle: dict[tuple[Limit, ...], list[str]] = {}
+        #: False from worker shutdown to the next boot: no hold lingers.
+        self.reusing = True
         #: Per thread, the tokens it put in doubt (a hint: :meth:`owe_doubts` of one thread reads
         #: no other's).
         self._mine = threading.local()
@@ -175,18 +183,21 @@ class HoldRegistry:
         claim = self._claims.get(token)
         return claim if claim is not None and claim.state == state else None
 
-    def add(self, hold: Hold, *, written_at: float | None = None) -> None:
+    def add(self, hold: Hold, *, written_at: float | None = None, window_ms: int = 0) -> None:
         """Record a hold taken (it is no longer in doubt, nor owed).
 
         ``written_at``: when its expiry was written (:attr:`monotonic`), if
         known; an unknown one is never renewed implicitly (see :meth:`age_ms`).
+        ``window_ms``: how long from now it may linger for the next message of its limits
+        (:mod:`.lingering`; 0: a reused hold keeps its window, any other gets none).
         """
         with self._lock:
             was = self._claims.get(hold.token)
             # Admitted now (a lingering hold reused by a new message too); again: as it was.
             since = was.since if was is not None and was.state == HELD and was.since is not None else None
             written = written_at if written_at is not None or was is None else was.written
-            self._claims[hold.token] = Claim(hold, HELD, 0, written, since or self.monotonic())
+            window = self.monotonic() + window_ms / 1000 if window_ms else 0.0 if was is None else was.window
+            self._claims[hold.token] = Claim(hold, HELD, 0, written, since or self.monotonic(), window)
 
     def written(self, tokens: Sequence[str], at: float) -> None:
         """Expiries of these holds were written (refreshed, re-asserted) at ``at`` (monotonic)."""
@@ -219,11 +230,78 @@ class HoldRegistry:
                 del self._claims[token]
             return None if claim is None else claim.hold
 
-    def linger(self, token: str) -> None:
-        """Stop refreshing a hold without owing its release (it lingers, see :mod:`.lingering`)."""
+    def linger(self, token: str) -> float | None:
+        """At the end of its job: keep a hold lingering, neither refreshed nor owed, while its
+        window is open; when the window ends (monotonic s), or None: it does not linger (its
+        release is the caller's). A hold lingering already says so again (a job's end run twice)."""
         with self._lock:
-            if (claim := self._in(token, HELD)) is not None:
-                claim.state = LINGERING
+            claim = self._claims.get(token)
+            if claim is None or not claim.window:
+                return None
+            if claim.state == LINGERING:
+                return claim.window
+            if claim.state != HELD or not self.reusing or claim.window <= self.monotonic():
+                return None
+            claim.state = LINGERING
+            self._idle.setdefault(claim.hold.limits, []).append(token)
+            return claim.window
+
+    def reuse(self, limits: tuple[Limit, ...]) -> Hold | None:
+        """A lingering hold of exactly these limits, still in its window, now in doubt for this
+        thread (its admission decides it: :meth:`add`), or None."""
+        mine = self._mine_tokens()
+        with self._lock:
+            for token in reversed(self._idle.get(limits, ())):
+                claim = self._claims.get(token)
+                if claim is None or claim.state != LINGERING:
+                    continue  # left by a change an exception cut short: skipped, never taken
+                if claim.window <= self.monotonic():
+                    return None  # its window ended: the heartbeat releases it (expired)
+                mine.add(token)
+                claim.state, claim.owner = DOUBT, threading.get_ident()
+                self._unidle(claim)
+                return claim.hold
+        return None
+
+    def _unidle(self, claim: Claim) -> None:
+        """Take a claim that no longer lingers out of the index (its state changed first)."""
+        limits = claim.hold.limits
+        idle = self._idle.get(limits, [])
+        if claim.hold.token in idle:
+            idle.remove(claim.hold.token)
+        if not idle:
+            self._idle.pop(limits, None)
+
+    def _owe_lingering(self, claim: Claim) -> Hold:
+        claim.state, claim.window = OWED, 0.0
+        self._unidle(claim)
+        return claim.hold
+
+    def expired(self) -> tuple[list[Hold], float | None]:
+        """Owe every lingering hold whose window ended (those owed, for their release now), and
+        when the next window of a claim ends (monotonic s; None: none open)."""
+        now = self.monotonic()
+        due: list[Hold] = []
+        nearest: float | None = None
+        with self._lock:
+            for claim in self._claims.values():
+                if claim.state == LINGERING and claim.window <= now:
+                    due.append(self._owe_lingering(claim))
+                elif claim.window > now:
+                    nearest = claim.window if nearest is None else min(nearest, claim.window)
+        return due, nearest
+
+    def end_reuse(self, ledger: str = "") -> list[Hold]:
+        """No more reuse on ``ledger`` ("": on any): lingering holds there are owed (those, for
+        their release now), and holds in use there are released when their jobs end."""
+        ended: list[Hold] = []
+        with self._lock:
+            for claim in self._claims.values():
+                if claim.window and (not ledger or any(lim.ledger == ledger for lim in claim.hold.limits)):
+                    if claim.state == LINGERING:
+                        ended.append(self._owe_lingering(claim))
+                    claim.window = 0.0
+        return ended
 
     def owe(self, hold: Hold) -> None:
         """Owe a release of ``hold`` (its members and its line entries): no longer held, nor in doubt."""
@@ -231,15 +309,17 @@ class HoldRegistry:
             was = self._claims.get(hold.token)
             if was is None:
                 self._claims[hold.token] = Claim(hold, OWED)
-            else:
-                was.hold, was.state = hold, OWED
+                return
+            lingered, was.state = was.state == LINGERING, OWED
+            if lingered:
+                self._unidle(was)
+            was.hold = hold
 
     def owe_stray(self, hold: Hold) -> bool:
         """Owe a release of a slot handed to ``hold``'s token unless the token is on record; whether owed."""
         with self._lock:
-            was = self._claims.get(hold.token)
-            if was is not None and was.state != LINGERING:
-                return False  # held or admitted (the slot is its own), or owed for all its ledgers
+            if hold.token in self._claims:
+                return False  # held, lingering or admitted (the slot is its own), or owed already
             self.owe(hold)
             return True
 
@@ -250,10 +330,8 @@ class HoldRegistry:
         :data:`~dramatiq_slots.worker.wakeups.PARKED`: no thread's :meth:`owe_doubts` owes it).
         """
         if owner is None:
-            mine = getattr(self._mine, "tokens", None)
-            if mine is None:
-                mine = self._mine.tokens = set()
-            mine.add(hold.token)  # before the record: an exception between the two leaves a hint only
+            # Before the record: an exception between the two leaves a hint only.
+            self._mine_tokens().add(hold.token)
         with self._lock:
             was = self._claims.get(hold.token)
             if was is None or was.state != HELD:
@@ -261,6 +339,12 @@ class HoldRegistry:
                 self._claims[hold.token] = Claim(
                     hold, DOUBT, threading.get_ident() if owner is None else owner, written, since
                 )
+
+    def _mine_tokens(self) -> set[str]:
+        mine: set[str] | None = getattr(self._mine, "tokens", None)
+        if mine is None:
+            mine = self._mine.tokens = set()
+        return mine
 
     def clear_doubt(self, token: str) -> None:
         """A claim in doubt holds nothing and is in no line: nothing to owe."""
@@ -307,6 +391,10 @@ class HoldRegistry:
             for token in tokens:
                 if self._in(token, OWED) is not None:
                     del self._claims[token]
+
+    def tokens(self, state: str) -> list[str]:
+        """The tokens of the claims in ``state``, sorted (for the process report)."""
+        return sorted(claim.hold.token for claim in self._all(state))
 
     def _all(self, state: str) -> list[Claim]:
         with self._lock:
@@ -359,7 +447,7 @@ class HoldRegistry:
 
     def _reset_after_fork(self) -> None:
         self._lock = threading.RLock()
-        self._claims = {}
+        self._claims, self._idle = {}, {}
 
     @contextmanager
     def release_lock(self) -> Iterator[None]:

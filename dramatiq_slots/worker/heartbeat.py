@@ -117,6 +117,8 @@ class Heartbeat:
       declared: gives the capacities this process declares, sent with every beat;
         ``on_declared`` is called with what the ledger answered, and them.
       settle_ms: how long a missing epoch keeps newcomers out (``lib/epoch.lua``; 0: off).
+      on_expired: called with each lingering hold whose window ended, which the registry now
+        owes (:meth:`HoldRegistry.expired`): releases it. The thread wakes when a window ends.
     """
 
     def __init__(
@@ -133,6 +135,7 @@ class Heartbeat:
         declared: Callable[[], Sequence[Limit]] | None = None,
         on_declared: Callable[[Declared, Sequence[Limit]], None] | None = None,
         settle_ms: int = 0,
+        on_expired: Callable[[Hold], None] | None = None,
     ) -> None:
         if beat_interval >= hold_ttl:
             raise ArgumentError(f"beat_interval ({beat_interval} ms) must be < hold_ttl ({hold_ttl} ms)")
@@ -146,6 +149,10 @@ class Heartbeat:
         self.declared = declared
         self.on_declared = on_declared
         self.settle_ms = settle_ms
+        self.on_expired = on_expired
+        #: When the thread wakes next (time.monotonic; inf: it is awake): a hold that starts to
+        #: linger with a window ending sooner wakes it (:meth:`lingers_until`).
+        self._wakes_at = float("inf")
         #: The Redis clock (ms) the last beat read, and when that beat was sent (monotonic).
         self._redis_clock: tuple[int, float] | None = None
         #: Ledgers whose keys Redis refuses (ledger -> the error), each logged once: beaten
@@ -548,7 +555,12 @@ class Heartbeat:
                 until = min(until, report_due + CARRY_S)
             if beat_at is not None:
                 until = min(until, beat_at)
+            window = self._release_expired()
+            if window is not None:
+                until = min(until, time.monotonic() + window)
+            self._wakes_at = until
             self._wake.wait(max(0.0, until - time.monotonic()))
+            self._wakes_at = float("inf")
             self._wake.clear()
             if self._stop.is_set():
                 return
@@ -578,6 +590,25 @@ class Heartbeat:
             # longer than a beat, the next one comes at once. A poke's beat is one more.
             if not poked:
                 due = max(due + interval, time.monotonic())
+
+    def _release_expired(self) -> float | None:
+        """Release the lingering holds whose window ended; seconds until the next window ends
+        (None: no window is open)."""
+        due, nearest = self.registry.expired()
+        for hold in due:
+            try:
+                if self.on_expired is not None:
+                    self.on_expired(hold)
+            except Exception:  # owed: the next beat sends it
+                logger.exception("Could not release the lingering hold %s; the next beat does.", hold.token)
+        return None if nearest is None else nearest - self.registry.monotonic()
+
+    def lingers_until(self, ends: float) -> None:
+        """A hold lingers until ``ends`` (:attr:`HoldRegistry.monotonic`): wake the thread to
+        release it then, unless it wakes by then anyway (a wake-up costs a thread switch, and
+        the thread also wakes when the windows of holds in use end)."""
+        if ends - self.registry.monotonic() < self._wakes_at - time.monotonic():
+            self._wake.set()
 
     def poke(self) -> None:
         """Beat at once, in the thread (no-op when it is not running): a control changed."""

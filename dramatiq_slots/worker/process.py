@@ -3,8 +3,7 @@
 :class:`SlotsProcess` wires the per-process parts together: the ledger (made
 on first use), the :class:`~.claims.HoldRegistry`, the
 :class:`~.heartbeat.Heartbeat`, the
-:class:`~.wakeups.Wakeups` and the
-:class:`~.lingering.LingeringHolds`. It also ends holds, on
+:class:`~.wakeups.Wakeups`. It also ends holds, on
 every path: a job's release (which hands freed slots to the line), a slot
 handed to a claim that no longer waits, and a strict hold given up by the
 heartbeat (whose job is stopped). A release Redis does not confirm is owed:
@@ -34,7 +33,6 @@ from .clock import SYSTEM_CLOCK, Clock
 from .current import track
 from .heartbeat import Heartbeat
 from .interrupts import Bodies
-from .lingering import LingeringHolds
 from .metrics import Metrics
 from .texts import control_text
 from .waits import Event, Recent
@@ -93,7 +91,6 @@ class SlotsProcess:
         self._heartbeat: Heartbeat | None = None
         self._wakeups: Wakeups | None = None
         self.registry = HoldRegistry(monotonic=clock.monotonic)
-        self.lingering = LingeringHolds(self.release)
         #: Where strict jobs' bodies start and end (an interrupt lands only inside one).
         self.bodies = Bodies()
         self.metrics = metrics if metrics is not None else Metrics()
@@ -146,6 +143,7 @@ class SlotsProcess:
                         declared=self._declared,
                         on_declared=self.follow,
                         settle_ms=self.settings.settle_ms,
+                        on_expired=self.release,
                     )
         return self._heartbeat
 
@@ -178,9 +176,21 @@ class SlotsProcess:
         more reuse there; else an operator changed ``<ledger>``'s controls ("": maybe any, unheard):
         no more reuse there, and a beat now, which hands a raise's room to the line."""
         ledger = message.removeprefix("line ")
-        self.lingering.end_on(ledger)
+        self.end_reuse(ledger)
         if ledger == message and self._heartbeat is not None:
             self._heartbeat.poke()
+
+    def end_reuse(self, ledger: str = "") -> None:
+        """No more reuse on ``ledger`` ("": on any, and none until :meth:`resume_reuse`): its
+        lingering holds are released now, its holds in use when their jobs end."""
+        if not ledger:
+            self.registry.reusing = False
+        for hold in self.registry.end_reuse(ledger):
+            self.release(hold)
+
+    def resume_reuse(self) -> None:
+        """Let holds linger again (worker boot)."""
+        self.registry.reusing = True
 
     def follow(self, declared: Declared, mine: Sequence[Limit]) -> None:
         """Take in what a beat read: the controls (one INFO line per change, the metrics), and
@@ -189,7 +199,7 @@ class SlotsProcess:
         capacities = {limit.ledger: limit.capacity for limit in mine}
         first = not self.controls.known
         for seen in self.controls.update(declared.controls, declared.redis_ms):
-            self.lingering.end_on(seen.ledger)
+            self.end_reuse(seen.ledger)
             self.metrics.controlled(seen.ledger, seen.after)
             logger.info(
                 "%s",
@@ -275,14 +285,20 @@ class SlotsProcess:
     # -- a job's hold ---------------------------------------------------------
 
     def running(
-        self, message_key: int, hold: Hold, written_at: float | None, *, reused: bool = False
+        self,
+        message_key: int,
+        hold: Hold,
+        written_at: float | None,
+        *,
+        reused: bool = False,
+        window_ms: int = 0,
     ) -> None:
-        """Record the hold of a message about to run (``written_at``: see :meth:`HoldRegistry.add`;
-        ``reused``: a lingering hold, on record already)."""
+        """Record the hold of a message about to run (``written_at``, ``window_ms``: see
+        :meth:`HoldRegistry.add`; ``reused``: a lingering hold, on record already)."""
         # Its message first, then held (and no longer in doubt): whatever an exception
         # interrupts, finished() or owe_doubts() finds the claim.
         self._here.running = (message_key, hold.token)
-        self.registry.add(hold, written_at=written_at)
+        self.registry.add(hold, written_at=written_at, window_ms=window_ms)
         if hold.strict:
             self.bodies.bind(hold.token)
         self.metrics.admitted(hold)
@@ -331,11 +347,11 @@ class SlotsProcess:
         if hold is None or hold.strict:  # a strict hold (or one given up as lost) was bound
             self.bodies.unbind()
         # Kept for the next message of the same ledgers (its window is open); not refreshed
-        # meanwhile (the window is far shorter than hold_ttl): the registry discards it under
-        # lingering's lock, so never after another thread took it over and holds it again.
-        if hold is not None and self.lingering.linger(
-            hold, on_linger=lambda h: self.registry.linger(h.token)
-        ):
+        # meanwhile (the window is far shorter than hold_ttl); the heartbeat releases it when the
+        # window ends.
+        lingers = None if hold is None else self.registry.linger(token)
+        if hold is not None and lingers is not None:
+            self.heartbeat.lingers_until(lingers)
             self._ended(message_key, hold)
             self._tell_ended(hold)
             return
@@ -367,12 +383,8 @@ class SlotsProcess:
     def owe_doubts(self) -> None:
         """Owe a release (leave and withdraw) of each claim this thread was admitting and left
         undecided: an exception ended its admission, wherever it landed."""
-        owed = self.registry.owe_doubts(threading.get_ident())
-        if not owed:
-            return
-        for hold in owed:
-            self.lingering.cancel(hold.token)
-        self.heartbeat.ensure_started()
+        if self.registry.owe_doubts(threading.get_ident()):
+            self.heartbeat.ensure_started()
 
     def leftovers(self) -> None:
         """Before this thread admits a message: end whatever its previous message left on record.
@@ -442,9 +454,7 @@ class SlotsProcess:
 
     def owe_handed(self, token: str, ledger: str) -> None:
         """A slot handed to a claim nobody here waits for: owe its release (the next beat sends it)."""
-        if self.lingering.has(token):
-            return  # the claim got in some other way and lingers: the slot is its own
-        # Unless the claim got in some other way (held, or being admitted: the slot is
+        # Unless the claim got in some other way (held, lingering, or being admitted: the slot is
         # its own), or its release is owed already, for every ledger it may hold.
         stray = Hold(token, (Limit(ledger, 1),), "slot handed to a claim that stopped waiting")
         if self.registry.owe_stray(stray):
@@ -456,8 +466,6 @@ class SlotsProcess:
             if self.registry.lose(hold.token) is None:
                 return  # released meanwhile: its job is over
             running = self.bodies.interrupt(hold.token)
-        # Outside the registry's lock: lingering takes its own lock first, then the registry's.
-        self.lingering.lose(hold.token)
         self.interrupted += 1
         self.metrics.finished(hold)
         self.metrics.interrupted(hold)
