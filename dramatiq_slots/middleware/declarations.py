@@ -224,11 +224,11 @@ class Declarations:
             # Nothing of it depends on the message: made once per actor, queue and capacity.
             known = self._fixed.get((actor.actor_name, queue_name))
             if known is None or known[0] is not actor or known[1] != queue_capacity:
-                made = self._fixed_part(actor, queue_name, queue_capacity, options, (), {})
+                made = self._fixed_part(actor, message, queue_capacity)
                 known = self._fixed[actor.actor_name, queue_name] = (actor, queue_capacity, made)
             fixed = known[2]
         else:
-            fixed = self._fixed_part(actor, queue_name, queue_capacity, options, message.args, message.kwargs)
+            fixed = self._fixed_part(actor, message, queue_capacity)
         if fixed is None:
             return None
         message_id = message.message_id
@@ -240,16 +240,12 @@ class Declarations:
         )
 
     def _fixed_part(
-        self,
-        actor: opt.ActorSlots,
-        queue_name: str,
-        queue_capacity: int | None,
-        options: Mapping[str, Any],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
+        self, actor: opt.ActorSlots, message: Any, queue_capacity: int | None
     ) -> dict[str, Any] | None:
         """A message's :class:`Request` fields but its id, label, place and listing (None: under no
-        limit)."""
+        limit). Made once for every message of its actor and queue when it has no options of its own
+        and its actor none that is a callable (then its arguments are never read)."""
+        queue_name, options, args, kwargs = message.queue_name, message.options, message.args, message.kwargs
         has_options = not opt.ACTOR_OPTIONS.isdisjoint(options)
         if has_options:
             opt.check_key_options(actor, options)
