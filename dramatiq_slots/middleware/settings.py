@@ -19,7 +19,8 @@ from redis.connection import parse_url
 from .. import borrowed
 from ..errors import ArgumentError
 from ..ledger import placement
-from ..ledger.client import URL_ENV, RedisClient
+from ..ledger.client import URL_ENV as URL_ENV  # re-exported: Slots takes it from here
+from ..ledger.client import RedisClient
 from ..ledger.keys import KeySpace
 from ..ledger.placement import Placement
 from ..worker.heartbeat import REPORT_BEATS
@@ -203,15 +204,3 @@ def global_broker_with(middleware: object) -> Any:
     if candidate is not None and middleware in candidate.middleware:
         return candidate
     return None
-
-
-#: ``URL_ENV`` lives with the ledger's client (the ``dramatiq-slots`` command reads it too).
-__all__ = [
-    "SOCKET_TIMEOUT_S",
-    "URL_ENV",
-    "Settings",
-    "check_key_labels",
-    "check_url",
-    "global_broker_with",
-    "ledger_client",
-]
