@@ -3,7 +3,7 @@
 Queue capacities come from ``Slots(queue_capacities=...)`` and from actors'
 ``queue_capacity`` options, which must agree; an actor's other options are
 checked when it is declared (:class:`~dramatiq_slots.middleware.options.ActorSlots`).
-:meth:`Declarations.request` turns one message into a
+:meth:`Declarations.request_of` turns one message into a
 :class:`~dramatiq_slots.waiting.admits.Request`: the
 limits it must hold while it runs, or None when it is under none (then
 admission costs no Redis command at all).
@@ -14,8 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from typing import Any
-
-from dramatiq import Message
 
 from ..ledger import placement
 from ..ledger.controls import MAX_CAPACITY
@@ -191,32 +189,10 @@ class Declarations:
             or not opt.ACTOR_OPTIONS.isdisjoint(options)
         )
 
-    def request(
-        self,
-        actor: opt.ActorSlots,
-        *,
-        message_id: str,
-        queue_name: str,
-        options: Mapping[str, Any],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        message_timestamp: int,
-    ) -> Request | None:
-        """The limits one message is under, or None (uncapped: no Redis command at all)."""
-        message: Message[Any] = Message(
-            queue_name,
-            actor.actor_name,
-            args,
-            dict(kwargs),
-            dict(options),
-            message_id=message_id,
-            message_timestamp=message_timestamp,
-        )
-        return self.request_of(actor, message)
-
     def request_of(self, actor: opt.ActorSlots, message: Any) -> Request | None:
-        """:meth:`request` of a dramatiq ``Message`` (or its proxy): per message, it reads only what
-        its actor's options make depend on the message."""
+        """The limits a dramatiq ``Message`` (or its proxy) of ``actor`` is under, or None (uncapped:
+        no Redis command at all). Per message, it reads only what its actor's options make depend
+        on the message."""
         queue_name, options = message.queue_name, message.options
         queue_capacity = self.queue_capacity(queue_name)
         fixed: dict[str, Any] | None
@@ -254,13 +230,13 @@ class Declarations:
         ):
             return None
         # The message's options over its actor's: message > actor (> the defaults below).
-        message = actor.overridden(
+        effective = actor.overridden(
             opt.check_message_options(actor.actor_name, options) if has_options else {}
         )
         limits: list[Limit] = []
         if queue_capacity is not None:
             limits.append(Limit(self.keys.queue(queue_name, home=self.home(queue_name)), queue_capacity))
-        keys = message.runtime_keys(args, kwargs)
+        keys = effective.runtime_keys(args, kwargs)
         if len(keys) > 1 and placement.each_key(self.settings.placement, queue_name):
             raise opt.RuntimeKeyError(_several_keys(actor.actor_name, queue_name, len(keys)))
         default: int | None = None
@@ -269,7 +245,7 @@ class Declarations:
             # Every key of the message, admitted together with its queue's cap: all or nothing.
             if capacity is None:
                 if default is None:
-                    default = message.count(opt.RUNTIME_KEY_CAPACITY, args, kwargs, most=MAX_CAPACITY)
+                    default = effective.count(opt.RUNTIME_KEY_CAPACITY, args, kwargs, most=MAX_CAPACITY)
                 capacity = default
             limits.append(Limit(self.keys.runtime_key(key, home=self.home(queue_name, key)), capacity))
             if self.settings.key_labels is not False:
@@ -277,15 +253,15 @@ class Declarations:
         min_backoff, max_backoff = self.backoff(actor, options)
         if not limits:
             return None
-        key_code = opt.BUSY_CODES[message.on_busy or "wait"]
-        group = message.fair_group(args, kwargs)
+        key_code = opt.BUSY_CODES[effective.on_busy or "wait"]
+        group = effective.fair_group(args, kwargs)
         weight = share = 1
         if group is not None:
-            weight = message.count("fair_weight", args, kwargs, most=opt.MAX_FAIR_WEIGHT)
-            share = opt.pick(message.fair_max_share, 1.0)
-        units = message.count("slot_units", args, kwargs, most=MAX_CAPACITY)
-        max_waiting = message.max_waiting or 0
-        line_full = message.when_line_full or "defer"
+            weight = effective.count("fair_weight", args, kwargs, most=opt.MAX_FAIR_WEIGHT)
+            share = opt.pick(effective.fair_max_share, 1.0)
+        units = effective.count("slot_units", args, kwargs, most=MAX_CAPACITY)
+        max_waiting = effective.max_waiting or 0
+        line_full = effective.when_line_full or "defer"
         if line_full == "refuse" and not max_waiting:
             raise opt.ConfigurationError(
                 f"{opt.message_where(actor.actor_name, opt.WHEN_LINE_FULL)}: 'refuse' needs "
