@@ -157,52 +157,47 @@ def backoff_bounds(min_ms: int, max_ms: int, where: str) -> tuple[int, int]:
     return min_ms, max_ms
 
 
-def check_name(value: Any, where: str, what: str = "key") -> str:
+def check_name(value: Any, where: str, what: str = "key", error: type[SlotsError] = RuntimeKeyError) -> str:
     """A runtime key (or, ``what="group"``, a fair-share group): a non-empty str of at most
-    MAX_RUNTIME_KEY_BYTES bytes in UTF-8; RuntimeKeyError naming ``where`` otherwise."""
+    MAX_RUNTIME_KEY_BYTES bytes in UTF-8; ``error`` naming ``where`` otherwise (a RuntimeKeyError
+    for what a message's callable gave, a ConfigurationError for an option)."""
     if not isinstance(value, str) or (what == "group" and not value):
         kind = "a str" if what == "key" else "a non-empty str (a group)"
-        raise RuntimeKeyError(f"{where} must give {kind}, got {type(value).__name__} {value!r:.80}")
+        raise error(f"{where} must give {kind}, got {type(value).__name__} {value!r:.80}")
     if not value:
-        raise RuntimeKeyError(f"{where} gave an empty key")
+        raise error(f"{where} gave an empty key")
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > MAX_RUNTIME_KEY_BYTES:
-        raise RuntimeKeyError(
+        raise error(
             f"{where} gave a {what} of {size} bytes; at most {MAX_RUNTIME_KEY_BYTES} bytes (UTF-8) are "
             "allowed"
         )
     return value
 
 
-def check_keys(value: Any, where: str) -> Keys:
+def check_keys(value: Any, where: str, error: type[SlotsError] = RuntimeKeyError) -> Keys:
     """Several runtime keys (a tuple or list of keys, each a str or a ``(key, capacity)`` pair):
-    checked, without repeats, in order; RuntimeKeyError naming ``where`` otherwise."""
+    checked, without repeats, in order; ``error`` naming ``where`` otherwise."""
     if not isinstance(value, (tuple, list)) or not value:
-        raise RuntimeKeyError(f"{where} gave {value!r:.80}: several keys are a non-empty tuple or list")
+        raise error(f"{where} gave {value!r:.80}: several keys are a non-empty tuple or list")
     keys: dict[str, int | None] = {}
     for item in value:
         capacity: int | None = None
         if isinstance(item, (tuple, list)):
             if len(item) != 2:
-                raise RuntimeKeyError(
-                    f"{where}: a key with its capacity is a pair (key, capacity), got {item!r:.80}"
-                )
+                raise error(f"{where}: a key with its capacity is a pair (key, capacity), got {item!r:.80}")
             item, capacity = item
             if not is_count(capacity, MAX_CAPACITY):
-                raise RuntimeKeyError(
+                raise error(
                     f"{where}: the capacity of key {item!r:.80} must be an int from 1 to {MAX_CAPACITY}, "
                     f"got {capacity!r:.80}"
                 )
-        key = check_name(item, where)
+        key = check_name(item, where, error=error)
         if key in keys and keys[key] != capacity:
-            raise RuntimeKeyError(
-                f"{where} gave key {key!r:.80} twice, with capacities {keys[key]} and {capacity}"
-            )
+            raise error(f"{where} gave key {key!r:.80} twice, with capacities {keys[key]} and {capacity}")
         keys[key] = capacity
     if len(keys) > MAX_KEYS_PER_MESSAGE:
-        raise RuntimeKeyError(
-            f"{where} gave {len(keys)} keys; one message holds at most {MAX_KEYS_PER_MESSAGE}"
-        )
+        raise error(f"{where} gave {len(keys)} keys; one message holds at most {MAX_KEYS_PER_MESSAGE}")
     return tuple(keys.items())
 
 
@@ -214,13 +209,10 @@ def key_option(*, on_actor: bool) -> Check:
     )
 
     def check(value: Any, where: str) -> Any:
-        try:
-            if isinstance(value, str):
-                return check_name(value, where)
-            if isinstance(value, (tuple, list)):
-                return check_keys(value, where)
-        except RuntimeKeyError as e:
-            raise ConfigurationError(str(e)) from None
+        if isinstance(value, str):
+            return check_name(value, where, error=ConfigurationError)
+        if isinstance(value, (tuple, list)):
+            return check_keys(value, where, ConfigurationError)
         if isinstance(value, bool) or (on_actor and callable(value)):
             return value
         raise ConfigurationError(f"{where} must be {kinds}, got {value!r:.80}")
@@ -236,10 +228,7 @@ def group_option(*, on_actor: bool) -> Check:
             raise ConfigurationError(f"{where} must be a str, a callable or False, got True")
         if value is False or (on_actor and callable(value)):
             return value
-        try:
-            return check_name(value, where, "group")
-        except RuntimeKeyError as e:
-            raise ConfigurationError(str(e)) from None
+        return check_name(value, where, "group", ConfigurationError)
 
     return check
 
