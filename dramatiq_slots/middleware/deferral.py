@@ -62,26 +62,20 @@ class MessageDropped(SkipMessage):
     policy (``skip``, ``coalesce``) dropped it: acked, never run. Also what its result holds."""
 
 
-def _call_hook(
+def _balance(
     hook: Callable[[Any, dramatiq.Broker, MessageProxy], None],
-    middleware: Middleware,
+    prometheuses: list[Middleware],
     broker: dramatiq.Broker,
     message: MessageProxy,
 ) -> None:
-    """``hook(middleware, broker, message)``; a failure is logged at DEBUG, never raised."""
-    try:
-        hook(middleware, broker, message)
-    except Exception:  # a Prometheus not booted in this process has no metrics yet
-        logger.debug("Could not balance %r for a deferred message.", middleware, exc_info=True)
-
-
-def _balance(broker: dramatiq.Broker, owner: Middleware, message: MessageProxy) -> list[Middleware]:
-    """Run the before hook of dramatiq's Prometheus middleware after ``owner`` (whose hooks a skip
-    leaves unbalanced) for ``message``; the ones it ran."""
-    balanced = borrowed.prometheus_after(broker, owner)
-    for prometheus in balanced:
-        _call_hook(borrowed.count_in_progress, prometheus, broker, message)
-    return balanced
+    """``hook(prometheus, broker, message)`` for each of ``prometheuses`` (dramatiq's Prometheus
+    middleware after Slots, whose hooks a skip leaves unbalanced); a failure is logged at DEBUG,
+    never raised."""
+    for prometheus in prometheuses:
+        try:
+            hook(prometheus, broker, message)
+        except Exception:  # a Prometheus not booted in this process has no metrics yet
+            logger.debug("Could not balance %r for a deferred message.", prometheus, exc_info=True)
 
 
 def defer(
@@ -101,12 +95,12 @@ def defer(
     copy = message.copy(options={DEFERRALS: deferrals})
     # Balanced BEFORE the copy is sent: the copy has the same message id, and
     # a delay consumer may pick it up (and count it as delayed) at once.
-    balanced = _balance(broker, owner, message)
+    balanced = borrowed.prometheus_after(broker, owner)
+    _balance(borrowed.count_in_progress, balanced, broker, message)
     try:
         broker.enqueue(copy, delay=delay_ms)
     except BaseException:
-        for prometheus in balanced:
-            _call_hook(borrowed.count_skipped, prometheus, broker, message)
+        _balance(borrowed.count_skipped, balanced, broker, message)
         raise
     borrowed.store_no_result(message)
     mark_deferred(message)
@@ -131,7 +125,7 @@ def drop(broker: dramatiq.Broker, owner: Middleware, message: MessageProxy, *, r
     text = f"actor {message.actor_name!r}: message {message.message_id} was dropped, not run: {reason}"
     dropped = MessageDropped(text)
     borrowed.store_error(broker, message, dropped)
-    _balance(broker, owner, message)
+    _balance(borrowed.count_in_progress, borrowed.prometheus_after(broker, owner), broker, message)
     borrowed.store_no_result(message)  # Results' after_skip_message would store a None
     mark_deferred(message, dropped=True)
     logger.info("Dropped message %s (%s): %s.", message.message_id, message.actor_name, reason)
