@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # ``X as X``: each name is exported (mypy's explicit re-expor
     from .middleware.admission import AdmissionError as AdmissionError
     from .middleware.deferral import DEFERRALS as DEFERRALS
     from .middleware.deferral import MessageDeferred as MessageDeferred
-    from .middleware.drops import MessageDropped as MessageDropped
+    from .middleware.deferral import MessageDropped as MessageDropped
     from .middleware.options import MAX_KEYS_PER_MESSAGE as MAX_KEYS_PER_MESSAGE
     from .middleware.options import MAX_RUNTIME_KEY_BYTES as MAX_RUNTIME_KEY_BYTES
     from .middleware.options import ConfigurationError as ConfigurationError
@@ -62,8 +62,7 @@ _PUBLIC = {
     ".ledger.ledger": ("Ledger",),
     ".ledger.replies": ("Holder", "Limit"),
     ".middleware.admission": ("AdmissionError",),
-    ".middleware.deferral": ("DEFERRALS", "MessageDeferred"),
-    ".middleware.drops": ("MessageDropped",),
+    ".middleware.deferral": ("DEFERRALS", "MessageDeferred", "MessageDropped"),
     ".middleware.options": (
         "MAX_KEYS_PER_MESSAGE",
         "MAX_RUNTIME_KEY_BYTES",

@@ -231,26 +231,15 @@ def test_an_each_key_queue_takes_one_key_per_message_and_no_cap() -> None:
         Slots(url="redis://127.0.0.1:1/0", placement={"renders": "*"}, queue_capacities={"renders": 2})
     config = slots.declarations.declare("pair", "renders", {"unique_at_runtime_key": lambda a, b: [a, b]})
     with pytest.raises(RuntimeKeyError, match="gives 2 keys per message"):
-        slots.declarations.request(
+        slots.declarations.request_of(
             config,
-            message_id="m",
-            queue_name="renders",
-            options={},
-            args=("x", "y"),
-            kwargs={},
-            message_timestamp=1,
+            dramatiq.Message("renders", "pair", ("x", "y"), {}, {}, message_id="m", message_timestamp=1),
         )
     one = slots.declarations.declare("one", "renders", {"unique_at_runtime_key": lambda a: a})
     homes = set()
     for n in range(1000):
-        request = slots.declarations.request(
-            one,
-            message_id="m",
-            queue_name="renders",
-            options={},
-            args=(f"doc{n}",),
-            kwargs={},
-            message_timestamp=1,
+        request = slots.declarations.request_of(
+            one, dramatiq.Message("renders", "one", (f"doc{n}",), {}, {}, message_id="m", message_timestamp=1)
         )
         assert request is not None and len(request.limits) == 1
         homes.add(KeySpace(slots.keys.prefix).tag_of(request.limits[0].ledger))
@@ -304,8 +293,8 @@ def test_under_placement_a_message_takes_its_limits_in_its_queues_home_on_one_se
     config = slots.declarations.declare(
         "ship", "orders", {"queue_capacity": 1, "unique_at_runtime_key": lambda order: f"order:{order}"}
     )
-    request = slots.declarations.request(
-        config, message_id="m1", queue_name="orders", options={}, args=(7,), kwargs={}, message_timestamp=1
+    request = slots.declarations.request_of(
+        config, dramatiq.Message("orders", "ship", (7,), {}, {}, message_id="m1", message_timestamp=1)
     )
     assert request is not None
     tags = {KeySpace(key_prefix).tag_of(limit.ledger) for limit in request.limits}

@@ -148,15 +148,10 @@ def limits_of(options: Mapping[str, Any]) -> Any:
     Reads the middleware's declarations (an internal API: update here when it moves)."""
     slots = Slots(url=NO_REDIS)
     config = slots.declarations.declare("an_actor", "a_queue", options)
-    return slots.declarations.request(
-        config,
-        message_id="m-1",
-        queue_name="a_queue",
-        options={},
-        args=(),
-        kwargs={},
-        message_timestamp=1,
+    message: dramatiq.Message[Any] = dramatiq.Message(
+        "a_queue", "an_actor", (), {}, {}, message_id="m-1", message_timestamp=1
     )
+    return slots.declarations.request_of(config, message)
 
 
 def documented_default(cell: str) -> Any:

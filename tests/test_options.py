@@ -465,7 +465,9 @@ def _request_of(slots: Slots, actor: str, queue: str, message_id: str, **fields:
     config = slots.declarations.actor(actor)
     assert config is not None
     values: dict[str, Any] = {"options": {}, "args": (), "kwargs": {}, "message_timestamp": 1} | fields
-    return slots.declarations.request(config, message_id=message_id, queue_name=queue, **values)
+    return slots.declarations.request_of(
+        config, dramatiq.Message(queue, actor, message_id=message_id, **values)
+    )
 
 
 def test_what_a_message_of_an_actor_asks_is_made_once_and_its_own_fields_every_time() -> None:

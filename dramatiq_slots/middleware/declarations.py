@@ -3,7 +3,7 @@
 Queue capacities come from ``Slots(queue_capacities=...)`` and from actors'
 ``queue_capacity`` options, which must agree; an actor's other options are
 checked when it is declared (:class:`~dramatiq_slots.middleware.options.ActorSlots`).
-:meth:`Declarations.request` turns one message into a
+:meth:`Declarations.request_of` turns one message into a
 :class:`~dramatiq_slots.waiting.admits.Request`: the
 limits it must hold while it runs, or None when it is under none (then
 admission costs no Redis command at all).
@@ -15,8 +15,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from dramatiq import Message
-
 from ..ledger import placement
 from ..ledger.controls import MAX_CAPACITY
 from ..ledger.keys import KeySpace, group_digest, key_digest
@@ -26,7 +24,7 @@ from ..ledger.reports import printable
 from ..waiting.admits import Request
 from ..waiting.places import place_of
 from . import options as opt
-from .settings import Settings, queue_capacity_where
+from .settings import Settings
 
 logger = logging.getLogger("dramatiq_slots.middleware")
 
@@ -38,10 +36,15 @@ class Declarations:
         self.settings = settings
         self.keys: KeySpace = settings.keys
         #: Queue name -> (capacity, where it was declared).
-        self._capacities: dict[str, tuple[int, str]] = {
-            queue: (capacity, queue_capacity_where(queue))
-            for queue, capacity in settings.queue_capacities.items()
-        }
+        self._capacities: dict[str, tuple[int, str]] = {}
+        for queue_name, capacity in dict(settings.queue_capacities or {}).items():
+            if not isinstance(queue_name, str) or not queue_name:
+                raise opt.ConfigurationError(f"Slots(queue_capacities=...): bad queue name {queue_name!r}")
+            where = f"Slots(queue_capacities={{{queue_name!r}: ...}})"
+            opt.positive_int(capacity, where)
+            if placement.each_key(settings.placement, queue_name):
+                raise opt.ConfigurationError(_capped_each_key("Slots(queue_capacities=...):", queue_name))
+            self._declare_queue_capacity(queue_name, capacity, where)
         self._actors: dict[str, opt.ActorSlots] = {}
         #: The literal runtime keys actors declare: digest -> (home, actor, queue) of the first.
         self._named: dict[str, tuple[str, str, str]] = {}
@@ -74,28 +77,22 @@ class Declarations:
         queues of different homes take, since one limit cannot count in two places; a cap, or
         several literal keys per message, on an ``EACH_KEY`` queue (docs/design.md, "Cluster
         placement")."""
-        option = config.runtime_key
-        literals: list[Any] = []
-        if isinstance(option, str):
-            literals = [option]
-        elif isinstance(option, (list, tuple)):
-            literals = list(option)
+        option = config.unique_at_runtime_key
+        literals = [option] if isinstance(option, str) else []
+        if isinstance(option, tuple):
+            literals = [key for key, _ in option]
         if placement.each_key(self.settings.placement, config.queue_name):
             if config.queue_capacity is not None:
+                who = f"actor {config.actor_name!r}: option 'queue_capacity'"
                 raise opt.ConfigurationError(
-                    f"actor {config.actor_name!r}: option 'queue_capacity' caps queue {config.queue_name!r}, "
-                    "which Slots(placement=...) places EACH_KEY: a capped queue's keys must live with its "
-                    "cap. Map the queue to a group, or leave it out of the mapping."
+                    f"{_capped_each_key(who, config.queue_name)}. Map the queue to a group, or leave it out "
+                    "of the mapping."
                 )
             if len(literals) > 1:
                 raise opt.ConfigurationError(
                     _several_keys(config.actor_name, config.queue_name, len(literals))
                 )
-        for item in literals:
-            # A literal key, or (key, capacity).
-            key = item[0] if isinstance(item, (list, tuple)) and item else item
-            if not isinstance(key, str):
-                continue
+        for key in literals:
             home = self.home(config.queue_name, key)
             known = self._named.setdefault(key_digest(key), (home, config.actor_name, config.queue_name))
             if known[0] != home and known[1] != config.actor_name:
@@ -121,7 +118,8 @@ class Declarations:
         if self.settings.placement != placement.PREFIX:
             self._place(config)
         if config.queue_capacity is not None:
-            self._declare_queue_capacity(config, config.queue_capacity)
+            where = f"actor {config.actor_name!r}"
+            self._declare_queue_capacity(config.queue_name, config.queue_capacity, where)
         self._actors[config.actor_name] = config
 
     def declare(
@@ -132,17 +130,17 @@ class Declarations:
         self.record(config)
         return config
 
-    def _declare_queue_capacity(self, config: opt.ActorSlots, capacity: int) -> None:
-        where = f"actor {config.actor_name!r}"
-        known = self._capacities.get(config.queue_name)
+    def _declare_queue_capacity(self, queue_name: str, capacity: int, where: str) -> None:
+        """Record a queue's capacity, declared by ``where`` (an actor, or a setting's entry)."""
+        known = self._capacities.get(queue_name)
         if known is not None and known[0] != capacity and known[1] != where:
             raise opt.ConfigurationError(
-                f"actor {config.actor_name!r}: option 'queue_capacity'={capacity} for queue "
-                f"{config.queue_name!r} conflicts with {known[0]} from {known[1]}: the capacity belongs to "
-                "the queue, so every declaration must agree"
+                f"{where}: option 'queue_capacity'={capacity} for queue {queue_name!r} conflicts with "
+                f"{known[0]} from {known[1]}: the capacity belongs to the queue, so every declaration "
+                "must agree"
             )
         if known is None or known[1] == where:
-            self._capacities[config.queue_name] = (capacity, where)
+            self._capacities[queue_name] = (capacity, where)
 
     def actor(self, actor_name: str) -> opt.ActorSlots | None:
         return self._actors.get(actor_name)
@@ -170,14 +168,14 @@ class Declarations:
         return sorted(queues)
 
     def strict(self, actor: opt.ActorSlots) -> bool:
-        return bool(opt.pick(None, actor.on_lost_hold, self.settings.on_lost_hold) == opt.INTERRUPT)
+        return bool(opt.pick(actor.on_lost_hold, self.settings.on_lost_hold) == opt.INTERRUPT)
 
     def backoff(self, actor: opt.ActorSlots, options: Mapping[str, Any]) -> tuple[int, int]:
         """Deferral backoff bounds: message > actor > setting, checked together."""
         settings = self.settings
         return opt.backoff_bounds(
-            opt.pick(options.get(opt.DEFER_MIN_BACKOFF), actor.defer_min_backoff, settings.defer_min_backoff),
-            opt.pick(options.get(opt.DEFER_MAX_BACKOFF), actor.defer_max_backoff, settings.defer_max_backoff),
+            opt.pick(options.get("defer_min_backoff"), actor.defer_min_backoff, settings.defer_min_backoff),
+            opt.pick(options.get("defer_max_backoff"), actor.defer_max_backoff, settings.defer_max_backoff),
             f"actor {actor.actor_name!r}",
         )
 
@@ -191,32 +189,10 @@ class Declarations:
             or not opt.ACTOR_OPTIONS.isdisjoint(options)
         )
 
-    def request(
-        self,
-        actor: opt.ActorSlots,
-        *,
-        message_id: str,
-        queue_name: str,
-        options: Mapping[str, Any],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        message_timestamp: int,
-    ) -> Request | None:
-        """The limits one message is under, or None (uncapped: no Redis command at all)."""
-        message: Message[Any] = Message(
-            queue_name,
-            actor.actor_name,
-            args,
-            dict(kwargs),
-            dict(options),
-            message_id=message_id,
-            message_timestamp=message_timestamp,
-        )
-        return self.request_of(actor, message)
-
     def request_of(self, actor: opt.ActorSlots, message: Any) -> Request | None:
-        """:meth:`request` of a dramatiq ``Message`` (or its proxy): per message, it reads only what
-        its actor's options make depend on the message."""
+        """The limits a dramatiq ``Message`` (or its proxy) of ``actor`` is under, or None (uncapped:
+        no Redis command at all). Per message, it reads only what its actor's options make depend
+        on the message."""
         queue_name, options = message.queue_name, message.options
         queue_capacity = self.queue_capacity(queue_name)
         fixed: dict[str, Any] | None
@@ -224,11 +200,11 @@ class Declarations:
             # Nothing of it depends on the message: made once per actor, queue and capacity.
             known = self._fixed.get((actor.actor_name, queue_name))
             if known is None or known[0] is not actor or known[1] != queue_capacity:
-                made = self._fixed_part(actor, queue_name, queue_capacity, options, (), {})
+                made = self._fixed_part(actor, message, queue_capacity)
                 known = self._fixed[actor.actor_name, queue_name] = (actor, queue_capacity, made)
             fixed = known[2]
         else:
-            fixed = self._fixed_part(actor, queue_name, queue_capacity, options, message.args, message.kwargs)
+            fixed = self._fixed_part(actor, message, queue_capacity)
         if fixed is None:
             return None
         message_id = message.message_id
@@ -240,30 +216,27 @@ class Declarations:
         )
 
     def _fixed_part(
-        self,
-        actor: opt.ActorSlots,
-        queue_name: str,
-        queue_capacity: int | None,
-        options: Mapping[str, Any],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
+        self, actor: opt.ActorSlots, message: Any, queue_capacity: int | None
     ) -> dict[str, Any] | None:
         """A message's :class:`Request` fields but its id, label, place and listing (None: under no
-        limit)."""
-        key_option = opt.pick(options.get(opt.UNIQUE_AT_RUNTIME_KEY), actor.runtime_key, None)
+        limit). Made once for every message of its actor and queue when it has no options of its own
+        and its actor none that is a callable (then its arguments are never read)."""
+        queue_name, options, args, kwargs = message.queue_name, message.options, message.args, message.kwargs
         has_options = not opt.ACTOR_OPTIONS.isdisjoint(options)
         if has_options:
             opt.check_key_options(actor, options)
-        if queue_capacity is None and (key_option is None or key_option is False):
+        if queue_capacity is None and opt.no_key(
+            opt.pick(options.get(opt.UNIQUE_AT_RUNTIME_KEY), actor.runtime_key)
+        ):
             return None
-        if has_options:
-            opt.check_message_options(actor.actor_name, options)
+        # The message's options over its actor's: message > actor (> the defaults below).
+        effective = actor.overridden(
+            opt.check_message_options(actor.actor_name, options) if has_options else {}
+        )
         limits: list[Limit] = []
         if queue_capacity is not None:
             limits.append(Limit(self.keys.queue(queue_name, home=self.home(queue_name)), queue_capacity))
-        keys = opt.runtime_keys(
-            actor, key_option, args, kwargs, from_message=options.get(opt.UNIQUE_AT_RUNTIME_KEY) is not None
-        )
+        keys = effective.runtime_keys(args, kwargs)
         if len(keys) > 1 and placement.each_key(self.settings.placement, queue_name):
             raise opt.RuntimeKeyError(_several_keys(actor.actor_name, queue_name, len(keys)))
         default: int | None = None
@@ -272,8 +245,7 @@ class Declarations:
             # Every key of the message, admitted together with its queue's cap: all or nothing.
             if capacity is None:
                 if default is None:
-                    option = opt.pick(options.get(opt.RUNTIME_KEY_CAPACITY), actor.runtime_key_capacity, 1)
-                    default = opt.key_capacity(actor, option, args, kwargs)
+                    default = effective.count(opt.RUNTIME_KEY_CAPACITY, args, kwargs, most=MAX_CAPACITY)
                 capacity = default
             limits.append(Limit(self.keys.runtime_key(key, home=self.home(queue_name, key)), capacity))
             if self.settings.key_labels is not False:
@@ -281,43 +253,23 @@ class Declarations:
         min_backoff, max_backoff = self.backoff(actor, options)
         if not limits:
             return None
-        key_code = opt.BUSY_CODES[str(opt.pick(options.get(opt.ON_BUSY), actor.on_busy, "wait"))]
-        group = opt.fair_group(
-            actor,
-            opt.pick(options.get(opt.FAIR_BY), actor.fair_by, None),
-            args,
-            kwargs,
-            from_message=options.get(opt.FAIR_BY) is not None,
-        )
+        key_code = opt.BUSY_CODES[effective.on_busy or "wait"]
+        group = effective.fair_group(args, kwargs)
         weight = share = 1
         if group is not None:
-            weight = opt.per_message(
-                actor,
-                opt.FAIR_WEIGHT,
-                opt.pick(options.get(opt.FAIR_WEIGHT), actor.fair_weight, 1),
-                args,
-                kwargs,
-                most=opt.MAX_FAIR_WEIGHT,
-            )
-            share = opt.pick(options.get(opt.FAIR_MAX_SHARE), actor.fair_max_share, 1.0)
-        units = opt.per_message(
-            actor,
-            opt.SLOT_UNITS,
-            opt.pick(options.get(opt.SLOT_UNITS), actor.slot_units, 1),
-            args,
-            kwargs,
-            most=MAX_CAPACITY,
-        )
-        max_waiting = int(opt.pick(options.get(opt.MAX_WAITING), actor.max_waiting, 0))
-        line_full = str(opt.pick(options.get(opt.WHEN_LINE_FULL), actor.when_line_full, "defer"))
+            weight = effective.count("fair_weight", args, kwargs, most=opt.MAX_FAIR_WEIGHT)
+            share = opt.pick(effective.fair_max_share, 1.0)
+        units = effective.count("slot_units", args, kwargs, most=MAX_CAPACITY)
+        max_waiting = effective.max_waiting or 0
+        line_full = effective.when_line_full or "defer"
         if line_full == "refuse" and not max_waiting:
             raise opt.ConfigurationError(
                 f"{opt.message_where(actor.actor_name, opt.WHEN_LINE_FULL)}: 'refuse' needs "
-                f"{opt.MAX_WAITING!r} (the bound a send is refused past)"
+                "'max_waiting' (the bound a send is refused past)"
             )
         if queue_capacity is not None and units > queue_capacity:
             raise opt.RuntimeKeyError(
-                f"{opt.actor_where(actor.actor_name, opt.SLOT_UNITS)}: a message of {units} units can never "
+                f"{opt.actor_where(actor.actor_name, 'slot_units')}: a message of {units} units can never "
                 f"run on queue {queue_name!r}, whose capacity is {queue_capacity}"
             )
         return {
@@ -364,6 +316,13 @@ class Declarations:
                 why,
             )
         return ""
+
+
+def _capped_each_key(who: str, queue_name: str) -> str:
+    return (
+        f"{who} caps queue {queue_name!r}, which Slots(placement=...) places EACH_KEY: a capped queue's "
+        "keys must live with its cap"
+    )
 
 
 def _several_keys(actor_name: str, queue_name: str, count: int) -> str:

@@ -18,10 +18,13 @@ it. A copy, not a retry:
 - Prometheus counts in-progress messages in ``before_process_message`` and
   uncounts them in ``after_skip_message``; when a Prometheus middleware sits
   after Slots (so its before hook does not run for a deferred message) its
-  before hook is run here, keeping its gauges balanced (:mod:`.balancing`).
+  before hook is run here, keeping its gauges balanced (:func:`_balance`,
+  :data:`dramatiq_slots.borrowed.PROMETHEUS_HOOKS`).
 
-A message its ``on_busy`` policy refuses is dropped instead (:mod:`.drops`). All of them log on
-``dramatiq_slots.deferral``.
+A message its ``on_busy`` policy refuses (``skip``, ``coalesce``) is dropped instead
+(:func:`drop`): acked, never run. With dramatiq's ``Results`` storing the message's result, the
+result is the :class:`MessageDropped` error, never a ``None`` a caller could take for a return
+value. All of them log on ``dramatiq_slots.deferral``.
 
 What every other middleware sees of a deferral, hook by hook, is in
 docs/design.md ("What other middleware see of a deferral").
@@ -34,13 +37,14 @@ ack of the original, both exist, as with any dramatiq message.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import dramatiq
 from dramatiq.broker import MessageProxy
 from dramatiq.middleware import Middleware, SkipMessage
 
 from .. import borrowed
-from .balancing import call_hook, prometheus_after
 from .skips import mark_deferred
 
 #: Message option counting how often a message was deferred.
@@ -51,6 +55,27 @@ logger = logging.getLogger("dramatiq_slots.deferral")
 
 class MessageDeferred(SkipMessage):
     """Raised from ``before_process_message``: the message was re-enqueued to wait for its slot."""
+
+
+class MessageDropped(SkipMessage):
+    """Raised from ``before_process_message``: its runtime key was at capacity and its ``on_busy``
+    policy (``skip``, ``coalesce``) dropped it: acked, never run. Also what its result holds."""
+
+
+def _balance(
+    hook: Callable[[Any, dramatiq.Broker, MessageProxy], None],
+    prometheuses: list[Middleware],
+    broker: dramatiq.Broker,
+    message: MessageProxy,
+) -> None:
+    """``hook(prometheus, broker, message)`` for each of ``prometheuses`` (dramatiq's Prometheus
+    middleware after Slots, whose hooks a skip leaves unbalanced); a failure is logged at DEBUG,
+    never raised."""
+    for prometheus in prometheuses:
+        try:
+            hook(prometheus, broker, message)
+        except Exception:  # a Prometheus not booted in this process has no metrics yet
+            logger.debug("Could not balance %r for a deferred message.", prometheus, exc_info=True)
 
 
 def defer(
@@ -70,14 +95,12 @@ def defer(
     copy = message.copy(options={DEFERRALS: deferrals})
     # Balanced BEFORE the copy is sent: the copy has the same message id, and
     # a delay consumer may pick it up (and count it as delayed) at once.
-    balanced = prometheus_after(broker, owner)
-    for prometheus in balanced:
-        call_hook(borrowed.count_in_progress, prometheus, broker, message)
+    balanced = borrowed.prometheus_after(broker, owner)
+    _balance(borrowed.count_in_progress, balanced, broker, message)
     try:
         broker.enqueue(copy, delay=delay_ms)
     except BaseException:
-        for prometheus in balanced:
-            call_hook(borrowed.count_skipped, prometheus, broker, message)
+        _balance(borrowed.count_skipped, balanced, broker, message)
         raise
     borrowed.store_no_result(message)
     mark_deferred(message)
@@ -90,6 +113,23 @@ def defer(
         deferrals,
     )
     return MessageDeferred(f"deferred by {delay_ms} ms: {reason}")
+
+
+def drop(broker: dramatiq.Broker, owner: Middleware, message: MessageProxy, *, reason: str) -> MessageDropped:
+    """Prepare ``message`` to be skipped as dropped by its ``on_busy`` policy; the exception to raise.
+
+    With dramatiq's ``Results`` storing this message's result, the result is the
+    :class:`MessageDropped` error (``get_result`` raises ``ResultFailure`` naming it), never a
+    ``None`` a caller could take for a return value.
+    """
+    text = f"actor {message.actor_name!r}: message {message.message_id} was dropped, not run: {reason}"
+    dropped = MessageDropped(text)
+    borrowed.store_error(broker, message, dropped)
+    _balance(borrowed.count_in_progress, borrowed.prometheus_after(broker, owner), broker, message)
+    borrowed.store_no_result(message)  # Results' after_skip_message would store a None
+    mark_deferred(message, dropped=True)
+    logger.info("Dropped message %s (%s): %s.", message.message_id, message.actor_name, reason)
+    return dropped
 
 
 def requeue(broker: dramatiq.Broker, message: MessageProxy, *, delay_ms: int) -> None:

@@ -19,7 +19,8 @@ from redis.connection import parse_url
 from .. import borrowed
 from ..errors import ArgumentError
 from ..ledger import placement
-from ..ledger.client import URL_ENV, RedisClient
+from ..ledger.client import URL_ENV as URL_ENV  # re-exported: Slots takes it from here
+from ..ledger.client import RedisClient
 from ..ledger.keys import KeySpace
 from ..ledger.placement import Placement
 from ..worker.heartbeat import REPORT_BEATS
@@ -31,6 +32,20 @@ SOCKET_TIMEOUT_S = 5.0
 
 def _setting(name: str) -> str:
     return f"Slots({name}=...)"
+
+
+#: The settings that are a count or a duration (or ``on_lost_hold``), by their check (None: unset).
+_CHECKS: dict[str, opt.Check] = {
+    "hold_ttl": opt.positive_int,
+    "beat_interval": opt.positive_int,
+    "max_wait": opt.non_negative_int,
+    "reuse_window": opt.non_negative_int,
+    "wait_replicas": opt.non_negative_int,
+    "wait_replicas_timeout": opt.positive_int,
+    "on_lost_hold": opt.lost_hold_mode,
+    "backlog_ttl": opt.positive_int,
+    "restart_settle": opt.non_negative_int,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +63,7 @@ class Settings:
     beat_interval: int | None
     defer_min_backoff: int
     defer_max_backoff: int
+    #: As given: :class:`~.declarations.Declarations` checks it, with the actors' capacities.
     queue_capacities: Mapping[str, int]
     max_wait: int
     #: None: ``min(1000, hold_ttl // 3)``.
@@ -84,40 +100,25 @@ class Settings:
             set_(self, "placement", placement.checked(self.placement, prefix=self.key_prefix))
         except ArgumentError as e:
             raise opt.ConfigurationError(f"{_setting('placement')}: {e}") from None
-        hold_ttl = opt.positive_int(self.hold_ttl, _setting("hold_ttl"))
+        for name, check in _CHECKS.items():
+            if getattr(self, name) is not None:
+                check(getattr(self, name), _setting(name))
         # A slot handed over keeps the leaving hold's expiry (renewed past half the ttl);
         # its new holder's first beat must come well before it runs out (see leave.lua).
-        where = _setting("beat_interval")
-        opt.at_most_third(opt.positive_int(self.beat_ms, where), hold_ttl, where)
+        self._at_most("beat_interval", self.hold_ttl // 3, "hold_ttl / 3")
+        self._at_most("reuse_window", self.hold_ttl // 3, "hold_ttl / 3")
+        self._at_most(
+            "restart_settle", self.hold_ttl, "hold_ttl", ": every hold a restart lost has expired by then"
+        )
         opt.backoff_bounds(self.defer_min_backoff, self.defer_max_backoff, "Slots")
-        opt.non_negative_int(self.max_wait, _setting("max_wait"))
-        if self.reuse_window is not None:
-            where = _setting("reuse_window")
-            opt.at_most_third(opt.non_negative_int(self.reuse_window, where), hold_ttl, where)
-        opt.non_negative_int(self.wait_replicas, _setting("wait_replicas"))
-        opt.positive_int(self.wait_replicas_timeout, _setting("wait_replicas_timeout"))
-        opt.lost_hold_mode(self.on_lost_hold, _setting("on_lost_hold"))
-        opt.positive_int(self.backlog_ttl, _setting("backlog_ttl"))
         check_key_labels(self.key_labels)
-        if self.restart_settle is not None:
-            where = _setting("restart_settle")
-            settle = opt.non_negative_int(self.restart_settle, where)
-            if settle > hold_ttl:
-                raise opt.ConfigurationError(
-                    f"{where}: must be at most hold_ttl ({hold_ttl} ms), got {settle} ms: every hold "
-                    "a restart lost has expired by then"
-                )
-        capacities: dict[str, int] = {}
-        for queue_name, capacity in dict(self.queue_capacities or {}).items():
-            if not isinstance(queue_name, str) or not queue_name:
-                raise opt.ConfigurationError(f"{_setting('queue_capacities')}: bad queue name {queue_name!r}")
-            capacities[queue_name] = opt.positive_int(capacity, queue_capacity_where(queue_name))
-            if placement.each_key(self.placement, queue_name):
-                raise opt.ConfigurationError(
-                    f"{_setting('queue_capacities')}: caps queue {queue_name!r}, which "
-                    "Slots(placement=...) places EACH_KEY: a capped queue's keys must live with its cap"
-                )
-        set_(self, "queue_capacities", capacities)
+
+    def _at_most(self, name: str, most: int, what: str, why: str = "") -> None:
+        value = getattr(self, name)
+        if value is not None and value > most:
+            raise opt.ConfigurationError(
+                f"{_setting(name)}: must be at most {what} ({most} ms), got {value} ms{why}"
+            )
 
     #: The key names under ``key_prefix`` (set in ``__post_init__``).
     keys: KeySpace = field(init=False, repr=False, compare=False)
@@ -169,11 +170,6 @@ def check_url(url: str, where: str) -> None:
         raise opt.ConfigurationError(f"{where}: not a Redis URL: {e}") from None
 
 
-def queue_capacity_where(queue_name: str) -> str:
-    """How an error names one entry of ``Slots(queue_capacities=...)``."""
-    return f"Slots(queue_capacities={{{queue_name!r}: ...}})"
-
-
 def ledger_client(settings: Settings, broker: Any) -> RedisClient:
     """The ledger's client: ``client=``, else ``url=``, else the environment, else the broker's own.
 
@@ -208,16 +204,3 @@ def global_broker_with(middleware: object) -> Any:
     if candidate is not None and middleware in candidate.middleware:
         return candidate
     return None
-
-
-#: ``URL_ENV`` lives with the ledger's client (the ``dramatiq-slots`` command reads it too).
-__all__ = [
-    "SOCKET_TIMEOUT_S",
-    "URL_ENV",
-    "Settings",
-    "check_key_labels",
-    "check_url",
-    "global_broker_with",
-    "ledger_client",
-    "queue_capacity_where",
-]

@@ -6,7 +6,7 @@ whole picture, CONTRIBUTING.md the module map):
 - declaring an actor checks its options (:mod:`.declarations`);
 - sending a message stamps its place in line (:mod:`dramatiq_slots.waiting.places`);
 - processing a message admits it or defers it (:mod:`.admission`, :mod:`.deferral`), or drops
-  it (:mod:`.drops`);
+  it (:func:`.deferral.drop`);
 - a finished or skipped message releases its hold (:mod:`dramatiq_slots.worker.process`);
 - worker boot (before any worker thread exists) readies admission and the
   metrics, and starts the heartbeat and the wake-ups; shutdown drains them;
@@ -58,8 +58,7 @@ from . import options as opt
 from .admission import Admission, AdmissionError
 from .backoff import backoff_ms
 from .declarations import Declarations
-from .deferral import DEFERRALS, defer, requeue
-from .drops import drop
+from .deferral import DEFERRALS, defer, drop, requeue
 from .metrics import Metrics, MetricsInForce, metrics_for
 from .reporting import Reporter
 from .settings import URL_ENV, Settings, global_broker_with, ledger_client
