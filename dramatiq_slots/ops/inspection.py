@@ -38,7 +38,7 @@ from redis.cluster import RedisCluster
 from ..errors import ArgumentError, LedgerError
 from ..ledger import placement
 from ..ledger.client import RedisClient
-from ..ledger.controls import Control, Controls, Provenance, Release, checked_by, checked_reason
+from ..ledger.controls import Change, Control, Controls, Provenance, Release, checked_by, checked_reason
 from ..ledger.keys import DEFAULT_KEY_PREFIX, DIGEST_HEX, KeySpace, LedgerKind
 from ..ledger.ledger import Ledger
 from ..ledger.replies import Epoch, Holder, Limit, Surveyed, _text, process_part
@@ -58,6 +58,10 @@ MAX_PAGE = 500
 AHEAD = 10
 #: How many claims of each line :meth:`Inspector.ledgers` reads (the order of the waits it lists).
 LINE_READ = 10
+#: The operators' controls (:meth:`Inspector.control`), by the name the command, the page and the
+#: log use; the TIMED ones set a value that may end by itself (``--for``, the page's duration).
+SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME = "set-capacity", "reset-capacity", "pause", "resume"
+TIMED = (SET_CAPACITY, PAUSE)
 
 
 @dataclass(frozen=True)
@@ -695,6 +699,26 @@ class Inspector:
             settling=view.settling,
             key_label=view.key_label,
         )
+
+    def control(
+        self,
+        action: str,
+        ledger: str,
+        *,
+        capacity: int = 0,
+        by: str | None = None,
+        reason: str | None = None,
+        for_ms: int | None = None,
+    ) -> Change:
+        """Set the control ``action`` (:data:`SET_CAPACITY` to ``capacity``, :data:`RESET_CAPACITY`,
+        :data:`PAUSE`, :data:`RESUME`) of ``ledger``, recorded with ``by`` and ``reason``; ``for_ms``
+        for a :data:`TIMED` one only (:class:`~dramatiq_slots.ledger.controls.Controls`)."""
+        if action == SET_CAPACITY:
+            return self.controls.set_capacity(ledger, capacity, by=by, reason=reason, for_ms=for_ms)
+        if action == PAUSE:
+            return self.controls.pause(ledger, by=by, reason=reason, for_ms=for_ms)
+        clear = {RESET_CAPACITY: self.controls.reset_capacity, RESUME: self.controls.resume}[action]
+        return clear(ledger, by=by, reason=reason)
 
     # -- releasing by hand -----------------------------------------------------------------
 

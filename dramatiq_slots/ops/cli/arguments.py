@@ -11,6 +11,7 @@ from ...errors import ArgumentError
 from ...ledger.client import URL_ENV
 from ...ledger.controls import MAX_CAPACITY, checked_by, checked_reason, parse_duration
 from ...ledger.keys import DEFAULT_KEY_PREFIX
+from ..inspection import TIMED
 from . import help as texts
 from .connection import DEFAULT_URL
 from .exits import PROG
@@ -236,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     settle.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
 
     for command, summary in texts.CONTROL_COMMANDS.items():
-        sets = command in texts.SETTING_COMMANDS
+        sets = command in TIMED
         control = add_subcommand(
             commands,
             command,

@@ -187,10 +187,6 @@ CONTROL_COMMANDS = {
 }
 
 
-#: The control commands that set a value (``--for``); the others clear one.
-SETTING_COMMANDS = ("set-capacity", "pause")
-
-
 LIVE_REFUSAL = (
     "a running job re-asserts a lost hold, so its process's next heartbeat would put it back: "
     "stop that worker or let its job end; --force removes it anyway, and its heartbeat will "
