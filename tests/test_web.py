@@ -36,9 +36,9 @@ from dramatiq_slots.ledger.reports import (
     ReportedWait,
     ReportWrite,
 )
+from dramatiq_slots.ops.cli.web import IDLE, LIFETIME, MAX_SESSIONS, LocalOperator
 from dramatiq_slots.ops.web import ACTIONS, SlotsWeb
 from dramatiq_slots.ops.web.app import CONTENT_SECURITY_POLICY
-from dramatiq_slots.ops.web.standalone import IDLE, LIFETIME, MAX_SESSIONS, LocalOperator
 from tests.support.planted import DEAD_TOKEN, LIVE_TOKEN, hold, ms_ago, plant_busy_queue, report, tokens
 from tests.support.servers import ENGINES
 from tests.support.waiting import wait_until

@@ -38,7 +38,7 @@ from redis.cluster import RedisCluster
 from ..errors import ArgumentError, LedgerError
 from ..ledger import placement
 from ..ledger.client import RedisClient
-from ..ledger.controls import Control, Controls, Provenance, Release, checked_by, checked_reason
+from ..ledger.controls import Change, Control, Controls, Provenance, Release, checked_by, checked_reason
 from ..ledger.keys import DEFAULT_KEY_PREFIX, DIGEST_HEX, KeySpace, LedgerKind
 from ..ledger.ledger import Ledger
 from ..ledger.replies import Epoch, Holder, Limit, Surveyed, _text, process_part
@@ -58,6 +58,10 @@ MAX_PAGE = 500
 AHEAD = 10
 #: How many claims of each line :meth:`Inspector.ledgers` reads (the order of the waits it lists).
 LINE_READ = 10
+#: The operators' controls (:meth:`Inspector.control`), by the name the command, the page and the
+#: log use; the TIMED ones set a value that may end by itself (``--for``, the page's duration).
+SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME = "set-capacity", "reset-capacity", "pause", "resume"
+TIMED = (SET_CAPACITY, PAUSE)
 
 
 @dataclass(frozen=True)
@@ -648,19 +652,17 @@ class Inspector:
         if not events:
             return WhyUnknown(message_id, queues=facts.depths)
         _, kind, report, event = max(events, key=lambda e: e[0])
-        about = _about(event, *process_parts(report.process))
-        ledger = self.keys.short(event.ledger) if event.ledger else ""
-        ago = seconds_since(facts.now, event.at_ms)
+        about = {
+            **_about(event, *process_parts(report.process)),
+            "ledger": self.keys.short(event.ledger) if event.ledger else "",
+            "ago": seconds_since(facts.now, event.at_ms),
+            "reason": event.reason,
+        }
         if kind == "dropped":
-            return WhyDropped(**about, ledger=ledger, ago=ago, reason=event.reason)
+            return WhyDropped(**about)
+        due_in = round(event.until_ms / 1000 - facts.now, 3)
         return WhyDeferred(
-            **about,
-            ledger=ledger,
-            ago=ago,
-            reason=event.reason,
-            until=event.until_ms / 1000,
-            due_in=round(event.until_ms / 1000 - facts.now, 3),
-            queue_depth=facts.depths.get(event.queue),
+            **about, until=event.until_ms / 1000, due_in=due_in, queue_depth=facts.depths.get(event.queue)
         )
 
     def _running(self, report: ProcessReport, hold: ReportedHold, now: float) -> WhyRunning:
@@ -695,6 +697,26 @@ class Inspector:
             settling=view.settling,
             key_label=view.key_label,
         )
+
+    def control(
+        self,
+        action: str,
+        ledger: str,
+        *,
+        capacity: int = 0,
+        by: str | None = None,
+        reason: str | None = None,
+        for_ms: int | None = None,
+    ) -> Change:
+        """Set the control ``action`` (:data:`SET_CAPACITY` to ``capacity``, :data:`RESET_CAPACITY`,
+        :data:`PAUSE`, :data:`RESUME`) of ``ledger``, recorded with ``by`` and ``reason``; ``for_ms``
+        for a :data:`TIMED` one only (:class:`~dramatiq_slots.ledger.controls.Controls`)."""
+        if action == SET_CAPACITY:
+            return self.controls.set_capacity(ledger, capacity, by=by, reason=reason, for_ms=for_ms)
+        if action == PAUSE:
+            return self.controls.pause(ledger, by=by, reason=reason, for_ms=for_ms)
+        clear = {RESET_CAPACITY: self.controls.reset_capacity, RESUME: self.controls.resume}[action]
+        return clear(ledger, by=by, reason=reason)
 
     # -- releasing by hand -----------------------------------------------------------------
 
@@ -768,25 +790,26 @@ class _Facts:
                     self.depths[queue] = depth
 
     def holder(self, holder: Holder, ledger: str) -> HolderView:
-        host, pid, thread = token_parts(holder.token)
         report, hold = self._holds.get(holder.token, (None, None))
-        alive = report is not None or process_part(holder.token) in self.reports
+        reported: dict[str, Any] = {}  # what its process reports of it (nothing: a dead worker's)
+        if hold is not None:
+            reported = {
+                "age": seconds_since(self.now, hold.since_ms),
+                "actor": hold.actor,
+                "label": hold.label,
+                "message_id": hold.message_id or None,
+                "queue": hold.queue or None,
+                "capacity": hold.ledgers.get(ledger),
+                "group": hold.group or None,
+            }
         return HolderView(
-            token=holder.token,
-            host=host,
-            pid=pid,
-            thread=thread,
+            holder.token,
+            *token_parts(holder.token),
             seconds_left=holder.seconds_left,
-            age=seconds_since(self.now, hold.since_ms) if hold is not None else None,
-            actor=hold.actor if hold is not None else None,
-            label=hold.label if hold is not None else None,
-            process_alive=alive,
-            message_id=(hold.message_id or None) if hold is not None else None,
-            queue=(hold.queue or None) if hold is not None else None,
-            capacity=hold.ledgers.get(ledger) if hold is not None else None,
+            process_alive=report is not None or process_part(holder.token) in self.reports,
             units=holder.units,
-            group=(hold.group or None) if hold is not None else None,
             lingering=holder.token in self._lingering,
+            **reported,
         )
 
     def waits_on(self, ledger: str, line: Sequence[str] = ()) -> list[WaitView]:

@@ -7,6 +7,9 @@ from redis.sentinel import MasterNotFoundError
 
 from ..errors import LedgerArgumentError, LedgerError
 
+#: What a failed conversation with the ledger's Redis raises (a ledger call's, or the client's own).
+REDIS_FAILURES = (redis.RedisError, redis.exceptions.RedisClusterException, LedgerError)
+
 
 def describe_redis_error(error: BaseException, address: str) -> str:
     """One line for a failed Redis conversation, naming the server by its redacted address."""
@@ -42,4 +45,4 @@ def describe_redis_error(error: BaseException, address: str) -> str:
     return f"Redis at {address} failed ({detail})"
 
 
-__all__ = ["describe_redis_error"]
+__all__ = ["REDIS_FAILURES", "describe_redis_error"]

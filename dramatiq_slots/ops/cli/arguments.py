@@ -11,6 +11,7 @@ from ...errors import ArgumentError
 from ...ledger.client import URL_ENV
 from ...ledger.controls import MAX_CAPACITY, checked_by, checked_reason, parse_duration
 from ...ledger.keys import DEFAULT_KEY_PREFIX
+from ..inspection import TIMED
 from . import help as texts
 from .connection import DEFAULT_URL
 from .exits import PROG
@@ -88,6 +89,13 @@ def add_provenance(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_key_options(parser: argparse.ArgumentParser, key_help: str, **key: Any) -> None:
+    """``--key TEXT``, a runtime key's ledger (``key_help`` says how; ``key``: more of its options),
+    and ``--queue NAME``, its messages' queue."""
+    parser.add_argument("--key", metavar="TEXT", help=key_help, **key)
+    parser.add_argument("--queue", metavar="NAME", help=QUEUE_HELP)
+
+
 def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     """``--url`` and ``--prefix``, on the command and again on each subcommand.
 
@@ -123,16 +131,6 @@ def add_connection_options(parser: argparse.ArgumentParser, *, top: bool) -> Non
     )
 
 
-def add_subcommand(commands: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
-    """One subcommand: its own ``--url``/``--prefix``/``--cluster``, raw help text, no abbreviations."""
-    parser: argparse.ArgumentParser = commands.add_parser(
-        name, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False, **kwargs
-    )
-    add_connection_options(parser, top=False)
-    parser.set_defaults(command_parser=parser)
-    return parser
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -147,28 +145,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add_connection_options(parser, top=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Each command: its texts (help.py), its own --url/--prefix/--cluster, no abbreviations.
+    parsers: dict[str, argparse.ArgumentParser] = {}
+    for name, (summary, description, epilog) in texts.COMMANDS.items():
+        parsers[name] = commands.add_parser(
+            name,
+            help=summary,
+            description=description,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False,
+        )
+        add_connection_options(parsers[name], top=False)
+        parsers[name].set_defaults(command_parser=parsers[name])
 
-    status = add_subcommand(
-        commands,
-        "status",
-        help="show every ledger under the prefix and who holds it",
-        description=(
-            "Show every ledger under the key prefix: its capacity, holds in use, claims waiting in line,\n"
-            "and each holder."
-        ),
-        epilog=texts.STATUS_EPILOG,
-    )
+    status = parsers["status"]
     status.add_argument(
         "ledgers", nargs="*", metavar="LEDGER", help="show only these ledgers (queue:<name>, key:<digest>)"
     )
-    status.add_argument(
-        "--key",
+    add_key_options(
+        status,
+        "show the ledger of this runtime key (what unique_at_runtime_key returns); repeatable",
         action="append",
         default=[],
-        metavar="TEXT",
-        help="show the ledger of this runtime key (what unique_at_runtime_key returns); repeatable",
     )
-    status.add_argument("--queue", metavar="NAME", help=QUEUE_HELP)
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
     status.add_argument(
         "--watch",
@@ -180,33 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"redraw every SECONDS (default {DEFAULT_WATCH_INTERVAL:g}) until Ctrl-C",
     )
 
-    why = add_subcommand(
-        commands,
-        "why",
-        help="say where one message is: running, waiting (where, behind whom), deferred",
-        description=(
-            "Say where one message is, from what the ledgers and the live workers' reports hold:\n"
-            "running with its holds; waiting for a ledger (in line, parked or held back, on which host,\n"
-            "at which place, behind whom); deferred until when; dropped; or not known."
-        ),
-        epilog=texts.WHY_EPILOG,
-    )
+    why = parsers["why"]
     why.add_argument("message_id", metavar="MESSAGE_ID", help="the message's id (message.message_id)")
     why.add_argument("--json", action="store_true", help="print JSON instead of text")
 
-    release = add_subcommand(
-        commands,
-        "release",
-        help="free holds by hand (emergencies)",
-        description=(
-            "Remove holds from a ledger by hand, for emergencies: a hold of a dead worker is freed now\n"
-            "instead of when it expires."
-        ),
-        usage=(
-            "%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes] [--force]\n"
-            "       [--by TEXT] [--reason TEXT] (LEDGER | --key TEXT) (TOKEN [TOKEN ...] | --all)"
-        ),
-        epilog=texts.RELEASE_EPILOG,
+    release = parsers["release"]
+    release.usage = (
+        "%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes] [--force]\n"
+        "       [--by TEXT] [--reason TEXT] (LEDGER | --key TEXT) (TOKEN [TOKEN ...] | --all)"
     )
     release.add_argument(
         "names",
@@ -215,10 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the ledger as status prints it (queue:<name>, key:<digest>) or a full key, "
         "then the tokens of the holds to remove",
     )
-    release.add_argument(
-        "--key", metavar="TEXT", help="the ledger of this runtime key (then every word is a TOKEN)"
-    )
-    release.add_argument("--queue", metavar="NAME", help=QUEUE_HELP)
+    add_key_options(release, "the ledger of this runtime key (then every word is a TOKEN)")
     release.add_argument("--all", action="store_true", help="remove every hold of the ledger")
     add_provenance(release)
     release.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
@@ -226,27 +204,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="remove holds of live worker processes too (see below)"
     )
 
-    settle = add_subcommand(
-        commands,
-        "settle",
-        help="end the settling that follows a loss of the ledger's data",
-        description="End now the settling of the ledgers that follows a loss of their Redis's data.",
-        epilog=texts.SETTLE_EPILOG,
-    )
-    settle.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    parsers["settle"].add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
 
-    for command, summary in texts.CONTROL_COMMANDS.items():
-        sets = command in texts.SETTING_COMMANDS
-        control = add_subcommand(
-            commands,
-            command,
-            help=summary,
-            description=summary[0].upper() + summary[1:] + ".",
-            usage="%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes]\n       [--by TEXT]"
+    for command in texts.CONTROL_COMMANDS:
+        sets = command in TIMED
+        control = parsers[command]
+        control.usage = (
+            "%(prog)s [-h] [--url URL] [--cluster] [--prefix PREFIX] [--yes]\n       [--by TEXT]"
             + (" [--reason TEXT] [--for DURATION]" if sets else " [--reason TEXT]")
             + " (LEDGER | --key TEXT)"
-            + (" N" if command == "set-capacity" else ""),
-            epilog=texts.CONTROL_EPILOG,
+            + (" N" if command == "set-capacity" else "")
         )
         control.add_argument(
             "ledger",
@@ -258,10 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
             control.add_argument(
                 "capacity", type=capacity_argument, metavar="N", help="the new capacity (>= 1)"
             )
-        control.add_argument(
-            "--key", metavar="TEXT", help="the ledger of this runtime key (instead of LEDGER)"
-        )
-        control.add_argument("--queue", metavar="NAME", help=QUEUE_HELP)
+        add_key_options(control, "the ledger of this runtime key (instead of LEDGER)")
         control.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
         add_provenance(control)
         if sets:
@@ -273,16 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
                 help="end by itself after DURATION (90s, 15m, 1h, 2h30m, 1d), by the Redis clock",
             )
 
-    web = add_subcommand(
-        commands,
-        "web",
-        help="serve the operators' web page (read-only unless --controls)",
-        description=(
-            "Serve the operators' web page: every ledger, its holders and line, the worker processes,\n"
-            "refreshed live; with --controls, the controls too."
-        ),
-        epilog=texts.WEB_EPILOG,
-    )
+    web = parsers["web"]
     web.add_argument(
         "--bind",
         default=DEFAULT_BIND,

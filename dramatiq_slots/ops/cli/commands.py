@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from ...ledger.client import RedisClient, redacted_address
-from ...ledger.controls import Change, Provenance, default_by, duration_text
+from ...ledger.controls import Provenance, default_by, duration_text
 from ..inspection import Inspector, WhyUnknown
 from .connection import scrub, talking_to
 from .exits import EXIT_NOTHING_DONE, EXIT_OK, PROG, Failure, err
@@ -255,7 +255,6 @@ def settle_command(args: argparse.Namespace, client: RedisClient) -> int:
 
 def control_command(args: argparse.Namespace, client: RedisClient, parser: argparse.ArgumentParser) -> int:
     inspector = Inspector(client, key_prefix=args.prefix)
-    controls = inspector.controls
     ledger = one_ledger(inspector, parser, args, args.ledger)
     by: str = args.by if args.by is not None else default_by()
     reason: str | None = args.reason
@@ -289,16 +288,11 @@ def control_command(args: argparse.Namespace, client: RedisClient, parser: argpa
     if not confirmed(args.yes, question, nothing="nothing changed", act="change it"):
         return EXIT_NOTHING_DONE
 
-    def apply() -> Change:
-        if command == "set-capacity":
-            return controls.set_capacity(ledger, args.capacity, by=by, reason=reason, for_ms=for_ms)
-        if command == "reset-capacity":
-            return controls.reset_capacity(ledger, by=by, reason=reason)
-        if command == "pause":
-            return controls.pause(ledger, by=by, reason=reason, for_ms=for_ms)
-        return controls.resume(ledger, by=by, reason=reason)
-
-    change = talking_to(client, apply)
+    capacity: int = getattr(args, "capacity", 0)
+    change = talking_to(
+        client,
+        lambda: inspector.control(command, ledger, capacity=capacity, by=by, reason=reason, for_ms=for_ms),
+    )
     after = talking_to(client, lambda: inspector.ledgers([ledger])[0])
     print(control_text(after))
     if command == "reset-capacity" and change.changed:

@@ -23,9 +23,9 @@ from redis.connection import parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from ...errors import ArgumentError, LedgerError
+from ...errors import ArgumentError
 from ...ledger.client import URL_ENV, RedisClient, _host_port, redacted_address
-from ..redis_errors import describe_redis_error
+from ..redis_errors import REDIS_FAILURES, describe_redis_error
 from .exits import Failure
 
 T = TypeVar("T")
@@ -36,7 +36,7 @@ URL_ENVIRONMENT = (URL_ENV, "REDIS_URL")
 DEFAULT_URL = "redis://localhost:6379/0"
 
 #: Socket and connect timeout (s) unless the URL sets its own (as the middleware does).
-SOCKET_TIMEOUT = 5.0
+TIMEOUTS = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}
 
 #: ``redis+cluster://``: any node of a Redis Cluster; the scheme redis-py is given instead.
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -110,75 +110,59 @@ def connect(url: str, source: str, *, cluster: bool = False) -> RedisClient:
     slot map when it is made. ``cluster``: a ``redis://`` URL names a cluster node.
     """
     scheme = url.partition("://")[0].lower()
-    if scheme in SENTINEL_SCHEMES:
-        if cluster:
-            raise Failure(f"--cluster takes a redis:// or rediss:// URL, not a sentinel URL (from {source})")
-        return sentinel_client(url, source)
-    if scheme in CLUSTER_SCHEMES or cluster:
-        return cluster_client(url, source)
+    if scheme in SENTINEL_SCHEMES and cluster:
+        raise Failure(f"--cluster takes a redis:// or rediss:// URL, not a sentinel URL (from {source})")
     try:
-        client: redis.Redis = redis.Redis.from_url(
-            url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
-        )
-    except (ValueError, TypeError) as e:
+        if scheme in SENTINEL_SCHEMES:
+            return sentinel_client(url)
+        if scheme in CLUSTER_SCHEMES or cluster:
+            return cluster_client(url)
+        client: redis.Redis = redis.Redis.from_url(url, **TIMEOUTS)
+        return client
+    except (ValueError, TypeError) as e:  # an ArgumentError too
         # Never echo the URL: it may carry a password.
         raise Failure(f"bad Redis URL (from {source}): {e}") from e
-    return client
 
 
-def cluster_client(url: str, source: str) -> RedisCluster:
-    """A cluster client from any node's URL (``redis+cluster://``, or ``redis://`` with ``--cluster``)."""
+def cluster_client(url: str) -> RedisCluster:
+    """A cluster client from any node's URL (``redis+cluster://``, or ``redis://`` with ``--cluster``);
+    ValueError for a URL it cannot use."""
     scheme, _, rest = url.partition("://")
     plain_scheme = CLUSTER_SCHEMES.get(scheme.lower(), scheme.lower())
     if plain_scheme not in ("redis", "rediss"):
-        raise Failure(
-            f"bad Redis URL (from {source}): a Redis Cluster is named by a node's "
-            "redis+cluster://, rediss+cluster://, redis:// or rediss:// URL"
+        raise ArgumentError(
+            "a Redis Cluster is named by a node's redis+cluster://, rediss+cluster://, redis:// or "
+            "rediss:// URL"
         )
     plain = f"{plain_scheme}://{rest}"
+    if parse_url(plain).get("db", 0) != 0:  # type: ignore[no-untyped-call, unused-ignore]
+        raise ArgumentError("a Redis Cluster has database 0 only")
+    parts = urlsplit(plain)
+    # As redacted_address names a cluster reached through one node.
+    address = "cluster via " + _host_port(parts.hostname or "localhost", parts.port or DEFAULT_CLUSTER_PORT)
     try:
-        options = parse_url(plain)  # type: ignore[no-untyped-call, unused-ignore]
-        if options.get("db", 0) != 0:
-            raise ArgumentError("a Redis Cluster has database 0 only")
-        parts = urlsplit(plain)
-        # As redacted_address names a cluster reached through one node.
-        address = "cluster via " + _host_port(
-            parts.hostname or "localhost", parts.port or DEFAULT_CLUSTER_PORT
-        )
-    except ValueError as e:
-        raise Failure(f"bad Redis URL (from {source}): {e}") from e
-    try:
-        client: RedisCluster = RedisCluster.from_url(
-            plain, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
-        )
-    except (ValueError, TypeError) as e:
-        raise Failure(f"bad Redis URL (from {source}): {e}") from e
+        client: RedisCluster = RedisCluster.from_url(plain, **TIMEOUTS)
     except (redis.RedisError, redis.exceptions.RedisClusterException) as e:
         # The client reads the slot map as it is made: this is the first conversation.
         raise Failure(describe_redis_error(e, address)) from e
     return client
 
 
-def sentinel_client(url: str, source: str) -> redis.Redis:
+def sentinel_client(url: str) -> redis.Redis:
     """The client of the primary the sentinels of a ``redis+sentinel://`` URL name for its service.
 
     The URL's user and password are the primary's; ``?sentinel_username=`` and
     ``?sentinel_password=`` the sentinels'. Other query options are the primary's,
     read as in a ``redis://`` URL.
     """
-    try:
-        parsed = parse_sentinel_url(url)
-    except ValueError as e:
-        # Never echo the URL: it may carry a password.
-        raise Failure(f"bad Redis URL (from {source}): {e}") from e
-    timeouts = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT}
+    parsed = parse_sentinel_url(url)
     # One try per sentinel: the next one is the retry (redis-py's default backs off for seconds).
     once = {"retry": Retry(NoBackoff(), 0)}
     manager = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
-        parsed.sentinels, sentinel_kwargs={**timeouts, **once, **parsed.sentinel_options}
+        parsed.sentinels, sentinel_kwargs={**TIMEOUTS, **once, **parsed.sentinel_options}
     )
     client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call, unused-ignore]
-        parsed.service, **{**timeouts, **parsed.primary_options}
+        parsed.service, **{**TIMEOUTS, **parsed.primary_options}
     )
     return client
 
@@ -260,5 +244,5 @@ def talking_to(client: RedisClient, action: Callable[[], T]) -> T:
     """``action()``, with Redis errors turned into a :class:`Failure` naming the server."""
     try:
         return action()
-    except (redis.RedisError, redis.exceptions.RedisClusterException, LedgerError) as e:
+    except REDIS_FAILURES as e:
         raise Failure(describe_redis_error(e, redacted_address(client))) from e

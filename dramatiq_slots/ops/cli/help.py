@@ -187,17 +187,6 @@ CONTROL_COMMANDS = {
 }
 
 
-#: The control commands that set a value (``--for``); the others clear one.
-SETTING_COMMANDS = ("set-capacity", "pause")
-
-
-LIVE_REFUSAL = (
-    "a running job re-asserts a lost hold, so its process's next heartbeat would put it back: "
-    "stop that worker or let its job end; --force removes it anyway, and its heartbeat will "
-    "re-assert it at its next beat unless the job has ended"
-)
-
-
 WEB_EPILOG = f"""\
 The page shows every ledger under the prefix (paged, searched by queue name or digest,
 or by a runtime key's label): its capacities (declared, override, in force), pause,
@@ -220,3 +209,49 @@ To serve the page inside your own application, behind its users, mount SlotsWeb
 (docs/operations.md, "The web page").
 
 {EXIT_CODES}"""
+
+
+#: Per command, in the order ``--help`` lists them: its summary (in that list), and the description
+#: and epilog of its own ``--help``.
+COMMANDS = {
+    "status": (
+        "show every ledger under the prefix and who holds it",
+        "Show every ledger under the key prefix: its capacity, holds in use, claims waiting in line,\n"
+        "and each holder.",
+        STATUS_EPILOG,
+    ),
+    "why": (
+        "say where one message is: running, waiting (where, behind whom), deferred",
+        "Say where one message is, from what the ledgers and the live workers' reports hold:\n"
+        "running with its holds; waiting for a ledger (in line, parked or held back, on which host,\n"
+        "at which place, behind whom); deferred until when; dropped; or not known.",
+        WHY_EPILOG,
+    ),
+    "release": (
+        "free holds by hand (emergencies)",
+        "Remove holds from a ledger by hand, for emergencies: a hold of a dead worker is freed now\n"
+        "instead of when it expires.",
+        RELEASE_EPILOG,
+    ),
+    "settle": (
+        "end the settling that follows a loss of the ledger's data",
+        "End now the settling of the ledgers that follows a loss of their Redis's data.",
+        SETTLE_EPILOG,
+    ),
+    **{
+        name: (summary, summary[0].upper() + summary[1:] + ".", CONTROL_EPILOG)
+        for name, summary in CONTROL_COMMANDS.items()
+    },
+    "web": (
+        "serve the operators' web page (read-only unless --controls)",
+        "Serve the operators' web page: every ledger, its holders and line, the worker processes,\n"
+        "refreshed live; with --controls, the controls too.",
+        WEB_EPILOG,
+    ),
+}
+
+LIVE_REFUSAL = (
+    "a running job re-asserts a lost hold, so its process's next heartbeat would put it back: "
+    "stop that worker or let its job end; --force removes it anyway, and its heartbeat will "
+    "re-assert it at its next beat unless the job has ended"
+)

@@ -1,26 +1,43 @@
-"""``dramatiq-slots web``: the operators' page, served alone by a threading server of the stdlib.
+"""``dramatiq-slots web``: the operators' page, served alone by the bounded server of
+:mod:`dramatiq_slots.ops.web.server` (slow clients hold no thread), and its one operator.
 
-Reading is open to whoever reaches ``--bind``:``--port`` (127.0.0.1 by default). With
-``--controls --user NAME`` the page may act, once a browser tab has signed in with the token printed
-at start (:mod:`dramatiq_slots.ops.web.standalone`). The server is bounded: slow clients hold no
-thread (:mod:`dramatiq_slots.ops.web.server`).
+Whoever reaches ``--bind``:``--port`` may read (127.0.0.1 unless told otherwise). With
+``--controls --user NAME`` the page may act, once a browser tab has signed in with the token the
+command prints at start (``<path>/login?token=T``). The answer sends it on to
+``<path>/#session=S``: S is a fresh random session the server keeps in memory, with the origin it
+was issued for (scheme, host and port) and when it started and was last used. The page's script
+moves S from the address (a fragment: never sent to a server, so never logged) into the tab's
+``sessionStorage``, which a page of another origin, another port of the same host included,
+cannot read, and sends it with each request in the header ``X-Slots-Session``. The server acts,
+as NAME, only for a live S used from the origin it was issued for, with the CSRF token of S
+(:mod:`dramatiq_slots.ops.web.csrf`). A session ends :data:`IDLE` after its sign-in or its last
+control (the page's reads do not count), after :data:`LIFETIME` in any case, at sign-out
+(``POST <path>/logout``) and with the server. No cookie carries any authority: a browser sends a
+host's cookies to every port of it (:class:`LocalOperator`).
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import ipaddress
+import secrets
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
+from urllib.parse import parse_qs
 
+from ...errors import ArgumentError
 from ...ledger.client import RedisClient, redacted_address
 from ...ledger.controls import duration_text
-from ..web.app import SECURITY_HEADERS, SlotsWeb, StartResponse, WSGIApp
+from ..web.app import VIEW, Response, SlotsWeb, StartResponse, WSGIApp, json_response
+from ..web.csrf import SESSION_HEADER, origin_refusal, random_secret, sent_origin, served_origin, well_formed
 from ..web.server import make_server
-from ..web.standalone import LocalOperator
 from .connection import talking_to
 from .exits import EXIT_OK, Failure
 
@@ -106,7 +123,135 @@ def redirect_to(location: str) -> WSGIApp:
     """A WSGI app answering every request with a redirect to ``location``."""
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
-        start_response("303 See Other", [("Location", location), ("Content-Length", "0"), *SECURITY_HEADERS])
-        return [b""]
+        return Response(303, b"", "text/plain; charset=utf-8", [("Location", location)]).start(start_response)
 
     return app
+
+
+MAX_USER = 64
+#: Seconds a session lasts without a control, and at most.
+IDLE = 60 * 60
+LIFETIME = 12 * 60 * 60
+#: Sessions kept at once; a sign-in beyond ends the one whose last control is the oldest.
+MAX_SESSIONS = 100
+
+
+@dataclass
+class Session:
+    origin: str
+    started: float
+    used: float
+
+
+class LocalOperator:
+    """One named operator, signed in by a token: the ``authorize`` hook and the routes
+    ``<path>/login`` and ``<path>/logout`` (``clock``: seconds, monotonic; tests pass theirs)."""
+
+    def __init__(
+        self,
+        user: str,
+        *,
+        path: str,
+        token: str | None = None,
+        idle: float = IDLE,
+        lifetime: float = LIFETIME,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        user = user.strip()
+        if not user or len(user) > MAX_USER or any(not c.isprintable() for c in user):
+            raise ArgumentError(f"--user: a printable name of 1 to {MAX_USER} characters, got {user!r}")
+        self.user = user
+        self.path = path
+        self.token = token or secrets.token_urlsafe(24)
+        self.idle = idle
+        self.lifetime = lifetime
+        self._clock = clock
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def login_path(self) -> str:
+        return f"{self.path}/login?token={self.token}"
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def sign_in(self, origin: str) -> str:
+        """A new session for a browser tab of ``origin``; the key the tab keeps."""
+        key = random_secret()
+        now = self._clock()
+        with self._lock:
+            for old in [k for k, s in self._sessions.items() if not self._live(s, now)]:
+                del self._sessions[old]
+            if len(self._sessions) >= MAX_SESSIONS:
+                del self._sessions[min(self._sessions, key=lambda k: self._sessions[k].used)]
+            self._sessions[key] = Session(origin, now, now)
+        return key
+
+    def sign_out(self, key: str) -> bool:
+        """End a session; whether it was live."""
+        with self._lock:
+            session = self._sessions.pop(key, None)
+        return session is not None and self._live(session, self._clock())
+
+    def signed_in(self, environ: Mapping[str, Any]) -> bool:
+        """Whether the request carries a live session, used from the origin it was issued for. A
+        POST (a control) keeps it alive; the page's reads, which it polls, do not."""
+        key = well_formed(str(environ.get(SESSION_HEADER, "")))
+        if key is None:
+            return False
+        origin = served_origin(environ)
+        now = self._clock()
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is None or not self._live(session, now):
+                self._sessions.pop(key, None)
+                return False
+            if session.origin != origin or sent_origin(environ) not in (None, origin):
+                return False
+            if environ.get("REQUEST_METHOD") == "POST":
+                session.used = now
+        return True
+
+    def _live(self, session: Session, now: float) -> bool:
+        return now - session.used < self.idle and now - session.started < self.lifetime
+
+    def authorize(self, environ: Mapping[str, Any], action: str) -> str | None:
+        """Reading: anyone who reaches the server; acting: a signed-in tab, as the user."""
+        if action == VIEW or self.signed_in(environ):
+            return self.user
+        return None
+
+    # -- routes --------------------------------------------------------------------------------
+
+    def wrap(self, app: WSGIApp) -> WSGIApp:
+        """``app`` with ``<path>/login`` and ``<path>/logout`` in front of it."""
+        routes = {f"{self.path}/login": self._login, f"{self.path}/logout": self._logout}
+
+        def dispatch(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+            route = routes.get(str(environ.get("PATH_INFO", "")))
+            if route is None:
+                return app(environ, start_response)
+            return route(environ).start(start_response)
+
+        return dispatch
+
+    def _login(self, environ: Mapping[str, Any]) -> Response:
+        given = (parse_qs(str(environ.get("QUERY_STRING", ""))).get("token") or [""])[0]
+        if environ.get("REQUEST_METHOD", "GET") != "GET" or not hmac.compare_digest(
+            given.encode("ascii", "replace"), self.token.encode("ascii")
+        ):
+            text = b"wrong sign-in token: use the URL dramatiq-slots web printed at start\n"
+            return Response(403, text, "text/plain; charset=utf-8")
+        key = self.sign_in(served_origin(environ))
+        return Response(303, b"", "text/plain; charset=utf-8", [("Location", f"{self.path}/#session={key}")])
+
+    def _logout(self, environ: Mapping[str, Any]) -> Response:
+        if environ.get("REQUEST_METHOD") != "POST":
+            return json_response(405, {"error": "POST only"}, [("Allow", "POST")])
+        refusal = origin_refusal(environ)
+        if refusal is not None:
+            return json_response(403, {"error": refusal})
+        ended = self.signed_in(environ) and self.sign_out(str(environ[SESSION_HEADER]))
+        return json_response(200, {"ok": True, "message": "signed out" if ended else "no session to end"})
+
+
+__all__ = ["LocalOperator", "web_command"]

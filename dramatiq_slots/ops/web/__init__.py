@@ -10,9 +10,10 @@
 The modules: :mod:`.app` (``SlotsWeb``: routes, headers, authorization), :mod:`.data` (what the
 page shows, as JSON documents: the one module to extend with new fields), :mod:`.actions` (the
 controls from the page), :mod:`.csrf` (what a control must show: its origin, its token),
-:mod:`.server` (the bounded stdlib server), :mod:`.standalone` (the standalone server's operator
-sign-in and sessions); ``static/`` holds the page's HTML,
-script and style sheet (no build step). docs/operations.md, "The web page", is the manual.
+:mod:`.server` (the bounded stdlib server); ``static/`` holds the page's HTML,
+script and style sheet (no build step). docs/operations.md, "The web page", is the manual. The
+standalone server's operator (its sign-in and sessions) lives with ``dramatiq-slots web``, in
+:mod:`dramatiq_slots.ops.cli.web`.
 
 Nothing here imports dramatiq.
 """

@@ -13,27 +13,17 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from ...errors import ArgumentError
 from ...ledger.controls import MAX_CAPACITY
-from ..inspection import Inspector
+from ..inspection import PAUSE, RESET_CAPACITY, RESUME, SET_CAPACITY, TIMED, Inspector
 from .data import Document, control_document
 
 logger = logging.getLogger("dramatiq_slots.web")
 
+RELEASE = "release"
 #: What a POST may ask, by the name the page, the authorization hook and the log use.
-SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME, RELEASE = (
-    "set-capacity",
-    "reset-capacity",
-    "pause",
-    "resume",
-    "release",
-)
 ACTIONS = (SET_CAPACITY, RESET_CAPACITY, PAUSE, RESUME, RELEASE)
-#: The actions a duration applies to (an override or a pause for a while); every action takes a
-#: reason.
-TIMED = (SET_CAPACITY, PAUSE)
 MAX_REASON = 500
 #: The longest claim token taken (a token is ``host:pid:thread:n``; a host name is at most 255).
 MAX_TOKEN = 400
@@ -98,18 +88,10 @@ def perform(inspector: Inspector, action: str, form: Mapping[str, str], user: st
     for_ms = duration_field(form)
     if for_ms is not None and action not in TIMED:
         raise ArgumentError(f"duration: only {' and '.join(TIMED)} take one")
-    extra: dict[str, Any] = {"by": user, "reason": reason or None}
-    if action in TIMED:
-        extra.update(for_ms=for_ms)
-    controls = inspector.controls
-    if action == SET_CAPACITY:
-        change = controls.set_capacity(ledger, capacity_field(form), **extra)
-    elif action == RESET_CAPACITY:
-        change = controls.reset_capacity(ledger, **extra)
-    elif action == PAUSE:
-        change = controls.pause(ledger, **extra)
-    else:
-        change = controls.resume(ledger, **extra)
+    capacity = capacity_field(form) if action == SET_CAPACITY else 0
+    change = inspector.control(
+        action, ledger, capacity=capacity, by=user, reason=reason or None, for_ms=for_ms
+    )
     lasting = f", for {for_ms} ms" if for_ms is not None else ""
     details = f", reason {reason!r}" if reason else ""
     logger.info(
@@ -122,7 +104,9 @@ def perform(inspector: Inspector, action: str, form: Mapping[str, str], user: st
         "changed": change.changed,
         "before": control_document(change.before),
         "after": control_document(change.after),
-        "recorded": sorted(k for k, v in extra.items() if v is not None),
+        "recorded": sorted(
+            k for k, v in {"by": user, "reason": reason or None, "for_ms": for_ms}.items() if v is not None
+        ),
         "message": f"{action} {short}: " + ("done" if change.changed else "it was already so"),
     }
 

@@ -37,14 +37,11 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
 
-import redis
-import redis.exceptions
-
-from ...errors import ArgumentError, LedgerError, SlotsError
+from ...errors import ArgumentError, SlotsError
 from ...ledger.client import RedisClient, redacted_address
 from ...ledger.keys import DEFAULT_KEY_PREFIX
 from ..inspection import Inspector
-from ..redis_errors import describe_redis_error
+from ..redis_errors import REDIS_FAILURES, describe_redis_error
 from .actions import ACTIONS, PROVENANCE, perform
 from .csrf import COOKIE, SESSION_HEADER, Csrf, checked_origins, cookie_header, origin_refusal, random_secret
 from .data import PER_PAGE, Document, PageData
@@ -223,7 +220,7 @@ class SlotsWeb:
             return json_response(e.status, {"error": str(e)}, e.headers)
         except ArgumentError as e:
             return json_response(400, {"error": str(e)})
-        except (redis.RedisError, redis.exceptions.RedisClusterException, LedgerError) as e:
+        except REDIS_FAILURES as e:
             message = describe_redis_error(e, redacted_address(self.inspector.client))
             logger.warning("slots web: %s", message)
             return json_response(503, {"error": message})

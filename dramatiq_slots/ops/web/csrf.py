@@ -40,14 +40,14 @@ COOKIE = "slots_csrf"
 #: The request header (as WSGI names it) and the form field that carry the token.
 HEADER = "HTTP_X_SLOTS_CSRF"
 FIELD = "csrf"
-#: The request header of the standalone server's sign-in session (:mod:`.standalone`).
+#: The request header of the standalone server's sign-in session (:mod:`..cli.web`).
 SESSION_HEADER = "HTTP_X_SLOTS_SESSION"
 _RANDOM = re.compile(r"[A-Za-z0-9_-]{32,64}")
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
 
 
 def random_secret() -> str:
-    """A fresh random value of the kind this module and :mod:`.standalone` check (43 characters)."""
+    """A fresh random value of the kind this module and :mod:`..cli.web` check (43 characters)."""
     return secrets.token_urlsafe(32)
 
 

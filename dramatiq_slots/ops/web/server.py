@@ -137,6 +137,7 @@ class BoundedWSGIServer(WSGIServer):
         read_timeout: float = READ_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         # Made first: a failed bind closes the server (server_close) before __init__ returns.
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -153,6 +154,10 @@ class BoundedWSGIServer(WSGIServer):
         self._lock = threading.Lock()
         #: Requests handed to the pool and not answered yet.
         self._answering = 0
+        #: While serving: the connections still sending their request, in accept order (the oldest
+        #: first), and the selector that watches them.
+        self._reading: dict[socket.socket, Connection] = {}
+        self._selector: selectors.BaseSelector
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -164,26 +169,28 @@ class BoundedWSGIServer(WSGIServer):
         ]
         for worker in workers:
             worker.start()
-        reading: dict[socket.socket, Connection] = {}  # in accept order: the oldest first
+        self._reading = {}
         try:
-            with selectors.DefaultSelector() as selector:
-                selector.register(self.socket, selectors.EVENT_READ)
-                selector.register(self._wake_r, selectors.EVENT_READ)
+            with selectors.DefaultSelector() as self._selector:
+                self._selector.register(self.socket, selectors.EVENT_READ)
+                self._selector.register(self._wake_r, selectors.EVENT_READ)
                 while not self._stop.is_set():
                     timeout = poll_interval
-                    if reading:
-                        oldest = next(iter(reading.values()))
+                    if self._reading:
+                        oldest = next(iter(self._reading.values()))
                         timeout = min(timeout, max(0.0, oldest.deadline - time.monotonic()))
-                    for key, _ in selector.select(timeout):
+                    for key, _ in self._selector.select(timeout):
                         if key.fileobj is self.socket:
-                            self._accept(selector, reading)
+                            self._accept()
                         elif key.fileobj is self._wake_r:
                             self._drain_wake()
                         else:
-                            self._receive(selector, reading, key.data)
-                    self._expire(selector, reading, time.monotonic())
+                            self._receive(key.data)
+                    # Past their deadline: the oldest first.
+                    while self._reading and next(iter(self._reading.values())).deadline <= time.monotonic():
+                        self._drop(next(iter(self._reading.values())), 408, "Request Timeout")
         finally:
-            for pending in reading.values():
+            for pending in self._reading.values():
                 pending.sock.close()
             for _ in workers:
                 self._ready.put(None)
@@ -210,7 +217,7 @@ class BoundedWSGIServer(WSGIServer):
             while self._wake_r.recv(4096):
                 pass
 
-    def _accept(self, selector: selectors.BaseSelector, reading: dict[socket.socket, Connection]) -> None:
+    def _accept(self) -> None:
         while True:
             try:
                 sock, address = self.socket.accept()
@@ -220,19 +227,17 @@ class BoundedWSGIServer(WSGIServer):
                 return  # out of file descriptors, or a connection reset before its accept
             sock.setblocking(False)
             with self._lock:
-                full = len(reading) + self._answering >= self.max_connections
-            if full and not reading:
+                full = len(self._reading) + self._answering >= self.max_connections
+            if full and not self._reading:
                 answer_and_close(sock, 503, "Service Unavailable", "the server is busy: try again")
                 continue
             if full:
-                self._drop(selector, reading, next(iter(reading.values())), 408, "Request Timeout")
+                self._drop(next(iter(self._reading.values())), 408, "Request Timeout")
             deadline = time.monotonic() + self.read_timeout
-            reading[sock] = pending = Connection(sock, address, deadline)
-            selector.register(sock, selectors.EVENT_READ, pending)
+            self._reading[sock] = pending = Connection(sock, address, deadline)
+            self._selector.register(sock, selectors.EVENT_READ, pending)
 
-    def _receive(
-        self, selector: selectors.BaseSelector, reading: dict[socket.socket, Connection], pending: Connection
-    ) -> None:
+    def _receive(self, pending: Connection) -> None:
         try:
             chunk = pending.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
@@ -240,8 +245,7 @@ class BoundedWSGIServer(WSGIServer):
         except OSError:
             chunk = b""
         if not chunk:  # the client went away
-            selector.unregister(pending.sock)
-            del reading[pending.sock]
+            self._forget(pending)
             pending.sock.close()
             return
         pending.data += chunk
@@ -254,37 +258,25 @@ class BoundedWSGIServer(WSGIServer):
                     return
                 pending.length = end.end() + request_length(bytes(pending.data[: end.end()]), MAX_BODY)
         except RefusedRequest as refused:
-            self._drop(selector, reading, pending, refused.status, refused.reason, str(refused))
+            self._drop(pending, refused.status, refused.reason, str(refused))
             return
         if len(pending.data) < pending.length:
             return
-        selector.unregister(pending.sock)
-        del reading[pending.sock]
+        self._forget(pending)
         with self._lock:
             self._answering += 1
         del pending.data[pending.length :]
         self._ready.put(pending)
 
-    def _expire(
-        self, selector: selectors.BaseSelector, reading: dict[socket.socket, Connection], now: float
-    ) -> None:
-        while reading:
-            oldest = next(iter(reading.values()))
-            if oldest.deadline > now:
-                return
-            self._drop(selector, reading, oldest, 408, "Request Timeout")
+    def _forget(self, pending: Connection) -> None:
+        """No more reading of ``pending``."""
+        self._selector.unregister(pending.sock)
+        del self._reading[pending.sock]
 
-    @staticmethod
     def _drop(
-        selector: selectors.BaseSelector,
-        reading: dict[socket.socket, Connection],
-        pending: Connection,
-        status: int,
-        reason: str,
-        text: str = "the request took too long to arrive",
+        self, pending: Connection, status: int, reason: str, text: str = "the request took too long to arrive"
     ) -> None:
-        selector.unregister(pending.sock)
-        del reading[pending.sock]
+        self._forget(pending)
         answer_and_close(pending.sock, status, reason, text)
 
     # -- the pool ------------------------------------------------------------------------------
@@ -308,10 +300,6 @@ class BoundedWSGIServer(WSGIServer):
                     self._answering -= 1
 
 
-class BoundedWSGIServer6(BoundedWSGIServer):
-    address_family = socket.AF_INET6
-
-
 def make_server(
     host: str,
     port: int,
@@ -322,8 +310,7 @@ def make_server(
     read_timeout: float = READ_TIMEOUT,
 ) -> BoundedWSGIServer:
     """A server bound to ``host``:``port`` (0: a free port; ``server.server_port`` says which)."""
-    server_class = BoundedWSGIServer6 if ":" in host else BoundedWSGIServer
-    server = server_class((host, port), RequestHandler, threads=threads, read_timeout=read_timeout)
+    server = BoundedWSGIServer((host, port), RequestHandler, threads=threads, read_timeout=read_timeout)
     server.set_app(app)
     server.quiet = quiet
     return server
