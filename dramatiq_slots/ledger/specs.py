@@ -121,7 +121,9 @@ class ScriptSpec(Generic[R]):
             if set(given) != names:
                 raise ArgumentError(f"{self.name}.lua: {section} takes {sorted(names)}, not {sorted(given)}")
             for f in listed:
-                for name in f.names if f.per is not None else ():
+                if f.per is None:
+                    continue
+                for name in f.names:
                     value = given[name]
                     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
                         raise ArgumentError(f"{self.name}.lua: {section} {name} takes a sequence")
