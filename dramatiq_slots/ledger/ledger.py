@@ -151,8 +151,10 @@ class Ledger:
         return translated(self.client, operation)
 
     def _run(self, call: Call[R]) -> R:
-        """Send ``call``; its typed reply, or its error reply as the ledger's error (:meth:`Call.answer`)."""
-        return call.answer(self._answer_of(call))
+        """Send ``call``; its typed reply, or its error reply as the ledger's error (:meth:`Call.answer`),
+        and Redis's failures as the ledger's (:func:`.translation.translated`), named by its script."""
+        with self._translated(call.spec.name):
+            return call.answer(self._answer_of(call))
 
     def _answer_of(self, call: Call[Any]) -> Any:
         """Send ``call``; its raw reply, an error reply returned rather than raised."""
@@ -302,9 +304,9 @@ class Ledger:
             known=self.known.get(shaped.named_keys["epoch"], 0),
             listed=listed,
         )
+        if not self.replicas:
+            return self._run(call)
         with self._translated("enter"):
-            if not self.replicas:
-                return self._run(call)
             # One connection for both, so WAIT counts the replicas that have this admission.
             reply, acked = self._sent(
                 [call], lambda pipe: pipe.execute_command("WAIT", self.replicas, self.replicas_timeout_ms)
@@ -366,8 +368,7 @@ class Ledger:
             token=token, ttl=ttl_ms, age=age, own=own_process
         )
         if report is None or isinstance(self.client, RedisCluster):
-            with self._translated("leave"):
-                return self._run(call)
+            return self._run(call)
         with self._translated("leave"):
             reply, written = self._sent(
                 [call], lambda pipe: pipe.set(report.key, report.text, xx=True, keepttl=True)
@@ -383,12 +384,12 @@ class Ledger:
         written: ``backlog.lua``). An entry counts ``ttl_ms``, unless ``enter`` takes it off first."""
         if not limits:
             return None
-        call = BACKLOG.call(
-            keys={"backlog": [self.keys.backlog(limit.ledger, group) for limit in limits]},
-            args={"message": message_id, "ttl": ttl_ms, "most": list(bounds)},
+        refused = self._run(
+            BACKLOG.call(
+                keys={"backlog": [self.keys.backlog(limit.ledger, group) for limit in limits]},
+                args={"message": message_id, "ttl": ttl_ms, "most": list(bounds)},
+            )
         )
-        with self._translated("backlog"):
-            refused = self._run(call)
         return None if refused == 0 else limits[refused - 1].ledger
 
     def withdraw(self, token: str, limits: Sequence[Limit], *, ttl_ms: int) -> Withdrawn:
@@ -396,13 +397,13 @@ class Ledger:
         admitted, and gets a fresh fence on each)."""
         if not limits:
             return Withdrawn(0)
-        call = self._call(
-            WITHDRAW,
-            keys={"ledger": [limit.ledger for limit in limits]},
-            args={"token": token, "ttl": ttl_ms},
+        return self._run(
+            self._call(
+                WITHDRAW,
+                keys={"ledger": [limit.ledger for limit in limits]},
+                args={"token": token, "ttl": ttl_ms},
+            )
         )
-        with self._translated("withdraw"):
-            return self._run(call)
 
     def line(self, ledger: str) -> list[str]:
         """The claims waiting for ``ledger``: its line, first in line first, then each fair-share
@@ -563,21 +564,21 @@ class Ledger:
         """Set (``value``) or clear (``""``) control ``which`` (``capacity`` or ``paused``) of
         ``ledger`` as ``by`` (with ``reason``; a value for ``duration_ms`` from the Redis clock's
         now, 0: until changed), and tell the workers; ``(changed, value before)`` (``control.lua``)."""
-        call = CONTROL.call(
-            keys={"controls": self.keys.controls(of=ledger)},
-            args={
-                "ledger": ledger,
-                "which": which,
-                "value": value,
-                # Every worker listens to the prefix's own channel, whatever the ledger's home.
-                "channel": self.keys.controls(),
-                "by": by,
-                "reason": reason,
-                "duration": duration_ms,
-            },
+        return self._run(
+            CONTROL.call(
+                keys={"controls": self.keys.controls(of=ledger)},
+                args={
+                    "ledger": ledger,
+                    "which": which,
+                    "value": value,
+                    # Every worker listens to the prefix's own channel, whatever the ledger's home.
+                    "channel": self.keys.controls(),
+                    "by": by,
+                    "reason": reason,
+                    "duration": duration_ms,
+                },
+            )
         )
-        with self._translated("control"):
-            return self._run(call)
 
     def record_placement(self, text: str | None) -> str | None:
         """Write the placement record (:func:`~.placement.record`'s ``text``), which tells readers
@@ -625,8 +626,7 @@ class Ledger:
     ) -> Call[int]:
         """report.lua's call: the report, its process's entry in the index of reports, and its
         ledgers in the index of ledgers."""
-        key, text = report[0], report[1]
-        ledgers = report.ledgers if isinstance(report, ReportWrite) else ()
+        key, text, ledgers = ReportWrite(*report)
         process = self.keys.process_of(key)
         if process is None:
             raise ArgumentError(f"not a process report key under prefix {self.keys.prefix!r}: {key!r}")
@@ -701,13 +701,13 @@ class Ledger:
         members = [Member(*m) for m in members]
         if not members:
             return []
-        call = self._call(
-            REASSERT,
-            keys={"ledger": [m.ledger for m in members]},
-            args={"ttl": ttl_ms, "token": [m.token for m in members]},
+        return self._run(
+            self._call(
+                REASSERT,
+                keys={"ledger": [m.ledger for m in members]},
+                args={"ttl": ttl_ms, "token": [m.token for m in members]},
+            )
         )
-        with self._translated("reassert"):
-            return self._run(call)
 
     def reclaim(self, token: str, limits: Sequence[Limit], *, ttl_ms: int) -> str | None:
         """Take a lost hold back on every ledger where it still fits, or on none.
@@ -722,20 +722,15 @@ class Ledger:
             keys={"ledger": [limit.ledger for limit in limits], "controls": f"{self._tag(limits)}:controls"},
             args={"token": token, "ttl": ttl_ms, "capacity": [limit.capacity for limit in limits]},
         )
-        with self._translated("reclaim"):
-            return self._run(call).refused_by
+        return self._run(call).refused_by
 
     def in_use(self, ledger: str) -> int:
         """Live holds of one ledger, by the Redis clock."""
-        call = IN_USE.call(keys={"ledger": ledger}, args={})
-        with self._translated("in_use"):
-            return self._run(call)
+        return self._run(IN_USE.call(keys={"ledger": ledger}, args={}))
 
     def holders(self, ledger: str) -> list[Holder]:
         """Live holds of one ledger, soonest to expire first."""
-        call = HOLDERS.call(keys={"ledger": ledger}, args={})
-        with self._translated("holders"):
-            return self._run(call)
+        return self._run(HOLDERS.call(keys={"ledger": ledger}, args={}))
 
     def survey(
         self, ledgers: Sequence[str], *, line: int = 0, epochs: bool = False
