@@ -738,69 +738,49 @@ class Ledger:
         """For inspection: each ledger's live holders, the claims waiting (its line, and its
         fair-share groups' lines) and the first ``line`` claims of its line; with ``epochs``, the
         epoch of each home of ``ledgers`` (by hash tag; None: none). One round trip, and one more
-        when groups wait, or claims wait and ``line`` is asked (one per ledger and command on a
-        cluster, whose client pipelines no scripts)."""
+        when groups wait, or claims wait and ``line`` is asked."""
         calls = {ledger: HOLDERS.call(keys={"ledger": ledger}, args={}) for ledger in ledgers}
         tags = list(dict.fromkeys(self.keys.tag_of(ledger) for ledger in ledgers)) if epochs else []
         if not calls:
             return {}, {}
         heads: dict[str, tuple[tuple[str, float], ...]] = {}
+
+        def counted(pipe: Any) -> None:
+            for ledger in calls:
+                pipe.zcard(self.keys.line(ledger))
+                pipe.zrange(self.keys.turns(ledger), 0, -1)
+            for tag in tags:
+                pipe.zrange(self.keys.epoch(tag), 0, -1, withscores=True)
+
         with self._translated("holders"):
-            if isinstance(self.client, RedisCluster):
-                holders = {ledger: self._run(call) for ledger, call in calls.items()}
-                waiting = {
-                    ledger: self._waiting(ledger, self.client.zrange(self.keys.turns(ledger), 0, -1))
-                    for ledger in calls
-                }
-                read = [self.client.zrange(self.keys.epoch(tag), 0, -1, withscores=True) for tag in tags]
-                if line > 0:
-                    heads = {ledger: self._line(ledger, line) for ledger, n in waiting.items() if n}
-            else:
-
-                def counted(pipe: Any) -> None:
-                    for ledger in calls:
-                        pipe.zcard(self.keys.line(ledger))
-                        pipe.zrange(self.keys.turns(ledger), 0, -1)
-                    for tag in tags:
-                        pipe.zrange(self.keys.epoch(tag), 0, -1, withscores=True)
-
-                replies = self._sent(list(calls.values()), counted)
-                rest = replies[len(calls) :]
-                for reply in rest:
-                    if isinstance(reply, Exception):
-                        raise reply
-                holders, waiting, grouped = {}, {}, {}
-                for i, (ledger, call) in enumerate(calls.items()):
-                    holders[ledger], waiting[ledger] = call.answer(replies[i]), int(rest[2 * i])
-                    groups = _groups_of(rest[2 * i + 1])
-                    if groups:
-                        grouped[ledger] = groups
-                read = rest[2 * len(calls) :]
-                lined = [ledger for ledger, n in waiting.items() if n] if line > 0 else []
-                if grouped or lined:
-                    pipe = self.client.pipeline(transaction=False)
-                    for ledger, groups in grouped.items():
-                        for group in groups:
-                            pipe.zcard(self.keys.group_line(ledger, group))
-                    for ledger in lined:
-                        pipe.zrange(self.keys.line(ledger), 0, line - 1, withscores=True)
-                    more = iter(pipe.execute())
-                    for ledger, groups in grouped.items():
-                        waiting[ledger] += sum(int(next(more)) for _ in groups)
-                    heads = {ledger: _scored(next(more)) for ledger in lined}
+            replies = self._sent(list(calls.values()), counted)
+            rest = replies[len(calls) :]
+            for reply in rest:
+                if isinstance(reply, Exception):
+                    raise reply
+            holders, waiting, grouped = {}, {}, {}
+            for i, (ledger, call) in enumerate(calls.items()):
+                holders[ledger], waiting[ledger] = call.answer(replies[i]), int(rest[2 * i])
+                groups = _groups_of(rest[2 * i + 1])
+                if groups:
+                    grouped[ledger] = groups
+            lined = [ledger for ledger, n in waiting.items() if n] if line > 0 else []
+            if grouped or lined:
+                pipe = self.client.pipeline(transaction=False)
+                for ledger, groups in grouped.items():
+                    for group in groups:
+                        pipe.zcard(self.keys.group_line(ledger, group))
+                for ledger in lined:
+                    pipe.zrange(self.keys.line(ledger), 0, line - 1, withscores=True)
+                more = iter(pipe.execute())
+                for ledger, groups in grouped.items():
+                    waiting[ledger] += sum(int(next(more)) for _ in groups)
+                heads = {ledger: _scored(next(more)) for ledger in lined}
         found = {
             ledger: Surveyed(holders[ledger], waiting[ledger], heads.get(ledger, ())) for ledger in calls
         }
+        read = rest[2 * len(calls) :]
         return found, {tag: Epoch.read(members) for tag, members in zip(tags, read, strict=True)}
-
-    def _line(self, ledger: str, count: int) -> tuple[tuple[str, float], ...]:
-        """The first ``count`` claims of a ledger's line, with their scores."""
-        return _scored(self.client.zrange(self.keys.line(ledger), 0, count - 1, withscores=True))
-
-    def _waiting(self, ledger: str, entries: Sequence[Any]) -> int:
-        """The claims waiting for ``ledger``: its line's, and those of the groups of ``entries``."""
-        lines = [self.keys.line(ledger), *(self.keys.group_line(ledger, g) for g in _groups_of(entries))]
-        return sum(int(self.client.zcard(line)) for line in lines)
 
     def place(self, ledger: str, token: str, *, ahead: int = 10) -> tuple[int, int, list[str]] | None:
         """Where claim ``token`` is in ``ledger``'s line (its fair-share group's line, when it has
