@@ -686,14 +686,11 @@ class Ledger:
         """
         process = self.keys.process_of(key)
         with self._translated("report"):
-            if isinstance(self.client, RedisCluster) or process is None:
-                self.client.pexpireat(key, 1)
-                if process is not None:
-                    self.client.zrem(self.keys.reports(), process)
-                return
+            # One slot (the prefix's own tag), so one node of a cluster: in order there too.
             pipe = self.client.pipeline(transaction=False)
             pipe.pexpireat(key, 1)
-            pipe.zrem(self.keys.reports(), process)
+            if process is not None:
+                pipe.zrem(self.keys.reports(), process)
             pipe.execute()
 
     def reassert(self, members: Sequence[Member], *, ttl_ms: int) -> list[int]:
