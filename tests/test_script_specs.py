@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, get_origin, get_type_hints
+from typing import Any, get_args, get_origin, get_type_hints
 
 import pytest
 import redis
 
 from dramatiq_slots.errors import LedgerArgumentError, LedgerError
 from dramatiq_slots.ledger import SCRIPTS, Ledger, Limit, Member
-from dramatiq_slots.ledger.specs import SPECS, Call, Field, Kind, ScriptSpec, key
+from dramatiq_slots.ledger.specs import SPECS, Call, Field, Kind, ScriptSpec
 from dramatiq_slots.ledger.translation import refused_argument
 from dramatiq_slots.ops.redis_errors import describe_redis_error
 
@@ -94,20 +94,72 @@ def squeezed(shape: str) -> str:
     return re.sub(r"\s", "", shape)
 
 
+def label(f: Field) -> str:
+    """How the header names a field: ``name``, or ``(a, b)`` for interleaved runs."""
+    return f.names[0] if len(f.names) == 1 else "(" + ", ".join(f.names) + ")"
+
+
+def letters(spec: ScriptSpec[Any]) -> tuple[str, ...]:
+    """The groups' letters, in the order they first appear (KEYS, then ARGV)."""
+    found: dict[str, None] = {}
+    for f in (*spec.keys, *spec.args):
+        for letter in (f.per, f.count):
+            if letter is not None:
+                found.setdefault(letter)
+    return tuple(found)
+
+
+def type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is None:
+        return str(tp.__name__)
+    return f"{origin.__name__}[{', '.join(type_name(a) for a in get_args(tp))}]"
+
+
+def reply_type(spec: ScriptSpec[Any]) -> str:
+    """The name of the type the spec's ``parse`` answers (``Entered``, ``list[int]``...)."""
+    return type_name(get_type_hints(spec.parse)["return"])
+
+
+def layout(spec: ScriptSpec[Any], section: str) -> list[tuple[str, str, Kind | None]]:
+    """``(position, name, kind)`` of each line the header gives ``section`` (``KEYS`` or
+    ``ARGV``): positions such as ``2n+1`` or ``n+1..2n``, letters first, then a constant."""
+    order = letters(spec)
+
+    def position(terms: Mapping[str, int], const: int) -> str:
+        parts = [f"{'' if terms[x] == 1 else terms[x]}{x}" for x in order if terms.get(x)]
+        if const or not parts:
+            parts.append(str(const))
+        return "+".join(parts)
+
+    terms: dict[str, int] = {}
+    const = 0
+    rows: list[tuple[str, str, Kind | None]] = []
+    for f in spec.keys if section == "KEYS" else spec.args:
+        if f.per is None:
+            const += 1
+            rows.append((position(terms, const), label(f), f.kind))
+            continue
+        start = position(terms, const + 1)
+        terms[f.per] = terms.get(f.per, 0) + len(f.names)
+        rows.append((f"{start}..{position(terms, const)}", label(f), f.kind))
+    return rows
+
+
 def differences(spec: ScriptSpec[Any], text: str) -> list[str]:
     """Where the header ``text`` and ``spec`` disagree (none: they say the same)."""
     header = read_header(text)
     wrong = [f"unreadable header line: {line!r}" for line in header.unreadable]
-    keys = [(position, name, None) for position, name, _ in spec.layout("KEYS")]
+    keys = [(position, name, None) for position, name, _ in layout(spec, "KEYS")]
     if header.keys != keys:
         wrong.append(f"KEYS: the header says {header.keys}, the spec {keys}")
-    args = [(position, name, kind.value if kind else None) for position, name, kind in spec.layout("ARGV")]
+    args = [(position, name, kind.value if kind else None) for position, name, kind in layout(spec, "ARGV")]
     if header.args is None:
         wrong.append("ARGV: no ARGV line (`-- ARGV  none` for a script that takes none)")
     elif header.args != args:
         wrong.append(f"ARGV: the header says {header.args}, the spec {args}")
-    if header.returns != spec.returns:
-        wrong.append(f"Returns: the header says {header.returns}, the spec's parser {spec.returns}")
+    if header.returns != reply_type(spec):
+        wrong.append(f"Returns: the header says {header.returns}, the spec's parser {reply_type(spec)}")
     if [squeezed(s) for s in header.shapes] != [squeezed(s) for s in spec.shapes]:
         wrong.append(f"reply shapes: the header says {header.shapes}, the spec {list(spec.shapes)}")
     said = "SLOTS_ARG <j> <name>" if spec.args else "SLOTS_ARG 0 count"
@@ -413,7 +465,7 @@ def test_a_header_changed_alone_is_found(name: str, change: str) -> None:
 
 
 def _other_parse(spec: ScriptSpec[Any]) -> Callable[..., Any]:
-    return next(s.parse for s in SPECS.values() if s.returns != spec.returns)
+    return next(s.parse for s in SPECS.values() if reply_type(s) != reply_type(spec))
 
 
 def _renamed(fields: tuple[Field, ...]) -> tuple[Field, ...]:
@@ -444,7 +496,7 @@ SPEC_CHANGES: dict[str, Callable[[ScriptSpec[Any]], ScriptSpec[Any] | None]] = {
         else None
     ),
     "a KEYS renamed": lambda s: dataclasses.replace(s, keys=_renamed(s.keys)),
-    "a KEYS added": lambda s: dataclasses.replace(s, keys=(*s.keys, key("extra"))),
+    "a KEYS added": lambda s: dataclasses.replace(s, keys=(*s.keys, Field(("extra",)))),
     "the last KEYS dropped": lambda s: dataclasses.replace(s, keys=s.keys[:-1]),
     "a run made single": lambda s: next(
         (

@@ -43,7 +43,6 @@ import socket
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ..errors import ArgumentError
 from . import placement
@@ -332,13 +331,8 @@ class Controls:
         ledger = self.ledger
         # declare.lua declaring nothing writes nothing: a hash and the Redis clock, at once.
         (own,) = ledger._declarations([], [self.keys.tag], 1, 0)
-
-        def fill(pipe: Any) -> None:
-            pipe.zrange(self.keys.controlled(), 0, -1)
-            ledger._queue(pipe, own)
-
         with ledger._translated("controls"):
-            listed, reply = ledger._pipelined(fill)
+            reply, listed = ledger._sent([own], lambda pipe: pipe.zrange(self.keys.controlled(), 0, -1))
             if isinstance(listed, Exception):
                 raise listed
             declared = [own.answer(reply)]

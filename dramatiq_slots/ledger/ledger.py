@@ -27,7 +27,7 @@ Requires Redis >= 6.2 or Valkey >= 7.2 (scripts replicated by effects, so
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -72,13 +72,23 @@ from .specs import (
     SETTLE,
     WITHDRAW,
     Call,
+    ScriptSpec,
 )
 from .translation import refused_for_now, translated
 
 R = TypeVar("R")
+_Placed = TypeVar("_Placed", Limit, Member)
 
 #: The most call shapes a ledger keeps laid out (a worker's actors, and its recent runtime keys).
 _SHAPES = 1_024
+
+#: What is kept per ledger, by the last word of a KEYS run's name (:meth:`Ledger._call`).
+_KEPT: dict[str, Callable[[KeySpace, str], str]] = {
+    "line": KeySpace.line,
+    "fence": KeySpace.fence,
+    "shares": KeySpace.shares,
+    "turns": KeySpace.turns,
+}
 
 
 class Ledger:
@@ -141,8 +151,10 @@ class Ledger:
         return translated(self.client, operation)
 
     def _run(self, call: Call[R]) -> R:
-        """Send ``call``; its typed reply, or its error reply as the ledger's error (:meth:`Call.answer`)."""
-        return call.answer(self._answer_of(call))
+        """Send ``call``; its typed reply, or its error reply as the ledger's error (:meth:`Call.answer`),
+        and Redis's failures as the ledger's (:func:`.translation.translated`), named by its script."""
+        with self._translated(call.spec.name):
+            return call.answer(self._answer_of(call))
 
     def _answer_of(self, call: Call[Any]) -> Any:
         """Send ``call``; its raw reply, an error reply returned rather than raised."""
@@ -151,15 +163,21 @@ class Ledger:
         except redis.ResponseError as e:
             return e
 
-    def _pipelined(self, fill: Callable[[Any], None]) -> list[Any]:
-        """One round trip: ``fill(pipe)`` queues its commands, scripts with :meth:`_queue`; the
-        replies, errors included. Scripts go as plain ``EVALSHA``: redis-py's script objects in a
-        pipeline send ``SCRIPT EXISTS`` first, a second round trip on every call. When Redis no
-        longer has one (a restart, ``SCRIPT FLUSH``), the scripts are loaded and the pipeline is
-        sent once more (what it queues must bear being sent twice)."""
+    def _sent(self, calls: Sequence[Call[Any]], more: Callable[[Any], None] | None = None) -> list[Any]:
+        """Send ``calls``, then what ``more(pipe)`` queues, in one round trip (a pipeline unless it
+        is one call alone); the raw replies, errors included (:meth:`Call.answer` reads a call's).
+        Scripts go as plain ``EVALSHA``: redis-py's script objects in a pipeline send ``SCRIPT
+        EXISTS`` first, a second round trip on every call. When Redis no longer has one (a
+        restart, ``SCRIPT FLUSH``), the scripts are loaded and the pipeline is sent once more
+        (what it queues must bear being sent twice)."""
+        if more is None and len(calls) <= 1:
+            return [self._answer_of(call) for call in calls]
         for attempt in (1, 2):
             pipe = self.client.pipeline(transaction=False)
-            fill(pipe)
+            for call in calls:
+                pipe.evalsha(self._scripts[call.spec.name].sha, len(call.keys), *call.keys, *call.args)
+            if more is not None:
+                more(pipe)
             replies: list[Any] = pipe.execute(raise_on_error=False)
             if attempt == 2 or not any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
                 break
@@ -169,18 +187,24 @@ class Ledger:
 
     def _run_all(self, calls: Sequence[Call[R]]) -> list[R]:
         """Send ``calls`` in one round trip (a pipeline when there are several); their answers."""
-        if len(calls) == 1:
-            return [self._run(calls[0])]
+        return [call.answer(reply) for call, reply in zip(calls, self._sent(calls), strict=True)]
 
-        def fill(pipe: Any) -> None:
-            for call in calls:
-                self._queue(pipe, call)
-
-        return [call.answer(reply) for call, reply in zip(calls, self._pipelined(fill), strict=True)]
-
-    def _queue(self, pipe: Any, call: Call[Any]) -> None:
-        """Queue ``call`` on ``pipe`` (see :meth:`_pipelined`); :meth:`Call.answer` reads its reply."""
-        pipe.evalsha(self._scripts[call.spec.name].sha, len(call.keys), *call.keys, *call.args)
+    def _call(
+        self,
+        spec: ScriptSpec[R],
+        keys: dict[str, Any],
+        args: dict[str, Any],
+        ledgers: Sequence[str] | None = None,
+    ) -> Call[R]:
+        """``spec``'s call (:meth:`ScriptSpec.call`); each KEYS run of what is kept per ledger that
+        ``keys`` leaves out (``line``, ``fence``, ``shares``, ``turns``; ``waited_line``: of the run
+        ``waited``, by default of ``ledger``) is named from its ledgers."""
+        for f in spec.keys:
+            for name in f.names:
+                if f.per is not None and name not in keys:
+                    ledgers_of, _, kept = name.rpartition("_")
+                    keys[name] = [_KEPT[kept](self.keys, ledger) for ledger in keys[ledgers_of or "ledger"]]
+        return spec.call(keys=keys, args=args, ledgers=ledgers)
 
     def _shaped(self, shape: tuple[Any, ...], laid_out: Callable[[], Call[R]]) -> Call[R]:
         """The call of ``shape`` (its script, its ledgers and what else decides its layout), laid out
@@ -193,20 +217,6 @@ class Ledger:
                 self._shapes.clear()
             self._shapes[shape] = known
         return known
-
-    def _runs(self, limits: Sequence[Limit], *, fence: bool = True) -> dict[str, Any]:
-        """The KEYS runs ``ledger``, ``line``, ``shares``, ``turns`` and (with ``fence``) ``fence`` of
-        ``limits``."""
-        ledgers = [limit.ledger for limit in limits]
-        runs = {
-            "ledger": ledgers,
-            "line": [self.keys.line(ledger) for ledger in ledgers],
-            "shares": [self.keys.shares(ledger) for ledger in ledgers],
-            "turns": [self.keys.turns(ledger) for ledger in ledgers],
-        }
-        if fence:
-            runs["fence"] = [self.keys.fence(ledger) for ledger in ledgers]
-        return runs
 
     def _tag(self, limits: Sequence[Limit]) -> str:
         """The hash tag (home) that every one of ``limits`` carries: one script takes them all, so
@@ -266,9 +276,10 @@ class Ledger:
 
         def laid_out() -> Call[Entered]:
             tag = self._tag(limits)
-            return ENTER.call(
+            return self._call(
+                ENTER,
                 keys={
-                    **self._runs(limits),
+                    "ledger": [limit.ledger for limit in limits],
                     "controls": f"{tag}:controls",
                     "epoch": f"{tag}:epoch",
                     "backlog": [self.keys.backlog(limit.ledger, group) for limit in limits],
@@ -293,16 +304,13 @@ class Ledger:
             known=self.known.get(shaped.named_keys["epoch"], 0),
             listed=listed,
         )
+        if not self.replicas:
+            return self._run(call)
         with self._translated("enter"):
-            if not self.replicas:
-                return self._run(call)
             # One connection for both, so WAIT counts the replicas that have this admission.
-
-            def enter_and_wait(pipe: Any) -> None:
-                self._queue(pipe, call)
-                pipe.execute_command("WAIT", self.replicas, self.replicas_timeout_ms)
-
-            reply, acked = self._pipelined(enter_and_wait)
+            reply, acked = self._sent(
+                [call], lambda pipe: pipe.execute_command("WAIT", self.replicas, self.replicas_timeout_ms)
+            )
             entered = call.answer(reply)
             if isinstance(acked, Exception):
                 raise acked
@@ -345,8 +353,9 @@ class Ledger:
 
         def laid_out() -> Call[Left]:
             tag = self._tag(limits)
-            return LEAVE.call(
-                keys={**self._runs(limits), "controls": f"{tag}:controls"},
+            return self._call(
+                LEAVE,
+                keys={"ledger": [limit.ledger for limit in limits], "controls": f"{tag}:controls"},
                 args={
                     **dict.fromkeys(("token", "own"), ""),
                     **dict.fromkeys(("ttl", "age"), 0),
@@ -359,15 +368,11 @@ class Ledger:
             token=token, ttl=ttl_ms, age=age, own=own_process
         )
         if report is None or isinstance(self.client, RedisCluster):
-            with self._translated("leave"):
-                return self._run(call)
-
-        def leave_and_report(pipe: Any) -> None:
-            self._queue(pipe, call)
-            pipe.set(report.key, report.text, xx=True, keepttl=True)
-
+            return self._run(call)
         with self._translated("leave"):
-            reply, written = self._pipelined(leave_and_report)
+            reply, written = self._sent(
+                [call], lambda pipe: pipe.set(report.key, report.text, xx=True, keepttl=True)
+            )
             report.written = written is True
             return call.answer(reply)
 
@@ -379,12 +384,12 @@ class Ledger:
         written: ``backlog.lua``). An entry counts ``ttl_ms``, unless ``enter`` takes it off first."""
         if not limits:
             return None
-        call = BACKLOG.call(
-            keys={"backlog": [self.keys.backlog(limit.ledger, group) for limit in limits]},
-            args={"message": message_id, "ttl": ttl_ms, "most": list(bounds)},
+        refused = self._run(
+            BACKLOG.call(
+                keys={"backlog": [self.keys.backlog(limit.ledger, group) for limit in limits]},
+                args={"message": message_id, "ttl": ttl_ms, "most": list(bounds)},
+            )
         )
-        with self._translated("backlog"):
-            refused = self._run(call)
         return None if refused == 0 else limits[refused - 1].ledger
 
     def withdraw(self, token: str, limits: Sequence[Limit], *, ttl_ms: int) -> Withdrawn:
@@ -392,9 +397,13 @@ class Ledger:
         admitted, and gets a fresh fence on each)."""
         if not limits:
             return Withdrawn(0)
-        call = WITHDRAW.call(keys=self._runs(limits), args={"token": token, "ttl": ttl_ms})
-        with self._translated("withdraw"):
-            return self._run(call)
+        return self._run(
+            self._call(
+                WITHDRAW,
+                keys={"ledger": [limit.ledger for limit in limits]},
+                args={"token": token, "ttl": ttl_ms},
+            )
+        )
 
     def line(self, ledger: str) -> list[str]:
         """The claims waiting for ``ledger``: its line, first in line first, then each fair-share
@@ -455,31 +464,35 @@ class Ledger:
             if ledger in waited_groups and group:
                 waited_groups[ledger].add(group)
         # One beat.lua per home: a script takes the keys of one slot.
-        refreshed: dict[str, list[Member]] = {}
-        owing: dict[str, list[Member]] = {}
-        waiting: dict[str, list[Limit]] = {}
-        for m in refresh:
-            refreshed.setdefault(self.keys.tag_of(m.ledger), []).append(m)
-        for m in owed:
-            owing.setdefault(self.keys.tag_of(m.ledger), []).append(m)
-        for limit in waited:
-            waiting.setdefault(self.keys.tag_of(limit.ledger), []).append(limit)
+        refreshed, owing, waiting = self._homes(refresh), self._homes(owed), self._homes(waited)
         tags = [*dict.fromkeys([*refreshed, *owing, *waiting])]
-        calls = [
-            self._beat_call(
-                tag,
-                refreshed.get(tag, []),
-                owing.get(tag, []),
-                waiting.get(tag, []),
-                waited_groups,
-                ttl_ms=ttl_ms,
-                own=own_process,
-                settle_ms=settle_ms,
+        calls = []
+        for tag in tags:
+            held, owes, kept = refreshed.get(tag, []), owing.get(tag, []), waiting.get(tag, [])
+            calls.append(
+                self._call(
+                    BEAT,
+                    keys={
+                        "refreshed": [m.ledger for m in held],
+                        "owed": [m.ledger for m in owes],
+                        "waited": [limit.ledger for limit in kept],
+                        "epoch": f"{tag}:epoch",
+                        "controls": f"{tag}:controls",
+                    },
+                    args={
+                        "ttl": ttl_ms,
+                        "refresh_token": [m.token for m in held],
+                        "owed_token": [m.token for m in owes],
+                        "channel": self._channel(tag),
+                        "own": own_process,
+                        "settle": settle_ms,
+                        "known": self.known.get(f"{tag}:epoch", 0),
+                        "capacity": [limit.capacity for limit in kept],
+                        "groups": [" ".join(sorted(waited_groups[limit.ledger])) for limit in kept],
+                    },
+                )
             )
-            for tag in tags
-        ]
         declarations = [] if declare is None else self._declarations(declare, tags, report_px, settle_ms)
-        beaten = Beaten()
         declared: Declared | None = None
         reported: int | None = None
         with self._translated("beat"):
@@ -488,107 +501,50 @@ class Ledger:
                 # across nodes, and a refreshed hold never shows without its process's report.
                 reported = self._reported(writing, self._answer_of(writing))
                 writing = None
-            if writing is None and len(declarations) + len(calls) == 1:
-                replies = [self._answer_of(declarations[0] if declarations else calls[0])]
-            elif writing is not None or declarations or calls:
-                # The report first: a refreshed hold never shows without its process's report.
-
-                scripts: list[Call[Any]] = [*declarations, *calls]
-
-                def report_and_beat(pipe: Any) -> None:
-                    if writing is not None:
-                        self._queue(pipe, writing)
-                    for call in scripts:
-                        self._queue(pipe, call)
-
-                replies = self._pipelined(report_and_beat)
-                if writing is not None:
-                    reported = self._reported(writing, replies.pop(0))
-            else:
-                replies = []
+            # The report first: a refreshed hold never shows without its process's report.
+            replies = self._sent([*([] if writing is None else [writing]), *declarations, *calls])
+            if writing is not None:
+                reported = self._reported(writing, replies.pop(0))
             if declarations:
                 declared = self._knew(merged_declared([d.answer(replies.pop(0)) for d in declarations]))
-            if calls:
-                beaten = _merged_beaten([call.answer(replies.pop(0)) for call in calls])
+            beaten = _merged_beaten([call.answer(replies.pop(0)) for call in calls])
         beaten.declared = declared
         beaten.reported_ms = reported
         return beaten
 
-    def _beat_call(
-        self,
-        tag: str,
-        refresh: Sequence[Member],
-        owed: Sequence[Member],
-        waited: Sequence[Limit],
-        waited_groups: dict[str, set[str]],
-        *,
-        ttl_ms: int,
-        own: str,
-        settle_ms: int,
-    ) -> Call[Beaten]:
-        """beat.lua's call for the ledgers of one home (hash ``tag``)."""
-        return BEAT.call(
-            keys={
-                "refreshed": [m.ledger for m in refresh],
-                "refreshed_line": [self.keys.line(m.ledger) for m in refresh],
-                "refreshed_shares": [self.keys.shares(m.ledger) for m in refresh],
-                "refreshed_turns": [self.keys.turns(m.ledger) for m in refresh],
-                "owed": [m.ledger for m in owed],
-                "owed_line": [self.keys.line(m.ledger) for m in owed],
-                "owed_shares": [self.keys.shares(m.ledger) for m in owed],
-                "owed_turns": [self.keys.turns(m.ledger) for m in owed],
-                "waited": [limit.ledger for limit in waited],
-                "waited_line": [self.keys.line(limit.ledger) for limit in waited],
-                "waited_fence": [self.keys.fence(limit.ledger) for limit in waited],
-                "waited_shares": [self.keys.shares(limit.ledger) for limit in waited],
-                "waited_turns": [self.keys.turns(limit.ledger) for limit in waited],
-                "epoch": f"{tag}:epoch",
-                "controls": f"{tag}:controls",
-            },
-            args={
-                "ttl": ttl_ms,
-                "refresh_token": [m.token for m in refresh],
-                "owed_token": [m.token for m in owed],
-                "channel": self._channel(tag),
-                "own": own,
-                "settle": settle_ms,
-                "known": self.known.get(f"{tag}:epoch", 0),
-                "capacity": [limit.capacity for limit in waited],
-                "groups": [" ".join(sorted(waited_groups[limit.ledger])) for limit in waited],
-            },
-        )
+    def _homes(self, placed: Iterable[_Placed]) -> dict[str, list[_Placed]]:
+        """``placed`` (limits or members) by the hash tag (home) of their ledgers, in order."""
+        homes: dict[str, list[_Placed]] = {}
+        for item in placed:
+            homes.setdefault(self.keys.tag_of(item.ledger), []).append(item)
+        return homes
 
     def _declarations(
         self, limits: Sequence[Limit], tags: Sequence[str], ttl_ms: int, settle_ms: int
     ) -> list[Call[Declared]]:
         """declare.lua's calls: one per home among those of ``limits`` and ``tags`` (the prefix's own
         tag when there is none), each reading and keeping alive that home's controls and epoch."""
-        by_tag: dict[str, list[Limit]] = {tag: [] for tag in tags}
-        for limit in limits:
-            by_tag.setdefault(self.keys.tag_of(limit.ledger), []).append(limit)
-        if not by_tag:
-            by_tag[self.keys.tag] = []
-        return [self._declaration(held, ttl_ms, settle_ms, tag=tag) for tag, held in by_tag.items()]
-
-    def _declaration(
-        self, limits: Sequence[Limit], ttl_ms: int, settle_ms: int, *, tag: str | None = None
-    ) -> Call[Declared]:
-        """declare.lua's call (in home ``tag``; by default the prefix's own)."""
-        tag = self.keys.tag if tag is None else tag
-        return DECLARE.call(
-            keys={
-                "controls": f"{tag}:controls",
-                "epoch": f"{tag}:epoch",
-                "declared": [self.keys.declared(limit.ledger) for limit in limits],
-            },
-            args={
-                "ttl": ttl_ms,
-                "settle": settle_ms,
-                "known": self.known.get(f"{tag}:epoch", 0),
-                "capacity": [limit.capacity for limit in limits],
-            },
-            ledgers=[limit.ledger for limit in limits],
-        )
+        homes = self._homes(limits)
+        calls = []
+        for tag in dict.fromkeys([*tags, *homes] or [self.keys.tag]):
+            held = homes.get(tag, [])
+            calls.append(
+                DECLARE.call(
+                    keys={
+                        "controls": f"{tag}:controls",
+                        "epoch": f"{tag}:epoch",
+                        "declared": [self.keys.declared(limit.ledger) for limit in held],
+                    },
+                    args={
+                        "ttl": ttl_ms,
+                        "settle": settle_ms,
+                        "known": self.known.get(f"{tag}:epoch", 0),
+                        "capacity": [limit.capacity for limit in held],
+                    },
+                    ledgers=[limit.ledger for limit in held],
+                )
+            )
+        return calls
 
     def declare(self, limits: Sequence[Limit], *, ttl_ms: int, settle_ms: int = 0) -> Declared:
         """Say which capacities this process declares (each counts ``ttl_ms``); read the controls
@@ -608,21 +564,21 @@ class Ledger:
         """Set (``value``) or clear (``""``) control ``which`` (``capacity`` or ``paused``) of
         ``ledger`` as ``by`` (with ``reason``; a value for ``duration_ms`` from the Redis clock's
         now, 0: until changed), and tell the workers; ``(changed, value before)`` (``control.lua``)."""
-        call = CONTROL.call(
-            keys={"controls": self.keys.controls(of=ledger)},
-            args={
-                "ledger": ledger,
-                "which": which,
-                "value": value,
-                # Every worker listens to the prefix's own channel, whatever the ledger's home.
-                "channel": self.keys.controls(),
-                "by": by,
-                "reason": reason,
-                "duration": duration_ms,
-            },
+        return self._run(
+            CONTROL.call(
+                keys={"controls": self.keys.controls(of=ledger)},
+                args={
+                    "ledger": ledger,
+                    "which": which,
+                    "value": value,
+                    # Every worker listens to the prefix's own channel, whatever the ledger's home.
+                    "channel": self.keys.controls(),
+                    "by": by,
+                    "reason": reason,
+                    "duration": duration_ms,
+                },
+            )
         )
-        with self._translated("control"):
-            return self._run(call)
 
     def record_placement(self, text: str | None) -> str | None:
         """Write the placement record (:func:`~.placement.record`'s ``text``), which tells readers
@@ -670,8 +626,7 @@ class Ledger:
     ) -> Call[int]:
         """report.lua's call: the report, its process's entry in the index of reports, and its
         ledgers in the index of ledgers."""
-        key, text = report[0], report[1]
-        ledgers = report.ledgers if isinstance(report, ReportWrite) else ()
+        key, text, ledgers = ReportWrite(*report)
         process = self.keys.process_of(key)
         if process is None:
             raise ArgumentError(f"not a process report key under prefix {self.keys.prefix!r}: {key!r}")
@@ -731,14 +686,11 @@ class Ledger:
         """
         process = self.keys.process_of(key)
         with self._translated("report"):
-            if isinstance(self.client, RedisCluster) or process is None:
-                self.client.pexpireat(key, 1)
-                if process is not None:
-                    self.client.zrem(self.keys.reports(), process)
-                return
+            # One slot (the prefix's own tag), so one node of a cluster: in order there too.
             pipe = self.client.pipeline(transaction=False)
             pipe.pexpireat(key, 1)
-            pipe.zrem(self.keys.reports(), process)
+            if process is not None:
+                pipe.zrem(self.keys.reports(), process)
             pipe.execute()
 
     def reassert(self, members: Sequence[Member], *, ttl_ms: int) -> list[int]:
@@ -746,17 +698,13 @@ class Ledger:
         members = [Member(*m) for m in members]
         if not members:
             return []
-        call = REASSERT.call(
-            keys={
-                "ledger": [m.ledger for m in members],
-                "line": [self.keys.line(m.ledger) for m in members],
-                "shares": [self.keys.shares(m.ledger) for m in members],
-                "turns": [self.keys.turns(m.ledger) for m in members],
-            },
-            args={"ttl": ttl_ms, "token": [m.token for m in members]},
+        return self._run(
+            self._call(
+                REASSERT,
+                keys={"ledger": [m.ledger for m in members]},
+                args={"ttl": ttl_ms, "token": [m.token for m in members]},
+            )
         )
-        with self._translated("reassert"):
-            return self._run(call)
 
     def reclaim(self, token: str, limits: Sequence[Limit], *, ttl_ms: int) -> str | None:
         """Take a lost hold back on every ledger where it still fits, or on none.
@@ -766,24 +714,20 @@ class Ledger:
         """
         if not limits:
             raise ArgumentError("reclaim needs at least one limit")
-        call = RECLAIM.call(
-            keys={**self._runs(limits, fence=False), "controls": f"{self._tag(limits)}:controls"},
+        call = self._call(
+            RECLAIM,
+            keys={"ledger": [limit.ledger for limit in limits], "controls": f"{self._tag(limits)}:controls"},
             args={"token": token, "ttl": ttl_ms, "capacity": [limit.capacity for limit in limits]},
         )
-        with self._translated("reclaim"):
-            return self._run(call).refused_by
+        return self._run(call).refused_by
 
     def in_use(self, ledger: str) -> int:
         """Live holds of one ledger, by the Redis clock."""
-        call = IN_USE.call(keys={"ledger": ledger}, args={})
-        with self._translated("in_use"):
-            return self._run(call)
+        return self._run(IN_USE.call(keys={"ledger": ledger}, args={}))
 
     def holders(self, ledger: str) -> list[Holder]:
         """Live holds of one ledger, soonest to expire first."""
-        call = HOLDERS.call(keys={"ledger": ledger}, args={})
-        with self._translated("holders"):
-            return self._run(call)
+        return self._run(HOLDERS.call(keys={"ledger": ledger}, args={}))
 
     def survey(
         self, ledgers: Sequence[str], *, line: int = 0, epochs: bool = False
@@ -791,69 +735,49 @@ class Ledger:
         """For inspection: each ledger's live holders, the claims waiting (its line, and its
         fair-share groups' lines) and the first ``line`` claims of its line; with ``epochs``, the
         epoch of each home of ``ledgers`` (by hash tag; None: none). One round trip, and one more
-        when groups wait, or claims wait and ``line`` is asked (one per ledger and command on a
-        cluster, whose client pipelines no scripts)."""
+        when groups wait, or claims wait and ``line`` is asked."""
         calls = {ledger: HOLDERS.call(keys={"ledger": ledger}, args={}) for ledger in ledgers}
         tags = list(dict.fromkeys(self.keys.tag_of(ledger) for ledger in ledgers)) if epochs else []
         if not calls:
             return {}, {}
         heads: dict[str, tuple[tuple[str, float], ...]] = {}
+
+        def counted(pipe: Any) -> None:
+            for ledger in calls:
+                pipe.zcard(self.keys.line(ledger))
+                pipe.zrange(self.keys.turns(ledger), 0, -1)
+            for tag in tags:
+                pipe.zrange(self.keys.epoch(tag), 0, -1, withscores=True)
+
         with self._translated("holders"):
-            if isinstance(self.client, RedisCluster):
-                holders = {ledger: self._run(call) for ledger, call in calls.items()}
-                waiting = {
-                    ledger: self._waiting(ledger, self.client.zrange(self.keys.turns(ledger), 0, -1))
-                    for ledger in calls
-                }
-                read = [self.client.zrange(self.keys.epoch(tag), 0, -1, withscores=True) for tag in tags]
-                if line > 0:
-                    heads = {ledger: self._line(ledger, line) for ledger, n in waiting.items() if n}
-            else:
-
-                def fill(pipe: Any) -> None:
-                    for ledger, call in calls.items():
-                        self._queue(pipe, call)
-                        pipe.zcard(self.keys.line(ledger))
-                        pipe.zrange(self.keys.turns(ledger), 0, -1)
-                    for tag in tags:
-                        pipe.zrange(self.keys.epoch(tag), 0, -1, withscores=True)
-
-                replies = self._pipelined(fill)
-                for reply in replies[len(calls) :]:
-                    if isinstance(reply, Exception):
-                        raise reply
-                read = replies[3 * len(calls) :]
-                holders, waiting, grouped = {}, {}, {}
-                for i, (ledger, call) in enumerate(calls.items()):
-                    holders[ledger], waiting[ledger] = call.answer(replies[3 * i]), int(replies[3 * i + 1])
-                    groups = _groups_of(replies[3 * i + 2])
-                    if groups:
-                        grouped[ledger] = groups
-                lined = [ledger for ledger, n in waiting.items() if n] if line > 0 else []
-                if grouped or lined:
-                    pipe = self.client.pipeline(transaction=False)
-                    for ledger, groups in grouped.items():
-                        for group in groups:
-                            pipe.zcard(self.keys.group_line(ledger, group))
-                    for ledger in lined:
-                        pipe.zrange(self.keys.line(ledger), 0, line - 1, withscores=True)
-                    more = iter(pipe.execute())
-                    for ledger, groups in grouped.items():
-                        waiting[ledger] += sum(int(next(more)) for _ in groups)
-                    heads = {ledger: _scored(next(more)) for ledger in lined}
+            replies = self._sent(list(calls.values()), counted)
+            rest = replies[len(calls) :]
+            for reply in rest:
+                if isinstance(reply, Exception):
+                    raise reply
+            holders, waiting, grouped = {}, {}, {}
+            for i, (ledger, call) in enumerate(calls.items()):
+                holders[ledger], waiting[ledger] = call.answer(replies[i]), int(rest[2 * i])
+                groups = _groups_of(rest[2 * i + 1])
+                if groups:
+                    grouped[ledger] = groups
+            lined = [ledger for ledger, n in waiting.items() if n] if line > 0 else []
+            if grouped or lined:
+                pipe = self.client.pipeline(transaction=False)
+                for ledger, groups in grouped.items():
+                    for group in groups:
+                        pipe.zcard(self.keys.group_line(ledger, group))
+                for ledger in lined:
+                    pipe.zrange(self.keys.line(ledger), 0, line - 1, withscores=True)
+                more = iter(pipe.execute())
+                for ledger, groups in grouped.items():
+                    waiting[ledger] += sum(int(next(more)) for _ in groups)
+                heads = {ledger: _scored(next(more)) for ledger in lined}
         found = {
             ledger: Surveyed(holders[ledger], waiting[ledger], heads.get(ledger, ())) for ledger in calls
         }
+        read = rest[2 * len(calls) :]
         return found, {tag: Epoch.read(members) for tag, members in zip(tags, read, strict=True)}
-
-    def _line(self, ledger: str, count: int) -> tuple[tuple[str, float], ...]:
-        """The first ``count`` claims of a ledger's line, with their scores."""
-        return _scored(self.client.zrange(self.keys.line(ledger), 0, count - 1, withscores=True))
-
-    def _waiting(self, ledger: str, entries: Sequence[Any]) -> int:
-        """The claims waiting for ``ledger``: its line's, and those of the groups of ``entries``."""
-        lines = [self.keys.line(ledger), *(self.keys.group_line(ledger, g) for g in _groups_of(entries))]
-        return sum(int(self.client.zcard(line)) for line in lines)
 
     def place(self, ledger: str, token: str, *, ahead: int = 10) -> tuple[int, int, list[str]] | None:
         """Where claim ``token`` is in ``ledger``'s line (its fair-share group's line, when it has

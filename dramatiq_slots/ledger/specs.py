@@ -11,10 +11,11 @@ This module imports nothing from dramatiq.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Generic, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, Generic, TypeVar
 
 from ..errors import ArgumentError, LedgerArgumentError
 from .replies import (
@@ -59,26 +60,29 @@ class Field:
     per: str | None = None
     count: str | None = None
 
-    @property
-    def label(self) -> str:
-        """How the header names it: ``name``, or ``(a, b)`` for interleaved runs."""
-        return self.names[0] if len(self.names) == 1 else "(" + ", ".join(self.names) + ")"
+
+#: One entry of a spec's KEYS or ARGV text (:func:`fields`).
+_ENTRY = re.compile(r"#(\w)|([\w,]+)(?:\[(\w)\])?(?::(\w+))?")
 
 
-def key(name: str) -> Field:
-    return Field((name,))
-
-
-def keys(*names: str, per: str) -> Field:
-    return Field(names, per=per)
-
-
-def arg(name: str, kind: Kind, *, per: str | None = None) -> Field:
-    return Field((name,), kind, per=per)
-
-
-def count(name: str, *, of: str) -> Field:
-    return Field((name,), Kind.NATURAL, count=of)
+def fields(text: str) -> tuple[Field, ...]:
+    """The fields a spec's KEYS or ARGV text lists, in the script's order, parted by spaces: ``name``,
+    one entry; ``name[n]``, a run, one per item of group ``n``; ``a,b[r]``, an interleaved run;
+    ``#r``, the length of group ``r`` (an ARGV entry named ``r``); an ARGV entry ends with its
+    :class:`Kind`'s name (``ttl:positive``, ``capacity[n]:positive``)."""
+    found = []
+    for entry in text.split():
+        match = _ENTRY.fullmatch(entry)
+        if match is None:
+            raise ValueError(f"not a spec entry: {entry!r}")
+        counted, names, per, kind = match.groups()
+        if counted:
+            found.append(Field((counted,), Kind.NATURAL, count=counted))
+        else:
+            found.append(
+                Field(tuple(names.split(",")), None if kind is None else Kind[kind.upper()], per=per)
+            )
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -91,43 +95,6 @@ class ScriptSpec(Generic[R]):
     args: tuple[Field, ...]
     shapes: tuple[str, ...]
     parse: Callable[[Any, Call[R]], R] = field(compare=False)
-
-    @property
-    def letters(self) -> tuple[str, ...]:
-        """The groups' letters, in the order they first appear (KEYS, then ARGV)."""
-        found: dict[str, None] = {}
-        for f in (*self.keys, *self.args):
-            for letter in (f.per, f.count):
-                if letter is not None:
-                    found.setdefault(letter)
-        return tuple(found)
-
-    @property
-    def returns(self) -> str:
-        """The name of the type ``parse`` answers (``Entered``, ``list[int]``...)."""
-        return _type_name(get_type_hints(self.parse)["return"])
-
-    def layout(self, section: str) -> list[tuple[str, str, Kind | None]]:
-        """``(position, name, kind)`` of each line the header gives ``section`` (``KEYS`` or
-        ``ARGV``): positions such as ``2n+1`` or ``n+1..2n``, letters first, then a constant."""
-        terms: dict[str, int] = {}
-        const = 0
-        rows: list[tuple[str, str, Kind | None]] = []
-        for f in self.keys if section == "KEYS" else self.args:
-            if f.per is None:
-                const += 1
-                rows.append((self._position(terms, const), f.label, f.kind))
-                continue
-            start = self._position(terms, const + 1)
-            terms[f.per] = terms.get(f.per, 0) + len(f.names)
-            rows.append((f"{start}..{self._position(terms, const)}", f.label, f.kind))
-        return rows
-
-    def _position(self, terms: Mapping[str, int], const: int) -> str:
-        parts = [f"{'' if terms[x] == 1 else terms[x]}{x}" for x in self.letters if terms.get(x)]
-        if const or not parts:
-            parts.append(str(const))
-        return "+".join(parts)
 
     def argument(self, index: int, counts: Mapping[str, int]) -> Field | None:
         """The ARGV field at ``index`` (from 1) of a call with these group sizes; None: none."""
@@ -149,66 +116,48 @@ class ScriptSpec(Generic[R]):
         (one per item), a count is filled in. ``ledgers``: what the reply's indexes ``i`` name,
         one per item of ``n`` (default: the KEYS run ``ledger``)."""
         counts: dict[str, int] = {}
-        for section, fields, given in (("KEYS", self.keys, keys), ("ARGV", self.args, args)):
-            names = {name for f in fields if f.count is None for name in f.names}
+        for section, listed, given in (("KEYS", self.keys, keys), ("ARGV", self.args, args)):
+            names = {name for f in listed if f.count is None for name in f.names}
             if set(given) != names:
                 raise ArgumentError(f"{self.name}.lua: {section} takes {sorted(names)}, not {sorted(given)}")
-            for f in fields:
+            for f in listed:
                 if f.per is None:
                     continue
                 for name in f.names:
                     value = given[name]
                     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
                         raise ArgumentError(f"{self.name}.lua: {section} {name} takes a sequence")
-                    items = counts.setdefault(f.per, len(value))
-                    if items != len(value):
-                        raise ArgumentError(f"{self.name}.lua: {section} {name} needs {items} items")
+                    if counts.setdefault(f.per, len(value)) != len(value):
+                        raise ArgumentError(f"{self.name}.lua: {section} {name} needs {counts[f.per]} items")
         if ledgers is not None and len(ledgers) != counts.get("n", 0):
             raise ArgumentError(f"{self.name}.lua: one ledger per item of n, not {len(ledgers)}")
-        named_keys = {name: keys[name] for f in self.keys for name in f.names}
-        named_args = {name: args[name] for f in self.args if f.count is None for name in f.names}
+        singles: dict[str, int] = {}
         return Call(
             self,
-            keys=_lay_out(self.keys, named_keys, counts),
-            args=_lay_out(self.args, named_args, counts),
+            keys=_lay_out(self.keys, keys, counts, {}),
+            args=_lay_out(self.args, args, counts, singles),
             counts=counts,
-            named_keys=named_keys,
-            named_args=named_args,
-            ledgers=tuple(ledgers if ledgers is not None else named_keys.get("ledger", ())),
-            singles=_singles(self.args, counts),
+            named_keys=dict(keys),
+            named_args=dict(args),
+            ledgers=tuple(ledgers if ledgers is not None else keys.get("ledger", ())),
+            singles=singles,
         )
 
 
-def _singles(fields: Sequence[Field], counts: Mapping[str, int]) -> dict[str, int]:
-    """Where each single ARGV field is in a call laid out with these counts (0-based)."""
-    at, found = 0, {}
-    for f in fields:
-        if f.per is None:
-            if f.count is None:
-                found[f.names[0]] = at
-            at += 1
-        else:
-            at += len(f.names) * counts[f.per]
-    return found
-
-
-def _lay_out(fields: Sequence[Field], values: Mapping[str, Any], counts: Mapping[str, int]) -> list[Any]:
+def _lay_out(
+    listed: Sequence[Field], values: Mapping[str, Any], counts: Mapping[str, int], singles: dict[str, int]
+) -> list[Any]:
+    """The values in the script's order; where each single one is goes to ``singles`` (0-based)."""
     out: list[Any] = []
-    for f in fields:
+    for f in listed:
         if f.count is not None:
             out.append(counts.get(f.count, 0))
         elif f.per is None:
+            singles[f.names[0]] = len(out)
             out.append(values[f.names[0]])
         else:
             out += [values[name][i] for i in range(counts[f.per]) for name in f.names]
     return out
-
-
-def _type_name(tp: Any) -> str:
-    origin = get_origin(tp)
-    if origin is None:
-        return str(tp.__name__)
-    return f"{origin.__name__}[{', '.join(_type_name(a) for a in get_args(tp))}]"
 
 
 @dataclass(frozen=True)
@@ -358,165 +307,90 @@ def _changed(raw: Any, call: Call[Changed]) -> Changed:
 
 ENTER = ScriptSpec(
     "enter",
-    keys=(
-        keys("ledger", per="n"),
-        keys("line", per="n"),
-        key("controls"),
-        keys("fence", per="n"),
-        key("epoch"),
-        keys("shares", per="n"),
-        keys("turns", per="n"),
-        keys("backlog", per="n"),
-    ),
-    args=(
-        arg("token", Kind.NAME),
-        arg("ttl", Kind.POSITIVE),
-        arg("line", Kind.CHOICE),
-        arg("place", Kind.NUMBER),
-        arg("capacity", Kind.POSITIVE, per="n"),
-        arg("busy", Kind.CHOICE, per="n"),
-        arg("settle", Kind.NATURAL),
-        arg("known", Kind.NATURAL),
-        arg("waiting", Kind.NATURAL, per="n"),
-        arg("listed", Kind.TEXT),
-        arg("channel", Kind.TEXT),
+    fields("ledger[n] line[n] controls fence[n] epoch shares[n] turns[n] backlog[n]"),
+    fields(
+        "token:name ttl:positive line:choice place:number capacity[n]:positive busy[n]:choice "
+        "settle:natural known:natural waiting[n]:natural listed:text channel:text"
     ),
     shapes=("{1, replay, m1, .., mn, c1, .., cn, f1, .., fn}", "{0, i, w, p, d, s, o}"),
     parse=_entered,
 )
 LEAVE = ScriptSpec(
     "leave",
-    keys=(
-        keys("ledger", per="n"),
-        keys("line", per="n"),
-        key("controls"),
-        keys("fence", per="n"),
-        keys("shares", per="n"),
-        keys("turns", per="n"),
-    ),
-    args=(
-        arg("token", Kind.TEXT),
-        arg("channel", Kind.TEXT),
-        arg("ttl", Kind.POSITIVE),
-        arg("age", Kind.AGE),
-        arg("own", Kind.TEXT),
-        arg("capacity", Kind.NATURAL, per="n"),
-    ),
+    fields("ledger[n] line[n] controls fence[n] shares[n] turns[n]"),
+    fields("token:text channel:text ttl:positive age:age own:text capacity[n]:natural"),
     shapes=("{removed, token, i, age, fence, ...}",),
     parse=_left,
 )
 WITHDRAW = ScriptSpec(
     "withdraw",
-    keys=(
-        keys("ledger", per="n"),
-        keys("line", per="n"),
-        keys("fence", per="n"),
-        keys("shares", per="n"),
-        keys("turns", per="n"),
-    ),
-    args=(arg("token", Kind.TEXT), arg("ttl", Kind.POSITIVE)),
+    fields("ledger[n] line[n] fence[n] shares[n] turns[n]"),
+    fields("token:text ttl:positive"),
     shapes=("{held, f1, .., fn}",),
     parse=_withdrawn,
 )
 BEAT = ScriptSpec(
     "beat",
-    keys=(
-        keys("refreshed", "refreshed_line", "refreshed_shares", "refreshed_turns", per="r"),
-        keys("owed", "owed_line", "owed_shares", "owed_turns", per="o"),
-        keys("waited", "waited_line", "waited_fence", "waited_shares", "waited_turns", per="w"),
-        key("epoch"),
-        key("controls"),
+    fields(
+        "refreshed,refreshed_line,refreshed_shares,refreshed_turns[r] "
+        "owed,owed_line,owed_shares,owed_turns[o] "
+        "waited,waited_line,waited_fence,waited_shares,waited_turns[w] epoch controls"
     ),
-    args=(
-        arg("ttl", Kind.POSITIVE),
-        count("r", of="r"),
-        count("o", of="o"),
-        arg("refresh_token", Kind.TEXT, per="r"),
-        arg("owed_token", Kind.TEXT, per="o"),
-        arg("channel", Kind.TEXT),
-        arg("own", Kind.TEXT),
-        arg("settle", Kind.NATURAL),
-        arg("known", Kind.NATURAL),
-        arg("capacity", Kind.POSITIVE, per="w"),
-        arg("groups", Kind.TEXT, per="w"),
+    fields(
+        "ttl:positive #r #o refresh_token[r]:text owed_token[o]:text channel:text own:text "
+        "settle:natural known:natural capacity[w]:positive groups[w]:text"
     ),
     shapes=("{lost, handed, bad, now}",),
     parse=_beaten,
 )
 REASSERT = ScriptSpec(
     "reassert",
-    keys=(keys("ledger", per="n"), keys("line", per="n"), keys("shares", per="n"), keys("turns", per="n")),
-    args=(arg("ttl", Kind.POSITIVE), arg("token", Kind.TEXT, per="n")),
+    fields("ledger[n] line[n] shares[n] turns[n]"),
+    fields("ttl:positive token[n]:text"),
     shapes=("{live1, .., liven}",),
     parse=_counts,
 )
 RECLAIM = ScriptSpec(
     "reclaim",
-    keys=(
-        keys("ledger", per="n"),
-        key("controls"),
-        keys("line", per="n"),
-        keys("shares", per="n"),
-        keys("turns", per="n"),
-    ),
-    args=(arg("token", Kind.NAME), arg("ttl", Kind.POSITIVE), arg("capacity", Kind.POSITIVE, per="n")),
+    fields("ledger[n] controls line[n] shares[n] turns[n]"),
+    fields("token:name ttl:positive capacity[n]:positive"),
     shapes=("{1, 0}", "{0, i}"),
     parse=_reclaimed,
 )
 HOLDERS = ScriptSpec(
     "holders",
-    keys=(key("ledger"),),
-    args=(),
+    fields("ledger"),
+    (),
     shapes=("{token1, ms_left1, units1, token2, ms_left2, units2, ...}",),
     parse=_holders,
 )
-IN_USE = ScriptSpec("in_use", keys=(key("ledger"),), args=(), shapes=("integer",), parse=_integer)
+IN_USE = ScriptSpec("in_use", fields("ledger"), (), shapes=("integer",), parse=_integer)
 DECLARE = ScriptSpec(
     "declare",
-    keys=(key("controls"), key("epoch"), keys("declared", per="n")),
-    args=(
-        arg("ttl", Kind.POSITIVE),
-        arg("settle", Kind.NATURAL),
-        arg("known", Kind.NATURAL),
-        arg("capacity", Kind.POSITIVE, per="n"),
-    ),
+    fields("controls epoch declared[n]"),
+    fields("ttl:positive settle:natural known:natural capacity[n]:positive"),
     shapes=("{controls, settling, now, born, lost, others1, .., othersn}",),
     parse=_declared,
 )
 CONTROL = ScriptSpec(
     "control",
-    keys=(key("controls"),),
-    args=(
-        arg("ledger", Kind.NAME),
-        arg("which", Kind.WHICH),
-        arg("value", Kind.SETTING),
-        arg("channel", Kind.TEXT),
-        arg("by", Kind.NAME),
-        arg("reason", Kind.TEXT),
-        arg("duration", Kind.NATURAL),
-    ),
+    fields("controls"),
+    fields("ledger:name which:which value:setting channel:text by:name reason:text duration:natural"),
     shapes=("{changed, before}",),
     parse=_changed,
 )
-SETTLE = ScriptSpec("settle", keys=(key("epoch"),), args=(), shapes=("integer",), parse=_integer)
+SETTLE = ScriptSpec("settle", fields("epoch"), (), shapes=("integer",), parse=_integer)
 BACKLOG = ScriptSpec(
     "backlog",
-    keys=(keys("backlog", per="n"),),
-    args=(arg("message", Kind.NAME), arg("ttl", Kind.POSITIVE), arg("most", Kind.POSITIVE, per="n")),
+    fields("backlog[n]"),
+    fields("message:name ttl:positive most[n]:positive"),
     shapes=("integer",),
     parse=_integer,
 )
 REPORT = ScriptSpec(
     "report",
-    keys=(key("report"), key("reports"), key("listed"), key("names")),
-    args=(
-        arg("process", Kind.NAME),
-        arg("text", Kind.TEXT),
-        arg("ttl", Kind.POSITIVE),
-        arg("listed_ttl", Kind.POSITIVE),
-        count("n", of="n"),
-        arg("ledger", Kind.NAME, per="n"),
-    ),
+    fields("report reports listed names"),
+    fields("process:name text:text ttl:positive listed_ttl:positive #n ledger[n]:name"),
     shapes=("integer",),
     parse=_integer,
 )
