@@ -74,7 +74,7 @@ def fields(text: str) -> tuple[Field, ...]:
     for entry in text.split():
         match = _ENTRY.fullmatch(entry)
         if match is None:
-            raise ValueError(f"not a spec entry: {entry!r}")
+            raise ArgumentError(f"not a spec entry: {entry!r}")
         counted, names, per, kind = match.groups()
         if counted:
             found.append(Field((counted,), Kind.NATURAL, count=counted))
