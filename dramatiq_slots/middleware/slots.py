@@ -59,7 +59,7 @@ from .admission import Admission, AdmissionError
 from .backoff import backoff_ms
 from .declarations import Declarations
 from .deferral import DEFERRALS, defer, drop, requeue
-from .metrics import Metrics, MetricsInForce, metrics_for
+from .metrics import Metrics, metrics_for
 from .reporting import Reporter
 from .settings import URL_ENV, Settings, global_broker_with, ledger_client
 from .skips import clear_deferred, quiet_deferrals
@@ -129,13 +129,10 @@ class Slots(Middleware):
         self._places = PlaceClock()
         #: The gate of the worker this process runs (None: none; a message that must wait is deferred).
         self._gate: Gate | None = None
-        #: The metrics in force (a boot chooses them).
-        self.metrics_in_force = MetricsInForce()
         self.process = SlotsProcess(
             self.settings,
             self._new_ledger,
             report=self._report,
-            metrics=self.metrics_in_force,
             declared=self._declared,
             on_ended=self._hold_ended,
             homes=self.declarations.homes,
@@ -204,7 +201,7 @@ class Slots(Middleware):
     @property
     def metrics(self) -> Metrics:
         """The metrics in force (no-op until a worker boot with dramatiq's Prometheus)."""
-        return self.metrics_in_force.current
+        return self.process.metrics
 
     @property
     def interrupted(self) -> int:
@@ -298,8 +295,8 @@ class Slots(Middleware):
         process = self.process
         process.stopping.clear()
         process.resume_reuse()
-        if type(self.metrics_in_force.current) is Metrics:
-            self.metrics_in_force.use(metrics_for(broker.middleware, self.keys))
+        if type(process.metrics) is Metrics:
+            process.use_metrics(metrics_for(broker.middleware, self.keys))
         process.metrics.forget_dead_processes()
         self._gate = None
         self.reporter.threads = borrowed.worker_threads(worker)
