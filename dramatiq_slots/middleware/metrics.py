@@ -72,7 +72,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from .. import borrowed
 from ..ledger.controls import Control
@@ -128,7 +128,7 @@ class PrometheusMetrics(Metrics):
         registry = prom.CollectorRegistry()
         labels = ["kind", "name"]
 
-        def gauge(name: str, text: str, mode: str, *more: str) -> Any:
+        def gauge(name: str, text: str, mode: Literal["livesum", "livemax"], *more: str) -> Any:
             return prom.Gauge(
                 f"dramatiq_slots_{name}", text, [*labels, *more], registry=registry, multiprocess_mode=mode
             )
