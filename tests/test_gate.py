@@ -313,7 +313,7 @@ def test_users_tests_on_a_stub_broker_join_and_see_every_capped_message_run(
     finally:
         worker.stop()
         slots.heartbeat.stop()
-        slots.wakeups.stop()
+        slots.process.wakeups.stop()
         slots.ledger.client.close()
     assert isinstance(worker.work_queue, GatedWorkQueue)
     assert probe.peak["stubbed"] == 1

@@ -53,7 +53,6 @@ from ..worker.claims import Hold, HoldRegistry
 from ..worker.heartbeat import Heartbeat
 from ..worker.interrupts import HoldLost, wrapped_by
 from ..worker.process import SlotsProcess
-from ..worker.wakeups import Wakeups
 from . import options as opt
 from .admission import Admission, AdmissionError
 from .backoff import backoff_ms
@@ -191,22 +190,8 @@ class Slots(Middleware):
         return self.process.heartbeat
 
     @property
-    def wakeups(self) -> Wakeups:
-        return self.process.wakeups
-
-    @property
     def registry(self) -> HoldRegistry:
         return self.process.registry
-
-    @property
-    def metrics(self) -> Metrics:
-        """The metrics in force (no-op until a worker boot with dramatiq's Prometheus)."""
-        return self.process.metrics
-
-    @property
-    def interrupted(self) -> int:
-        """Jobs stopped because their hold was lost (``on_lost_hold="interrupt"``)."""
-        return self.process.interrupted
 
     # -- declaration and enqueue -----------------------------------------
 
@@ -481,7 +466,7 @@ class Slots(Middleware):
 
     def _dropped(self, broker: dramatiq.Broker, message: MessageProxy, reason: str) -> BaseException:
         """Count and prepare a message its ``on_busy`` policy drops; the exception to raise."""
-        self.metrics.dropped_message(message.queue_name, message.actor_name)
+        self.process.metrics.dropped_message(message.queue_name, message.actor_name)
         return drop(broker, self, message, reason=reason)
 
     def after_process_message(
@@ -505,7 +490,7 @@ class Slots(Middleware):
     def after_skip_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         if clear_deferred(message):
             # What dramatiq's Prometheus has just counted as a processed message.
-            self.metrics.deferred_message(message.queue_name, message.actor_name)
+            self.process.metrics.deferred_message(message.queue_name, message.actor_name)
         self.process.finished(id(message))
 
     def after_ack(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
