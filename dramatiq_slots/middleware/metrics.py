@@ -201,9 +201,11 @@ class PrometheusMetrics(Metrics):
                 out.append(((kind, name if kind == "queue" else actor), limit))
         return out
 
-    def _labels(self, limits: Iterable[Limit], actor: str) -> list[tuple[str, str]]:
-        """The distinct labels of ``limits``: a message with several keys of one actor counts once."""
-        return list(dict.fromkeys(labels for labels, _ in self._labelled(limits, actor)))
+    def _count(self, metric: Any, limits: Iterable[Limit], actor: str, *more: str, by: int = 1) -> None:
+        """Add ``by`` to ``metric`` once per distinct label of ``limits`` (a message with several keys
+        of one actor counts once), ``more`` after the labels."""
+        for labels in dict.fromkeys(labels for labels, _ in self._labelled(limits, actor)):
+            metric.labels(*labels, *more).inc(by)
 
     def _tier(self, labels: tuple[str, str], capacity: int) -> tuple[str, int]:
         """The ``tier`` label of a capacity on a ledger labelled ``labels``, and the gauge's value."""
@@ -267,28 +269,22 @@ class PrometheusMetrics(Metrics):
                 self.group_holds_in_use.labels(*labels, group).dec(n)
 
     def line_full(self, limit: Limit, actor: str, policy: str) -> None:
-        for labels in self._labels([limit], actor):
-            self.lines_full.labels(*labels, policy).inc()
+        self._count(self.lines_full, [limit], actor, policy)
 
     def deferred(self, limits: Sequence[Limit], actor: str) -> None:
-        for labels in self._labels(limits, actor):
-            self.deferrals.labels(*labels).inc()
+        self._count(self.deferrals, limits, actor)
 
     def parked(self, limit: Limit, actor: str, count: int) -> None:
-        for labels in self._labels([limit], actor):
-            self.messages_parked.labels(*labels).inc(count)
+        self._count(self.messages_parked, [limit], actor, by=count)
 
     def reasserted(self, hold: Hold, ledger: str) -> None:
-        for labels in self._labels([limit for limit in hold.limits if limit.ledger == ledger], hold.actor):
-            self.reasserts.labels(*labels).inc()
+        self._count(self.reasserts, [limit for limit in hold.limits if limit.ledger == ledger], hold.actor)
 
     def interrupted(self, hold: Hold) -> None:
-        for labels in self._labels(hold.limits, hold.actor):
-            self.interrupts.labels(*labels).inc()
+        self._count(self.interrupts, hold.limits, hold.actor)
 
     def release_failed(self, hold: Hold) -> None:
-        for labels in self._labels(hold.limits, hold.actor):
-            self.release_failures.labels(*labels).inc()
+        self._count(self.release_failures, hold.limits, hold.actor)
 
     def deferred_message(self, queue_name: str, actor_name: str) -> None:
         self.deferred_messages.labels(queue_name, actor_name).inc()
