@@ -82,7 +82,7 @@ def test_a_one_thread_worker_runs_uncapped_work_while_a_capped_message_waits(
     slots = add_slots()
     limit = Limit(slots.keys.queue("capped"), 1)
     parked = ParkedCount()
-    slots.metrics_in_force.use(parked)
+    slots.process.use_metrics(parked)
 
     @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
     def capped() -> None:
@@ -313,7 +313,7 @@ def test_users_tests_on_a_stub_broker_join_and_see_every_capped_message_run(
     finally:
         worker.stop()
         slots.heartbeat.stop()
-        slots.wakeups.stop()
+        slots.process.wakeups.stop()
         slots.ledger.client.close()
     assert isinstance(worker.work_queue, GatedWorkQueue)
     assert probe.peak["stubbed"] == 1

@@ -328,7 +328,7 @@ def test_interrupt_mode_stops_a_job_whose_slot_was_taken_and_retries_it(
         thief = _steal_the_slot(slots, "strict")
         # The next beat finds the hold lost and the ledger full: the job is stopped.
         assert probe.wait_for(lambda: len(probe.by_label["interrupted"]) == 1, timeout=10)
-        assert slots.interrupted == 1
+        assert slots.process.interrupted == 1
         assert [h.token for h in slots.holders(queue="strict")] == [thief]  # never over the cap
         assert probe.peak["stubborn"] == 1
         # Retried (by dramatiq's Retries): it waits for the slot, and runs when the thief leaves.
@@ -357,7 +357,7 @@ def test_interrupt_mode_keeps_a_job_whose_lost_hold_still_fits(
         finish.set()
         probe.wait_runs(1)
         wait_until(lambda: slots.in_use("strict") == 0, timeout=10.0, what='slots.in_use("strict") == 0')
-    assert probe.by_label["interrupted"] == [] and slots.interrupted == 0
+    assert probe.by_label["interrupted"] == [] and slots.process.interrupted == 0
     assert len(probe.by_label["stubborn"]) == 1
 
 
@@ -414,7 +414,7 @@ def test_interrupt_mode_cancels_an_async_actor_and_says_what_becomes_of_it(
             what="the stopped message to be dead-lettered (max_retries=0)",
         )
     finish.set()
-    assert slots.interrupted == 1
+    assert slots.process.interrupted == 1
     assert [h.token for h in slots.holders(queue="strict")] == [thief]
     (line,) = [r.getMessage() for r in caplog.records if "HoldLost" in r.getMessage()]
     assert "interrupted (HoldLost); it runs again if its retries allow" in line, line

@@ -492,7 +492,7 @@ def test_without_dramatiqs_prometheus_nothing_is_created(
     assert type(metrics_for([], keys)) is Metrics
     # The worker-boot path too: no capped actor, so the ledger is never touched.
     slots.before_worker_boot(broker, _FakeWorker())  # type: ignore[arg-type]
-    assert type(slots.metrics) is Metrics
+    assert type(slots.process.metrics) is Metrics
     hold = Hold("h:1:1", (Limit(keys.queue("q"), 1),), actor="a")
     metrics.admitted(hold)
     metrics.deferred(hold.limits, "a")

@@ -200,8 +200,8 @@ def test_a_slot_handed_to_a_claim_nobody_waits_for_is_given_back(
     slots = add_slots()
     limit = Limit(slots.keys.queue("stray"), 1)
     ledger = slots.ledger
-    slots.wakeups.start()
-    assert slots.wakeups.listening.wait(5)
+    slots.process.wakeups.start()
+    assert slots.process.wakeups.listening.wait(5)
     assert ledger.enter("elsewhere:1:1:1", [limit], ttl_ms=30_000, line=Line.JOIN).admitted
     # A claim of this process in line that gave up without leaving it (its outcome was unknown).
     stray = new_token()

@@ -59,7 +59,7 @@ def _timed_stop(redis_url: str, key_prefix: str, *, with_slots: bool) -> float:
             wait_until(
                 lambda: len(slots.registry.tokens(LINGERING)) == 1, timeout=10, what="its hold to linger"
             )
-            assert slots.heartbeat.running and slots.wakeups.running
+            assert slots.heartbeat.running and slots.process.wakeups.running
     finally:
         started = time.perf_counter()
         worker.stop()
@@ -67,7 +67,7 @@ def _timed_stop(redis_url: str, key_prefix: str, *, with_slots: bool) -> float:
     if slots is not None:
         # Joined, every one of them, by the time stop() returns.
         assert not slots.heartbeat.running
-        assert not slots.wakeups.running
+        assert not slots.process.wakeups.running
         assert slots.registry.snapshot() == ([], [])  # the lingering hold was released
         assert slots.in_use("stopping") == 0
         slots.ledger.client.close()  # built from url=: its pool is this test's to close

@@ -86,7 +86,92 @@ class Admission:
         process = self.process
         process.leftovers()
         try:
-            return self._admit(request, message_key, deferrals=deferrals, defer=defer, drop=drop)
+            reused = self.reuse(request, message_key)
+            if reused is not None:
+                return reused
+            outage_attempt = 0
+            answers: threading.Event | None = None  # set when the ledger answers again (an outage)
+            while True:
+                refused_by = ""  # the one ledger that refused it, if one did
+                # A fresh token per attempt: an attempt whose outcome is unknown is
+                # owed a release, and that release must never hit a later attempt.
+                hold = request.hold(request.claim_token())
+                refused: Sequence[Limit]
+                try:
+                    answer = self._enter(hold, request, Line.NONE, "enter")
+                except LedgerUnavailable as e:
+                    # The script may have run before the reply was lost (redis-py's
+                    # own retries of this call replayed the same token; they are
+                    # over): owe a release, so the heartbeat removes it if it landed.
+                    process.registry.owe(hold)
+                    process.heartbeat.ensure_started()
+                    answers = process.heartbeat.unreachable()
+                    self._warn_outage(e)
+                    reason, refused = f"ledger unavailable ({e})", request.limits
+                except LedgerError as e:
+                    # Not an outage (a permission, a wrong key type, a bad argument):
+                    # waiting will not help. Fail through dramatiq's own error path.
+                    # enter.lua checks every ledger before it writes any hold, and Redis
+                    # answered. A line the claim joined earlier still lists it: in doubt,
+                    # it is owed (leave and withdraw) when admit() ends.
+                    raise AdmissionError(f"actor {request.actor!r}: {e}; the actor did not run") from e
+                else:
+                    entered = answer.entered
+                    distrust = (
+                        self._record_admitted(hold, request, message_key, answer)
+                        if entered.admitted
+                        else None
+                    )
+                    if entered.admitted and distrust is None:
+                        return hold
+                    if self.drops(request, entered) and drop is not None:
+                        why = drop_reason(request, entered)
+                        process.dropped(
+                            request.message_id, request.actor, request.queue, entered.refused_by or "", why
+                        )
+                        raise drop(why)
+                    if distrust is not None:
+                        reason, refused = distrust, request.limits  # given back: come back later
+                    else:
+                        reason = f"ledger {entered.refused_by!r} is full"
+                        refused = tuple(
+                            limit for limit in request.limits if limit.ledger == entered.refused_by
+                        )
+                        refused_by = entered.refused_by or ""
+                delay = backoff_ms(deferrals + 1, request.min_backoff, request.max_backoff)
+                try:
+                    deferred = defer(delay, reason)
+                except BROKER_DOWN as e:
+                    # Neither admitted nor deferred: keep the message in this
+                    # thread (unacked, so never lost) and try both again, as
+                    # dramatiq itself does with an ack the broker did not take.
+                    outage_attempt += 1
+                    pause = backoff_ms(outage_attempt, request.min_backoff, OUTAGE_RETRY_MAX_MS)
+                    logger.warning(
+                        "Could not defer message %s (%s: %s) after: %s; retrying in %d ms.",
+                        request.label,
+                        type(e).__name__,
+                        e,
+                        reason,
+                        pause,
+                    )
+                    if answers is None:
+                        self.clock.sleep(pause / 1000)
+                    else:  # the ledger was down too: try again the moment it answers
+                        self.clock.wait(answers, pause / 1000)
+                        answers = None
+                    continue
+                except MiddlewareError:
+                    raise
+                except Exception as e:
+                    raise AdmissionError(
+                        f"actor {request.actor!r}: could not defer the message ({type(e).__name__}: {e}) "
+                        f"after: {reason}; the actor did not run"
+                    ) from e
+                reach("after-defer-enqueue")
+                process.metrics.deferred(refused, request.actor)  # counted on the ledger(s) that refused
+                process.deferred(request.message_id, request.actor, request.queue, refused_by, delay, reason)
+                raise deferred
         finally:
             # Settled on every path but an exception's: then what is in doubt is owed.
             process.owe_doubts()
@@ -106,99 +191,6 @@ class Admission:
         hold = request.hold(lingering.token, limits=lingering.limits, capacities=lingering.capacities)
         process.running(message_key, hold, None, reused=True)
         return hold
-
-    def _admit(
-        self,
-        request: Request,
-        message_key: int,
-        *,
-        deferrals: int,
-        defer: Defer,
-        drop: Callable[[str], BaseException] | None,
-    ) -> Hold:
-        process = self.process
-        reused = self.reuse(request, message_key)
-        if reused is not None:
-            return reused
-        outage_attempt = 0
-        answers: threading.Event | None = None  # set when the ledger answers again (an outage)
-        while True:
-            refused_by = ""  # the one ledger that refused it, if one did
-            # A fresh token per attempt: an attempt whose outcome is unknown is
-            # owed a release, and that release must never hit a later attempt.
-            hold = request.hold(request.claim_token())
-            refused: Sequence[Limit]
-            try:
-                answer = self._enter(hold, request, Line.NONE, "enter")
-            except LedgerUnavailable as e:
-                # The script may have run before the reply was lost (redis-py's
-                # own retries of this call replayed the same token; they are
-                # over): owe a release, so the heartbeat removes it if it landed.
-                process.registry.owe(hold)
-                process.heartbeat.ensure_started()
-                answers = process.heartbeat.unreachable()
-                self._warn_outage(e)
-                reason, refused = f"ledger unavailable ({e})", request.limits
-            except LedgerError as e:
-                # Not an outage (a permission, a wrong key type, a bad argument):
-                # waiting will not help. Fail through dramatiq's own error path.
-                # enter.lua checks every ledger before it writes any hold, and Redis
-                # answered. A line the claim joined earlier still lists it: in doubt,
-                # it is owed (leave and withdraw) when admit() ends.
-                raise AdmissionError(f"actor {request.actor!r}: {e}; the actor did not run") from e
-            else:
-                entered = answer.entered
-                distrust = (
-                    self._record_admitted(hold, request, message_key, answer) if entered.admitted else None
-                )
-                if entered.admitted and distrust is None:
-                    return hold
-                if self.drops(request, entered) and drop is not None:
-                    why = drop_reason(request, entered)
-                    process.dropped(
-                        request.message_id, request.actor, request.queue, entered.refused_by or "", why
-                    )
-                    raise drop(why)
-                if distrust is not None:
-                    reason, refused = distrust, request.limits  # given back: come back later
-                else:
-                    reason = f"ledger {entered.refused_by!r} is full"
-                    refused = tuple(limit for limit in request.limits if limit.ledger == entered.refused_by)
-                    refused_by = entered.refused_by or ""
-            delay = backoff_ms(deferrals + 1, request.min_backoff, request.max_backoff)
-            try:
-                deferred = defer(delay, reason)
-            except BROKER_DOWN as e:
-                # Neither admitted nor deferred: keep the message in this
-                # thread (unacked, so never lost) and try both again, as
-                # dramatiq itself does with an ack the broker did not take.
-                outage_attempt += 1
-                pause = backoff_ms(outage_attempt, request.min_backoff, OUTAGE_RETRY_MAX_MS)
-                logger.warning(
-                    "Could not defer message %s (%s: %s) after: %s; retrying in %d ms.",
-                    request.label,
-                    type(e).__name__,
-                    e,
-                    reason,
-                    pause,
-                )
-                if answers is None:
-                    self.clock.sleep(pause / 1000)
-                else:  # the ledger was down too: try again the moment it answers
-                    self.clock.wait(answers, pause / 1000)
-                    answers = None
-                continue
-            except MiddlewareError:
-                raise
-            except Exception as e:
-                raise AdmissionError(
-                    f"actor {request.actor!r}: could not defer the message ({type(e).__name__}: {e}) "
-                    f"after: {reason}; the actor did not run"
-                ) from e
-            reach("after-defer-enqueue")
-            process.metrics.deferred(refused, request.actor)  # counted on the ledger(s) that refused
-            process.deferred(request.message_id, request.actor, request.queue, refused_by, delay, reason)
-            raise deferred
 
     def _enter(
         self, hold: Hold, request: Request, line: Line, step: str, *, owner: int | None = None

@@ -72,7 +72,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from .. import borrowed
 from ..ledger.controls import Control
@@ -127,82 +127,65 @@ class PrometheusMetrics(Metrics):
         # two Slots in one process (tests) do not collide in the global registry.
         registry = prom.CollectorRegistry()
         labels = ["kind", "name"]
-        self.holds_in_use = prom.Gauge(
-            "dramatiq_slots_holds_in_use",
+
+        def gauge(name: str, text: str, mode: Literal["livesum", "livemax"], *more: str) -> Any:
+            return prom.Gauge(
+                f"dramatiq_slots_{name}", text, [*labels, *more], registry=registry, multiprocess_mode=mode
+            )
+
+        def counter(name: str, text: str, names: Sequence[str] = labels) -> Any:
+            return prom.Counter(f"dramatiq_slots_{name}", text, names, registry=registry)
+
+        self.holds_in_use = gauge(
+            "holds_in_use",
             "Slots the jobs of this process hold now, per ledger (a message counts its slot_units).",
-            labels,
-            registry=registry,
-            multiprocess_mode="livesum",
+            "livesum",
         )
-        self.capacity = prom.Gauge(
-            "dramatiq_slots_capacity",
+        self.capacity = gauge(
+            "capacity",
             "Capacity of the ledger, as the processes declare it, per tier (see also the _override gauge).",
-            [*labels, "tier"],
-            registry=registry,
-            multiprocess_mode="livemax",
+            "livemax",
+            "tier",
         )
         #: The tiers labelled so far per (kind, name), and the largest capacity under "other".
         self._tiers: dict[tuple[str, str], set[str]] = {}
         self._other: dict[tuple[str, str], int] = {}
-
-        self.group_holds_in_use = prom.Gauge(
-            "dramatiq_slots_group_holds_in_use",
+        self.group_holds_in_use = gauge(
+            "group_holds_in_use",
             "Slots the jobs of this process hold now, per ledger and fair-share group.",
-            [*labels, "group"],
-            registry=registry,
-            multiprocess_mode="livesum",
+            "livesum",
+            "group",
         )
         #: The group labels given so far per (kind, name).
         self._groups: dict[tuple[str, str], set[str]] = {}
-
-        self.messages_parked = prom.Gauge(
-            "dramatiq_slots_messages_parked",
+        self.messages_parked = gauge(
+            "messages_parked",
             "Messages of this process waiting for a slot of the ledger (unacked, no thread held).",
-            labels,
-            registry=registry,
-            multiprocess_mode="livesum",
+            "livesum",
         )
-
-        self.capacity_override = prom.Gauge(
-            "dramatiq_slots_capacity_override",
-            "An operator's override of the ledger's capacity (0: none).",
-            labels,
-            registry=registry,
-            multiprocess_mode="livemax",
+        self.capacity_override = gauge(
+            "capacity_override", "An operator's override of the ledger's capacity (0: none).", "livemax"
         )
-        self.paused = prom.Gauge(
-            "dramatiq_slots_paused",
-            "1 while an operator has paused the ledger.",
-            labels,
-            registry=registry,
-            multiprocess_mode="livemax",
-        )
-
-        def counter(name: str, text: str) -> Any:
-            return prom.Counter(f"dramatiq_slots_{name}", text, labels, registry=registry)
-
+        self.paused = gauge("paused", "1 while an operator has paused the ledger.", "livemax")
         self.admissions = counter("admissions", "Messages admitted, per ledger.")
         self.deferrals = counter("deferrals", "Messages deferred (a ledger full or unreachable), per ledger.")
         self.reasserts = counter("reasserted", "Lost holds put back while their job ran, per ledger.")
         self.interrupts = counter("interrupted", "Jobs stopped because their hold was lost, per ledger.")
         self.release_failures = counter("release_failures", "Releases Redis did not confirm, per ledger.")
-        self.lines_full = prom.Counter(
-            "dramatiq_slots_line_full",
+        self.lines_full = counter(
+            "line_full",
             "Messages that found their line full (max_waiting), per ledger and policy.",
             [*labels, "policy"],
-            registry=registry,
         )
-        self.deferred_messages = prom.Counter(
-            "dramatiq_slots_deferred_messages",
+        self.deferred_messages = counter(
+            "deferred_messages",
             "Deferrals, per queue and actor (dramatiq_messages_total counts each one as processed).",
             ["queue_name", "actor_name"],
-            registry=registry,
         )
-        self.dropped_messages = prom.Counter(
-            "dramatiq_slots_dropped_messages",
+        self.dropped_messages = counter(
+            "dropped_messages",
             "Messages dropped, not run, by their on_busy policy, per queue and actor.",
             ["queue_name", "actor_name"],
-            registry=registry,
         )
         #: What each hold counted in ``holds_in_use`` (and per group): only that is uncounted, once.
         self._counted: dict[str, list[tuple[tuple[str, str], str | None, int]]] = {}
@@ -218,9 +201,11 @@ class PrometheusMetrics(Metrics):
                 out.append(((kind, name if kind == "queue" else actor), limit))
         return out
 
-    def _labels(self, limits: Iterable[Limit], actor: str) -> list[tuple[str, str]]:
-        """The distinct labels of ``limits``: a message with several keys of one actor counts once."""
-        return list(dict.fromkeys(labels for labels, _ in self._labelled(limits, actor)))
+    def _count(self, metric: Any, limits: Iterable[Limit], actor: str, *more: str, by: int = 1) -> None:
+        """Add ``by`` to ``metric`` once per distinct label of ``limits`` (a message with several keys
+        of one actor counts once), ``more`` after the labels."""
+        for labels in dict.fromkeys(labels for labels, _ in self._labelled(limits, actor)):
+            metric.labels(*labels, *more).inc(by)
 
     def _tier(self, labels: tuple[str, str], capacity: int) -> tuple[str, int]:
         """The ``tier`` label of a capacity on a ledger labelled ``labels``, and the gauge's value."""
@@ -284,28 +269,22 @@ class PrometheusMetrics(Metrics):
                 self.group_holds_in_use.labels(*labels, group).dec(n)
 
     def line_full(self, limit: Limit, actor: str, policy: str) -> None:
-        for labels in self._labels([limit], actor):
-            self.lines_full.labels(*labels, policy).inc()
+        self._count(self.lines_full, [limit], actor, policy)
 
     def deferred(self, limits: Sequence[Limit], actor: str) -> None:
-        for labels in self._labels(limits, actor):
-            self.deferrals.labels(*labels).inc()
+        self._count(self.deferrals, limits, actor)
 
     def parked(self, limit: Limit, actor: str, count: int) -> None:
-        for labels in self._labels([limit], actor):
-            self.messages_parked.labels(*labels).inc(count)
+        self._count(self.messages_parked, [limit], actor, by=count)
 
     def reasserted(self, hold: Hold, ledger: str) -> None:
-        for labels in self._labels([limit for limit in hold.limits if limit.ledger == ledger], hold.actor):
-            self.reasserts.labels(*labels).inc()
+        self._count(self.reasserts, [limit for limit in hold.limits if limit.ledger == ledger], hold.actor)
 
     def interrupted(self, hold: Hold) -> None:
-        for labels in self._labels(hold.limits, hold.actor):
-            self.interrupts.labels(*labels).inc()
+        self._count(self.interrupts, hold.limits, hold.actor)
 
     def release_failed(self, hold: Hold) -> None:
-        for labels in self._labels(hold.limits, hold.actor):
-            self.release_failures.labels(*labels).inc()
+        self._count(self.release_failures, hold.limits, hold.actor)
 
     def deferred_message(self, queue_name: str, actor_name: str) -> None:
         self.deferred_messages.labels(queue_name, actor_name).inc()
@@ -346,54 +325,6 @@ class PrometheusMetrics(Metrics):
         return dead
 
 
-class MetricsInForce(Metrics):
-    """The metrics of one ``Slots``: every hook goes to :attr:`current`, the no-op :class:`Metrics`
-    until a worker boot picks Prometheus (:func:`metrics_for`), or a test its own (:meth:`use`).
-
-    The process and its heartbeat are given this object when they are made; a boot changes what
-    it hands the hooks to, never the object they hold.
-    """
-
-    def __init__(self) -> None:
-        self.current: Metrics = Metrics()
-
-    def use(self, metrics: Metrics) -> None:
-        self.current = metrics
-
-    def admitted(self, hold: Hold) -> None:
-        self.current.admitted(hold)
-
-    def finished(self, hold: Hold) -> None:
-        self.current.finished(hold)
-
-    def deferred(self, limits: Sequence[Limit], actor: str) -> None:
-        self.current.deferred(limits, actor)
-
-    def parked(self, limit: Limit, actor: str, count: int) -> None:
-        self.current.parked(limit, actor, count)
-
-    def reasserted(self, hold: Hold, ledger: str) -> None:
-        self.current.reasserted(hold, ledger)
-
-    def interrupted(self, hold: Hold) -> None:
-        self.current.interrupted(hold)
-
-    def release_failed(self, hold: Hold) -> None:
-        self.current.release_failed(hold)
-
-    def deferred_message(self, queue_name: str, actor_name: str) -> None:
-        self.current.deferred_message(queue_name, actor_name)
-
-    def controlled(self, ledger: str, control: Control) -> None:
-        self.current.controlled(ledger, control)
-
-    def dropped_message(self, queue_name: str, actor_name: str) -> None:
-        self.current.dropped_message(queue_name, actor_name)
-
-    def forget_dead_processes(self) -> list[int]:
-        return self.current.forget_dead_processes()
-
-
 def metrics_for(middleware: Iterable[object], keys: KeySpace) -> Metrics:
     """Prometheus metrics when dramatiq's ``Prometheus`` middleware is among ``middleware``, else no-op."""
     prometheus = borrowed.prometheus_class()
@@ -405,4 +336,4 @@ def metrics_for(middleware: Iterable[object], keys: KeySpace) -> Metrics:
         return Metrics()
 
 
-__all__ = ["Metrics", "MetricsInForce", "PrometheusMetrics", "metrics_for", "process_exists"]
+__all__ = ["Metrics", "PrometheusMetrics", "metrics_for", "process_exists"]

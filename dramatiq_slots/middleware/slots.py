@@ -53,13 +53,12 @@ from ..worker.claims import Hold, HoldRegistry
 from ..worker.heartbeat import Heartbeat
 from ..worker.interrupts import HoldLost, wrapped_by
 from ..worker.process import SlotsProcess
-from ..worker.wakeups import Wakeups
 from . import options as opt
 from .admission import Admission, AdmissionError
 from .backoff import backoff_ms
 from .declarations import Declarations
 from .deferral import DEFERRALS, defer, drop, requeue
-from .metrics import Metrics, MetricsInForce, metrics_for
+from .metrics import Metrics, metrics_for
 from .reporting import Reporter
 from .settings import URL_ENV, Settings, global_broker_with, ledger_client
 from .skips import clear_deferred, quiet_deferrals
@@ -129,13 +128,10 @@ class Slots(Middleware):
         self._places = PlaceClock()
         #: The gate of the worker this process runs (None: none; a message that must wait is deferred).
         self._gate: Gate | None = None
-        #: The metrics in force (a boot chooses them).
-        self.metrics_in_force = MetricsInForce()
         self.process = SlotsProcess(
             self.settings,
             self._new_ledger,
             report=self._report,
-            metrics=self.metrics_in_force,
             declared=self._declared,
             on_ended=self._hold_ended,
             homes=self.declarations.homes,
@@ -194,22 +190,8 @@ class Slots(Middleware):
         return self.process.heartbeat
 
     @property
-    def wakeups(self) -> Wakeups:
-        return self.process.wakeups
-
-    @property
     def registry(self) -> HoldRegistry:
         return self.process.registry
-
-    @property
-    def metrics(self) -> Metrics:
-        """The metrics in force (no-op until a worker boot with dramatiq's Prometheus)."""
-        return self.metrics_in_force.current
-
-    @property
-    def interrupted(self) -> int:
-        """Jobs stopped because their hold was lost (``on_lost_hold="interrupt"``)."""
-        return self.process.interrupted
 
     # -- declaration and enqueue -----------------------------------------
 
@@ -298,8 +280,8 @@ class Slots(Middleware):
         process = self.process
         process.stopping.clear()
         process.resume_reuse()
-        if type(self.metrics_in_force.current) is Metrics:
-            self.metrics_in_force.use(metrics_for(broker.middleware, self.keys))
+        if type(process.metrics) is Metrics:
+            process.use_metrics(metrics_for(broker.middleware, self.keys))
         process.metrics.forget_dead_processes()
         self._gate = None
         self.reporter.threads = borrowed.worker_threads(worker)
@@ -484,7 +466,7 @@ class Slots(Middleware):
 
     def _dropped(self, broker: dramatiq.Broker, message: MessageProxy, reason: str) -> BaseException:
         """Count and prepare a message its ``on_busy`` policy drops; the exception to raise."""
-        self.metrics.dropped_message(message.queue_name, message.actor_name)
+        self.process.metrics.dropped_message(message.queue_name, message.actor_name)
         return drop(broker, self, message, reason=reason)
 
     def after_process_message(
@@ -508,7 +490,7 @@ class Slots(Middleware):
     def after_skip_message(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         if clear_deferred(message):
             # What dramatiq's Prometheus has just counted as a processed message.
-            self.metrics.deferred_message(message.queue_name, message.actor_name)
+            self.process.metrics.deferred_message(message.queue_name, message.actor_name)
         self.process.finished(id(message))
 
     def after_ack(self, broker: dramatiq.Broker, message: MessageProxy) -> None:

@@ -24,32 +24,20 @@ import time
 from collections import deque
 from collections.abc import Callable
 from queue import Empty
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from dramatiq.middleware import Interrupt
 
 from ..errors import ArgumentError
 from .parking import Ticket
 
+if TYPE_CHECKING:
+    from .gate import Gate
+
 #: How often a thread waiting in ``get`` looks again whether its paused worker has resumed.
 PAUSED_POLL_S = 0.05
 #: How long :func:`boot_check` waits for each of its steps (s).
 CHECK_WAIT_S = 2.0
-
-
-class Keeper(Protocol):
-    """What the queue asks of its gate (:class:`~.gate.Gate`)."""
-
-    def delivered(self, item: Any) -> None: ...
-    def admit(self, item: Any) -> bool: ...
-    def take(self, item: Any, ticket: Ticket | None) -> None: ...
-    def taken(self, item: Any) -> None: ...
-    def unready(self, ticket: Ticket) -> None: ...
-    def paused(self) -> bool: ...
-    def keeps_no_slot(self, item: Any) -> bool: ...
-    def give_back(self, item: Any, ticket: Ticket) -> None: ...
-    def waiting(self, item: Any) -> bool: ...
-    def stopping(self) -> bool: ...
 
 
 class GatedWorkQueue:
@@ -59,7 +47,7 @@ class GatedWorkQueue:
     given back first, as is: a ready message's hold is released first.
     """
 
-    def __init__(self, gate: Keeper) -> None:
+    def __init__(self, gate: Gate) -> None:
         self.gate = gate
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
@@ -206,7 +194,8 @@ class GatedWorkQueue:
 
 
 class _PassThrough:
-    """A gate that admits everything (:func:`boot_check`'s)."""
+    """A gate that admits everything (:func:`boot_check`'s): it answers what a
+    :class:`~.gate.Gate` answers the queue."""
 
     def delivered(self, item: Any) -> None:
         pass
@@ -239,7 +228,7 @@ class _PassThrough:
         return False
 
 
-def boot_check(make: Callable[[Keeper], Any] = GatedWorkQueue) -> str | None:
+def boot_check(make: Callable[[Any], Any] = GatedWorkQueue) -> str | None:
     """Put an item through a queue ``make`` builds, as a worker uses it, in this process as it
     runs (threads, or gevent's greenlets): None when it works, else what failed.
 

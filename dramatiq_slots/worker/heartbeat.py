@@ -667,7 +667,7 @@ class Heartbeat:
         except BaseException:
             self.report_soon()  # the thread makes it (an error there is logged there)
             raise
-        if not self._text_alone(ledgers):
+        if not set(ledgers) <= self._listed:  # the thread writes it whole, at once
             with self._due_lock:
                 self._report_due = time.monotonic() - CARRY_S
             self._wake.set()
@@ -690,14 +690,9 @@ class Heartbeat:
         with self._due_lock:
             self._report_due, self._reported_at = None, time.monotonic()
 
-    def _text_alone(self, ledgers: tuple[str, ...]) -> bool:
-        """Whether a report naming ``ledgers`` may be written as its text alone: the last whole
-        report listed every one of them."""
-        return set(ledgers) <= self._listed
-
     def _write_report(self) -> None:
         """The report alone, between beats, in a round trip of its own: its text alone when it can
-        be (:meth:`_text_alone`), else whole (``report.lua``)."""
+        be (the last whole report listed every ledger it names), else whole (``report.lua``)."""
         self._report_made()
         if self.report is None:
             return
@@ -707,7 +702,7 @@ class Heartbeat:
             logger.exception("Could not build this process's report; the next beat writes it.")
             return
         key, text, ledgers = _parts(written)
-        if self._text_alone(ledgers) and self.ledger.rewrite_report(key, text):
+        if set(ledgers) <= self._listed and self.ledger.rewrite_report(key, text):
             # Its ledgers are listed and its expiry stands from the last beat: the text alone.
             self.report_writes += 1
             return

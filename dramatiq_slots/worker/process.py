@@ -147,6 +147,13 @@ class SlotsProcess:
                     )
         return self._heartbeat
 
+    def use_metrics(self, metrics: Metrics) -> None:
+        """Count in ``metrics`` from now on, the process and its heartbeat (a worker boot chose them)."""
+        with self._setup_lock:
+            self.metrics = metrics
+            if self._heartbeat is not None:
+                self._heartbeat.metrics = metrics
+
     @property
     def wakeups(self) -> Wakeups:
         if self._wakeups is None:

@@ -262,19 +262,27 @@ class Wakeups:
         return self._pid == forks.pid() and thread is not None and thread.is_alive()
 
     def _run(self) -> None:
+        channels = [self.channel]
+        if self.controls_channel is not None:
+            channels.append(self.controls_channel)
+        self._listen(channels, self._stop)
+
+    def _listen(self, channels: list[str], stop: threading.Event, node: Any = None) -> None:
+        """Listen on ``channels`` until ``stop`` (or :meth:`stop`), subscribing again after a
+        failure: on the client's own connection (the process's channel and the controls'), or on
+        ``node`` (a home's, on a Redis Cluster)."""
+        home = node is not None
         failures = 0
         #: A subscription before this one: messages of the controls channel may have been missed.
         resubscribed = False
-        while not self._stop.is_set():
-            pubsub = self.client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
+        while not stop.is_set() and not self._stop.is_set():
+            pubsub = self.client.pubsub(node=node) if home else self.client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
             try:
-                channels = [self.channel]
-                if self.controls_channel is not None:
-                    channels.append(self.controls_channel)
                 pubsub.subscribe(*channels)
                 subscribed = 0
-                while not self._stop.is_set():
-                    self.sync_homes()
+                while not stop.is_set() and not self._stop.is_set():
+                    if not home:
+                        self.sync_homes()
                     message = pubsub.get_message(timeout=_POLL_S)
                     if message is None or self._stop.is_set():
                         continue
@@ -283,10 +291,11 @@ class Wakeups:
                         if subscribed < len(channels):
                             continue
                         failures = 0
-                        self.listening.set()
+                        if not home:
+                            self.listening.set()
                         # Anything published before this moment was lost.
                         self.wake_all()
-                        if resubscribed and self.on_control is not None:
+                        if resubscribed and self.on_control is not None and not home:
                             self.on_control("")  # a control may have changed, a line formed, unheard
                         resubscribed = True
                     elif message.get("type") == "message":
@@ -301,19 +310,20 @@ class Wakeups:
                 failures += 1
                 if failures == 1:
                     logger.warning(
-                        "Wake channel lost (%s: %s); waiting claims ask the ledger on their own "
-                        "until it is back.",
+                        "%s (%s: %s); waiting claims ask the ledger on their own until it is back.",
+                        "Wake channel of a home lost" if home else "Wake channel lost",
                         type(e).__name__,
                         e,
                     )
             except Exception:  # never die: waiters would fall back to polling for good
                 logger.exception("Unexpected error in the wake-up thread; continuing.")
             finally:
-                self.listening.clear()
+                if not home:
+                    self.listening.clear()
                 self.wake_all()
                 with contextlib.suppress(redis.RedisError, OSError):
                     pubsub.close()
-            self._stop.wait(_RECONNECT_S)
+            stop.wait(_RECONNECT_S)
 
     # -- homes on a Redis Cluster -------------------------------------------------------
 
@@ -355,8 +365,8 @@ class Wakeups:
             if name not in self._homes:
                 stop = threading.Event()
                 thread = threading.Thread(
-                    target=self._listen_home,
-                    args=(nodes[name], sorted(channels), stop),
+                    target=self._listen,
+                    args=(sorted(channels), stop, nodes[name]),
                     name="dramatiq-slots-wakeups-home",
                     daemon=True,
                 )
@@ -372,34 +382,3 @@ class Wakeups:
             stop.set()
             if thread is not threading.current_thread():
                 thread.join(timeout)
-
-    def _listen_home(self, node: Any, channels: list[str], stop: threading.Event) -> None:
-        """One node's listener: its home channels, subscribed on that node."""
-        while not stop.is_set() and not self._stop.is_set():
-            pubsub = self.client.pubsub(node=node)
-            try:
-                pubsub.subscribe(*channels)
-                subscribed = 0
-                while not stop.is_set() and not self._stop.is_set():
-                    message = pubsub.get_message(timeout=_POLL_S)
-                    if message is None:
-                        continue
-                    if message.get("type") == "subscribe":
-                        subscribed += 1
-                        if subscribed == len(channels):
-                            self.wake_all()  # anything published before this moment was lost
-                    elif message.get("type") == "message":
-                        self.handle(message.get("data"))
-            except (redis.RedisError, OSError) as e:
-                logger.warning(
-                    "Wake channel of a home lost (%s: %s); waiting claims ask on their own.",
-                    type(e).__name__,
-                    e,
-                )
-            except Exception:  # never die: waiters would fall back to polling for good
-                logger.exception("Unexpected error in a home's wake-up thread; continuing.")
-            finally:
-                self.wake_all()
-                with contextlib.suppress(redis.RedisError, OSError):
-                    pubsub.close()
-            stop.wait(_RECONNECT_S)
