@@ -21,6 +21,7 @@ from dramatiq_slots.ledger import Ledger, Limit, Line
 from dramatiq_slots.ledger.keys import group_digest
 from dramatiq_slots.ledger.replies import member_suffix
 from dramatiq_slots.ops.inspection import Inspector, LedgerView
+from dramatiq_slots.worker.metrics import Metrics
 from tests.support.in_process import RunRecorder as Probe
 from tests.support.in_process import Skipped, SlotsFactory, running_worker
 from tests.support.waiting import wait_until
@@ -213,13 +214,25 @@ def test_a_message_heavier_than_its_queue_fails_naming_the_actor_and_the_option(
     assert "slot_units" in str(failed[0]) and "'job'" in str(failed[0]) and "capacity is 2" in str(failed[0])
 
 
+class LineFullCount(Metrics):
+    """The metrics hook of a full line, recorded: ``(ledger, policy)`` per message."""
+
+    def __init__(self) -> None:
+        self.full: list[tuple[str, str]] = []
+
+    def line_full(self, limit: Limit, actor: str, policy: str) -> None:
+        self.full.append((limit.ledger, policy))
+
+
 @pytest.mark.parametrize("policy", ["drop", "defer"])
 def test_max_waiting_bounds_a_line_and_the_rest_is_dropped_or_deferred(
     broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, policy: str
 ) -> None:
     """A cap of 1 and max_waiting=2: while a job runs, five more are sent. Exactly two wait in
-    line; the three others are dropped (when_line_full="drop") or deferred (they run later)."""
+    line; the three others are dropped (when_line_full="drop") or deferred (they run later), and
+    each is counted by the metrics the worker uses."""
     slots = add_slots()
+    counted = LineFullCount()
     skipped = Skipped()
     broker.add_middleware(skipped)
     limit = Limit(slots.keys.queue("bounded"), 1)
@@ -234,11 +247,13 @@ def test_max_waiting_bounds_a_line_and_the_rest_is_dropped_or_deferred(
             first_may_end.wait(30)
 
     with running_worker(broker, threads=4):
+        slots.process.use_metrics(counted)  # what a worker boot does with dramatiq's Prometheus
         job.send(0)
         assert probe.wait_for(lambda: probe.by_label["ran"] == [0])
         for i in range(1, 6):
             job.send(i)
         wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 2, timeout=20, what="two in line")
+        wait_until(lambda: len(counted.full) >= 3, timeout=20, what="three full lines counted")
         if policy == "drop":
             # Dropped (skipped), not just out of the worker's queue: a message a thread is still
             # admitting is in neither, and would find room in the line once the first job ends.
@@ -251,6 +266,9 @@ def test_max_waiting_bounds_a_line_and_the_rest_is_dropped_or_deferred(
             broker.join("bounded")
     assert len(probe.by_label["ran"]) == (3 if policy == "drop" else 6)
     assert sorted(probe.by_label["ran"]) == sorted(set(probe.by_label["ran"])), "none ran twice"
+    # Dropped once each; a deferred copy may find the line full again.
+    assert set(counted.full) == {(limit.ledger, policy)}
+    assert len(counted.full) == 3 if policy == "drop" else len(counted.full) >= 3
 
 
 @pytest.mark.parametrize(
