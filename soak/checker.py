@@ -488,10 +488,20 @@ def check_caps(record: Record, capacities: Capacities, faults: Sequence[Window],
     ]
     if unexplained:
         first = unexplained[0]
+        # Who ran then, so that a CI log alone says which hosts and messages to look for.
+        open_then = sorted(
+            (r for r in record.runs if first.scope in r.scopes and r.start <= first.start < (r.end or 2**62)),
+            key=lambda r: r.start,
+        )
+        runs = "; ".join(
+            f"{r.message_id} on {r.group} pid {r.pid} from {(r.start - start) / 1e6:.2f} s"
+            + (f" to {(r.end - start) / 1e6:.2f} s" if r.end is not None else " (no end)")
+            for r in open_then
+        )
         verdict.failures.append(
             f"caps: {len(unexplained)} over-cap interval(s) no documented fault explains (first: "
             f"{first.scope} at {(first.start - start) / 1e6:.2f} s for {first.seconds:.3f} s, "
-            f"{first.excess} over)"
+            f"{first.excess} over; open then: {runs})"
         )
     if strict_late:
         verdict.failures.append(

@@ -190,9 +190,12 @@ def test_one_run_over_the_cap_with_no_fault_fails() -> None:
     h = History()
     at_cap(h, 0, 2)
     h.run(1, 1.5)
-    assert failures(h, "caps: 1 over-cap interval(s) no documented fault explains")
+    (failure,) = failures(h, "caps: 1 over-cap interval(s) no documented fault explains")
     (episode,) = h.verdict().figures["over_cap"]
     assert episode["excess"] == 1 and episode["seconds"] == pytest.approx(0.5)
+    # The runs open when it began, each with its message, host and times: a CI log alone places it.
+    opened = failure.split("open then: ")[1].rstrip(")").split("; ")
+    assert len(opened) == 4 and all(" from " in run and " to " in run for run in opened), failure
 
 
 def test_an_over_cap_behind_a_holder_paused_past_hold_ttl_is_attributed_to_it() -> None:
