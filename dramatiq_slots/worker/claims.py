@@ -196,7 +196,10 @@ class HoldRegistry:
             # Admitted now (a lingering hold reused by a new message too); again: as it was.
             since = was.since if was is not None and was.state == HELD and was.since is not None else None
             written = written_at if written_at is not None or was is None else was.written
-            window = self.monotonic() + window_ms / 1000 if window_ms else 0.0 if was is None else was.window
+            if window_ms:
+                window = self.monotonic() + window_ms / 1000
+            else:  # a lingering hold taken over keeps the window of its first admission
+                window = was.window if was is not None else 0.0
             self._claims[hold.token] = Claim(hold, HELD, 0, written, since or self.monotonic(), window)
 
     def written(self, tokens: Sequence[str], at: float) -> None:
