@@ -6,7 +6,7 @@ capacity 4 held full, ``--waiting`` claims in line, then ``--rounds`` times one 
 hands its slot to the next claim in line, and one ``enter`` that joins the line again (so the
 line stays as long). It reads ``INFO commandstats`` before and after each phase, and prints the
 commands Redis ran per call (the scripts' own ``redis.call``s, counted by Redis, and the
-``EVALSHA`` itself), and the server's CPU per call (``used_cpu_sys`` + ``used_cpu_user``,
+``FCALL`` itself), and the server's CPU per call (``used_cpu_sys`` + ``used_cpu_user``,
 microseconds: noisy on a shared machine, read it as an order of magnitude).
 
 The lines (docs/design.md, "Who gets the next slot"):

@@ -165,7 +165,10 @@ def report_costs(server: Server) -> dict[str, Any]:
                 "report writes per job": round(written / count, 2),
                 "commands per report write": per_write,
                 "added commands per job": round(written * per_write / count, 2),
-                "evalsha calls": stats["cmdstat_evalsha"]["calls"] - stats_before["cmdstat_evalsha"]["calls"],
+                "script calls": sum(
+                    stats.get(c, {}).get("calls", 0) - stats_before.get(c, {}).get("calls", 0)
+                    for c in ("cmdstat_fcall", "cmdstat_evalsha")
+                ),
             }
             print(f"{load}: {found[load]}")
     finally:

@@ -31,12 +31,13 @@ from dramatiq_slots import Slots
 from dramatiq_slots.errors import LedgerUnavailable
 from dramatiq_slots.failpoints import EXIT_CODE, POINTS
 from dramatiq_slots.ledger import Ledger, Limit, Line
+from dramatiq_slots.ledger.scripts import SCRIPTS
 from tests.support.chaos import LedgerWatch, Verdict, capped_ledger, verdict
 from tests.support.in_process import RunRecorder, SlotsFactory, running_worker, stop_threads
 from tests.support.ports import free_port
 from tests.support.probe import Run, max_overlap, over_cap_us
 from tests.support.proxy import FaultProxy
-from tests.support.servers import RedisTarget, Server, find_engine
+from tests.support.servers import RedisTarget, Server, find_engine, flush_scripts
 from tests.support.waiting import WaitTimeout, up_a_while, wait_until
 from tests.support.worker_groups import CAPPED_SCOPE, AppConfig, Backlog, WorkerFleet, WorkerGroup
 
@@ -472,8 +473,9 @@ def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_le
         watch = watch_of(cluster)
         _start(cluster, "A", "B")
         sent = cluster.send_capped(40)
-        by_name = {name: script.sha for name, script in cluster.ledger._scripts.items()}
-        scripts = {sha: name for name, sha in by_name.items()}
+        cluster.ledger.preload()  # the workers' way to call the scripts is the test's: FCALL or EVALSHA
+        by_name = {name: cluster.ledger._scripts.called(name) for name in SCRIPTS}
+        scripts = {arg: name for name, (_, arg) in by_name.items()}
         targets = ["enter", "leave", "beat"] * 2
         for k, target in enumerate(targets):
 
@@ -488,7 +490,8 @@ def test_replies_lost_after_the_scripts_ran_leave_one_member_per_claim_and_no_le
                 context=cluster.tails,
             )
             before = len(proxy.dropped)
-            proxy.lose_reply("EVALSHA", arg=by_name[target])
+            command, arg = by_name[target]
+            proxy.lose_reply(command, arg=arg)
 
             def dropped(before: int = before) -> bool:
                 return len(proxy.dropped) > before
@@ -777,7 +780,7 @@ def test_script_flush_mid_run_reloads_the_scripts_and_nothing_runs_twice(
     )
     flusher = ledger_server.client()
     try:
-        flusher.script_flush()
+        flush_scripts(flusher)
         flushed_at_done = len(cluster.completed_ids(CAPPED_SCOPE))
     finally:
         flusher.close()
@@ -1151,6 +1154,13 @@ def test_an_oom_answer_is_not_an_admission_and_writes_nothing(
         assert client.exists(ledger.keys.queue("q"), ledger.keys.line(ledger.keys.queue("q"))) == 0
         client.config_set("maxmemory", 0)
         assert ledger.enter("t1", limit, ttl_ms=5_000, line=Line.NONE).admitted
+        _fill_to_oom(client)  # full again: a release still frees the slot, and status still reads
+        assert ledger.in_use(limit[0].ledger) == 1 and [h.token for h in ledger.holders(limit[0].ledger)] == [
+            "t1"
+        ]
+        assert ledger.leave("t1", limit, ttl_ms=5_000) == (1, ())
+        assert ledger.in_use(limit[0].ledger) == 0
+        client.config_set("maxmemory", 0)
     finally:
         client.close()
 
@@ -1244,9 +1254,10 @@ def test_an_admission_answered_too_late_is_given_back_and_the_message_deferred(
             with probe.running("slow-net"):
                 pass
 
-        enter_sha = slots.ledger._scripts["enter"].sha
+        slots.ledger.preload()
+        enter = slots.ledger._scripts.called("enter")
         # The script runs at once; its answer arrives 1.3 s later, past hold_ttl - beat = 1.2 s.
-        proxy.delay_reply(1.3, "EVALSHA", arg=enter_sha)
+        proxy.delay_reply(1.3, enter[0], arg=enter[1])
         with caplog.at_level("DEBUG", logger="dramatiq_slots"), running_worker(broker, threads=1):
             job.send()
             probe.wait_runs(1)
@@ -1255,7 +1266,7 @@ def test_an_admission_answered_too_late_is_given_back_and_the_message_deferred(
                 timeout=10.0,
                 what='slots.in_use("slow-net") == 0 and not len(slots.registry)',
             )
-    assert proxy.delayed == [("EVALSHA", enter_sha)]
+    assert proxy.delayed == [enter]
     # Admitted by the gate, but answered too late: given back, then admitted afresh (or deferred).
     given_back = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Gave back the hold")]
     assert len(given_back) == 1 and "too late to trust the hold" in given_back[0], given_back

@@ -1,8 +1,8 @@
 """docs/design.md's table "What each operation costs" is measured, not written by hand.
 
 Each row drives one operation of the ledger on the session's real server, from a fixed state, and
-reads the commands Redis ran from ``INFO commandstats`` (the ``EVALSHA`` and every command inside
-the script). The test fails when the doc's table is not what the scripts do now;
+reads the commands Redis ran from ``INFO commandstats`` (the ``FCALL`` and every command inside
+the function). The test fails when the doc's table is not what the scripts do now;
 ``make costs`` (``DRAMATIQ_SLOTS_WRITE_COSTS=1``) writes the table measured. Counts are those of
 Redis 7 and later and of Valkey; on Redis 6.2 (one more ``PTTL`` where a key's expiry is pushed)
 the check is skipped.
@@ -224,7 +224,7 @@ def rows(client: redis.Redis, prefix: str) -> Iterator[Row]:
 
 def table(measured: list[Row]) -> str:
     head = [
-        "| Operation | Commands | Which (Redis's counts: the `EVALSHA` and what runs inside) |",
+        "| Operation | Commands | Which (Redis's counts: the `FCALL` and what runs inside) |",
         "|---|---|---|",
     ]
     return "\n".join([BEGIN, *head, *(r.cells() for r in measured), END])

@@ -18,7 +18,7 @@ from dramatiq_slots.errors import LedgerArgumentError, LedgerError, LedgerUnavai
 from dramatiq_slots.ledger import SCRIPTS, Entered, Ledger, Limit, Line, Member, RedisClient
 from dramatiq_slots.ledger.specs import SPECS
 from tests.support.ports import free_port
-from tests.support.servers import ENGINES, Server
+from tests.support.servers import ENGINES, Server, flush_scripts
 from tests.support.waiting import up_a_while, wait_until
 
 LONG = 60_000  # ms; never expires during a test
@@ -552,15 +552,19 @@ def test_a_pipelined_beat_or_waited_enter_is_one_round_trip_and_survives_a_scrip
         lg.preload()
         lg.enter(token(1), [Limit(key, 2)], ttl_ms=LONG)
         waited = Ledger(client, key_prefix=lg.keys.prefix, replicas=1, replicas_timeout_ms=1)
+        waited.preload()  # a ledger finds out once how to call the scripts (FCALL, else EVALSHA)
         before = _calls(client)
         for _ in range(3):
             assert lg.beat([Member(key, token(1))], ttl_ms=LONG, report=(lg.keys.process("h:1"), "{}")) == []
         assert waited.enter(token(2), [Limit(key, 2)], ttl_ms=LONG).admitted
         delta = _calls(client) - before
         assert not [name for name in delta if name.startswith("cmdstat_script")], delta
-        # Each beat: report.lua (its SET inside) and beat.lua; then the enter.
-        assert delta["cmdstat_evalsha"] == 7 and delta["cmdstat_set"] == 3
-        client.script_flush()
+        # Each beat: report.lua (its SET inside) and beat.lua; then the enter. Functions where the
+        # server has them (not Redis 6.2).
+        command = lg._scripts.called("beat")[0]
+        assert command == ("EVALSHA" if kind == "redis6" else "FCALL")
+        assert delta[f"cmdstat_{command.lower()}"] == 7 and delta["cmdstat_set"] == 3
+        flush_scripts(client)
         assert lg.beat([Member(key, token(1))], ttl_ms=LONG, report=(lg.keys.process("h:1"), "{}")) == []
         assert waited.leave(token(2), [Limit(key, 2)], ttl_ms=LONG)[0] == 1
         assert waited.enter(token(3), [Limit(key, 2)], ttl_ms=LONG).admitted
@@ -652,8 +656,6 @@ def test_reclaim_writes_nothing_when_any_ledger_is_full_without_it(engine_ledger
 def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     lg, client = engine_ledger, engine_ledger.client
     key = lg.keys.queue("q")
-    assert set(lg._scripts) == set(SCRIPTS)
-    scripts = [lg._scripts[name] for name in SCRIPTS]
     limit = Limit(key, 9)
     lg.enter(token(0), [limit], ttl_ms=LONG)  # every script loaded once...
     lg.leave(token(0), [limit], ttl_ms=LONG)
@@ -668,10 +670,10 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     lg.settle()
     lg.write_report((lg.keys.process("h:1"), "{}"), ttl_ms=LONG)
     lg.list_waiting("m-0", [limit], [5], ttl_ms=LONG)
-    assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
+    assert _loaded(lg) == [True] * len(SCRIPTS)
 
-    client.script_flush()  # ...then forgotten: every EVALSHA now answers NOSCRIPT
-    assert client.script_exists(*(s.sha for s in scripts)) == [False] * len(scripts)
+    flush_scripts(client)  # ...then forgotten: every call now answers NOSCRIPT or "Function not found"
+    assert _loaded(lg) == [False] * len(SCRIPTS)
 
     assert lg.enter(token(1), [limit], ttl_ms=LONG) == Entered(admitted=True, members=(2,), capacities=(9,))
     assert lg.leave(token(0), [limit], ttl_ms=LONG) == (1, ())
@@ -686,7 +688,42 @@ def test_every_operation_survives_script_flush(engine_ledger: Ledger) -> None:
     assert lg.settle() == 0
     assert lg.write_report((lg.keys.process("h:1"), "{}"), ttl_ms=LONG) is not None
     assert lg.list_waiting("m-1", [limit], [5], ttl_ms=LONG) is None
-    assert client.script_exists(*(s.sha for s in scripts)) == [True] * len(scripts)
+    assert _loaded(lg) == [True] * len(SCRIPTS)
+
+
+@pytest.mark.parametrize("kind", ["redis7", "valkey"])
+def test_a_user_who_may_not_load_functions_sends_scripts_until_somebody_loads_them(
+    kind: str, server_factory: Callable[..., Server], key_prefix: str
+) -> None:
+    """FCALL allowed, FUNCTION LOAD refused: the scripts go as EVALSHA; once an admin has loaded the
+    library, a new client of that user calls the functions. Both count the same holds."""
+    server = server_factory(kind)
+    with server.client() as admin:
+        admin.acl_setuser(
+            "u", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"], commands=["+@all", "-function"]
+        )
+        queue = Limit(Ledger(admin, key_prefix=key_prefix).keys.queue("q"), 2)
+        with redis.Redis(port=server.port, username="u", password="pw") as client:
+            lg = Ledger(client, key_prefix=key_prefix)
+            assert lg.enter(token(1), [queue], ttl_ms=LONG).admitted
+            assert not lg._scripts.as_functions
+        assert [e["object"] for e in admin.acl_log()] == ["function|load"]
+        Ledger(admin, key_prefix=key_prefix).preload()
+        with redis.Redis(port=server.port, username="u", password="pw") as client:
+            lg = Ledger(client, key_prefix=key_prefix)
+            assert lg.enter(token(2), [queue], ttl_ms=LONG).admitted
+            assert lg._scripts.called("enter")[0] == "FCALL" and lg.in_use(queue.ledger) == 2
+            assert not lg.enter(token(3), [queue], ttl_ms=LONG).admitted
+
+
+def _loaded(lg: Ledger) -> list[bool]:
+    """Whether the server has each script, in the way the ledger calls it (function or script)."""
+    scripts, client = lg._scripts, lg.client
+    if not scripts.as_functions:
+        return list(client.script_exists(*(scripts.shas[name] for name in SCRIPTS)))
+
+    listed = repr(client.function_list())  # each name ends with the library's digest: no name is in another
+    return [scripts.functions[name] in listed for name in SCRIPTS]
 
 
 BAD_ARGUMENTS: list[tuple[str, Callable[[Ledger, str, str], object], str, int, str]] = [

@@ -397,7 +397,8 @@ def test_the_error_reply_is_read_as_redis_py_raises_it_from_a_pipeline(
     ledger = Ledger(redis_client, key_prefix=key_prefix)
     call = SPECS["in_use"].call(keys={"ledger": ledger.keys.queue("a")}, args={})
     pipe = redis_client.pipeline(transaction=False)
-    pipe.evalsha(ledger._scripts["in_use"].sha, 2, *call.keys, "extra")
+    ledger.preload()
+    ledger._scripts.send(pipe, "in_use", [*call.keys, "extra"], [])  # one key too many
     with pytest.raises(redis.ResponseError) as caught:
         pipe.execute()
     assert "of pipeline caused error: SLOTS_ARG 0 count" in str(caught.value)

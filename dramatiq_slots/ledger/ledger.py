@@ -11,9 +11,10 @@ nothing that belongs to anyone else.
 
 Every operation is one Lua script (``lua/*.lua``, shipped with the
 package, each opening with its KEYS/ARGV/return contract; :mod:`.scripts`), registered on the
-client this ledger was given and called with EVALSHA through its spec (:mod:`.specs`: KEYS and
-ARGV by name, the reply typed, an error reply raised as the ledger's error); redis-py loads it
-again after a ``NOSCRIPT`` (a ``SCRIPT FLUSH`` or a restarted server). Time is
+client this ledger was given (as one function library where the server has functions, else with
+EVALSHA) and called through its spec (:mod:`.specs`: KEYS and ARGV by name, the reply typed, an
+error reply raised as the ledger's error); loaded again when the server no longer has it (a
+``SCRIPT FLUSH`` or ``FUNCTION FLUSH``, a restarted server). Time is
 always read inside the script with ``TIME``: callers' clocks never decide
 whether a hold is alive, so a host whose clock is off cannot expire anyone.
 What the methods take and answer is in :mod:`.replies`; how Redis's failures become the
@@ -56,7 +57,7 @@ from .replies import (
     group_of,
 )
 from .reports import CarriedReport, ReportWrite
-from .scripts import register
+from .scripts import of_client
 from .specs import (
     BACKLOG,
     BEAT,
@@ -78,6 +79,10 @@ from .translation import refused_for_now, translated
 
 R = TypeVar("R")
 _Placed = TypeVar("_Placed", Limit, Member)
+
+#: How many times a call is sent at most: as a function, as a script (the server refused
+#: functions), once more after loading the scripts (the server had none).
+_SENDS = 3
 
 #: The most call shapes a ledger keeps laid out (a worker's actors, and its recent runtime keys).
 _SHAPES = 1_024
@@ -124,25 +129,15 @@ class Ledger:
         #: with every call that may make or lengthen a settling (``lib/epoch.lua``): a process that
         #: knew an epoch and finds another (or none) knows the server lost its data.
         self.known: dict[str, int] = {}
-        # Registered per client, not in module globals: each Script caches
-        # its SHA and reloads itself on this client after NOSCRIPT.
-        self._scripts = register(client)
+        # Per client, not in module globals: each client's server loads them on its own.
+        self._scripts = of_client(client)
         #: The calls of enter and leave laid out per shape (:meth:`_shaped`).
         self._shapes: dict[tuple[Any, ...], Call[Any]] = {}
 
     def preload(self) -> None:
-        """Load every script into Redis now (worker boot), so no first call pays a NOSCRIPT round trip."""
+        """Load every script into Redis now (worker boot), so no first call pays a reload round trip."""
         with self._translated("script load"):
-            if isinstance(self.client, RedisCluster):
-                # One call each: the cluster client sends SCRIPT LOAD to every primary
-                # (and refuses it in a pipeline).
-                for script in self._scripts.values():
-                    self.client.script_load(script.script)
-                return
-            pipe = self.client.pipeline(transaction=False)
-            for script in self._scripts.values():
-                pipe.script_load(script.script)
-            pipe.execute()
+            self._scripts.load()
 
     def __repr__(self) -> str:
         return f"Ledger({redacted_address(self.client)}, key_prefix={self.keys.prefix!r})"
@@ -157,32 +152,32 @@ class Ledger:
             return call.answer(self._answer_of(call))
 
     def _answer_of(self, call: Call[Any]) -> Any:
-        """Send ``call``; its raw reply, an error reply returned rather than raised."""
-        try:
-            return self._scripts[call.spec.name](keys=call.keys, args=call.args)
-        except redis.ResponseError as e:
-            return e
+        """Send ``call``; its raw reply, an error reply returned rather than raised. When Redis no
+        longer has the script, it is loaded and the call sent again."""
+        for attempt in range(_SENDS):
+            try:
+                return self._scripts.send(self.client, call.spec.name, call.keys, call.args)
+            except redis.ResponseError as e:
+                if attempt == _SENDS - 1 or not self._scripts.reloaded([e]):
+                    return e
+        raise AssertionError("unreachable")
 
     def _sent(self, calls: Sequence[Call[Any]], more: Callable[[Any], None] | None = None) -> list[Any]:
         """Send ``calls``, then what ``more(pipe)`` queues, in one round trip (a pipeline unless it
         is one call alone); the raw replies, errors included (:meth:`Call.answer` reads a call's).
-        Scripts go as plain ``EVALSHA``: redis-py's script objects in a pipeline send ``SCRIPT
-        EXISTS`` first, a second round trip on every call. When Redis no longer has one (a
-        restart, ``SCRIPT FLUSH``), the scripts are loaded and the pipeline is sent once more
-        (what it queues must bear being sent twice)."""
+        When Redis no longer has the scripts (a restart, a flush), they are loaded and the
+        pipeline is sent again (what it queues must bear being sent more than once)."""
         if more is None and len(calls) <= 1:
             return [self._answer_of(call) for call in calls]
-        for attempt in (1, 2):
+        for attempt in range(_SENDS):
             pipe = self.client.pipeline(transaction=False)
             for call in calls:
-                pipe.evalsha(self._scripts[call.spec.name].sha, len(call.keys), *call.keys, *call.args)
+                self._scripts.send(pipe, call.spec.name, call.keys, call.args)
             if more is not None:
                 more(pipe)
             replies: list[Any] = pipe.execute(raise_on_error=False)
-            if attempt == 2 or not any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
+            if attempt == _SENDS - 1 or not self._scripts.reloaded(replies):
                 break
-            for script in self._scripts.values():
-                self.client.script_load(script.script)
         return replies
 
     def _run_all(self, calls: Sequence[Call[R]]) -> list[R]:

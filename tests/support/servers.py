@@ -479,3 +479,11 @@ class ExternalServer:
         kwargs.setdefault("socket_timeout", 10)
         kwargs.setdefault("socket_connect_timeout", 5)
         return redis.Redis.from_url(self.url, **kwargs)
+
+
+def flush_scripts(client: Any) -> None:
+    """Make the server forget the ledger's scripts: ``SCRIPT FLUSH``, and ``FUNCTION FLUSH`` where
+    it has functions (not Redis 6.2)."""
+    client.script_flush()
+    if int(str(client.info("server")["redis_version"]).split(".")[0]) >= 7:
+        client.function_flush()
