@@ -18,8 +18,9 @@ messages
     attributed to a broker restart while it was in the broker.
 caps
     per limited scope, real concurrency (the runs' own intervals) never exceeded the capacity in
-    force when the run may have been admitted (an operator's override or pause, taken with a grace
-    of :data:`GRACE_US` for a message admitted just before a change, and from the start of a stall
+    force when the run may have been admitted (an operator's override or pause, in force from
+    when it was sent if it raises the capacity and from its reply if it lowers it, taken with a
+    grace of :data:`GRACE_US` for a message admitted just before a change, and from the start of a stall
     of its host that ended in that grace: a slot handed while its network stalled is told
     afterwards, a job admitted before its host froze starts as it thaws; and from the start of a
     broker restart whose end plus dramatiq's ack retry delay fell in that grace: a worker thread
@@ -162,8 +163,10 @@ def windows(events: Iterable[Event]) -> list[Window]:
 
 class Capacities:
     """The capacity in force of each scope over time: declared, or an operator's override; 0 while
-    paused (for runs starting then). The controls live in the ledger's Redis: a restart without
-    its data forgets every one of them (from the restart's start)."""
+    paused (for runs starting then). A change may be in force from when it was sent, and is by
+    its reply (a CLIENT PAUSE of the ledger's Redis holds it back): between the two, the larger
+    of the old and the new capacity counts. The controls live in the ledger's Redis: a restart
+    without its data forgets every one of them (from the restart's start)."""
 
     def __init__(self, declared: Mapping[str, int], events: Iterable[Event]) -> None:
         self.declared = dict(declared)
@@ -176,14 +179,33 @@ class Capacities:
                     self._changes[scope].append((event.at, None, False))
                 state = {}
                 continue
-            override, paused = state.get(event.target, (None, False))
+            old = state.get(event.target, (None, False))
+            override, paused = old
             value = event.params.get("value")
             if event.phase == "capacity":
                 override = None if value is None else int(value)
             else:
                 paused = value is not None
             state[event.target] = (override, paused)
-            self._changes[event.target].append((event.at, override, paused))
+            answered = int(event.params.get("answered_us", event.at))
+            if answered > event.at:
+                self._changes[event.target].append(
+                    (event.at, *self._either(event.target, old, (override, paused)))
+                )
+            self._changes[event.target].append((answered, override, paused))
+        for changes in self._changes.values():
+            changes.sort(key=lambda change: change[0])
+
+    def _either(
+        self, scope: str, old: tuple[int | None, bool], new: tuple[int | None, bool]
+    ) -> tuple[int | None, bool]:
+        """The state that allows the larger capacity of two (while either may be in force)."""
+        return max(old, new, key=lambda state: self._capacity(scope, *state))
+
+    def _capacity(self, scope: str, override: int | None, paused: bool) -> int:
+        if paused:
+            return 0
+        return override if override is not None else self.declared.get(scope, 1)
 
     def at(self, scope: str, t: int) -> int:
         override, paused = None, False
@@ -191,9 +213,7 @@ class Capacities:
             if at > t:
                 break
             override, paused = o, p
-        if paused:
-            return 0
-        return override if override is not None else self.declared.get(scope, 1)
+        return self._capacity(scope, override, paused)
 
     def allowed(self, scope: str, t: int, admitted_from: int | None = None) -> int:
         """The most a run starting at ``t`` may find running (itself included): the largest

@@ -275,10 +275,10 @@ class Cluster:
         Path(self.config.clock_file(name)).write_text(str(offset_s), "utf-8")
 
     def lose_replies(self, name: str, count: int) -> None:
-        self.proxies[name].lose_reply("EVALSHA", count)
+        self.proxies[name].lose_reply(times=count)
 
     def delay_reply(self, name: str, seconds: float) -> None:
-        self.proxies[name].delay_reply(seconds, "EVALSHA")
+        self.proxies[name].delay_reply(seconds)
 
     def blackhole(self, name: str, seconds: float) -> None:
         self.proxies[name].blackhole(seconds)
@@ -302,7 +302,9 @@ class Cluster:
         self.broker_server.start()
 
     def control(self, scope: str, which: str, value: int | None) -> None:
-        """An operator's change, told to the history as a ``control`` event once it is in force."""
+        """An operator's change, told to the history as a ``control`` event once it is in force:
+        stamped when it was sent (it may be in force from then on) with when its reply came
+        (``answered_us``: it is in force by then; a paused ledger's Redis runs it late)."""
         ledger = self.ledger_of(scope)
         deadline = time.monotonic() + 60
         while True:  # as an operator does, until the ledger's Redis answers (it may be restarting)
@@ -323,7 +325,8 @@ class Cluster:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        self.history.event(0, "control", which, scope, {"value": value}, at_us=sent_us)
+        answered = {"answered_us": self.history.now_us()}
+        self.history.event(0, "control", which, scope, {"value": value, **answered}, at_us=sent_us)
 
     # -- the ledgers ---------------------------------------------------------------------------------
 

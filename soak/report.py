@@ -91,7 +91,8 @@ the drain restarted every host): {messages.get("stranded", 0)}; with no broker r
 them: {len(messages.get("unexplained_stranded", []))}.
 
 **Caps.** Checked per limit at every start, against the capacity in force (overrides and pauses
-included, with {GRACE_US // 1000} ms of grace for a message admitted just before a change, counted
+included: a raised capacity from when it was sent, a lowered one or a pause from its reply,
+with {GRACE_US // 1000} ms of grace for a message admitted just before a change, counted
 from the start of a stall that kept an admitted message from starting: its host frozen or cut
 off, or the broker down while dramatiq's worker threads retried their acks). Over-cap intervals,
 each attributed to a documented kind of fault:

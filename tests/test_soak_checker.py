@@ -82,8 +82,11 @@ class History:
             Event(n, kind, "end", target, T0 + int(end_s * S)),
         ]
 
-    def control(self, scope: str, which: str, value: int | None, at_s: float) -> None:
-        self.record.events.append(Event(0, "control", which, scope, T0 + int(at_s * S), {"value": value}))
+    def control(
+        self, scope: str, which: str, value: int | None, at_s: float, answered_s: float | None = None
+    ) -> None:
+        params = {"value": value, "answered_us": T0 + int((at_s if answered_s is None else answered_s) * S)}
+        self.record.events.append(Event(0, "control", which, scope, T0 + int(at_s * S), params))
 
     def verdict(self) -> checker.Verdict:
         self.record.runs.sort(key=lambda r: r.start)
@@ -239,6 +242,23 @@ def test_a_raised_capacity_counts_from_when_it_was_sent_and_a_pause_admits_nothi
     h.control(CAPPED, "paused", 1, 4)
     h.run(6, 7)
     assert failures(h, "caps: 1 over-cap interval(s)")
+
+
+def test_a_control_held_back_by_the_ledgers_redis_is_in_force_from_its_reply() -> None:
+    # Measured in a soak (seed 2005279200): a pause sent during a 0.7 s CLIENT PAUSE ran when it
+    # ended; a job handed its slot just before it started 1.04 s after the pause was sent.
+    h = History()
+    h.control(CAPPED, "paused", 1, 4, answered_s=4.7)
+    h.run(5.6, 6)  # admitted before 4.7, started within the grace after the pause's reply
+    verdict = h.verdict()
+    assert verdict.passed, verdict.failures
+    h.run(5.8, 6.2)  # started past it: the pause was in force
+    assert failures(h, "caps: 1 over-cap interval(s)")
+    h = History()
+    at_cap(h, 0, 10, n=3)
+    h.control(CAPPED, "capacity", 4, 2, answered_s=3)  # raised: in force from when it was sent
+    h.run(2.1, 3.5)
+    assert h.verdict().passed, h.verdict().failures
 
 
 # -- fences ------------------------------------------------------------------------------------------

@@ -155,6 +155,15 @@ class _Pair:
             self.close()
 
 
+#: The command name that stands for any script call, ``FCALL`` or ``EVALSHA`` (no command's name).
+ANY_SCRIPT = "FCALL|EVALSHA"
+
+
+def _names(name: bytes) -> tuple[bytes, ...]:
+    """The names a command sent as ``name`` answers to."""
+    return (name, ANY_SCRIPT.encode()) if name in (b"FCALL", b"EVALSHA") else (name,)
+
+
 class FaultProxy:
     """The proxy (see the module docstring); a context manager that stops it."""
 
@@ -180,14 +189,15 @@ class FaultProxy:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def lose_reply(self, command: str = "EVALSHA", times: int = 1, *, arg: str = "") -> None:
+    def lose_reply(self, command: str = ANY_SCRIPT, times: int = 1, *, arg: str = "") -> None:
         """Lose the replies to the next ``times`` commands named ``command`` (whose first
-        argument is ``arg``, when given: e.g. one script's sha)."""
+        argument is ``arg``, when given: e.g. one script's function or sha; by default, any
+        script call)."""
         with self._lock:
             key = (command.upper().encode(), arg.encode())
             self._armed[key] = self._armed.get(key, 0) + times
 
-    def delay_reply(self, seconds: float, command: str = "EVALSHA", *, arg: str = "") -> None:
+    def delay_reply(self, seconds: float, command: str = ANY_SCRIPT, *, arg: str = "") -> None:
         """Hold back the reply to the next command named ``command`` (first argument ``arg``)."""
         with self._lock:
             self._delays.append((command.upper().encode(), arg.encode(), seconds))
@@ -214,7 +224,7 @@ class FaultProxy:
         """Seconds to hold this reply back (0: none); counts an armed delay down."""
         with self._lock:
             for i, (command, wanted, seconds) in enumerate(self._delays):
-                if command == name and wanted in (b"", arg):
+                if command in _names(name) and wanted in (b"", arg):
                     del self._delays[i]
                     self.delayed.append((name.decode(), arg.decode(errors="replace")))
                     return seconds
@@ -223,7 +233,7 @@ class FaultProxy:
     def take(self, name: bytes, arg: bytes = b"") -> bool:
         """Whether to lose the reply to this command (counts it down when armed)."""
         with self._lock:
-            for key in ((name, arg), (name, b"")):
+            for key in [(n, a) for n in _names(name) for a in (arg, b"")]:
                 if self._armed.get(key, 0) > 0:
                     self._armed[key] -= 1
                     self.dropped.append((name.decode(), arg.decode(errors="replace")))
