@@ -154,13 +154,14 @@ class Ledger:
     def _answer_of(self, call: Call[Any]) -> Any:
         """Send ``call``; its raw reply, an error reply returned rather than raised. When Redis no
         longer has the script, it is loaded and the call sent again."""
-        for attempt in range(_SENDS):
+        sends = 0
+        while True:
             try:
                 return self._scripts.send(self.client, call.spec.name, call.keys, call.args)
             except redis.ResponseError as e:
-                if attempt == _SENDS - 1 or not self._scripts.reloaded([e]):
+                sends += 1
+                if sends == _SENDS or not self._scripts.reloaded([e]):
                     return e
-        raise AssertionError("unreachable")
 
     def _sent(self, calls: Sequence[Call[Any]], more: Callable[[Any], None] | None = None) -> list[Any]:
         """Send ``calls``, then what ``more(pipe)`` queues, in one round trip (a pipeline unless it
