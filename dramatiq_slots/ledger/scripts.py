@@ -43,10 +43,15 @@ def _lua(path: str) -> str:
     return resources.files("dramatiq_slots.ledger").joinpath("lua").joinpath(path).read_text("utf-8")
 
 
+def _included(line: str) -> str | None:
+    """The library a script's line includes (``-- include: <lib>``), None for any other line."""
+    return line[len(_INCLUDE) :].strip() if line.startswith(_INCLUDE) else None
+
+
 def load(name: str) -> str:
     """The text of ``lua/<name>.lua``, with each ``-- include: <lib>`` line replaced by that library."""
     return "".join(
-        _lua(f"lib/{line[len(_INCLUDE) :].strip()}.lua") if line.startswith(_INCLUDE) else line
+        line if (lib := _included(line)) is None else _lua(f"lib/{lib}.lua")
         for line in _lua(f"{name}.lua").splitlines(keepends=True)
     )
 
@@ -90,18 +95,13 @@ def library() -> tuple[str, dict[str, str]]:
     function name: ``dramatiq_slots_<script>_<digest>``, the digest of the scripts' text. The
     libraries the scripts include are defined once, before the functions."""
     scripts = {name: _lua(f"{name}.lua").splitlines(keepends=True) for name in SCRIPTS}
-    includes = {
-        line[len(_INCLUDE) :].strip(): None
-        for lines in scripts.values()
-        for line in lines
-        if line.startswith(_INCLUDE)
-    }
-    code = "".join(_lua(f"lib/{name}.lua") for name in includes)
+    includes = {lib: None for lines in scripts.values() for lib in map(_included, lines) if lib is not None}
+    code = "".join(_lua(f"lib/{lib}.lua") for lib in includes)
     digest = _sha1(code + "".join("".join(lines) for lines in scripts.values()))[:12]
     functions = {name: f"dramatiq_slots_{name}_{digest}" for name in SCRIPTS}
     for name, lines in scripts.items():
         flags = f"'{_FLAGS[name]}'" if name in _FLAGS else ""
-        body = "".join(line for line in lines if not line.startswith(_INCLUDE))
+        body = "".join(line for line in lines if _included(line) is None)
         code += (
             f"\nredis.register_function{{function_name='{functions[name]}', flags={{{flags}}}, "
             f"callback=function(KEYS, ARGV)\n{body}\nend}}\n"
