@@ -73,11 +73,13 @@ class Reading:
 
     keys: int
     used_memory: int
-    #: ``used_memory_scripts_eval``: the EVAL script cache, part of ``used_memory``.
+    #: ``used_memory_scripts_eval`` + ``used_memory_functions``: the EVAL script cache and the
+    #: function libraries (the ledger's, on Redis 7+ and Valkey), part of ``used_memory``.
     scripts_memory: int
     #: ``number_of_cached_scripts``.
     scripts: int
-    #: ``used_memory_vm_eval``: the scripts' Lua heap, once collected.
+    #: ``used_memory_vm_eval`` + ``used_memory_vm_functions``: the Lua heaps of scripts (once
+    #: collected) and of functions (whose garbage an ``EVAL`` cannot collect: it is another VM).
     lua_memory: int
     #: What collecting Lua's garbage, then ``CONFIG RESETSTAT`` (the per-command statistics),
     #: freed just before (a few tens of KB either way: the reading's own commands' histograms are
@@ -103,9 +105,10 @@ def read(client: redis.Redis) -> Reading:
     return Reading(
         keys=int(keys),
         used_memory=used,
-        scripts_memory=int(memory.get("used_memory_scripts_eval", 0)),
+        scripts_memory=int(memory.get("used_memory_scripts_eval", 0))
+        + int(memory.get("used_memory_functions", 0)),
         scripts=int(memory.get("number_of_cached_scripts", 0)),
-        lua_memory=int(memory.get("used_memory_vm_eval", 0)),
+        lua_memory=int(memory.get("used_memory_vm_eval", 0)) + int(memory.get("used_memory_vm_functions", 0)),
         freed_memory=int(unread["used_memory"]) - used,
     )
 

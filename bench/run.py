@@ -1794,9 +1794,9 @@ def ledger_rows(runs: Sequence[WayRuns]) -> list[str]:
             )
             if r is wr.median:
                 lines.append(
-                    f"  {'':10}of which the script cache {each(lambda x: x.scripts_memory)} B, Lua's heap "
-                    f"{each(lambda x: x.lua_memory)} B; freed before each reading (Lua's garbage, "
-                    f"per-command stats) {each(lambda x: x.freed_memory)} B"
+                    f"  {'':10}of which the scripts and functions {each(lambda x: x.scripts_memory)} B, "
+                    f"Lua's heaps {each(lambda x: x.lua_memory)} B; freed before each reading "
+                    f"(Lua's garbage, per-command stats) {each(lambda x: x.freed_memory)} B"
                 )
             costs = []
             for server in r.servers:
