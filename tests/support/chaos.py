@@ -145,7 +145,11 @@ SCENARIOS: dict[str, tuple[str, str, str]] = {
         "the same data",
         "every hold survives as is: nothing re-asserted, no over-cap window",
     ),
-    "script-flush": ("8", "SCRIPT FLUSH on the ledger mid-run", "scripts reload; nothing runs twice"),
+    "script-flush": (
+        "8",
+        "SCRIPT FLUSH and FUNCTION FLUSH on the ledger mid-run",
+        "scripts reload; nothing runs twice",
+    ),
     "client-pause": ("9", "CLIENT PAUSE 900 ms ALL (3 beats, under hold_ttl)", "no hold lost"),
     "clock-skew+5m": (
         "10",
