@@ -5,9 +5,12 @@ One worker process (a fresh interpreter per run) takes ``--messages`` no-op mess
 server, at the defaults (no settling by hand: a fresh server). Ways, run in turn ``--repeats``
 times: ``nocap`` (no Slots at all), ``reuse`` (cap 50, the defaults: an uncontended message reuses
 a lingering hold), ``fresh`` (cap 50, ``reuse_window=0``: every message takes a fresh hold: one
-``enter`` and one ``leave``). Per run: the worker threads' own CPU (``time.thread_time`` summed
-over them: the message path) and the whole process's, each per message; the report gives each
-way's median and its extra over ``nocap``.
+``enter`` and one ``leave``), ``floor`` (no Slots: a middleware of a dozen statements that does
+the least any in-memory reuse must do per message: find the actor's limits, take an idle claim
+under a lock, mark it running in the thread, and give it back at the end: what a design of the
+uncontended path could cost at best, in the same worker). Per run: the worker threads' own CPU
+(``time.thread_time`` summed over them: the message path) and the whole process's, each per
+message; the report gives each way's median and its extra over ``nocap``.
 
     PYTHONPATH=. .venv/bin/python -m bench.path_cost [--messages 3000] [--threads 1] [--repeats 3]
 """
@@ -20,11 +23,14 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
-WAYS = ("nocap", "reuse", "fresh")
+from dramatiq.middleware import Middleware
+
+WAYS = ("nocap", "reuse", "fresh", "floor")
 CAP = 50
 
 #: The worker process: ``python -m bench.path_cost --run WAY`` with the settings in the environment.
@@ -33,14 +39,14 @@ _RUN = "--run"
 
 def run_one(way: str, url: str, messages: int, threads: int, namespace: str) -> dict[str, float]:
     """One worker process's figures (in this process: the child's side)."""
-    import threading
-
     import dramatiq
     from dramatiq.brokers.redis import RedisBroker
-    from dramatiq.middleware import Middleware, TimeLimit
+    from dramatiq.middleware import TimeLimit
 
     broker = RedisBroker(url=url, namespace=namespace)
-    if way != "nocap":
+    if way == "floor":
+        broker.add_middleware(_Floor(), before=TimeLimit)
+    elif way != "nocap":
         from dramatiq_slots import Slots
 
         settings: dict[str, Any] = {"reuse_window": 0} if way == "fresh" else {}
@@ -64,7 +70,7 @@ def run_one(way: str, url: str, messages: int, threads: int, namespace: str) -> 
     broker.add_middleware(Counting())
     dramatiq.set_broker(broker)
 
-    options: dict[str, Any] = {} if way == "nocap" else {"queue_capacity": CAP}
+    options: dict[str, Any] = {} if way in ("nocap", "floor") else {"queue_capacity": CAP}
 
     @dramatiq.actor(queue_name="path", max_retries=0, **options)
     def noop() -> None:
@@ -85,6 +91,42 @@ def run_one(way: str, url: str, messages: int, threads: int, namespace: str) -> 
         "process_cpu_us": process_cpu * 1e6 / messages,
         "jobs_per_s": messages / elapsed,
     }
+
+
+class _Floor(Middleware):
+    """The ``floor`` way's middleware (see the module docstring): no Redis, no safety, one claim
+    per thread taken and given back in memory."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.here = threading.local()
+        self.limits: dict[str, tuple[str, int]] = {}
+        self.idle: dict[tuple[str, int], list[int]] = {}
+        self.state: dict[int, str] = {}
+        self.names = frozenset({"queue_capacity", "unique_at_runtime_key"})
+
+    def before_process_message(self, broker: Any, message: Any) -> None:
+        limits = self.limits.get(message.actor_name)
+        if limits is None:
+            limits = self.limits[message.actor_name] = (message.queue_name, CAP)
+        if not self.names.isdisjoint(message.options):
+            return
+        with self.lock:
+            idle = self.idle.setdefault(limits, [])
+            claim = idle.pop() if idle else len(self.state)
+            self.state[claim] = message.message_id
+        self.here.running = (id(message), claim, limits)
+
+    def after_process_message(
+        self, broker: Any, message: Any, *, result: Any = None, exception: Any = None
+    ) -> None:
+        running = getattr(self.here, "running", None)
+        if running is None or running[0] != id(message):
+            return
+        self.here.running = None
+        with self.lock:
+            self.state[running[1]] = ""
+            self.idle[running[2]].append(running[1])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
