@@ -31,7 +31,8 @@ lives as long as workers beat, plus a TTL, and is allowed).
 Three costs of a server's use are no leak, and are kept out of the
 comparison. The scripts' Lua heap (on Redis 8, part of ``used_memory``)
 holds garbage until Lua's collector gets to it, tens of KB that differ from
-one moment to the next: each reading collects it first. Redis (7 and later,
+one moment to the next: each reading collects it first, in the scripts' VM and (where the scripts
+run as functions) in the functions' VM, through a one-line library the warm-up loads. Redis (7 and later,
 ``latency-tracking`` on by default) makes a latency histogram of about 24 KB
 for each command name at its first call, kept until ``CONFIG RESETSTAT``:
 each reading resets them next (``freed_memory``: what the two freed). And a
@@ -43,6 +44,7 @@ as after 10,000 (the script cache and the Lua heap; docs/design.md,
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -89,18 +91,37 @@ class Reading:
 
 #: Collects the Lua heap's garbage (the scripts' sandbox allows ``collectgarbage``).
 _COLLECT = "collectgarbage('collect') return 0"
+#: The same in the functions' Lua VM (Redis 7+, Valkey), where the package's scripts run as a
+#: function library: an ``EVAL`` collects only its own VM's garbage. Loaded by :func:`warm`.
+_COLLECTOR = "bench_collect"
+_COLLECTOR_LIBRARY = (
+    f"#!lua name={_COLLECTOR}\n"
+    f"redis.register_function{{function_name='{_COLLECTOR}', flags={{'no-writes'}}, "
+    "callback=function() collectgarbage('collect') return 0 end}"
+)
+
+
+def _has_collector(client: redis.Redis) -> bool:
+    """Whether :data:`_COLLECTOR` is loaded (no: a server without functions, or before :func:`warm`)."""
+    try:
+        return bool(client.function_list(library=_COLLECTOR))
+    except redis.ResponseError:
+        return False
 
 
 def read(client: redis.Redis) -> Reading:
     """Collect Lua's garbage, ``CONFIG RESETSTAT``, then ``DBSIZE`` and ``INFO memory``, in one
     round trip (see the module docstring)."""
+    collector = _has_collector(client)
     pipe = client.pipeline(transaction=False)
     pipe.info("memory")
     pipe.eval(_COLLECT, 0)
+    if collector:
+        pipe.fcall(_COLLECTOR, 0)
     pipe.config_resetstat()
     pipe.dbsize()
     pipe.info("memory")
-    unread, _, _, keys, memory = pipe.execute()
+    unread, *_, keys, memory = pipe.execute()
     used = int(memory["used_memory"])
     return Reading(
         keys=int(keys),
@@ -116,6 +137,8 @@ def read(client: redis.Redis) -> Reading:
 def warm(client: redis.Redis) -> None:
     """Load the package's scripts, admit and release one claim on a runtime key under
     :data:`WARM_PREFIX`, and wait until what that wrote (its fence key) has expired."""
+    with contextlib.suppress(redis.ResponseError):  # a server without functions
+        client.function_load(_COLLECTOR_LIBRARY, replace=True)
     ledger = Ledger(client, key_prefix=WARM_PREFIX)
     ledger.preload()
     limits = [Limit(ledger.keys.runtime_key("warm-up"), 1)]
