@@ -31,10 +31,11 @@ lives as long as workers beat, plus a TTL, and is allowed).
 Three costs of a server's use are no leak, and are kept out of the
 comparison. The scripts' Lua heap (on Redis 8, part of ``used_memory``)
 holds garbage until Lua's collector gets to it, tens of KB that differ from
-one moment to the next: each reading collects it first, in the scripts' VM and (where the scripts
-run as functions) in the functions' VM, through a one-line library the warm-up loads. Redis (7 and later,
-``latency-tracking`` on by default) makes a latency histogram of about 24 KB
-for each command name at its first call, kept until ``CONFIG RESETSTAT``:
+one moment to the next: each reading collects it first, in the scripts' VM
+and (where the scripts run as functions) in the functions' VM, through a
+one-line library the warm-up loads. Redis (7 and later, ``latency-tracking``
+on by default) makes a latency histogram of about 24 KB for each command
+name at its first call, kept until ``CONFIG RESETSTAT``:
 each reading resets them next (``freed_memory``: what the two freed). And a
 fresh server's first use costs about 100 KB once, the same after 1,000 keys
 as after 10,000 (the script cache and the Lua heap; docs/design.md,
@@ -101,27 +102,17 @@ _COLLECTOR_LIBRARY = (
 )
 
 
-def _has_collector(client: redis.Redis) -> bool:
-    """Whether :data:`_COLLECTOR` is loaded (no: a server without functions, or before :func:`warm`)."""
-    try:
-        return bool(client.function_list(library=_COLLECTOR))
-    except redis.ResponseError:
-        return False
-
-
 def read(client: redis.Redis) -> Reading:
     """Collect Lua's garbage, ``CONFIG RESETSTAT``, then ``DBSIZE`` and ``INFO memory``, in one
     round trip (see the module docstring)."""
-    collector = _has_collector(client)
     pipe = client.pipeline(transaction=False)
     pipe.info("memory")
     pipe.eval(_COLLECT, 0)
-    if collector:
-        pipe.fcall(_COLLECTOR, 0)
+    pipe.fcall(_COLLECTOR, 0)  # an error reply before warm(), or on a server without functions
     pipe.config_resetstat()
     pipe.dbsize()
     pipe.info("memory")
-    unread, *_, keys, memory = pipe.execute()
+    unread, _, _, _, keys, memory = pipe.execute(raise_on_error=False)
     used = int(memory["used_memory"])
     return Reading(
         keys=int(keys),

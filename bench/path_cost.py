@@ -30,6 +30,8 @@ from typing import Any
 
 from dramatiq.middleware import Middleware
 
+from dramatiq_slots.middleware.options import ACTOR_OPTIONS
+
 WAYS = ("nocap", "reuse", "fresh", "floor")
 CAP = 50
 
@@ -103,13 +105,12 @@ class _Floor(Middleware):
         self.limits: dict[str, tuple[str, int]] = {}
         self.idle: dict[tuple[str, int], list[int]] = {}
         self.state: dict[int, str] = {}
-        self.names = frozenset({"queue_capacity", "unique_at_runtime_key"})
 
     def before_process_message(self, broker: Any, message: Any) -> None:
         limits = self.limits.get(message.actor_name)
         if limits is None:
             limits = self.limits[message.actor_name] = (message.queue_name, CAP)
-        if not self.names.isdisjoint(message.options):
+        if not ACTOR_OPTIONS.isdisjoint(message.options):  # Slots' own check of a message's options
             return
         with self.lock:
             idle = self.idle.setdefault(limits, [])
