@@ -18,6 +18,7 @@ import collections
 import functools
 import importlib.metadata
 import logging
+import operator
 import os
 import re
 import sys
@@ -147,9 +148,20 @@ def replace_work_queue(worker: Any, queue: object) -> None:
     worker.work_queue = queue
 
 
-def message_of(item: Any) -> Any:
-    """The message proxy of a work-queue item (a ``_WorkQueueItem``)."""
-    return item.message
+#: The message proxy of a work-queue item (a ``_WorkQueueItem``): read per message, so no Python
+#: frame of its own.
+message_of: Callable[[Any], Any] = operator.attrgetter("message")
+
+
+def plain_consumer(worker: object, queue_name: str) -> bool:
+    """Whether ``queue_name``'s consumer in ``worker`` is there and neither RabbitMQ's nor SQS's:
+    then the gate has nothing to follow of its deliveries (:func:`track_deliveries`,
+    :func:`follow_counts`, :func:`sqs_visibility`)."""
+    consumer = _consumer(worker, queue_name)
+    return consumer is not None and not (
+        _is_a(consumer, "dramatiq.brokers.rabbitmq", "_RabbitmqConsumer")
+        or _is_a(consumer, "dramatiq_sqs.broker", "SQSConsumer")
+    )
 
 
 # -- the worker's thread count --------------------------------------------------------------

@@ -33,7 +33,7 @@ from dramatiq_slots.ledger import Ledger, Limit, Line, Member
 from dramatiq_slots.middleware.deferral import MessageDeferred
 from dramatiq_slots.waiting.admits import Request
 from dramatiq_slots.waiting.gate import Gate
-from dramatiq_slots.worker.claims import Hold, this_process
+from dramatiq_slots.worker.claims import LINGERING, Hold, this_process
 from tests.support.fake_clock import make, request_for
 from tests.support.in_process import RunRecorder, running_worker, stop_threads
 from tests.support.waiting import wait_until
@@ -403,7 +403,7 @@ class _Worker:
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="models CPython 3.11's bytecode")
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("way", ["admitted at once", "refused"])
+@pytest.mark.parametrize("way", ["admitted at once", "refused", "a lingering hold"])
 def test_an_exception_wherever_it_lands_in_the_gate_loses_no_message_and_leaves_nothing(
     redis_client: redis.Redis, key_prefix: str, monkeypatch: pytest.MonkeyPatch, way: str
 ) -> None:
@@ -413,9 +413,20 @@ def test_an_exception_wherever_it_lands_in_the_gate_loses_no_message_and_leaves_
     def run(at: int | None) -> AsyncInterrupt:
         with monkeypatch.context() as patches:
             ledger = Ledger(redis_client, key_prefix=f"{key_prefix}-g{at}")
-            h = Harness(ledger, patches, max_wait=4_000)
-            request, limits = _scenario(h, patches, way)
-            gate = Gate(h.admission, lambda message: request, _Worker())
+            h = Harness(ledger, patches, max_wait=4_000, reuse_window=20_000)
+            lane: Hold | None = None
+            limits: tuple[Limit, ...]
+            if way == "a lingering hold":
+                # The short way: a lingering hold of the actor's limits, taken without a Request.
+                queue = Limit(ledger.keys.queue("roomy"), 8)
+                request, limits = request_for(queue), (queue,)
+                h.admit(request)  # roomy: reusable; its end parks it, the next message takes it
+                h.process.finished(KEY)
+                lane = request.hold("")
+                lingering = h.process.registry.tokens(LINGERING)
+            else:
+                request, limits = _scenario(h, patches, way)
+            gate = Gate(h.admission, lambda message: request, _Worker(), lane=lambda message: lane)
             patches.setattr(gate.parking, "ensure_thread", lambda: None)
             item = _Item()
             interrupt = AsyncInterrupt(h, at)
@@ -427,12 +438,16 @@ def test_an_exception_wherever_it_lands_in_the_gate_loses_no_message_and_leaves_
                 assert interrupt.fired  # escaped the gate: dramatiq's thread would end here
             parked = gate.parking.has_item(item)
             assert outcome is not False or parked, "refused by the gate, yet not parked: lost"
+            if lane is not None and not interrupt.fired:
+                held = h.process.held_here()
+                assert held is not None and [held.token] == lingering, "the lingering hold, taken"
             if parked:
                 gate.close()  # the worker stops: the parked message leaves its line
             else:
                 # It runs (with the hold the gate recorded, if any), and ends.
                 h.process.finished(id(item.message))
             h.process.owe_doubts()
+            h.process.end_reuse()  # not a leak: a lingering hold still lingers
             h.process.heartbeat.tick()
             h.assert_nothing_left(*limits)
             return interrupt

@@ -355,6 +355,28 @@ def test_a_send_past_max_waiting_is_refused_when_the_policy_says_so(
         assert probe.wait_for(lambda: 99 in probe.by_label["ran"])
 
 
+def test_a_refuse_bounded_message_on_a_roomy_queue_leaves_the_backlog_when_it_runs(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe
+) -> None:
+    """On a queue with room a finished message's hold lingers for the next one of its actor; a
+    message listed on the backlog (when_line_full="refuse") takes no lingering hold: its enter
+    takes it off the backlog. Two at a time, eight messages one after another, with max_waiting=2:
+    every send finds room."""
+    add_slots(reuse_window=1000)
+
+    @dramatiq.actor(
+        queue_name="roomy", queue_capacity=8, max_waiting=2, when_line_full="refuse", max_retries=0
+    )
+    def job(i: int) -> None:
+        probe.record("ran", i)
+
+    with running_worker(broker, threads=1):
+        for i in range(0, 8, 2):
+            job.send(i)
+            job.send(i + 1)
+            probe.wait_runs(i + 2)
+
+
 def test_refuse_needs_max_waiting(broker: RedisBroker, add_slots: SlotsFactory) -> None:
     add_slots()
     with pytest.raises(ConfigurationError, match="'refuse' needs 'max_waiting'"):

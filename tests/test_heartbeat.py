@@ -583,7 +583,7 @@ def test_changes_between_beats_are_reported_soon_and_together(
             changes += 1
             time.sleep(0.01)  # the spell's pace, not a wait for anything
         wait_until(
-            lambda: heartbeat._report_due is None and heartbeat.report_writes == made[0],
+            lambda: heartbeat.report_due is None and heartbeat.report_writes == made[0],
             timeout=2,
             what="the last change's report, made and written",
         )
@@ -722,6 +722,6 @@ def test_a_release_carries_a_report_due_between_beats(
         ledger.leave(token, [queue], ttl_ms=60_000, report=carried)
         assert carried.written is False and not redis_client.exists(key)
         heartbeat.carried(carried)
-        assert heartbeat._report_due is not None, "owed: the thread writes it whole"
+        assert heartbeat.report_due is not None, "owed: the thread writes it whole"
     finally:
         heartbeat.stop()

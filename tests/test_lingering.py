@@ -57,23 +57,48 @@ def _held(registry: HoldRegistry, hold: Hold, window_ms: int) -> None:
     registry.add(hold, written_at=registry.monotonic(), window_ms=window_ms)
 
 
+class _Thread:
+    """A worker thread's running record (what :meth:`HoldRegistry.take` names the hold taken in)."""
+
+    running: tuple[int, str] | None = None
+
+
+def _take(registry: HoldRegistry, limits: tuple[Limit, ...] = Q) -> str | None:
+    """The token of the lingering hold a new message (key 7, id ``m``) takes, named in its
+    thread's running record before it is held (None: none)."""
+    thread = _Thread()
+    hold = registry.take(Hold("", limits, actor="a"), 7, thread, "m", "a(m)")
+    if hold is None:
+        assert thread.running is None
+        return None
+    assert thread.running == (7, hold.token) and registry.is_held(hold.token)
+    assert (hold.actor, hold.message_id, hold.label) == ("a", "m", "a(m)"), "the new message's hold"
+    return hold.token
+
+
+def _lingers(registry: HoldRegistry, hold: Hold) -> float | None:
+    """Its job ends: when its window ends (None: it does not linger, its release is owed)."""
+    return registry.end(hold.token)[1]
+
+
 def test_a_lingering_hold_is_taken_by_the_next_claim_on_the_same_limits_within_its_window() -> None:
     clock = Clock()
     registry = HoldRegistry(monotonic=clock)
-    hold = Hold("h:1:1:1", Q)
+    hold = Hold("h:1:1:1", Q, fences=(41,), capacities=(8,))
     _held(registry, hold, 10_000)
-    assert registry.linger(hold.token) == 110.0, "lingers until its window ends"
+    assert registry.end(hold.token) == (hold, 110.0), "lingers until its window ends"
     assert registry.tokens(LINGERING) == [hold.token] and len(registry) == 0, "on record, not beaten"
-    assert registry.reuse((Limit("p:queue:other", 8),)) is None
-    assert registry.reuse(Q) is hold
-    assert registry.reuse(Q) is None, "taken once"
-    assert registry.in_doubt() == [hold], "in doubt until its admission records it"
-    registry.add(hold)
-    assert registry.linger(hold.token) == 110.0, "still in its window after a reuse: the same window"
-    assert registry.linger(hold.token) == 110.0, "a job's end run twice: still lingering"
-    assert registry.end_reuse() == [hold], "owed, for its release now"
-    assert registry.snapshot() == ([], [hold])
-    assert registry.reuse(Q) is None
+    assert _take(registry, (Limit("p:queue:other", 8),)) is None
+    assert _take(registry) == hold.token
+    taken = registry.hold(hold.token)
+    assert taken is not None and (taken.fences, taken.capacities) == ((41,), (8,)), "keeps its fences"
+    assert _take(registry) is None, "taken once"
+    assert registry.end(hold.token)[1] == 110.0, "still in its window after a reuse: the same window"
+    assert registry.end(hold.token) == (None, 110.0), "a job's end run twice: still lingering"
+    assert [h.token for h in registry.end_reuse()] == [hold.token], "owed, for its release now"
+    assert [h.token for h in registry.snapshot()[1]] == [hold.token]
+    assert _take(registry) is None
+    assert registry.end(hold.token) == (None, None), "owed: not held, nothing to end"
 
 
 def test_a_hold_without_a_window_or_past_it_does_not_linger() -> None:
@@ -83,8 +108,8 @@ def test_a_hold_without_a_window_or_past_it_does_not_linger() -> None:
     _held(registry, plain, 0)
     _held(registry, late, 50)
     clock.now += 0.05
-    assert registry.linger(plain.token) is None and registry.linger(late.token) is None
-    assert registry.snapshot() == ([plain, late], []), "their releases are their jobs' ends'"
+    assert registry.end(plain.token) == (plain, None) and registry.end(late.token) == (late, None)
+    assert registry.snapshot() == ([], [plain, late]), "owed: their jobs' ends release them"
 
 
 def test_no_hold_lingers_while_reuse_is_stopped() -> None:
@@ -92,7 +117,7 @@ def test_no_hold_lingers_while_reuse_is_stopped() -> None:
     hold = Hold("h:1:1:4", Q)
     _held(registry, hold, 10_000)
     registry.reusing = False
-    assert registry.linger(hold.token) is None
+    assert _lingers(registry, hold) is None
 
 
 def test_a_window_that_ends_makes_the_lingering_hold_owed_and_says_when_the_next_ends() -> None:
@@ -102,14 +127,25 @@ def test_a_window_that_ends_makes_the_lingering_hold_owed_and_says_when_the_next
     _held(registry, soon, 50)
     _held(registry, later, 500)
     _held(registry, in_use, 200)
-    assert registry.linger(soon.token) and registry.linger(later.token)
+    assert _lingers(registry, soon) and _lingers(registry, later)
     assert registry.expired() == ([], 100.05)
     clock.now += 0.05
     assert registry.expired() == ([soon], 100.2), "the window of a hold in use counts too"
     assert registry.snapshot() == ([in_use], [soon]), "owed until Redis confirms its release"
-    assert registry.reuse(Q) is None
+    assert _take(registry) is None
     clock.now += 1
     assert registry.expired() == ([later], None)
+
+
+def test_a_lingering_hold_whose_window_ended_is_not_taken() -> None:
+    clock = Clock()
+    registry = HoldRegistry(monotonic=clock)
+    hold = Hold("h:1:1:12", Q)
+    _held(registry, hold, 50)
+    assert _lingers(registry, hold) == 100.05
+    clock.now += 0.05
+    assert _take(registry) is None, "the heartbeat releases it"
+    assert registry.expired() == ([hold], None)
 
 
 def test_a_line_on_one_ledger_ends_reuse_there_only() -> None:
@@ -118,19 +154,19 @@ def test_a_line_on_one_ledger_ends_reuse_there_only() -> None:
     here, there, busy = Hold("h:1:1:8", Q), Hold("h:1:1:9", other), Hold("h:1:1:10", Q)
     for hold in (here, there, busy):
         _held(registry, hold, 10_000)
-    assert registry.linger(here.token) and registry.linger(there.token)
+    assert _lingers(registry, here) and _lingers(registry, there)
     assert registry.end_reuse(Q[0].ledger) == [here]
-    assert registry.linger(busy.token) is None, "in use there: released at its job's end"
-    assert registry.reuse(other) is there
+    assert _lingers(registry, busy) is None, "in use there: released at its job's end"
+    assert _take(registry, other) == there.token
 
 
 def test_a_slot_handed_to_a_lingering_claim_is_its_own() -> None:
     registry = HoldRegistry(monotonic=Clock())
     hold = Hold("h:1:1:11", Q)
     _held(registry, hold, 10_000)
-    assert registry.linger(hold.token)
+    assert _lingers(registry, hold)
     assert not registry.owe_stray(Hold(hold.token, Q, "stray"))
-    assert registry.reuse(Q) is hold
+    assert _take(registry) == hold.token
 
 
 def test_the_heartbeat_releases_a_lingering_hold_when_its_window_ends(ledger: Ledger) -> None:

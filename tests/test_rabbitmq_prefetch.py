@@ -244,7 +244,7 @@ def test_the_renewal_rule(
     rule = prefetch.Prefetch(None, cast(Any, None), stopping=threading.Event())
     generations = cast(borrowed.Deliveries, _Generations(unacked, first))
     if waiting:
-        rule._waiting[generations] = set(waiting)
+        rule.waiting[generations] = set(waiting)
     assert rule.renew_due(generations) is due, why
     rule.stopping.set()
     assert not rule.renew_due(generations), "never while the worker stops"

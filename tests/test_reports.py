@@ -312,11 +312,16 @@ def test_a_holds_admission_time_is_its_messages_a_reused_hold_starts_again() -> 
     now[0] = 105.0
     registry.add(hold)  # the gate's take, after parking's handoff: the same admission
     assert registry.since(hold.token) == 100.0
-    assert registry.linger(hold.token)  # its job ended; it lingers for the next message of its limits
+    assert registry.end(hold.token)[1]  # its job ended; it lingers for the next message of its limits
     now[0] = 107.0
-    assert registry.reuse(hold.limits) is hold
-    registry.add(hold)  # reused by the next message: admitted now, for it
-    assert registry.since(hold.token) == 107.0
+
+    class Thread:
+        running: tuple[int, str] | None = None
+
+    template = Hold("", hold.limits, actor="job")
+    taken = registry.take(template, 2, Thread(), "m-2", "job(m-2)")
+    assert taken is not None and taken.token == hold.token and taken.message_id == "m-2"
+    assert registry.since(hold.token) == 107.0, "reused by the next message: admitted now, for it"
 
 
 # -- a runtime key's label (Slots(key_labels=...)) ---------------------------------------------------

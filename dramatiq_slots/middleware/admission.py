@@ -177,20 +177,15 @@ class Admission:
             process.owe_doubts()
 
     def reuse(self, request: Request, message_key: int) -> Hold | None:
-        """A lingering hold of the same limits, now the message's (on record as running), if any
-        (never for a message with a group or several units: its group's shares count each claim)."""
+        """A lingering hold of the same limits, now the message's (on record as running), if any:
+        never for a message with a group or several units (its group's shares count each claim),
+        nor for one listed on its limits' backlogs (``when_line_full="refuse"``: ``enter`` takes
+        it off them)."""
         # Not on a paused ledger either: a control's change ends lingering there at once
         # (SlotsProcess.control_changed, and follow), and enter admits no new hold there.
-        process = self.process
-        if not self.settings.reuse_ms or request.suffix:
+        if not self.settings.reuse_ms or request.suffix or request.listed:
             return None
-        lingering = process.registry.reuse(request.limits)
-        if lingering is None:
-            return None
-        # Its expiry's age is still on record (lingering does not forget it).
-        hold = request.hold(lingering.token, limits=lingering.limits, capacities=lingering.capacities)
-        process.running(message_key, hold, None, reused=True)
-        return hold
+        return self.process.take(request.hold(""), message_key, request.message_id, request.label)
 
     def _enter(
         self, hold: Hold, request: Request, line: Line, step: str, *, owner: int | None = None

@@ -23,6 +23,7 @@ from ..ledger.reports import key_label as reported_label
 from ..ledger.reports import printable
 from ..waiting.admits import Request
 from ..waiting.places import place_of
+from ..worker.claims import Hold
 from . import options as opt
 from .settings import Settings
 
@@ -51,6 +52,9 @@ class Declarations:
         #: (actor, queue) -> (its options, the queue's capacity, :meth:`_fixed_part`), for messages
         #: that nothing of their own decides.
         self._fixed: dict[tuple[str, str], tuple[opt.ActorSlots, int | None, dict[str, Any] | None]] = {}
+        #: (actor, queue) -> the hold a lingering one becomes for a message of that actor and queue
+        #: that nothing of its own decides (:meth:`lane`), made with its first :meth:`request_of`.
+        self._lanes: dict[tuple[str, str], Hold] = {}
         #: Whether a key_labels callable failed in this process (it is logged once).
         self._label_failed = False
 
@@ -121,6 +125,7 @@ class Declarations:
             where = f"actor {config.actor_name!r}"
             self._declare_queue_capacity(config.queue_name, config.queue_capacity, where)
         self._actors[config.actor_name] = config
+        self._lanes.clear()  # made again from what is declared now
 
     def declare(
         self, actor_name: str, queue_name: str, options: Mapping[str, Any], *, priority: Any = 0
@@ -202,6 +207,9 @@ class Declarations:
             if known is None or known[0] is not actor or known[1] != queue_capacity:
                 made = self._fixed_part(actor, message, queue_capacity)
                 known = self._fixed[actor.actor_name, queue_name] = (actor, queue_capacity, made)
+                self._lanes.pop((actor.actor_name, queue_name), None)
+                if made is not None and self._reusable(made):
+                    self._lanes[actor.actor_name, queue_name] = Request(**made).hold("")
             fixed = known[2]
         else:
             fixed = self._fixed_part(actor, message, queue_capacity)
@@ -213,6 +221,26 @@ class Declarations:
             message_id=message_id,
             place=place_of(options, message.message_timestamp),
             listed=message_id if fixed["line_full"] == "refuse" else "",
+        )
+
+    def lane(self, message: Any) -> Hold | None:
+        """The hold a lingering one becomes for ``message`` (its id and label left to fill), when
+        it may take one without a :class:`Request`: nothing of its own decides its limits, a hold
+        of them may linger (one unit, no group, no backlog, not strict), and a message of its actor
+        and queue was asked for already; else None (:meth:`request_of` decides)."""
+        lane = self._lanes.get((message.actor_name, message.queue_name))
+        if lane is None or not opt.ACTOR_OPTIONS.isdisjoint(message.options):
+            return None
+        return lane
+
+    def _reusable(self, fixed: dict[str, Any]) -> bool:
+        """Whether holds of a :meth:`_fixed_part` may linger (:meth:`Admission.reuse`'s rule)."""
+        return bool(
+            self.settings.reuse_ms
+            and fixed["units"] == 1
+            and not fixed["group"]
+            and fixed["line_full"] != "refuse"
+            and not fixed["strict"]
         )
 
     def _fixed_part(

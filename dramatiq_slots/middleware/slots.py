@@ -299,6 +299,7 @@ class Slots(Middleware):
                     skipped_first=(lambda message: borrowed.too_old(age_limits, broker, message))
                     if age_limits
                     else None,
+                    lane=self.declarations.lane,
                 )
                 self._gate.install()
             elif why:  # else the touchpoint's WARNING said why

@@ -30,6 +30,12 @@ REASK_S = 2.0
 REASK_MAX_S = 8.0
 
 
+def message_label(actor: str, message_id: str) -> str:
+    """``actor(message id)``, for log lines and reports (a sender names its message: what it
+    chose is escaped before it reaches a log line)."""
+    return f"{actor}({message_id if message_id.isprintable() else printable(message_id)})"
+
+
 @dataclass(slots=True)  # not frozen: made per message, and a frozen init costs per field
 class Request:
     """One message's claim on its limits, as admission needs it."""
@@ -73,10 +79,7 @@ class Request:
 
     @property
     def label(self) -> str:
-        """``actor(message id)``, for log lines and reports (a sender names its message: what it
-        chose is escaped before it reaches a log line)."""
-        message_id = self.message_id
-        return f"{self.actor}({message_id if message_id.isprintable() else printable(message_id)})"
+        return message_label(self.actor, self.message_id)
 
     @property
     def score(self) -> int:

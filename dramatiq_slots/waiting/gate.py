@@ -33,7 +33,7 @@ from ..ledger.replies import Line
 from ..worker.claims import Hold
 from ..worker.waits import Wait
 from ..worker.wakeups import Waiter
-from .admits import Admits, Dropped, InLine, Refused, Request
+from .admits import Admits, Dropped, InLine, Refused, Request, message_label
 from .parking import AGAIN, RUN, Parking, Ticket
 from .prefetch import Prefetch
 from .visibility import Visibility
@@ -48,7 +48,8 @@ class Gate:
     ``request``: the limits of a message (None: uncapped), raising on bad options.
     ``skipped_first``: whether a middleware placed before Slots skips a message now (an
     AgeLimit): such a message takes no slot and no place in line, its thread takes it at once (None:
-    none does).
+    none does). ``lane``: the hold a lingering one becomes for a message that may take one without
+    a :class:`Request` (None: ask ``request``).
     """
 
     def __init__(
@@ -58,10 +59,12 @@ class Gate:
         worker: Any,
         *,
         skipped_first: Callable[[Any], bool] | None = None,
+        lane: Callable[[Any], Hold | None] = lambda message: None,
     ) -> None:
         self.admission = admission
         self.process = admission.process
         self.request = request
+        self.lane = lane
         self._skipped_first = skipped_first
         self.worker = worker
         self.queue = GatedWorkQueue(self)
@@ -77,6 +80,8 @@ class Gate:
         )
         self.prefetch = Prefetch(worker, admission.settings.keys, stopping=self.process.stopping)
         self.visibility = Visibility(worker, admission.clock, wake=self._keep_soon)
+        #: The queues whose consumers are neither RabbitMQ's nor SQS's: nothing to follow there.
+        self._plain: set[str] = set()
 
     def install(self) -> None:
         """Put the gated queue in place of the worker's (before any thread reads it)."""
@@ -84,7 +89,13 @@ class Gate:
 
     def delivered(self, item: Any) -> None:
         """A consumer puts ``item`` into the queue, in its own thread (see :mod:`.prefetch` and
-        :mod:`.visibility`)."""
+        :mod:`.visibility`; nothing for a queue whose consumer is neither RabbitMQ's nor SQS's)."""
+        queue_name = borrowed.message_of(item).queue_name
+        if queue_name in self._plain:
+            return
+        if borrowed.plain_consumer(self.worker, queue_name):
+            self._plain.add(queue_name)
+            return
         try:
             self.prefetch.delivered(item)
         except Exception:  # never fail the consumer's put: the message would be redelivered
@@ -96,7 +107,8 @@ class Gate:
 
     def taken(self, item: Any) -> None:
         """A worker thread takes ``item`` from the queue (to run it, or to give it back)."""
-        self.visibility.taken(item)
+        if self.visibility.kept:  # per message: nothing is kept but on SQS (read as a hint)
+            self.visibility.taken(item)
 
     def _keep_soon(self) -> None:
         """A held message's visibility is due sooner than the parking thread's next pass."""
@@ -105,7 +117,8 @@ class Gate:
 
     def acked(self, message: Any) -> None:
         """``message`` was acked or nacked (see :mod:`.prefetch`)."""
-        self.prefetch.acked(message)
+        if self.prefetch.waiting:  # per ack: no delivery waits but on RabbitMQ (read as a hint)
+            self.prefetch.acked(message)
 
     def admit(self, item: Any) -> bool:
         """Whether ``item`` may run now (admitted, uncapped, or for admit() to decide); else parked."""
@@ -118,6 +131,22 @@ class Gate:
 
     def _admit(self, item: Any) -> bool:
         message = borrowed.message_of(item)
+        lane = self.lane(message)
+        if lane is not None and not self.process.stopping.is_set():
+            # The short way: a lingering hold of its actor's limits, taken in one step.
+            if self._skipped_first is not None and self._skipped_first(message):
+                return True  # no slot, no line
+            try:
+                message_id = message.message_id
+                if self.process.take(lane, id(message), message_id, message_label(lane.actor, message_id)):
+                    return True
+            except Interrupt as e:
+                return self._interrupted(message_label(lane.actor, message.message_id), None, item, e)
+            except BaseException:
+                # The thread ends here (a greenlet killed): the queue keeps the message for another
+                # thread (GatedWorkQueue.get); a hold it took is released.
+                self.process.finished(id(message))
+                raise
         try:
             request = self.request(message)
         except Exception:
@@ -166,7 +195,7 @@ class Gate:
                 )
             return False
         except Interrupt as e:
-            return self._interrupted(request, made[-1] if made else None, item, e)
+            return self._interrupted(request.label, made[-1] if made else None, item, e)
         except Exception:
             logger.exception(
                 "Admission of %s failed in the gate; admitting it in the worker thread.", request.label
@@ -182,14 +211,14 @@ class Gate:
             if reserved:
                 self.parking.unreserve(request)  # nothing when it was parked
 
-    def _interrupted(self, request: Request, waiter: Waiter | None, item: Any, error: Interrupt) -> bool:
+    def _interrupted(self, label: str, waiter: Waiter | None, item: Any, error: Interrupt) -> bool:
         """An asynchronous exception meant for this thread's previous message (a time limit or an
         abort that fired as it ended) landed in the gate: nothing may leak, the message is not lost."""
         logger.warning(
             "%s landed in the admission of %s, after the message it was meant for had ended; "
             "the message is admitted again.",
             type(error).__name__,
-            request.label,
+            label,
         )
         return self._cut_short(waiter, item)
 
@@ -219,7 +248,7 @@ class Gate:
             if process.registry.is_held(ticket.hold.token):
                 process.running(id(borrowed.message_of(item)), ticket.hold, None)
         except Interrupt as e:
-            self._interrupted(ticket.request, ticket.waiter, item, e)
+            self._interrupted(ticket.request.label, ticket.waiter, item, e)
             if not process.runs_here(id(borrowed.message_of(item))):
                 self.unready(ticket)
         except BaseException:
@@ -296,7 +325,8 @@ class Gate:
 
     def hold_ended(self, hold: Hold) -> None:
         """A claim of this process on ``hold``'s ledgers ended: one held-back message may try again."""
-        self.parking.claim_ended(hold.ledgers)
+        if self.parking.holds_back():
+            self.parking.claim_ended(hold.ledgers)
 
     def waits(self) -> list[Wait]:
         """This worker's parked and held-back messages, for the process report."""

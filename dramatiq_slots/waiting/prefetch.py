@@ -48,7 +48,7 @@ class Prefetch:
         self._lock = threading.Lock()
         self._unfetched: dict[str, int] = {}
         #: The delivery tags waiting for a key or a turn, per RabbitMQ consumer.
-        self._waiting: dict[borrowed.Deliveries, set[int]] = {}
+        self.waiting: dict[borrowed.Deliveries, set[int]] = {}
 
     def delivered(self, item: Any) -> None:
         """A consumer puts a message into the work queue (in its own thread): a RabbitMQ
@@ -75,7 +75,7 @@ class Prefetch:
                 return None
             self._unfetched[queue] = unfetched + 1
             if deliveries is not None and tag is not None:
-                self._waiting.setdefault(deliveries, set()).add(tag)
+                self.waiting.setdefault(deliveries, set()).add(tag)
         if count is None:
             assert deliveries is not None
             deliveries.poke()
@@ -91,10 +91,10 @@ class Prefetch:
         with self._lock:
             self._unfetched[message.queue_name] -= 1
             if isinstance(taken_from, borrowed.Deliveries):
-                waiting = self._waiting.get(taken_from, set())
+                waiting = self.waiting.get(taken_from, set())
                 waiting.discard(borrowed.delivery_tag(message) or 0)
                 if not waiting:
-                    self._waiting.pop(taken_from, None)
+                    self.waiting.pop(taken_from, None)
                 return
         if isinstance(taken_from, borrowed.PrefetchCount):
             taken_from.count_again(message.message_id)
@@ -102,13 +102,13 @@ class Prefetch:
     def acked(self, message: Any) -> None:
         """``message`` was acked or nacked: on RabbitMQ its consumer may now renew (an older
         generation's ack gives the current one no room)."""
-        if not self._waiting:
+        if not self.waiting:
             return  # per ack: no delivery waits (read without the lock, as a hint)
         deliveries = borrowed.tracked_deliveries(self.worker, message.queue_name)
         if deliveries is None:
             return
         with self._lock:
-            waiting = deliveries in self._waiting
+            waiting = deliveries in self.waiting
         if waiting:
             deliveries.poke()
 
@@ -120,14 +120,14 @@ class Prefetch:
         if prefetch <= 0 or self.stopping.is_set():
             return False
         with self._lock:
-            if not self._waiting.get(deliveries):
+            if not self.waiting.get(deliveries):
                 return False
         unacked = deliveries.unacked()
         with self._lock:
-            waiting = self._waiting.get(deliveries, set())
+            waiting = self.waiting.get(deliveries, set())
             waiting &= unacked  # acked since: it left waiting on a path that did not say so
             if not waiting:
-                self._waiting.pop(deliveries, None)
+                self.waiting.pop(deliveries, None)
                 return False
             waiting = set(waiting)
         first = deliveries.first_of_generation

@@ -57,7 +57,8 @@ class Visibility:
         self.clock = clock
         self.wake = wake
         self._lock = threading.Lock()
-        self._kept: dict[int, _Kept] = {}
+        #: The messages kept invisible, by ``id`` of their work-queue item (under the lock).
+        self.kept: dict[int, _Kept] = {}
         #: Per queue, the visibility timeout its consumer receives with (0: not kept).
         self._timeouts: dict[str, int] = {}
         #: When :meth:`keep` runs next, as it last said (inf: not planned).
@@ -70,7 +71,7 @@ class Visibility:
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._kept)
+            return len(self.kept)
 
     def delivered(self, item: Any) -> bool:
         """A consumer puts ``item`` into the gate (in its own thread): an SQS message is kept from
@@ -82,7 +83,7 @@ class Visibility:
             return False
         kept = _Kept(lease, self.clock.monotonic() + seconds * (1 - MARGIN))
         with self._lock:
-            self._kept[id(item)] = kept
+            self.kept[id(item)] = kept
             sooner = kept.due < self._next
             if sooner:
                 self._next = kept.due
@@ -122,14 +123,14 @@ class Visibility:
     def taken(self, item: Any) -> None:
         """A worker thread takes ``item`` (to run it, or to give it back): no longer kept."""
         with self._lock:
-            self._kept.pop(id(item), None)
+            self.kept.pop(id(item), None)
 
     def keep(self) -> float | None:
         """Extend every kept message that is due (in the parking thread); seconds until the next
         one is (None: none is kept)."""
         now = self.clock.monotonic()
         with self._lock:
-            due = [(key, kept) for key, kept in self._kept.items() if kept.due <= now]
+            due = [(key, kept) for key, kept in self.kept.items() if kept.due <= now]
         if due:
             done = borrowed.extend_visibility(kept.lease for _, kept in due)
             gone, retry = {id(lease) for lease in done.refused}, {id(lease) for lease in done.failed}
@@ -138,8 +139,8 @@ class Visibility:
             with self._lock:
                 for key, kept in due:
                     if id(kept.lease) in gone:
-                        if self._kept.get(key) is kept:
-                            del self._kept[key]  # acked meanwhile, or its receipt expired
+                        if self.kept.get(key) is kept:
+                            del self.kept[key]  # acked meanwhile, or its receipt expired
                     elif id(kept.lease) in retry:
                         kept.due = now + RETRY_S
                     else:
@@ -148,7 +149,7 @@ class Visibility:
                 logger.debug("SQS refused to extend %d held message(s): no longer ours.", len(gone))
             self._failed(len(retry))
         with self._lock:
-            self._next = min((kept.due for kept in self._kept.values()), default=math.inf)
+            self._next = min((kept.due for kept in self.kept.values()), default=math.inf)
             planned = self._next
         return None if planned == math.inf else max(0.0, planned - self.clock.monotonic())
 

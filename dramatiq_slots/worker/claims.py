@@ -38,6 +38,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..ledger.replies import Limit, Member, process_part, units_of
 from . import forks
@@ -233,38 +234,72 @@ class HoldRegistry:
                 del self._claims[token]
             return None if claim is None else claim.hold
 
-    def linger(self, token: str) -> float | None:
-        """At the end of its job: keep a hold lingering, neither refreshed nor owed, while its
-        window is open; when the window ends (monotonic s), or None: it does not linger (its
-        release is the caller's). A hold lingering already says so again (a job's end run twice)."""
+    def end(self, token: str) -> tuple[Hold | None, float | None]:
+        """The job of hold ``token`` ended, in one step: it lingers while its window is open
+        (``(hold, window end)``, monotonic s), else its release is owed (``(hold, None)``: the caller
+        sends it). ``(None, window end)``: lingering already, ``(None, None)``: not held (released,
+        or lost): a job's end run twice."""
         with self._lock:
             claim = self._claims.get(token)
-            if claim is None or not claim.window:
-                return None
+            if claim is None:
+                return None, None
             if claim.state == LINGERING:
-                return claim.window
-            if claim.state != HELD or not self.reusing or claim.window <= self.monotonic():
-                return None
-            claim.state = LINGERING
-            self._idle.setdefault(claim.hold.limits, []).append(token)
-            return claim.window
+                return None, claim.window
+            if claim.state != HELD:
+                return None, None
+            if claim.window and self.reusing and claim.window > self.monotonic():
+                claim.state = LINGERING
+                self._idle.setdefault(claim.hold.limits, []).append(token)
+                return claim.hold, claim.window
+            claim.state = OWED
+            return claim.hold, None
 
-    def reuse(self, limits: tuple[Limit, ...]) -> Hold | None:
-        """A lingering hold of exactly these limits, still in its window, now in doubt for this
-        thread (its admission decides it: :meth:`add`), or None."""
-        mine = self._mine_tokens()
+    def take(
+        self, template: Hold, message_key: int, running: Any, message_id: str, label: str
+    ) -> Hold | None:
+        """A lingering hold of exactly ``template``'s limits, still in its window, taken over by the
+        message ``message_key`` and held from now (None: none lingers, or the newest one's window
+        ended). The hold is ``template`` (its actor's fields) with the message's id and label and
+        the lingering one's token, fences and capacities. The thread's running record
+        (``running.running``) names it before it is held: an exception at any line leaves it
+        lingering out of the index (the heartbeat owes it when its window ends), or named there
+        (its job's end finds it)."""
+        limits = template.limits
         with self._lock:
-            for token in reversed(self._idle.get(limits, ())):
-                claim = self._claims.get(token)
-                if claim is None or claim.state != LINGERING:
-                    continue  # left by a change an exception cut short: skipped, never taken
-                if claim.window <= self.monotonic():
-                    return None  # its window ended: the heartbeat releases it (expired)
-                mine.add(token)
-                claim.state, claim.owner = DOUBT, threading.get_ident()
-                self._unidle(claim)
-                return claim.hold
-        return None
+            idle = self._idle.get(limits)
+            while idle:
+                claim = self._claims.get(idle[-1])
+                if claim is not None and claim.state == LINGERING:
+                    break
+                idle.pop()  # left by a change an exception cut short: skipped, never taken
+            else:
+                self._idle.pop(limits, None)
+                return None
+            now = self.monotonic()
+            if claim.window <= now:
+                return None  # its window ended: the heartbeat releases it (expired)
+            idle.pop()
+            if not idle:
+                del self._idle[limits]
+            was = claim.hold
+            hold = Hold(
+                was.token,
+                was.limits,
+                label,
+                template.strict,
+                template.actor,
+                was.fences,
+                message_id,
+                template.queue,
+                was.capacities,
+                template.group,
+                template.key_labels,
+            )
+            running.running = (message_key, was.token)
+            claim.hold = hold
+            claim.since = now
+            claim.state = HELD
+            return hold
 
     def _unidle(self, claim: Claim) -> None:
         """Take a claim that no longer lingers out of the index (its state changed first)."""

@@ -172,7 +172,7 @@ class Heartbeat:
         #: The ledgers the last report written whole listed (report.lua): a report between beats
         #: that names no other replaces the text alone (``Ledger.rewrite_report``).
         self._listed: frozenset[str] = frozenset()
-        self._report_due: float | None = None
+        self.report_due: float | None = None
         self._due_lock = threading.Lock()
         self._poked = False
         #: When (monotonic) to beat next out of schedule: after a failed beat, or when a settling
@@ -550,7 +550,7 @@ class Heartbeat:
         interval = self.beat_interval / 1000
         due = time.monotonic() + (0.0 if beat_first else interval)
         while True:
-            until, report_due, beat_at = due, self._report_due, self._beat_at
+            until, report_due, beat_at = due, self.report_due, self._beat_at
             if report_due is not None:
                 until = min(until, report_due + CARRY_S)
             if beat_at is not None:
@@ -571,7 +571,7 @@ class Heartbeat:
                     self._beat_at, poked = None, True
             if not poked and time.monotonic() < due:
                 # Woken before the beat: a report may be due (report_soon).
-                report_due = self._report_due
+                report_due = self.report_due
                 if report_due is not None and time.monotonic() >= report_due + CARRY_S:
                     self._write_report()
                 continue
@@ -641,12 +641,12 @@ class Heartbeat:
         writes the report alone soon, at once after a quiet spell, else :data:`REPORT_GAP_S` after
         the last report (changes meanwhile go together). No-op without the thread: its first beat
         writes the report."""
-        if self._report_due is not None or self.report is None or not self.running:
+        if self.report_due is not None or self.report is None or not self.running:
             return  # already due (read without the lock: the thread writes what is said by then)
         with self._due_lock:
-            if self._report_due is not None:
+            if self.report_due is not None:
                 return  # already due: the thread writes what the report says by then
-            self._report_due = max(time.monotonic(), self._reported_at + REPORT_GAP_S)
+            self.report_due = max(time.monotonic(), self._reported_at + REPORT_GAP_S)
         self._wake.set()
 
     def due_report(self) -> CarriedReport | None:
@@ -655,13 +655,13 @@ class Heartbeat:
         None when none is due, or when it names a ledger its last whole write did not list (the
         thread writes it whole, at once). The caller gives it to :meth:`carried` once the release
         answered."""
-        due = self._report_due
+        due = self.report_due
         if due is None or self.report is None or time.monotonic() < due - CARRY_S:
             return None
         with self._due_lock:
-            if self._report_due is None:
+            if self.report_due is None:
                 return None  # the thread, or another release, is making it
-            self._report_due, self._reported_at = None, time.monotonic()
+            self.report_due, self._reported_at = None, time.monotonic()
         try:
             key, text, ledgers = _parts(self.report())
         except BaseException:
@@ -669,7 +669,7 @@ class Heartbeat:
             raise
         if not set(ledgers) <= self._listed:  # the thread writes it whole, at once
             with self._due_lock:
-                self._report_due = time.monotonic() - CARRY_S
+                self.report_due = time.monotonic() - CARRY_S
             self._wake.set()
             return None
         return CarriedReport(key, text)
@@ -688,7 +688,7 @@ class Heartbeat:
         due a gap from now (from now, not from when its write ends: a change during the write
         would otherwise be due at once)."""
         with self._due_lock:
-            self._report_due, self._reported_at = None, time.monotonic()
+            self.report_due, self._reported_at = None, time.monotonic()
 
     def _write_report(self) -> None:
         """The report alone, between beats, in a round trip of its own: its text alone when it can
@@ -743,7 +743,7 @@ class Heartbeat:
         if self._pid != forks.pid():
             self._lock = threading.Lock()  # may have been held by another thread at fork time
             self._due_lock = threading.Lock()
-            self._report_due = None
+            self.report_due = None
         with self._lock:
             pid = forks.pid()
             if self._pid != pid:

@@ -273,7 +273,7 @@ class SlotsProcess:
         """What the process report says changed (a hold, a waiting message): it is written soon
         (:meth:`~.heartbeat.Heartbeat.report_soon`)."""
         heartbeat = self._heartbeat
-        if heartbeat is not None:
+        if heartbeat is not None and heartbeat.report_due is None:  # per message: due already, mostly
             heartbeat.report_soon()
 
     def deferred(
@@ -291,29 +291,35 @@ class SlotsProcess:
 
     # -- a job's hold ---------------------------------------------------------
 
-    def running(
-        self,
-        message_key: int,
-        hold: Hold,
-        written_at: float | None,
-        *,
-        reused: bool = False,
-        window_ms: int = 0,
-    ) -> None:
+    def running(self, message_key: int, hold: Hold, written_at: float | None, *, window_ms: int = 0) -> None:
         """Record the hold of a message about to run (``written_at``, ``window_ms``: see
-        :meth:`HoldRegistry.add`; ``reused``: a lingering hold, on record already)."""
+        :meth:`HoldRegistry.add`)."""
         # Its message first, then held (and no longer in doubt): whatever an exception
         # interrupts, finished() or owe_doubts() finds the claim.
         self._here.running = (message_key, hold.token)
         self.registry.add(hold, written_at=written_at, window_ms=window_ms)
         if hold.strict:
             self.bodies.bind(hold.token)
+        self.heartbeat.ensure_started()
+        self._admitted(hold)
+
+    def take(self, template: Hold, message_key: int, message_id: str, label: str) -> Hold | None:
+        """A lingering hold of ``template``'s limits, now the hold of the message ``message_key``
+        this thread is about to run (:meth:`HoldRegistry.take`); None: none lingers, or this
+        thread's previous message left something on record (:meth:`leftovers` comes first)."""
+        if getattr(self._here, "running", None) is not None:
+            return None
+        hold = self.registry.take(template, message_key, self._here, message_id, label)
+        if hold is None:
+            return None
+        if hold.strict:
+            self.bodies.bind(hold.token)
+        self._admitted(hold)  # its heartbeat runs: it refreshed the hold before it lingered
+        return hold
+
+    def _admitted(self, hold: Hold) -> None:
         self.metrics.admitted(hold)
-        if not reused:  # a reused hold's heartbeat runs: it refreshed it before it lingered
-            self.heartbeat.ensure_started()
-        self.recent.admitted(
-            Event(hold.message_id, hold.actor, hold.queue, hold.limits[0].ledger, self.clock.monotonic())
-        )
+        self.recent.admitted(hold, self.clock.monotonic())
         self.changed()
         reach("after-admit")
 
@@ -349,25 +355,23 @@ class SlotsProcess:
         running = getattr(self._here, "running", None)
         if running is None or running[0] != message_key:
             return
-        token = running[1]
-        hold = self.registry.hold(token)
+        reach("before-release")
+        # Kept for the next message of the same ledgers while its window is open; not refreshed
+        # meanwhile (the window is far shorter than hold_ttl); the heartbeat releases it when the
+        # window ends. Else owed, and released now.
+        hold, lingers = self.registry.end(running[1])
         if hold is None or hold.strict:  # a strict hold (or one given up as lost) was bound
             self.bodies.unbind()
-        # Kept for the next message of the same ledgers (its window is open); not refreshed
-        # meanwhile (the window is far shorter than hold_ttl); the heartbeat releases it when the
-        # window ends.
-        lingers = None if hold is None else self.registry.linger(token)
-        if hold is not None and lingers is not None:
+        if lingers is not None and hold is not None:
             self.heartbeat.lingers_until(lingers)
-            self._ended(message_key, hold)
+        self._ended(message_key, hold)
+        if hold is None:
+            return
+        if lingers is not None:
             self._tell_ended(hold)
             return
-        reach("before-release")
-        released = self.registry.begin_release(token)
-        self._ended(message_key, released)
-        if released is not None:
-            self.release(released)
-            self._tell_ended(released)
+        self.release(hold)
+        self._tell_ended(hold)
         reach("after-release")
 
     def _tell_ended(self, hold: Hold) -> None:

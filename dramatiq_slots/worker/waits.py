@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..ledger.reports import RECENT_ADMISSIONS, RECENT_DEFERRALS, RECENT_DROPS
+from .claims import Hold
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Recent:
         self._lock = threading.Lock()
         self._deferred: deque[Event] = deque(maxlen=RECENT_DEFERRALS)
         self._dropped: deque[Event] = deque(maxlen=RECENT_DROPS)
-        self._admitted: deque[Event] = deque(maxlen=RECENT_ADMISSIONS)
+        self._admitted: deque[tuple[Hold, float]] = deque(maxlen=RECENT_ADMISSIONS)
 
     def deferred(self, event: Event) -> None:
         with self._lock:
@@ -66,10 +67,17 @@ class Recent:
         with self._lock:
             self._dropped.append(event)
 
-    def admitted(self, event: Event) -> None:
-        self._admitted.append(event)  # per message: a deque's append needs no lock
+    def admitted(self, hold: Hold, at: float) -> None:
+        """A message was admitted on ``hold`` at ``at``: kept as it is (per message: a deque's
+        append needs no lock); :meth:`snapshot` makes its event."""
+        self._admitted.append((hold, at))
 
     def snapshot(self) -> tuple[list[Event], list[Event], list[Event]]:
         """``(deferred, dropped, admitted)``, oldest first."""
         with self._lock:
-            return list(self._deferred), list(self._dropped), list(self._admitted.copy())
+            deferred, dropped = list(self._deferred), list(self._dropped)
+        admitted = [
+            Event(hold.message_id, hold.actor, hold.queue, hold.limits[0].ledger, at)
+            for hold, at in self._admitted.copy()
+        ]
+        return deferred, dropped, admitted
