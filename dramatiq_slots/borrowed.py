@@ -197,10 +197,10 @@ WORKER_PAUSE = Touchpoint(
 def worker_paused(worker: object) -> bool:
     """Whether every worker thread of ``worker`` is paused (``Worker.pause``); False on an untested
     dramatiq, or before its threads exist."""
-    if not WORKER_PAUSE.check():
-        return False
     threads = list(getattr(worker, "workers", ()))
-    return bool(threads) and all(getattr(thread, "paused", False) for thread in threads)
+    if not threads or not getattr(threads[0], "paused", False):
+        return False  # per message, mostly: one look suffices
+    return WORKER_PAUSE.check() and all(getattr(thread, "paused", False) for thread in threads)
 
 
 # -- the consumers' prefetch counts ---------------------------------------------------------

@@ -497,7 +497,7 @@ class Slots(Middleware):
     def after_ack(self, broker: dramatiq.Broker, message: MessageProxy) -> None:
         # On RabbitMQ, room that a busy key's waiting messages keep may be renewed now.
         gate = self._gate
-        if gate is not None:
+        if gate is not None and gate.prefetch.waiting:  # per ack: none waits but on RabbitMQ
             gate.acked(message)
 
     after_nack = after_ack

@@ -117,8 +117,7 @@ class Gate:
 
     def acked(self, message: Any) -> None:
         """``message`` was acked or nacked (see :mod:`.prefetch`)."""
-        if self.prefetch.waiting:  # per ack: no delivery waits but on RabbitMQ (read as a hint)
-            self.prefetch.acked(message)
+        self.prefetch.acked(message)
 
     def admit(self, item: Any) -> bool:
         """Whether ``item`` may run now (admitted, uncapped, or for admit() to decide); else parked."""
@@ -133,12 +132,15 @@ class Gate:
         message = borrowed.message_of(item)
         lane = self.lane(message)
         if lane is not None and not self.process.stopping.is_set():
-            # The short way: a lingering hold of its actor's limits, taken in one step.
-            if self._skipped_first is not None and self._skipped_first(message):
-                return True  # no slot, no line
+            # The short way: a lingering hold of its actor's limits, taken in one step. A message
+            # that a middleware before Slots skips gives it back at once (after_skip_message): it
+            # costs the ledger nothing, so it is not asked first.
             try:
                 message_id = message.message_id
-                if self.process.take(lane, id(message), message_id, message_label(lane.actor, message_id)):
+                label = f"{lane.actor}({message_id})"
+                if not message_id.isprintable():
+                    label = message_label(lane.actor, message_id)
+                if self.process.take(lane, id(message), message_id, label):
                     return True
             except Interrupt as e:
                 return self._interrupted(message_label(lane.actor, message.message_id), None, item, e)
