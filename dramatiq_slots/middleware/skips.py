@@ -63,6 +63,9 @@ class QuietDeferrals:
 
     def __init__(self, logger: logging.Logger) -> None:
         self.logger = logger
+        # What the thread calls per message, an attribute (not through __getattr__, a Python
+        # call more per message): the logger's own bound method, which reads its level at call.
+        self.debug = logger.debug
 
     def warning(self, msg: object, *args: object, **kwargs: Any) -> None:
         if msg == borrowed.SKIP_WARNING and len(args) == 1 and is_deferred(args[0]):
