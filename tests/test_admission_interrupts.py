@@ -157,6 +157,11 @@ class Interrupted(Interrupt):
 
 def _scenario(h: Harness, monkeypatch: pytest.MonkeyPatch, name: str) -> tuple[Request, tuple[Limit, ...]]:
     """Set up one way through admission; the request it admits and the limits it touches."""
+    if name == "a lingering hold":
+        roomy = Limit(h.ledger.keys.queue("roomy"), 8)
+        h.admit(request_for(roomy))  # roomy: reusable; its end parks it, the next message takes it
+        h.process.finished(KEY)
+        return request_for(roomy), (roomy,)
     queue = Limit(h.ledger.keys.queue("q"), 1)
     if name == "admitted at once":
         return request_for(queue), (queue,)
@@ -298,14 +303,7 @@ def test_an_exception_wherever_it_lands_in_admission_or_release_leaves_nothing_a
         with monkeypatch.context() as patches:
             ledger = Ledger(redis_client, key_prefix=f"{key_prefix}-{at}")
             h = Harness(ledger, patches, max_wait=4_000, reuse_window=20_000)
-            limits: tuple[Limit, ...]
-            if way == "a lingering hold":
-                queue = Limit(ledger.keys.queue("roomy"), 8)
-                request, limits = request_for(queue), (queue,)
-                h.admit(request)  # roomy: reusable; its end parks it, the next message takes it
-                h.process.finished(KEY)
-            else:
-                request, limits = _scenario(h, patches, way)
+            request, limits = _scenario(h, patches, way)
             interrupt = AsyncInterrupt(h, at)
             if release:
                 h.admit(request)
@@ -414,18 +412,10 @@ def test_an_exception_wherever_it_lands_in_the_gate_loses_no_message_and_leaves_
         with monkeypatch.context() as patches:
             ledger = Ledger(redis_client, key_prefix=f"{key_prefix}-g{at}")
             h = Harness(ledger, patches, max_wait=4_000, reuse_window=20_000)
-            lane: Hold | None = None
-            limits: tuple[Limit, ...]
-            if way == "a lingering hold":
-                # The short way: a lingering hold of the actor's limits, taken without a Request.
-                queue = Limit(ledger.keys.queue("roomy"), 8)
-                request, limits = request_for(queue), (queue,)
-                h.admit(request)  # roomy: reusable; its end parks it, the next message takes it
-                h.process.finished(KEY)
-                lane = request.hold("")
-                lingering = h.process.registry.tokens(LINGERING)
-            else:
-                request, limits = _scenario(h, patches, way)
+            request, limits = _scenario(h, patches, way)
+            # The short way: a lingering hold of the actor's limits, taken without a Request.
+            lane = request.hold("") if way == "a lingering hold" else None
+            lingering = h.process.registry.tokens(LINGERING)
             gate = Gate(h.admission, lambda message: request, _Worker(), lane=lambda message: lane)
             patches.setattr(gate.parking, "ensure_thread", lambda: None)
             item = _Item()
