@@ -496,3 +496,38 @@ def test_what_a_message_of_an_actor_asks_is_made_once_and_its_own_fields_every_t
     declared.declare("plain", "q", {"queue_capacity": 3, "unique_at_runtime_key": "acct2"})
     redeclared = _request_of(slots, "plain", "q", "m-7")
     assert redeclared.limits[1] != first.limits[1], "a declaration made since is in force"
+
+
+def test_a_lane_is_made_for_an_actor_whose_messages_nothing_of_their_own_decides() -> None:
+    """The gate takes a lingering hold for a message of a lane without a request: only for an actor
+    whose limits no message decides and whose holds may linger, after its first request; a message
+    with a limit option of its own goes the whole way; a declaration since makes it again."""
+    slots = Slots(url="redis://127.0.0.1:9/0")
+    declared = slots.declarations
+    declared.declare("plain", "q", {"queue_capacity": 8, "unique_at_runtime_key": "acct"})
+    declared.declare("by_arg", "q", {"queue_capacity": 8, "unique_at_runtime_key": lambda account: account})
+    declared.declare("heavy", "q", {"queue_capacity": 8, "slot_units": 2})
+    declared.declare("fair", "q", {"queue_capacity": 8, "fair_by": "tenant"})
+    declared.declare("bounded", "q", {"queue_capacity": 8, "max_waiting": 3, "when_line_full": "refuse"})
+    declared.declare("strict", "q", {"queue_capacity": 8, "on_lost_hold": "interrupt"})
+
+    def message(actor: str, **options: Any) -> dramatiq.Message[Any]:
+        return dramatiq.Message("q", actor, (), {}, options, message_id="m-1", message_timestamp=1)
+
+    assert declared.lane(message("plain")) is None, "not before its first request"
+    first = _request_of(slots, "plain", "q", "m-1")
+    lane = declared.lane(message("plain"))
+    assert lane is not None and lane.limits is first.limits and (lane.actor, lane.queue) == ("plain", "q")
+    assert declared.lane(message("plain", unique_at_runtime_key="other")) is None, "its own key"
+    for actor in ("by_arg", "heavy", "fair", "bounded", "strict"):
+        _request_of(slots, actor, "q", "m-1", args=("a",))
+        assert declared.lane(message(actor)) is None, f"{actor}: no lane"
+    declared.declare("plain", "q", {"queue_capacity": 8, "unique_at_runtime_key": "acct2"})
+    assert declared.lane(message("plain")) is None, "made again after a declaration"
+    assert _request_of(slots, "plain", "q", "m-2").limits != first.limits
+    again = declared.lane(message("plain"))
+    assert again is not None and again.limits == _request_of(slots, "plain", "q", "m-3").limits
+    no_reuse = Slots(url="redis://127.0.0.1:9/0", reuse_window=0)
+    no_reuse.declarations.declare("plain", "q", {"queue_capacity": 8})
+    _request_of(no_reuse, "plain", "q", "m-1")
+    assert no_reuse.declarations.lane(message("plain")) is None, "no lingering, no lane"
