@@ -90,13 +90,13 @@ class Gate:
     def delivered(self, item: Any) -> None:
         """A consumer puts ``item`` into the queue, in its own thread (see :mod:`.prefetch` and
         :mod:`.visibility`; nothing for a queue whose consumer is neither RabbitMQ's nor SQS's)."""
-        queue_name = borrowed.message_of(item).queue_name
-        if queue_name in self._plain:
-            return
-        if borrowed.plain_consumer(self.worker, queue_name):
-            self._plain.add(queue_name)
-            return
         try:
+            queue_name = borrowed.message_of(item).queue_name
+            if queue_name in self._plain:
+                return
+            if borrowed.plain_consumer(self.worker, queue_name):
+                self._plain.add(queue_name)
+                return
             self.prefetch.delivered(item)
         except Exception:  # never fail the consumer's put: the message would be redelivered
             logger.exception("Following the deliveries of a consumer failed; it goes on as before.")
