@@ -67,6 +67,9 @@ SLOTS_UNKEPT = "slots-unkept"
 SLOTS_FAIR = "slots-fair"
 SLOTS_FIXED = "slots-fixed"
 SLOTS_UNITS = "slots-units"
+#: Slots without lingering holds (``reuse_window=0``): every message takes a fresh hold, one
+#: ``enter`` and one ``leave`` (W5 only: what a fresh hold costs a worker, beside ``slots``).
+SLOTS_FRESH = "slots-fresh"
 #: The ways whose app runs the Slots middleware.
 SLOTS_WAYS: tuple[str, ...] = (
     SLOTS,
@@ -75,6 +78,7 @@ SLOTS_WAYS: tuple[str, ...] = (
     SLOTS_FAIR,
     SLOTS_FIXED,
     SLOTS_UNITS,
+    SLOTS_FRESH,
 )
 WAYS: tuple[str, ...] = (NOCAP, DEDICATED, SEPARATE, CRL_DEFAULT, CRL_TUNED, *SLOTS_WAYS)
 #: The ways whose app limits nothing (the cap, if any, holds by their topology).
@@ -308,5 +312,5 @@ class BenchConfig:
             defer_min_backoff=self.defer_min_backoff,
             defer_max_backoff=self.defer_max_backoff,
             max_wait=self.max_wait,
-            reuse_window=self.reuse_window,
+            reuse_window=0 if self.way == SLOTS_FRESH else self.reuse_window,
         )
