@@ -8,7 +8,10 @@ a lingering hold), ``fresh`` (cap 50, ``reuse_window=0``: every message takes a 
 ``enter`` and one ``leave``), ``floor`` (no Slots: a middleware of a dozen statements that does
 the least any in-memory reuse must do per message: find the actor's limits, take an idle claim
 under a lock, mark it running in the thread, and give it back at the end: what a design of the
-uncontended path could cost at best, in the same worker). Per run: the worker threads' own CPU
+uncontended path could cost at best, in the same worker), ``trips`` (no Slots: a middleware that
+makes a fresh hold's two round trips and nothing else, ``Ledger.enter`` before the message and
+``Ledger.leave`` after it: the floor of ``fresh``, what is left once admission's bookkeeping is
+gone). Per run: the worker threads' own CPU
 (``time.thread_time`` summed over them: the message path) and the whole process's, each per
 message; the report gives each way's median and its extra over ``nocap``.
 
@@ -32,7 +35,7 @@ from dramatiq.middleware import Middleware
 
 from dramatiq_slots.middleware.options import ACTOR_OPTIONS
 
-WAYS = ("nocap", "reuse", "fresh", "floor")
+WAYS = ("nocap", "reuse", "fresh", "floor", "trips")
 CAP = 50
 
 #: The worker process: ``python -m bench.path_cost --run WAY`` with the settings in the environment.
@@ -48,6 +51,8 @@ def run_one(way: str, url: str, messages: int, threads: int, namespace: str) -> 
     broker = RedisBroker(url=url, namespace=namespace)
     if way == "floor":
         broker.add_middleware(_Floor(), before=TimeLimit)
+    elif way == "trips":
+        broker.add_middleware(_Trips(url, f"{namespace}-slots"), before=TimeLimit)
     elif way != "nocap":
         from dramatiq_slots import Slots
 
@@ -72,7 +77,7 @@ def run_one(way: str, url: str, messages: int, threads: int, namespace: str) -> 
     broker.add_middleware(Counting())
     dramatiq.set_broker(broker)
 
-    options: dict[str, Any] = {} if way in ("nocap", "floor") else {"queue_capacity": CAP}
+    options: dict[str, Any] = {} if way in ("nocap", "floor", "trips") else {"queue_capacity": CAP}
 
     @dramatiq.actor(queue_name="path", max_retries=0, **options)
     def noop() -> None:
@@ -128,6 +133,30 @@ class _Floor(Middleware):
         with self.lock:
             self.state[running[1]] = ""
             self.idle[running[2]].append(running[1])
+
+
+class _Trips(Middleware):
+    """The ``trips`` way's middleware (see the module docstring): a fresh hold's ``enter`` and
+    ``leave`` through the package's ledger, one token per message, nothing else."""
+
+    def __init__(self, url: str, key_prefix: str) -> None:
+        import redis
+
+        from dramatiq_slots.ledger import Ledger, Limit
+
+        self.ledger = Ledger(redis.Redis.from_url(url), key_prefix=key_prefix)
+        self.limits = [Limit(self.ledger.keys.queue("path"), CAP)]
+
+    def before_process_message(self, broker: Any, message: Any) -> None:
+        token = f"path:{os.getpid()}:1:{message.message_id}"
+        if not self.ledger.enter(token, self.limits, ttl_ms=60_000).admitted:
+            raise RuntimeError("trips: not admitted (the cap is above the threads)")
+
+    def after_process_message(
+        self, broker: Any, message: Any, *, result: Any = None, exception: Any = None
+    ) -> None:
+        token = f"path:{os.getpid()}:1:{message.message_id}"
+        self.ledger.leave(token, self.limits, ttl_ms=60_000, age_ms=0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
