@@ -23,7 +23,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from queue import PriorityQueue
 from typing import Any, TypeVar
@@ -705,6 +705,31 @@ def too_old(limits: Iterable[AgeLimit], broker: dramatiq.Broker, message: Any) -
         if max_age and age >= max_age:
             return True
     return False
+
+
+def age_rule(limits: Sequence[AgeLimit], broker: dramatiq.Broker) -> Callable[[Any], bool] | None:
+    """:func:`too_old` of ``limits`` for one broker, asked per message (None: no limit). Whether
+    an actor has a ``max_age`` of its own, or the limits one, is looked up once per actor: a
+    message of an actor that has none, and of none of its own, is not looked at further."""
+    if not limits:
+        return None
+    limited: dict[str, bool] = {}
+
+    def skipped(message: Any) -> bool:
+        if not message.options.get("max_age"):
+            name = message.actor_name
+            aged = limited.get(name)
+            if aged is None:
+                try:
+                    options = broker.get_actor(name).options
+                except ActorNotFound:
+                    return False
+                aged = limited[name] = any(options.get("max_age", limit.max_age) for limit in limits)
+            if not aged:
+                return False
+        return too_old(limits, broker, message)
+
+    return skipped
 
 
 # -- the actor's function, wrapped ----------------------------------------------------------

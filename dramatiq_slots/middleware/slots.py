@@ -291,14 +291,11 @@ class Slots(Middleware):
             why = self._why_no_gate(worker)
             if why is None:
                 # Waiting messages park in the worker's queue; no thread waits (docs/design.md).
-                age_limits = borrowed.age_limits_before(broker, self)
                 self._gate = Gate(
                     self.admission,
                     lambda message: self._request(broker, message),
                     worker,
-                    skipped_first=(lambda message: borrowed.too_old(age_limits, broker, message))
-                    if age_limits
-                    else None,
+                    skipped_first=borrowed.age_rule(borrowed.age_limits_before(broker, self), broker),
                     lane=self.declarations.lane,
                 )
                 self._gate.install()

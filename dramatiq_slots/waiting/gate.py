@@ -167,8 +167,8 @@ class Gate:
 
         reserved = False
         try:
-            if self.admission.reuse(request, id(message)) is not None:
-                return True  # a lingering hold of the same limits: no Redis, no line
+            if lane is None and self.admission.reuse(request, id(message)) is not None:
+                return True  # a lingering hold of the same limits (a lane's was looked for above)
             reserved = self.parking.reserve(request)
             # A message with an on_busy policy always asks: Redis decides whether it is dropped.
             parked_on = None if reserved or request.busy else self.parking.parked_on(request)

@@ -38,7 +38,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LedgerError, LedgerUnavailable
@@ -78,9 +78,11 @@ class Ticket:
     #: Woken (or due) while the thread was asking for it: ask again.
     due: bool = False
     asking: bool = False
+    #: The ledgers of its limits.
+    ledgers: frozenset[str] = field(init=False)
 
-    def ledgers(self) -> frozenset[str]:
-        return frozenset(limit.ledger for limit in self.request.limits)
+    def __post_init__(self) -> None:
+        self.ledgers = frozenset(limit.ledger for limit in self.request.limits)
 
 
 #: ``on_out(ticket, how)``: the ticket left parking (see :data:`RUN`).
@@ -210,7 +212,7 @@ class Parking:
     def _last_in_line(self, ledger: str, request: Request) -> Ticket | None:
         """The process's claim in line on ``ledger`` (not being asked for now) that comes last by
         :func:`~.places.turn_ranks`, if ``request`` comes before it (None: no such claim)."""
-        tickets = [t for t in self._in_line.values() if not t.asking and ledger in t.ledgers()]
+        tickets = [t for t in self._in_line.values() if not t.asking and ledger in t.ledgers]
         if not tickets:
             return None
         ranks = places.turn_ranks([*(t.request for t in tickets), request])
@@ -269,19 +271,19 @@ class Parking:
     def _line(self, ticket: Ticket) -> None:
         assert ticket.waiter is not None
         self._in_line[ticket.waiter] = ticket
-        self._lined.update(ticket.ledgers())
+        self._lined.update(ticket.ledgers)
 
     def _unline(self, ticket: Ticket) -> bool:
         """Not in line any more (under the lock); False when it was not."""
         if ticket.waiter is None or self._in_line.pop(ticket.waiter, None) is None:
             return False
-        self._lined.subtract(ticket.ledgers())
+        self._lined.subtract(ticket.ledgers)
         return True
 
     def _add_held(self, ticket: Ticket) -> None:
         self._seq += 1
         key = (places.clamped(ticket.request.priority), ticket.request.score, self._seq)
-        for ledger in ticket.ledgers():
+        for ledger in ticket.ledgers:
             heapq.heappush(self._held.setdefault(ledger, []), (*key, ticket))
             self._held_count[ledger] += 1
             if ticket.request.group:
@@ -295,7 +297,7 @@ class Parking:
         if self._tickets.get(id(ticket.item)) is not ticket:
             return False
         if not self._unline(ticket):
-            for ledger in ticket.ledgers():
+            for ledger in ticket.ledgers:
                 self._held_count[ledger] -= 1
                 if ticket.request.group:
                     self._grouped[ledger] -= 1
@@ -326,7 +328,7 @@ class Parking:
             self.on_out(ticket, how)
         finally:
             if lined and how != RUN:
-                self.claim_ended(ticket.ledgers())
+                self.claim_ended(ticket.ledgers)
 
     # -- a turn for the held back ----------------------------------------------------
 
@@ -373,8 +375,8 @@ class Parking:
                 continue
             self._owed[ledger] -= 1
             self._remove(ticket)
-            self._in_flight[id(ticket.item)] = ticket.ledgers()
-            busy.update(ticket.ledgers())
+            self._in_flight[id(ticket.item)] = ticket.ledgers
+            busy.update(ticket.ledgers)
             out.append(ticket)
         return out
 
@@ -391,7 +393,7 @@ class Parking:
                 heapq.heappop(heap)
             # Empty only if an asynchronous exception cut an update short: nothing to give back.
             return heap[0][3] if heap else None
-        lined = [t.request for t in self._in_line.values() if ledger in t.ledgers()]
+        lined = [t.request for t in self._in_line.values() if ledger in t.ledgers]
         # In the order held back (the heap's third field): equal ranks go first come, first served.
         entries = sorted(self._held.get(ledger, []), key=lambda entry: entry[2])
         waiting = [t for _, _, _, t in entries if self._is_held_back(t)]
