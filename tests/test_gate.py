@@ -25,6 +25,7 @@ from dramatiq_slots.ledger import Limit, Line
 from dramatiq_slots.middleware.deferral import DEFERRALS
 from dramatiq_slots.middleware.metrics import Metrics
 from dramatiq_slots.waiting import parking
+from dramatiq_slots.waiting.gate import Gate
 from dramatiq_slots.waiting.work_queue import GatedWorkQueue
 from tests.support.borrowed import untested
 from tests.support.in_process import RunRecorder as Probe
@@ -109,6 +110,45 @@ def test_a_one_thread_worker_runs_uncapped_work_while_a_capped_message_waits(
         probe.wait_runs(4)
     assert probe.by_label["capped"] == [0], "it waited in line, it was not deferred"
     assert parked.now == {limit.ledger: 0} and parked.most == {limit.ledger: 1}
+
+
+def test_a_message_the_gate_would_only_hold_back_is_held_back_as_it_is_delivered(
+    broker: RedisBroker, add_slots: SlotsFactory, probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond the claims a process keeps in line, a delivered message is held back in its
+    consumer's thread: no worker thread takes it only to set it aside (one pass through the gate
+    per message to park it, none to hold it back); they all run, in order, once slots come."""
+    slots = add_slots()
+    limit = Limit(slots.keys.queue("capped"), 1)
+    passes: list[object] = []
+    admit = Gate.admit
+
+    def counted(gate: Gate, item: object) -> bool:
+        passes.append(item)
+        return admit(gate, item)
+
+    monkeypatch.setattr(Gate, "admit", counted)
+
+    @dramatiq.actor(queue_name="capped", queue_capacity=1, max_retries=0)
+    def capped(i: int) -> None:
+        probe.record("capped", i)
+
+    hold_elsewhere(slots, limit)
+    # One thread at a capacity of 1: two claims in line at most; a prefetch of 6.
+    with running_worker(broker, threads=1, prefetch=6):
+        gate = slots._gate
+        assert gate is not None
+        for i in range(2):
+            capped.send(i)
+        wait_until(lambda: len(slots.ledger.line(limit.ledger)) == 2, timeout=10, what="two in line")
+        for i in range(2, 6):
+            capped.send(i)
+        wait_until(lambda: gate.parking.held_back() == 4, timeout=10, what="four held back")
+        assert len(passes) == 2, "a worker thread took only the two it parked"
+        slots.ledger.leave(ELSEWHERE, [limit], ttl_ms=30_000)
+        probe.wait_runs(6)
+    assert probe.by_label["capped"] == list(range(6)), "each ran once, in order"
+    assert len(passes) == 6, "one pass through the gate per message (to park it), none to hold one back"
 
 
 def test_a_busy_key_does_not_keep_another_key_of_its_queue_from_running(

@@ -187,3 +187,20 @@ def test_a_newcomer_before_the_last_claim_in_line_takes_its_place(ledger: Ledger
         for thread in (heartbeat, wakeups):
             if thread is not None:
                 thread.stop()
+
+
+def test_a_message_behind_the_process_claims_in_line_is_known_without_asking() -> None:
+    """``behind``: the gate holds a delivered message back without a thread's pass only where the
+    process may have no more claims on a ledger of it, has claims in line there, and the message
+    would take none of their places; anywhere else the gate decides (it may be admitted)."""
+    held = Counter({A: 1})
+    parking, _ = rules(1, held)  # capacity 1, one thread: two claims at most
+    lined = request(10, A)
+    assert parking.behind(request(20, A)) is None, "nothing in line"
+    parking.park(lined.hold("t"), lined, "lined", parking.waiter(), refused_by=A)
+    assert parking.behind(request(20, A)) == A, "two claims (held, in line), and it comes after"
+    assert parking.behind(request(5, A)) is None, "it comes before the claim in line: its place"
+    assert parking.behind(request(20, B)) is None, "nothing of the process in B's line"
+    assert parking.behind(request(20, A, B)) == A
+    held[A] = 0
+    assert parking.behind(request(20, A)) is None, "room for one more claim: the gate asks"

@@ -13,7 +13,8 @@ and a waiting message costs no broker round trip. A process's claims on one ledg
 outnumber its threads (twice them on a ledger of a capacity at most them), so a handed slot
 always finds a thread that is not running that ledger's jobs: a message refused beyond that is
 *held back* (in memory, in no line), or takes the place of a later claim of the process in that
-line (:mod:`.parking` has the rule). A message waiting for
+line (:mod:`.parking` has the rule); one delivered behind the process's claims in line is held
+back as it is delivered, in its consumer's thread (:meth:`Gate.held_at_delivery`). A message waiting for
 a runtime key leaves its consumer's prefetch count (:mod:`.prefetch`); on Amazon SQS every message
 the gate holds is kept invisible to the other workers (:mod:`.visibility`).
 
@@ -104,6 +105,29 @@ class Gate:
             self.visibility.delivered(item)
         except Exception:
             logger.exception("Keeping the visibility of a delivered message failed; it goes on as before.")
+
+    def held_at_delivery(self, item: Any) -> bool:
+        """Whether a delivered ``item`` is held back at once, in its consumer's thread: a message
+        that the gate would only hold back (:meth:`Parking.behind`) is never taken by a worker
+        thread to be set aside. False on any doubt: the gate decides when a thread takes it."""
+        if not self.parking.lined():
+            return False  # per delivery: nothing in line
+        try:
+            message = borrowed.message_of(item)
+            if self.process.stopping.is_set() or self.skipped_first(message):
+                return False
+            request = self.request(message)
+            if request is None or request.busy:
+                return False  # a message with an on_busy policy always asks
+            refused_by = self.parking.behind(request)
+            if refused_by is None:
+                return False
+            taken_from = self.prefetch.unfetch(message, refused_by, grouped=bool(request.group))
+            self.parking.hold_back(item, request, refused_by, taken_from)
+            return True
+        except Exception:  # never fail the consumer's put: the message would be redelivered
+            logger.exception("Holding back a delivered message failed; a worker thread admits it.")
+            return self.parking.has_item(item)
 
     def taken(self, item: Any) -> None:
         """A worker thread takes ``item`` from the queue (to run it, or to give it back)."""

@@ -157,6 +157,10 @@ class Parking:
         with self._lock:
             return len(self._tickets) - len(self._in_line)
 
+    def lined(self) -> bool:
+        """Whether any claim of the process waits in a line (read without the lock, as a hint)."""
+        return bool(self._in_line)
+
     def holds_back(self) -> bool:
         """Whether anything is held back (read without the lock, as a hint: per job's end)."""
         return len(self._tickets) > len(self._in_line)
@@ -224,6 +228,18 @@ class Parking:
         """A ledger of ``request`` on which the process has a claim in line (None: none)."""
         with self._lock:
             return next((limit.ledger for limit in request.limits if self._lined[limit.ledger]), None)
+
+    def behind(self, request: Request) -> str | None:
+        """The ledger ``request`` would be held back for by the gate without asking Redis: the
+        process may have no more claims on a ledger of it and would take no place of theirs
+        (:meth:`reserve` refuses it), and it has claims in line on one (:meth:`parked_on`: the
+        line's slots go to them first). None: the gate must decide (it may be admitted)."""
+        with self._lock:
+            if not any(self._lined[limit.ledger] for limit in request.limits):
+                return None  # per delivery: nothing in line, nothing to be behind
+            if all(self._last_in_line(ledger, request) is not None for ledger in self._full(request)):
+                return None  # not full anywhere, or it takes places there
+            return next(limit.ledger for limit in request.limits if self._lined[limit.ledger])
 
     # -- waiting -----------------------------------------------------------------
 

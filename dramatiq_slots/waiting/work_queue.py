@@ -69,12 +69,20 @@ class GatedWorkQueue:
         return self.qsize() == 0
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        """A consumer's delivery (in its own thread): see :meth:`~.gate.Gate.delivered`."""
+        """A consumer's delivery (in its own thread): see :meth:`~.gate.Gate.delivered`; a message
+        the gate would only hold back is held back at once (:meth:`~.gate.Gate.held_at_delivery`)."""
         self.gate.delivered(item)
-        with self._not_empty:
-            heapq.heappush(self._heap, item)
+        with self._lock:
+            # Counted first: a message held back may come back and be done before this returns.
             self.unfinished_tasks += 1
-            self._not_empty.notify()
+        try:
+            if self.gate.held_at_delivery(item):
+                return
+        except BaseException:
+            if not self.gate.waiting(item):
+                self.retry(item)
+            raise
+        self.retry(item)
 
     def task_done(self) -> None:
         with self._all_done:
@@ -199,6 +207,9 @@ class _PassThrough:
 
     def delivered(self, item: Any) -> None:
         pass
+
+    def held_at_delivery(self, item: Any) -> bool:
+        return False
 
     def admit(self, item: Any) -> bool:
         return True
