@@ -691,45 +691,30 @@ def age_limits_before(broker: dramatiq.Broker, owner: Middleware) -> list[AgeLim
     return _placed_before(broker, owner, AgeLimit, AGE_LIMIT)
 
 
-def too_old(limits: Iterable[AgeLimit], broker: dramatiq.Broker, message: Any) -> bool:
-    """Whether one of ``limits`` (from :func:`age_limits_before`) skips ``message`` now."""
-    if not limits:
-        return False
-    try:
-        actor = broker.get_actor(message.actor_name)
-    except ActorNotFound:
-        return False
-    age = current_millis() - message.message_timestamp
-    for limit in limits:
-        max_age = message.options.get("max_age") or actor.options.get("max_age", limit.max_age)
-        if max_age and age >= max_age:
-            return True
-    return False
-
-
 def age_rule(limits: Sequence[AgeLimit], broker: dramatiq.Broker) -> Callable[[Any], bool] | None:
-    """:func:`too_old` of ``limits`` for one broker, asked per message (None: no limit). Whether
-    an actor has a ``max_age`` of its own, or the limits one, is looked up once per actor: a
-    message of an actor that has none, and of none of its own, is not looked at further."""
+    """Whether one of ``limits`` (from :func:`age_limits_before`) skips a message now, for one
+    broker (None: no limit). An actor's own ``max_age`` (else a limit's) is looked up once per
+    actor: a message of an actor that has none, and of none of its own, is not looked at further."""
     if not limits:
         return None
-    limited: dict[str, bool] = {}
+    of_actor: dict[str, tuple[int | None, ...]] = {}
 
-    def skipped(message: Any) -> bool:
-        if not message.options.get("max_age"):
-            name = message.actor_name
-            aged = limited.get(name)
-            if aged is None:
-                try:
-                    options = broker.get_actor(name).options
-                except ActorNotFound:
-                    return False
-                aged = limited[name] = any(options.get("max_age", limit.max_age) for limit in limits)
-            if not aged:
+    def too_old(message: Any) -> bool:
+        own = message.options.get("max_age")
+        name = message.actor_name
+        ages = of_actor.get(name)
+        if ages is None:
+            try:
+                options = broker.get_actor(name).options
+            except ActorNotFound:
                 return False
-        return too_old(limits, broker, message)
+            ages = of_actor[name] = tuple(options.get("max_age", limit.max_age) for limit in limits)
+        if not own and not any(ages):
+            return False
+        age = current_millis() - message.message_timestamp
+        return any((max_age := own or actor_age) and age >= max_age for actor_age in ages)
 
-    return skipped
+    return too_old
 
 
 # -- the actor's function, wrapped ----------------------------------------------------------
