@@ -112,13 +112,16 @@ class Gate:
         thread to be set aside. False on any doubt: the gate decides when a thread takes it."""
         if not self.parking.lined():
             return False  # per delivery: nothing in line
+        message = borrowed.message_of(item)
         try:
-            message = borrowed.message_of(item)
-            if self.process.stopping.is_set() or self.skipped_first(message):
-                return False
             request = self.request(message)
-            if request is None or request.busy:
+        except Exception:
+            return False  # before_process_message fails it with its error
+        try:
+            if request is None or request.busy or self.process.stopping.is_set():
                 return False  # a message with an on_busy policy always asks
+            if self.skipped_first(message):
+                return False
             refused_by = self.parking.behind(request)
             if refused_by is None:
                 return False
