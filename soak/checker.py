@@ -457,28 +457,26 @@ def attribute_over_cap(episode: OverCap, record: Record, faults: Sequence[Window
         for r in record.runs
         if episode.scope in r.scopes and r.start <= episode.start and (r.end or 2**62) > episode.start
     ]
-    # The latest stop first: a host stopped again at once is frozen by the later one.
-    for fault in sorted(faults, key=lambda f: f.start, reverse=True):
-        if fault.kind not in ("pause-past-ttl", "pause-under-ttl"):
+    # Of the paused hosts that explain it, the one that came back last: a host stopped again at
+    # once is frozen by the later stop, and with two hosts paused at once the interval may last as
+    # long as either is (a strict job cannot be stopped on a frozen host).
+    explained: list[tuple[Window, str]] = []
+    for fault in faults:
+        if fault.kind not in ("pause-past-ttl", "pause-under-ttl") or fault.start > episode.start:
             continue
         # Its runs open then: frozen in their bodies, or admitted before the stop and started as
         # the host came back (within a beat and the grace).
-        frozen = [
-            r for r in open_then if r.group == fault.target and r.start < fault.end + beat_us + GRACE_US
-        ]
-        if not frozen or fault.start > episode.start:
+        if not any(r.group == fault.target and r.start < fault.end + beat_us + GRACE_US for r in open_then):
             continue
         if fault.kind == "pause-past-ttl" and episode.start >= fault.start + ttl_us // 2:
-            episode.attributed, episode.fault = fault.kind, fault.n
-            return
-        restarted = [
-            f
-            for f in faults
-            if f.kind == "ledger-restart-empty" and fault.start - ttl_us <= f.start <= fault.end
-        ]
-        if restarted:
-            episode.attributed, episode.fault = "pause-across-empty-restart", fault.n
-            return
+            explained.append((fault, fault.kind))
+        elif any(
+            f.kind == "ledger-restart-empty" and fault.start - ttl_us <= f.start <= fault.end for f in faults
+        ):
+            explained.append((fault, "pause-across-empty-restart"))
+    if explained:
+        fault, why = max(explained, key=lambda e: (e[0].end, e[0].start))
+        episode.attributed, episode.fault = why, fault.n
 
 
 def check_caps(record: Record, capacities: Capacities, faults: Sequence[Window], verdict: Verdict) -> None:

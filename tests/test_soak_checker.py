@@ -427,6 +427,22 @@ def test_a_host_stopped_again_at_once_is_judged_by_the_later_stop() -> None:
     assert {o["fault"] for o in verdict.figures["over_cap"]} == {2}
 
 
+def test_with_two_hosts_paused_past_hold_ttl_a_strict_over_cap_is_judged_by_the_later_return() -> None:
+    """Seed 4702: A and B stopped past hold_ttl at once, B back first. A strict job frozen on A
+    keeps running until A comes back (it cannot be stopped while A is frozen); B's jobs admitted
+    meanwhile put the scope over its cap until then: the interval is A's pause's, not B's."""
+    h = History()
+    h.run(0.2, 6.06, scope=STRICT, group="A", strict=True)  # frozen with A, ends as A comes back
+    h.run(5.5, 5.93, scope=STRICT, group="B", strict=True)
+    h.run(5.6, 5.82, scope=STRICT, group="B", strict=True)
+    h.run(5.84, 6.3, scope=STRICT, group="B", strict=True)
+    h.fault(1, "pause-past-ttl", "A", 0.5, 6.05)
+    h.fault(2, "pause-past-ttl", "B", 0.6, 4.3)
+    verdict = h.verdict()
+    assert verdict.passed, verdict.failures
+    assert [o["fault"] for o in verdict.figures["over_cap"]] == [1, 1]
+
+
 def test_a_job_admitted_before_its_host_froze_may_start_after_a_pause_set_meanwhile() -> None:
     h = History()
     h.control(STRICT, "paused", 1, 2.2)
