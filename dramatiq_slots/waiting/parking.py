@@ -227,7 +227,10 @@ class Parking:
     def parked_on(self, request: Request) -> str | None:
         """A ledger of ``request`` on which the process has a claim in line (None: none)."""
         with self._lock:
-            return next((limit.ledger for limit in request.limits if self._lined[limit.ledger]), None)
+            return self._lined_on(request)
+
+    def _lined_on(self, request: Request) -> str | None:
+        return next((limit.ledger for limit in request.limits if self._lined[limit.ledger]), None)
 
     def behind(self, request: Request) -> str | None:
         """The ledger ``request`` would be held back for by the gate without asking Redis: the
@@ -235,11 +238,12 @@ class Parking:
         (:meth:`reserve` refuses it), and it has claims in line on one (:meth:`parked_on`: the
         line's slots go to them first). None: the gate must decide (it may be admitted)."""
         with self._lock:
-            if not any(self._lined[limit.ledger] for limit in request.limits):
-                return None  # per delivery: nothing in line, nothing to be behind
-            if all(self._last_in_line(ledger, request) is not None for ledger in self._full(request)):
-                return None  # not full anywhere, or it takes places there
-            return next(limit.ledger for limit in request.limits if self._lined[limit.ledger])
+            lined = self._lined_on(request)
+            if lined is None or all(
+                self._last_in_line(ledger, request) is not None for ledger in self._full(request)
+            ):
+                return None  # nothing of the process in line, not full anywhere, or it takes places
+            return lined
 
     # -- waiting -----------------------------------------------------------------
 
